@@ -1,0 +1,19 @@
+"""cuconv: fast GPU convolution for the NumPy / CuPy world, with no torch dependency.
+
+>>> import cuconv
+>>> y = cuconv.conv2d(x, w, padding="same", activation="relu")   # doctest: +SKIP
+
+Public API: :func:`conv2d`, :func:`conv3d`, :func:`explain`, :mod:`cuconv.reference` (the float64
+oracle), :class:`ConvProblem`. CuPy is imported lazily; ``import cuconv`` needs only NumPy and
+ml_dtypes.
+"""
+
+from . import reference  # noqa: F401
+from .api import conv2d, conv3d, explain
+from .dispatch import Explanation, KernelDeclined, kernels
+from .problem import ConvProblem, Epilogue
+
+__version__ = "0.1.0"
+
+__all__ = ["conv2d", "conv3d", "explain", "reference", "ConvProblem", "Epilogue", "Explanation",
+           "KernelDeclined", "kernels", "__version__"]

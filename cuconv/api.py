@@ -1,0 +1,306 @@
+"""Public API: :func:`conv2d`, :func:`conv3d`, :func:`explain`.
+
+Each call: normalise and validate the arguments -> one :class:`~cuconv.problem.ConvProblem` ->
+dispatch (:mod:`cuconv.dispatch`) -> run the chosen kernel on native channels-last arrays -> hand
+back the result in the caller's layout and array library.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from . import dispatch
+from .arrays import as_array, dtype_name, module_name
+from .device import device_of
+from .problem import ACTIVATIONS, LAYOUTS, ConvProblem, Epilogue
+
+__all__ = ["conv2d", "conv3d", "explain"]
+
+#: conv3d ``strategy=`` values. Each kernel declares the strategy it implements (``Kernel.strategy``).
+STRATEGIES = ("auto", "qslice", "native", "generic")
+
+
+@dataclass
+class _Call:
+    """A validated call: the problem, the native-layout operands and how to return the result."""
+
+    problem: ConvProblem
+    x: object
+    w: object
+    bias: object
+    residual: object
+    out_native: object          # where the kernel writes (native layout, contiguous)
+    out_user: object            # the caller's ``out`` (after as_array) or None
+    out_given: object           # the caller's original ``out`` object, returned as is
+    channels_first: bool
+    xp: object                  # numpy or cupy
+
+
+def _xp_of(a):
+    if module_name(a) == "numpy":
+        return np
+    import cupy
+    return cupy
+
+
+def _to_native(a, channels_first: bool, xp):
+    """Channels-first -> channels-last (a copy); channels-last -> contiguous (no copy if already)."""
+    if channels_first:
+        a = xp.moveaxis(a, 1, -1)
+    return xp.ascontiguousarray(a)
+
+
+def _user_shape(native_shape, channels_first: bool):
+    if not channels_first:
+        return tuple(native_shape)
+    return (native_shape[0], native_shape[-1], *native_shape[1:-1])
+
+
+def _check_companion(a, name: str, shape, dtype: str, ref, ref_name: str = "x"):
+    """Shape / dtype / array-module / device checks for bias, residual and out."""
+    if module_name(a) != module_name(ref):
+        raise TypeError(f"{name}: expected a {module_name(ref)} array like {ref_name}, got a {module_name(a)} array")
+    if module_name(a) == "cupy" and a.device.id != ref.device.id:
+        raise ValueError(f"{name}: expected an array on GPU {ref.device.id} like {ref_name}, got GPU {a.device.id}")
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+    got = dtype_name(a, name)
+    if got != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} like {ref_name}, got {got}")
+
+
+def _real(v, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name}: expected a real number, got {v!r}")
+    return float(v)
+
+
+def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
+             activation, out) -> _Call:
+    if not isinstance(layout, str) or layout.upper() not in LAYOUTS or LAYOUTS[layout.upper()][0] != nd:
+        allowed = [k for k, v in LAYOUTS.items() if v[0] == nd]
+        raise ValueError(f"layout: expected one of {allowed}, got {layout!r}")
+    layout = layout.upper()
+    channels_first = not LAYOUTS[layout][1]
+    x = as_array(x, "x")
+    w = as_array(w, "w")
+    if module_name(x) != module_name(w):
+        raise TypeError(f"w: expected a {module_name(x)} array like x, got a {module_name(w)} array")
+    if module_name(x) == "cupy" and x.device.id != w.device.id:
+        raise ValueError(f"w: expected an array on GPU {x.device.id} like x, got GPU {w.device.id}")
+    if x.ndim != nd + 2:
+        raise ValueError(f"x: expected a {nd + 2}-D array ({layout}), got {x.ndim}-D with shape {tuple(x.shape)}")
+    if w.ndim != nd + 2:
+        raise ValueError(f"w: expected a {nd + 2}-D array, got {w.ndim}-D with shape {tuple(w.shape)}")
+    dtype = dtype_name(x, "x")
+    wdt = dtype_name(w, "w")
+    if wdt != dtype:
+        raise TypeError(f"w: expected dtype {dtype} like x, got {wdt}")
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
+    alpha = _real(alpha, "alpha")
+    beta = _real(beta, "beta")
+
+    if channels_first:
+        N, C, *spatial = x.shape
+        K, Cg_w, *filt = w.shape
+    else:
+        N, *spatial, C = x.shape
+        K, *filt, Cg_w = w.shape
+    if any(v < 1 for v in x.shape):
+        raise ValueError(f"x: every dimension must be >= 1, got shape {tuple(x.shape)}")
+    if any(v < 1 for v in w.shape):
+        raise ValueError(f"w: every dimension must be >= 1, got shape {tuple(w.shape)}")
+    if isinstance(groups, (int, np.integer)) and not isinstance(groups, bool) and groups >= 1 \
+            and C % groups == 0 and Cg_w * groups != C:
+        raise ValueError(f"w: channel mismatch: x has C={C} channels and groups={groups}, so w needs "
+                         f"C/groups={C // groups} input channels, got {Cg_w} (w shape {tuple(w.shape)}, {layout})")
+    epilogue = Epilogue(alpha=alpha, beta=beta, has_bias=bias is not None, has_residual=residual is not None,
+                        activation=activation)
+    problem = ConvProblem.create(nd=nd, batch=N, in_spatial=tuple(spatial), channels=C, out_channels=K,
+                                 filter_spatial=tuple(filt), stride=stride, dilation=dilation, padding=padding,
+                                 groups=groups, dtype=dtype, layout=layout, epilogue=epilogue)
+    xp = _xp_of(x)
+    user_out_shape = _user_shape(problem.out_shape, channels_first)
+
+    if bias is not None:
+        bias = as_array(bias, "bias")
+        _check_companion(bias, "bias", (K,), dtype, x)
+        bias = xp.ascontiguousarray(bias)
+    out_given = out
+    out_user = None
+    if out is not None:
+        out_user = as_array(out, "out")
+        _check_companion(out_user, "out", user_out_shape, dtype, x)
+        if module_name(out_user) == "numpy" and not out_user.flags.writeable:
+            raise ValueError("out: expected a writeable array, got a read-only one")
+    if residual is not None:
+        res_user = as_array(residual, "residual")
+        _check_companion(res_user, "residual", user_out_shape, dtype, x)
+        same_as_out = out_user is not None and res_user is out_user or (
+            out_user is not None and residual is out_given)
+        residual = _to_native(res_user, channels_first, xp)
+        if not same_as_out and out_user is not None and residual is not None \
+                and xp.may_share_memory(residual, out_user):
+            residual = residual.copy()  # partial overlap with out: read a snapshot
+    # Where the kernel writes: straight into `out` when it already is native and contiguous.
+    if out_user is not None and not channels_first and out_user.flags.c_contiguous:
+        out_native = out_user
+    else:
+        out_native = xp.empty(problem.out_shape, dtype=x.dtype)
+        if residual is not None and out_user is not None and xp.may_share_memory(residual, out_user):
+            residual = residual.copy()
+    x_n = _to_native(x, channels_first, xp)
+    w_n = _to_native(w, channels_first, xp)
+    return _Call(problem=problem, x=x_n, w=w_n, bias=bias, residual=residual, out_native=out_native,
+                 out_user=out_user, out_given=out_given, channels_first=channels_first, xp=xp)
+
+
+def _allowed_kernels(nd: int, strategy: Optional[str]):
+    if nd != 3 or strategy in (None, "auto"):
+        return None
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy: expected one of {STRATEGIES}, got {strategy!r}")
+    return strategy
+
+
+def _select(call: _Call, kernel: Optional[str], strategy: Optional[str]):
+    device = device_of(call.x)
+    strat = _allowed_kernels(call.problem.nd, strategy)
+    return dispatch.select(call.problem, device, forced=kernel, strategy=strat)
+
+
+def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
+          kernel, strategy):
+    call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
+                    activation, out)
+    k, _ = _select(call, kernel, strategy)
+    if call.xp is np:
+        k.run(call.problem, call.x, call.w, call.bias, call.residual, call.out_native)
+    else:
+        with call.x.device:
+            k.run(call.problem, call.x, call.w, call.bias, call.residual, call.out_native)
+    xp = call.xp
+    if call.out_user is not None:
+        if call.out_native is not call.out_user:
+            src = xp.moveaxis(call.out_native, -1, 1) if call.channels_first else call.out_native
+            call.out_user[...] = src
+        return call.out_given
+    if call.channels_first:
+        return xp.ascontiguousarray(xp.moveaxis(call.out_native, -1, 1))
+    return call.out_native
+
+
+_COMMON_DOC = """
+    Parameters
+    ----------
+    x : array
+        Input activations: ``{xshape}`` for layout ``"{native}"`` (native, fastest) or ``{xshape_cf}``
+        for ``"{cf}"``. A NumPy array runs on the CPU and returns NumPy; a CuPy array (or a GPU tensor
+        exposing ``__cuda_array_interface__`` / ``__dlpack__``, e.g. torch or JAX) runs on its GPU and
+        returns CuPy. dtype float16, bfloat16 (``ml_dtypes.bfloat16``) or float32; non-contiguous
+        arrays are accepted.
+    w : array
+        Filters: ``{wshape}`` for ``"{native}"``, ``{wshape_cf}`` for ``"{cf}"`` (as torch). Same dtype
+        and device as ``x``.
+    bias : array, optional
+        ``(K,)``, same dtype as ``x``.
+    stride, dilation : int or sequence of {nd} ints
+        Each >= 1.
+    padding : int, {nd} ints, {nd} (lo, hi) pairs, "valid" or "same"
+        Zero padding per spatial dim. ``"same"`` gives an output of ``ceil(in / stride)``, the odd
+        element of padding going at the end (as TensorFlow / JAX ``SAME``).
+    groups : int
+        Grouped convolution; must divide C and K. ``groups == C == K`` is depthwise.
+    layout : {layouts}
+        Memory layout of ``x``, ``w``, ``residual``, ``out`` and the result.
+    residual : array, optional
+        Added as ``beta * residual``; output shape and dtype. May be ``out`` itself (in place).
+    alpha, beta : float
+        Scales of the convolution and of the residual.
+    activation : None, "relu", "silu" or "gelu"
+        Applied last; ``"gelu"`` is the exact (erf) form.
+    out : array, optional
+        Written with the result and returned. Nothing else the caller passed is modified.
+    kernel : str, optional
+        Force one kernel by name (see :func:`cuconv.explain`); raises
+        :class:`cuconv.KernelDeclined` (a ValueError) if that kernel does not support the problem.
+
+    Returns
+    -------
+    array
+        ``act(alpha * conv(x, w) + bias + beta * residual)`` with the dtype of ``x`` (accumulated in
+        float32 on the GPU and the CPU), in ``layout``, as the array library of ``x``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        For every invalid argument, naming the argument, what was expected and what was given.
+"""
+
+
+def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,
+           alpha=1.0, beta=1.0, activation=None, out=None, kernel=None):
+    return _conv(2, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                 out, kernel, None)
+
+
+conv2d.__doc__ = """2-D convolution (cross-correlation, as in deep learning) with a fused epilogue.
+
+    ``out = act(alpha * conv(x, w) + bias + beta * residual)``, each term only when given.
+""" + _COMMON_DOC.format(nd=2, xshape="(N, H, W, C)", xshape_cf="(N, C, H, W)", native="NHWC", cf="NCHW",
+                         wshape="(K, R, S, C // groups)", wshape_cf="(K, C // groups, R, S)",
+                         layouts='"NHWC" or "NCHW"') + """
+    Examples
+    --------
+    >>> import numpy as np, cuconv
+    >>> x = np.random.rand(1, 8, 8, 4).astype(np.float32)
+    >>> w = np.random.rand(16, 3, 3, 4).astype(np.float32)
+    >>> cuconv.conv2d(x, w, padding="same", activation="relu").shape
+    (1, 8, 8, 16)
+"""
+
+
+def conv3d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NDHWC", residual=None,
+           alpha=1.0, beta=1.0, activation=None, out=None, strategy="auto", kernel=None):
+    return _conv(3, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                 out, kernel, strategy)
+
+
+conv3d.__doc__ = """3-D convolution with a fused epilogue; see :func:`conv2d` for the semantics.
+""" + _COMMON_DOC.format(nd=3, xshape="(N, D, H, W, C)", xshape_cf="(N, C, D, H, W)", native="NDHWC",
+                         cf="NCDHW", wshape="(K, T, R, S, C // groups)", wshape_cf="(K, C // groups, T, R, S)",
+                         layouts='"NDHWC" or "NCDHW"') + """
+    strategy : "auto", "qslice", "native" or "generic"
+        How a 3-D problem is computed on the GPU: ``"auto"`` lets the dispatcher choose (see
+        :func:`cuconv.explain`); the others restrict the choice to kernels of that strategy and fail
+        with :class:`cuconv.KernelDeclined` if none of them supports the problem. On the CPU every
+        strategy runs the NumPy kernel.
+"""
+
+
+def explain(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout=None, residual=None,
+            alpha=1.0, beta=1.0, activation=None, out=None, kernel=None, strategy="auto"):
+    """Which kernel :func:`conv2d` / :func:`conv3d` would run for these arguments, and why.
+
+    Takes the same arguments (the rank comes from ``layout``, or from ``x.ndim`` when ``layout`` is
+    None: 4-D -> conv2d NHWC, 5-D -> conv3d NDHWC). Validates them exactly as the call would, runs
+    nothing, and returns a :class:`cuconv.Explanation`: ``.kernel`` is the chosen kernel,
+    ``.declined`` maps every kernel that said no to its reason. ``print()`` it for a summary.
+    """
+    if layout is None:
+        ndim = getattr(x, "ndim", None)
+        if ndim not in (4, 5):
+            raise ValueError(f"x: expected a 4-D (conv2d) or 5-D (conv3d) array, got ndim={ndim}")
+        layout = "NHWC" if ndim == 4 else "NDHWC"
+    if not isinstance(layout, str) or layout.upper() not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {list(LAYOUTS)}, got {layout!r}")
+    nd = LAYOUTS[layout.upper()][0]
+    call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                    out)
+    _, explanation = _select(call, kernel, strategy)
+    return explanation

@@ -1,0 +1,7 @@
+"""Built-in kernels. Importing this package registers them with :mod:`cuconv.dispatch`.
+
+One module per kernel family; each registers its kernels at import. Device-specific modules only
+touch CuPy inside ``run``, so importing them on a CPU-only machine is free.
+"""
+
+from . import cpu, generic_gpu  # noqa: F401

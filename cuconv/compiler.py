@@ -1,0 +1,199 @@
+"""Kernel sources: where they live, how they are compiled, how they are loaded.
+
+* Sources live in ``kernels_cu/`` (CUDA) and ``kernels_hip/`` (HIP) at the top of a checkout; an
+  installed wheel carries them inside the package as ``cuconv/kernels_cu`` and
+  ``cuconv/kernels_hip``. :func:`kernels_dir` finds either.
+* CUDA sources are compiled with NVRTC (through ``cuda-bindings``) straight to a cubin for the
+  exact target (``sm_90a`` unlocks wgmma/setmaxnreg), with ``-Xptxas -v`` so the register and
+  spill report is always at hand (:class:`PtxasReport`). Cubins are cached on disk, keyed by the
+  hash of the whole source tree, the options and the NVRTC version, and loaded through
+  ``cupy.RawModule(path=...)``, memoised per (source, defines, device).
+* Compile-time choices reach a source as ``-D`` defines; a kernel entry file composes the role
+  headers of its folder (loader, pipeline, mainloop, epilogue, scheduler).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Tuple
+
+__all__ = ["kernels_dir", "compile_cuda", "load_cuda_module", "PtxasReport", "CompileError"]
+
+_PKG = Path(__file__).resolve().parent
+
+
+class CompileError(RuntimeError):
+    """A kernel source failed to compile; the message holds the compiler log."""
+
+
+def kernels_dir(kind: str = "cu") -> Path:
+    """Directory of the ``kernels_cu`` (``kind="cu"``) or ``kernels_hip`` (``kind="hip"``) sources."""
+    name = {"cu": "kernels_cu", "hip": "kernels_hip"}[kind]
+    for candidate in (_PKG / name, _PKG.parent / name):  # installed wheel, then checkout
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"cuconv: cannot find the {name}/ kernel sources next to {_PKG}")
+
+
+@functools.lru_cache(maxsize=None)
+def _tree_hash(kind: str) -> str:
+    """Hash of every file of a kernel tree (headers included), so any edit invalidates the cache."""
+    root = kernels_dir(kind)
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("CUCONV_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuconv")
+    p = Path(base)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+@dataclass(frozen=True)
+class FunctionResources:
+    """ptxas's report for one kernel function."""
+
+    name: str
+    registers: int
+    stack_frame: int
+    spill_stores: int
+    spill_loads: int
+    shared_static: int
+
+
+@dataclass(frozen=True)
+class PtxasReport:
+    """Per-function register / stack / spill figures parsed from ``ptxas -v``."""
+
+    functions: Tuple[FunctionResources, ...]
+    log: str
+
+    @property
+    def spills(self) -> int:
+        return sum(f.spill_stores + f.spill_loads for f in self.functions)
+
+    def function(self, name_part: str) -> FunctionResources:
+        for f in self.functions:
+            if name_part in f.name:
+                return f
+        raise KeyError(name_part)
+
+
+def parse_ptxas(log: str) -> PtxasReport:
+    funcs: List[FunctionResources] = []
+    current: Optional[Dict] = None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            current = {"name": m.group(1), "registers": 0, "stack_frame": 0, "spill_stores": 0,
+                       "spill_loads": 0, "shared_static": 0}
+            funcs.append(current)  # filled in below; dicts are frozen into records at the end
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            current["stack_frame"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            current["registers"] = int(m.group(1))
+        m = re.search(r"(\d+) bytes smem", line)
+        if m:
+            current["shared_static"] = int(m.group(1))
+    return PtxasReport(functions=tuple(FunctionResources(**f) for f in funcs), log=log)
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("cuconv needs cuda-bindings to compile its CUDA kernels: "
+                          "pip install 'cuconv[cuda13]' (or [cuda12])") from e
+    return nvrtc
+
+
+def _check(result, what: str):
+    err = result[0]
+    if int(err) != 0:
+        raise CompileError(f"NVRTC {what} failed: {err}")
+    return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
+
+
+def _options(arch: str, defines: Mapping[str, object], extra: Tuple[str, ...]) -> List[str]:
+    opts = [f"--gpu-architecture={arch}", "--std=c++17", f"-I{kernels_dir('cu')}", "-Xptxas=-v",
+            "--device-as-default-execution-space", "-lineinfo"]
+    opts += [f"-D{k}={v}" for k, v in sorted(defines.items())]
+    opts += list(extra)
+    return opts
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_cached(source_rel: str, arch: str, defines_items: Tuple[Tuple[str, object], ...],
+                    extra: Tuple[str, ...]) -> Tuple[str, PtxasReport]:
+    nvrtc = _nvrtc()
+    src_path = kernels_dir("cu") / source_rel
+    source = src_path.read_bytes()
+    opts = _options(arch, dict(defines_items), extra)
+    version = _check(nvrtc.nvrtcVersion(), "version")
+    key = hashlib.sha256(repr((_tree_hash("cu"), source_rel, opts, version)).encode()).hexdigest()[:32]
+    cubin_path = _cache_dir() / f"{Path(source_rel).stem}-{arch}-{key}.cubin"
+    log_path = cubin_path.with_suffix(".log")
+    if cubin_path.exists() and log_path.exists():
+        return str(cubin_path), parse_ptxas(log_path.read_text())
+    err, prog = nvrtc.nvrtcCreateProgram(source, str(src_path).encode(), 0, [], [])
+    if int(err):
+        raise CompileError(f"NVRTC could not create a program for {source_rel}: {err}")
+    try:
+        bopts = [o.encode() for o in opts]
+        (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
+        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+        buf = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.decode(errors="replace").rstrip("\x00 ")
+        if int(cerr):
+            raise CompileError(f"compiling {source_rel} for {arch} with {opts} failed:\n{log}")
+        size = _check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+        cubin = b" " * size
+        nvrtc.nvrtcGetCUBIN(prog, cubin)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    tmp = cubin_path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(cubin)
+    os.replace(tmp, cubin_path)
+    log_path.write_text(log)
+    return str(cubin_path), parse_ptxas(log)
+
+
+def compile_cuda(source_rel: str, arch: str, defines: Optional[Mapping[str, object]] = None,
+                 extra_options: Tuple[str, ...] = ()) -> Tuple[str, PtxasReport]:
+    """Compile ``kernels_cu/<source_rel>`` for ``arch`` (e.g. ``"sm_90a"``); return (cubin path, report).
+
+    Works without a GPU (CI uses it to check every kernel compiles without spills).
+    """
+    items = tuple(sorted((defines or {}).items()))
+    return _compile_cached(source_rel, arch, items, tuple(extra_options))
+
+
+@functools.lru_cache(maxsize=256)
+def _module(cubin_path: str, device_id: int):
+    import cupy as cp
+    with cp.cuda.Device(device_id):
+        return cp.RawModule(path=cubin_path)
+
+
+def load_cuda_module(source_rel: str, device, defines: Optional[Mapping[str, object]] = None,
+                     extra_options: Tuple[str, ...] = ()):
+    """Compile (or take from the cache) and load a CUDA source as a ``cupy.RawModule`` on ``device``."""
+    path, _ = compile_cuda(source_rel, device.arch, defines, extra_options)
+    return _module(path, device.index)

@@ -1,0 +1,68 @@
+"""Helpers for launching RawModule kernels: C structs as NumPy scalars, grid sizes, epilogue params.
+
+CuPy passes a NumPy scalar argument to a kernel as its raw bytes, so a kernel parameter that is a
+C struct is built as a NumPy structured scalar whose dtype mirrors the struct (``align=True``
+reproduces C's member alignment and trailing padding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .problem import ConvProblem, Epilogue
+
+__all__ = ["c_struct", "conv_geometry", "epilogue_params", "dtype_code", "grid_1d"]
+
+#: Value of ``-DCUCONV_DTYPE`` for each dtype name (see kernels_cu/common/types.cuh).
+DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}
+
+
+def dtype_code(dtype_name: str) -> int:
+    return DTYPE_CODES[dtype_name]
+
+
+def c_struct(fields, values) -> np.void:
+    """A NumPy scalar with C layout: ``fields`` is ``[(name, numpy type), ...]`` in declaration order."""
+    dt = np.dtype(list(fields), align=True)
+    arr = np.zeros((), dtype=dt)
+    for name, _ in fields:
+        arr[name] = values[name]
+    return arr[()]
+
+
+_GEOMETRY_FIELDS = [(n, np.int64) for n in ("N", "D", "H", "W", "C", "Z", "P", "Q", "T", "R", "S", "Cg", "G", "Kg")] + \
+    [(n, np.int32) for n in ("stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d", "pad_h", "pad_w")]
+
+
+def _as3(t, fill):
+    """Pad a 2-D spatial tuple to 3-D (a leading depth of ``fill``)."""
+    return (fill,) * (3 - len(t)) + tuple(t)
+
+
+def conv_geometry(p: ConvProblem) -> np.void:
+    """The ``ConvGeometry`` struct of kernels_cu/generic/im2col_gemm.cu (2-D as 3-D with D = T = 1)."""
+    D, H, W = _as3(p.in_spatial, 1)
+    Z, P, Q = _as3(p.out_spatial, 1)
+    T, R, S = _as3(p.filter_spatial, 1)
+    sd, sh, sw = _as3(p.stride, 1)
+    dd, dh, dw = _as3(p.dilation, 1)
+    pd, ph, pw = _as3(p.pad_lo, 0)
+    vals = dict(N=p.batch, D=D, H=H, W=W, C=p.channels, Z=Z, P=P, Q=Q, T=T, R=R, S=S, Cg=p.channels_per_group,
+                G=p.groups, Kg=p.out_channels_per_group, stride_d=sd, stride_h=sh, stride_w=sw, dil_d=dd,
+                dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw)
+    return c_struct(_GEOMETRY_FIELDS, vals)
+
+
+_EPILOGUE_FIELDS = [("alpha", np.float32), ("beta", np.float32), ("activation", np.int32),
+                    ("has_bias", np.int32), ("has_residual", np.int32)]
+
+
+def epilogue_params(e: Epilogue) -> np.void:
+    """The ``cuconv::EpilogueParams`` struct of kernels_cu/common/epilogue_math.cuh."""
+    return c_struct(_EPILOGUE_FIELDS, dict(alpha=e.alpha, beta=e.beta, activation=e.activation_code,
+                                           has_bias=int(e.has_bias), has_residual=int(e.loads_residual)))
+
+
+def grid_1d(total: int, block: int = 256, max_blocks: int = 65535 * 8) -> tuple:
+    """Blocks for a grid-stride loop over ``total`` elements."""
+    return (max(1, min(-(-total // block), max_blocks)),)
