@@ -1,0 +1,13 @@
+"""NumPy address models of the im2col loaders: the oracle the device loaders are tested against.
+
+* :mod:`.im2col` -- the explicit im2col matrix ``A[M, Kgemm]``;
+* :mod:`.tma`    -- one TMA im2col box load, and the descriptor parameters of a convolution;
+* :mod:`.loader` -- the software loader's three sub-paths (pointwise / uniform / per-lane).
+"""
+
+from .im2col import im2col_matrix, pixel_coordinates
+from .loader import SUBPATHS, loader_addresses, loader_tile, subpath_ok
+from .tma import ConvBoxParams, conv_box_params, tma_im2col_box_load, tma_tile
+
+__all__ = ["im2col_matrix", "pixel_coordinates", "SUBPATHS", "loader_addresses", "loader_tile", "subpath_ok",
+           "ConvBoxParams", "conv_box_params", "tma_im2col_box_load", "tma_tile"]
