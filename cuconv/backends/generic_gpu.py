@@ -22,6 +22,9 @@ _SOURCE = "generic/im2col_gemm.cu"
 _A_BYTES = 1 << 30  # at most 1 GiB of fp32 im2col matrix per chunk
 _BLOCK = 256
 
+#: What CI compiles (tests/test_compile.py): every dtype, both portable targets.
+COMPILE_VARIANTS = [(_SOURCE, {"CUCONV_DTYPE": d}, arch) for d in (0, 1, 2) for arch in ("sm_80", "sm_90a")]
+
 
 class GenericGPUKernel(Kernel):
     name = "generic_gpu"

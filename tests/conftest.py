@@ -1,0 +1,62 @@
+"""Shared test machinery: tolerances, data, the ``gpu`` marker, hypothesis profiles.
+
+Compare by relative norm error ``||out - ref|| / ||ref||`` against the per-dtype bound in
+:data:`TOLERANCE`; NaN never passes. The reference sees the *same* rounded inputs (converted
+exactly to float64), so the bound covers accumulation order and the final rounding to the output
+dtype only.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+from cuconv.device import gpu_available
+
+#: Relative norm error bound per output dtype (one table for every test).
+TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.5e-2}
+
+DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
+
+settings.register_profile("default", max_examples=40, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=25, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("gpu", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a GPU visible to CuPy (none here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def random_array(rng, shape, dtype_name, scale=1.0):
+    """Standard-normal data (never zeros) rounded to ``dtype_name``, as NumPy."""
+    return (rng.standard_normal(shape) * scale).astype(DTYPES[dtype_name])
+
+
+def rel_error(out, ref) -> float:
+    """``||out - ref|| / ||ref||`` in float64; NaN/inf in ``out`` gives inf."""
+    if hasattr(out, "get") and not isinstance(out, np.ndarray):
+        out = out.get()
+    out = np.asarray(out).astype(np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if not np.all(np.isfinite(out)):
+        return float("inf")
+    denom = np.linalg.norm(ref)
+    return float(np.linalg.norm(out - ref) / (denom if denom > 0 else 1.0))
+
+
+def assert_close(out, ref, dtype_name, context=""):
+    err = rel_error(out, ref)
+    assert err <= TOLERANCE[dtype_name], f"relative error {err:.3g} > {TOLERANCE[dtype_name]} ({dtype_name}) {context}"

@@ -1,0 +1,138 @@
+"""Hypothesis strategies for convolution geometry, shared by the CPU and GPU property tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from cuconv.problem import output_size
+
+
+@dataclass
+class Case:
+    nd: int
+    batch: int
+    spatial: Tuple[int, ...]
+    channels: int
+    out_channels: int
+    filt: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    dilation: Tuple[int, ...]
+    padding: object
+    groups: int
+    dtype: str
+    layout: str
+    epilogue: dict = field(default_factory=dict)
+    seed: int = 0
+
+    def x_shape(self):
+        return ((self.batch, *self.spatial, self.channels) if self.layout in ("NHWC", "NDHWC")
+                else (self.batch, self.channels, *self.spatial))
+
+    def w_shape(self):
+        cg = self.channels // self.groups
+        return ((self.out_channels, *self.filt, cg) if self.layout in ("NHWC", "NDHWC")
+                else (self.out_channels, cg, *self.filt))
+
+    def conv_kwargs(self):
+        return dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups,
+                    layout=self.layout)
+
+
+@st.composite
+def cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layouts=None, max_spatial=12,
+          max_channels=24, groups=True, epilogue=True, channel_multiple=1, allow_same=True):
+    """Draw a valid convolution (output size >= 1 in every dim)."""
+    if layouts is None:
+        layouts = ("NHWC", "NCHW") if nd == 2 else ("NDHWC", "NCDHW")
+    g = draw(st.sampled_from([1, 1, 2, 3])) if groups else 1
+    cg = draw(st.integers(1, max(1, max_channels // g)))
+    kg = draw(st.integers(1, max(1, max_channels // g)))
+    cg = -(-cg // channel_multiple) * channel_multiple
+    kg = -(-kg // channel_multiple) * channel_multiple
+    spatial = tuple(draw(st.integers(1, max_spatial if nd == 2 else max(4, max_spatial // 2))) for _ in range(nd))
+    filt = tuple(draw(st.integers(1, 4)) for _ in range(nd))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    pad_kind = draw(st.sampled_from(["pairs", "int", "same", "valid"] if allow_same else ["pairs", "int"]))
+    if pad_kind == "pairs":
+        padding = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(nd))
+        lo_hi = padding
+    elif pad_kind == "int":
+        p = draw(st.integers(0, 2))
+        padding, lo_hi = p, ((p, p),) * nd
+    else:
+        padding, lo_hi = pad_kind, None
+    if lo_hi is not None:
+        for n, f, s, d, (lo, hi) in zip(spatial, filt, stride, dilation, lo_hi):
+            assume(output_size(n, f, s, d, lo, hi) >= 1)
+    elif pad_kind == "valid":
+        for n, f, d in zip(spatial, filt, dilation):
+            assume(n >= (f - 1) * d + 1)
+    ep = {}
+    if epilogue:
+        if draw(st.booleans()):
+            ep["bias"] = True
+        if draw(st.booleans()):
+            ep["residual"] = True
+            ep["beta"] = draw(st.sampled_from([1.0, 0.5, -2.0, 0.0]))
+        ep["alpha"] = draw(st.sampled_from([1.0, 1.0, 0.5, -1.25]))
+        ep["activation"] = draw(st.sampled_from([None, None, "relu", "silu", "gelu"]))
+    return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=cg * g, out_channels=kg * g,
+                filt=filt, stride=stride, dilation=dilation, padding=padding, groups=g,
+                dtype=draw(st.sampled_from(dtypes)), layout=draw(st.sampled_from(layouts)), epilogue=ep,
+                seed=draw(st.integers(0, 2**31 - 1)))
+
+
+def make_operands(case: Case, xp=None):
+    """Random x, w, bias, residual for ``case`` (NumPy, or moved to ``xp`` = cupy)."""
+    import numpy as np
+
+    from conftest import random_array
+    rng = np.random.default_rng(case.seed)
+    x = random_array(rng, case.x_shape(), case.dtype)
+    w = random_array(rng, case.w_shape(), case.dtype, scale=1.0 / max(1, (case.channels // case.groups)) ** 0.5)
+    bias = random_array(rng, (case.out_channels,), case.dtype) if case.epilogue.get("bias") else None
+    ref_shape = None
+    residual = None
+    if case.epilogue.get("residual"):
+        import cuconv.reference as reference
+        ref_shape = reference.convnd(x[:1], w, **case.conv_kwargs()).shape
+        out_shape = (case.batch, *ref_shape[1:])
+        residual = random_array(rng, out_shape, case.dtype)
+    if xp is not None:
+        x, w = xp.asarray(x), xp.asarray(w)
+        bias = None if bias is None else xp.asarray(bias)
+        residual = None if residual is None else xp.asarray(residual)
+    return x, w, bias, residual
+
+
+def check_case(case: Case, xp=None, kernel=None, poison=False, in_place=False):
+    """Run cuconv on ``case`` and compare with the float64 reference; returns the relative error."""
+    import numpy as np
+
+    import cuconv
+    from conftest import assert_close, rel_error
+    x, w, bias, residual = make_operands(case, xp)
+    ep = case.epilogue
+    kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),
+                  activation=ep.get("activation"))
+    fn = cuconv.conv2d if case.nd == 2 else cuconv.conv3d
+    ref_fn = cuconv.reference.conv2d if case.nd == 2 else cuconv.reference.conv3d
+    ref = ref_fn(x, w, bias, residual=residual, **kwargs)
+    out = None
+    mod = np if xp is None else xp
+    if in_place and residual is not None:
+        out = residual
+    elif poison:
+        out = mod.full(ref.shape, np.nan, dtype=x.dtype)
+    got = fn(x, w, bias, residual=residual, out=out, kernel=kernel, **kwargs)
+    if out is not None:
+        assert got is out
+    assert type(got) is type(x), f"result is {type(got).__name__}, input was {type(x).__name__}"
+    assert got.dtype == x.dtype and tuple(got.shape) == ref.shape
+    assert_close(got, ref, case.dtype, context=repr(case))
+    return rel_error(got, ref)

@@ -1,0 +1,46 @@
+"""Every kernels_cu/ source compiles (NVRTC) for sm_80 and sm_90a without register spills.
+
+Runs on the CPU (CI). Each backend module lists the (source, defines, arch) variants it launches in
+``COMPILE_VARIANTS``; this test compiles all of them and checks that every .cu file is covered.
+"""
+
+import importlib
+import pkgutil
+
+import pytest
+
+import cuconv.backends
+from cuconv.compiler import compile_cuda, kernels_dir
+
+nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (the cuda13 extra) not installed")
+
+def _all_variants():
+    variants = []
+    for mod in pkgutil.iter_modules(cuconv.backends.__path__):
+        m = importlib.import_module(f"cuconv.backends.{mod.name}")
+        variants += list(getattr(m, "COMPILE_VARIANTS", ()))
+    return variants
+
+
+def _nvrtc_works():
+    try:
+        err, *_ = nvrtc.nvrtcVersion()
+        return int(err) == 0
+    except Exception:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _nvrtc_works(), reason="NVRTC library not found (pip install nvidia-cuda-nvrtc)")
+
+
+@pytest.mark.parametrize("source,defines,arch", _all_variants(), ids=lambda v: str(v))
+def test_kernels_compile_without_spills(source, defines, arch):
+    _, report = compile_cuda(source, arch, defines)
+    assert report.functions, report.log
+    assert report.spills == 0, report.log
+
+
+def test_every_cuda_source_is_compiled_by_some_variant():
+    covered = {v[0] for v in _all_variants()}
+    sources = {str(p.relative_to(kernels_dir("cu"))) for p in kernels_dir("cu").rglob("*.cu")}
+    assert sources <= covered, f"kernel sources no backend declares in COMPILE_VARIANTS: {sources - covered}"
