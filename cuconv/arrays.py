@@ -2,9 +2,9 @@
 
 * ``numpy.ndarray``                      -> NumPy (CPU backend, NumPy result)
 * ``cupy.ndarray``                       -> CuPy (GPU, CuPy result)
-* ``__cuda_array_interface__`` objects   -> viewed zero-copy as CuPy (e.g. Numba, older torch)
 * ``__dlpack__`` objects on a GPU        -> viewed zero-copy as CuPy (torch, JAX); on the CPU
-  they are viewed as NumPy.
+  they are viewed as NumPy. Preferred over the array interface when an object has both.
+* ``__cuda_array_interface__`` objects   -> viewed zero-copy as CuPy (e.g. Numba)
 """
 
 from __future__ import annotations
@@ -34,10 +34,8 @@ def as_array(obj, name: str):
     cp = cupy_or_none()
     if cp is not None and isinstance(obj, cp.ndarray):
         return obj
-    if hasattr(obj, "__cuda_array_interface__"):
-        if cp is None:
-            raise TypeError(f"{name}: a GPU array was given but CuPy is not installed (pip install 'cuconv[cuda13]')")
-        return cp.asarray(obj)
+    # DLPack first: it carries bfloat16 as a real type code, where __cuda_array_interface__ can only
+    # say "<V2" (torch does exactly that for bfloat16 tensors).
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         dev_type = int(obj.__dlpack_device__()[0])
         if dev_type in _DLPACK_CUDA_DEVICES:
@@ -45,6 +43,10 @@ def as_array(obj, name: str):
                 raise TypeError(f"{name}: a GPU tensor was given but CuPy is not installed (pip install 'cuconv[cuda13]')")
             return cp.from_dlpack(obj)
         return np.from_dlpack(obj)
+    if hasattr(obj, "__cuda_array_interface__"):
+        if cp is None:
+            raise TypeError(f"{name}: a GPU array was given but CuPy is not installed (pip install 'cuconv[cuda13]')")
+        return cp.asarray(obj)
     raise TypeError(f"{name}: expected a NumPy or CuPy array (or an object with __cuda_array_interface__ or "
                     f"__dlpack__), got {type(obj).__name__}")
 
