@@ -410,8 +410,8 @@ def plot_loader_tile(problem: ConvProblem, m_offset: int, k_offset: int, tile_m:
                      group: int = 0, ax=None, title: str = ""):
     """The A tile one software-loader sub-path stages, from :func:`cuconv.models.loader_addresses`.
 
-    Each element is coloured by the filter tap its column reads and labelled ``h,w`` (the input
-    pixel; ``n`` in the title when a tile spans images) and ``c`` below it; hatched cells are
+    Each element is coloured by the filter tap its column reads and labelled with the input pixel
+    ``h,w`` (``n:h,w`` when the tile spans images) and the channel ``c`` below it; hatched cells are
     zero-filled (halo, rows past M, columns past Kgemm) and issue no load. Returns the axes.
     """
     plt = _pyplot()
@@ -426,18 +426,18 @@ def plot_loader_tile(problem: ConvProblem, m_offset: int, k_offset: int, tile_m:
     tap = np.minimum(k // Cg, math.prod(problem.filter_spatial) - 1)
     _grid_axes(ax, tile_m, tile_k, 0, 0)
     cmap = plt.get_cmap("tab10")
-    images = set()
+    pix = np.where(addr >= 0, addr // C, 0)
+    n_img, h_img, w_img = pix // (H * W), (pix // W) % H, pix % W
+    images = sorted(set(int(v) for v in n_img[addr >= 0]))
+    show_n = len(images) > 1  # label "n:h,w" when the tile spans images
     for (i, j), a in np.ndenumerate(addr):
         if a < 0:
             _cell(ax, i, j, "white", "0", fontsize=6, edge="#bbbbbb", hatch="///")
             continue
-        c = a % C - group * Cg
-        pix = a // C
-        n, h, w = pix // (H * W), (pix // W) % H, pix % W
-        images.add(int(n))
         _cell(ax, i, j, cmap(int(tap[j]) % 10), "", edge="white")
-        ax.text(j, i - 0.12, f"{h},{w}", ha="center", va="center", fontsize=5)
-        ax.text(j, i + 0.25, f"c{c}", ha="center", va="center", fontsize=4.5)
+        where = f"{h_img[i, j]},{w_img[i, j]}"
+        ax.text(j, i - 0.12, f"{n_img[i, j]}:{where}" if show_n else where, ha="center", va="center", fontsize=5)
+        ax.text(j, i + 0.25, f"c{a % C - group * Cg}", ha="center", va="center", fontsize=4.5)
     ax.set_xticks(range(tile_k))
     ax.set_xticklabels([str(int(v)) for v in k], fontsize=6)
     ax.set_yticklabels([str(m_offset + i) for i in range(tile_m)], fontsize=6)
