@@ -4,4 +4,4 @@ One module per kernel family; each registers its kernels at import. Device-speci
 touch CuPy inside ``run``, so importing them on a CPU-only machine is free.
 """
 
-from . import cpu, generic_gpu  # noqa: F401
+from . import conv3d_qslice, cpu, generic_gpu, hopper_tma  # noqa: F401

@@ -1,0 +1,200 @@
+"""Hopper (sm_90a) conv2d kernel: TMA im2col + warp-specialized wgmma, fused epilogue.
+
+Kernel source: kernels_cu/hopper/conv2d_fprop_sm90.cu (its opening comment lists the warp roles
+and barriers). This module decides whether the kernel serves a problem (:meth:`check`, with a
+precise reason when it does not), picks a tile config (:func:`choose_tile_config`, a pure
+function of the problem and the SM count), encodes the TMA descriptors (:mod:`cuconv.tensormap`)
+and launches.
+
+Data flow of one call::
+
+    x (N, H, W, C)   --TMA im2col box per (tile, r, s, c-block)-->  smem ring  --wgmma-->  fp32 regs
+    w (K, R, S, C)   --TMA tile box (K, R*S, C) per (tile, tap, c-block)-->  smem ring
+    residual (M, K)  --epilogue-load warp, TMA 64-channel chunks-->  smem C ring  (beta != 0 only)
+    regs --act(alpha*acc + bias + beta*C), cast--> out (M, K)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..compiler import load_cuda_module
+from ..dispatch import Kernel, register
+from ..launch import c_struct, dtype_code, epilogue_params
+from ..tensormap import tma_box_params, tma_limits_violation  # noqa: F401  (re-exported for tests)
+
+__all__ = ["TileConfig", "choose_tile_config", "Sm90TmaKernel", "COMPILE_VARIANTS", "tma_box_params"]
+
+_SOURCE = "hopper/conv2d_fprop_sm90.cu"
+_ARCH = "sm_90a"
+BLOCK_M = 128
+BLOCK_K = 64
+#: Ring depth per BN: as many slots as fit next to a 2-slot C ring in 227 KiB.
+STAGES = {64: 8, 128: 6, 256: 4}
+_C_RING_BYTES = 2 * BLOCK_M * 64 * 2
+_BARRIER_BYTES = 256
+_ALIGN_SLACK = 1024
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One compiled variant of the kernel: BM x BN x BK tile, ring depth, grid shape."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    consumers: int          # consumer warpgroups (one per 64 tile rows)
+    m_tiles: int
+    n_tiles: int
+    grid: int               # CTAs launched (persistent when < tiles)
+
+    @property
+    def num_tiles(self) -> int:
+        return self.m_tiles * self.n_tiles
+
+    @property
+    def persistent(self) -> bool:
+        return self.grid < self.num_tiles
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    def smem_bytes(self, loads_residual: bool) -> int:
+        """Dynamic shared memory, the same sum as cfg::SMEM_BYTES in the kernel source."""
+        per_stage = (self.block_m + self.block_n) * self.block_k * 2
+        return _ALIGN_SLACK + self.stages * per_stage + (_C_RING_BYTES if loads_residual else 0) + _BARRIER_BYTES
+
+    def kernel_name(self, loads_residual: bool) -> str:
+        return (f"conv2d_fprop_sm90_tma_{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
+                + ("_res" if loads_residual else ""))
+
+    def defines(self, dtype: str, loads_residual: bool) -> dict:
+        return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_BN": self.block_n, "SM90_STAGES": self.stages,
+                "SM90_HAS_RESIDUAL": int(loads_residual)}
+
+
+def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132) -> TileConfig:
+    """Pick BN for a GEMM of ``gemm_m`` x ``gemm_n`` (pure: no device access).
+
+    * N <= 64 or N <= 128: the smallest BN covering N (no wasted wgmma columns).
+    * Larger N: BN = 256 (twice the MMA work per A byte loaded) unless it pads N more than BN = 128
+      would (e.g. N = 320, 384) or leaves fewer tiles than SMs (then BN = 128 keeps the chip busy).
+    The grid is persistent (min(tiles, SMs) CTAs striding over the tiles) whenever tiles > SMs.
+    """
+    m_tiles = -(-gemm_m // BLOCK_M)
+    if gemm_n <= 64:
+        bn = 64
+    elif gemm_n <= 128:
+        bn = 128
+    else:
+        pad256 = -(-gemm_n // 256) * 256
+        pad128 = -(-gemm_n // 128) * 128
+        tiles256 = m_tiles * (pad256 // 256)
+        bn = 256 if (pad256 <= pad128 and tiles256 >= sm_count) else 128
+    n_tiles = -(-gemm_n // bn)
+    tiles = m_tiles * n_tiles
+    return TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=STAGES[bn], consumers=BLOCK_M // 64,
+                      m_tiles=m_tiles, n_tiles=n_tiles, grid=max(1, min(tiles, sm_count)))
+
+
+#: Every (source, defines, arch) this module may launch, for the CPU compile test.
+COMPILE_VARIANTS = [
+    (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_BN": bn, "SM90_STAGES": st, "SM90_HAS_RESIDUAL": res}, _ARCH)
+    for dt in (0, 1) for bn, st in STAGES.items() for res in (0, 1)
+]
+
+_PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
+    "K", "P", "Q", "R", "S", "stride_h", "stride_w", "dil_h", "dil_w", "pad_h", "pad_w", "c_blocks", "n_tiles",
+    "num_tiles")]
+
+
+def _params(problem, cfg: TileConfig):
+    import numpy as np
+    fields = [(n, np.dtype(t).type) for n, t in _PARAM_FIELDS]
+    P, Q = problem.out_spatial
+    R, S = problem.filter_spatial
+    vals = dict(M=problem.gemm_m, K=problem.out_channels, P=P, Q=Q, R=R, S=S, stride_h=problem.stride[0],
+                stride_w=problem.stride[1], dil_h=problem.dilation[0], dil_w=problem.dilation[1],
+                pad_h=problem.pad_lo[0], pad_w=problem.pad_lo[1], c_blocks=-(-problem.channels // BLOCK_K),
+                n_tiles=cfg.n_tiles, num_tiles=cfg.num_tiles)
+    return c_struct(fields, vals)
+
+
+def _aligned(a, align: int = 16):
+    """``a`` itself when its device address is ``align``-byte aligned, else an aligned copy."""
+    return a if a.data.ptr % align == 0 else a.copy()
+
+
+class Sm90TmaKernel(Kernel):
+    name = "sm90_tma"
+    backend = "cuda"
+    priority = 100
+    spatial_dims = (2,)
+
+    def check(self, problem, device):
+        if not device.is_hopper:
+            return False, (f"needs a Hopper GPU (compute capability 9.0, sm_90a: TMA im2col + wgmma); "
+                           f"this one is cc {device.cc[0]}.{device.cc[1]} ({device.name})")
+        if problem.dtype not in ("float16", "bfloat16"):
+            return False, f"dtype {problem.dtype}: wgmma path serves float16 and bfloat16 only"
+        if problem.groups != 1:
+            return False, f"groups={problem.groups}: grouped/depthwise convolution is not covered (groups == 1 only)"
+        if problem.channels % 8:
+            return False, f"C={problem.channels} is not a multiple of 8 (TMA needs 16-byte pixel strides)"
+        if problem.out_channels % 8:
+            return False, f"K={problem.out_channels} is not a multiple of 8 (16-byte filter/output rows)"
+        why = tma_limits_violation(problem)
+        if why:
+            return False, why
+        cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, device.sm_count or 132)
+        need = cfg.smem_bytes(problem.epilogue.loads_residual)
+        if device.smem_per_block_optin and need > device.smem_per_block_optin:
+            return False, f"needs {need} bytes of shared memory per block, the device allows {device.smem_per_block_optin}"
+        return True, "Hopper TMA im2col + wgmma kernel covers this problem"
+
+    def describe(self, problem, device):
+        cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, device.sm_count or 132)
+        res = problem.epilogue.loads_residual
+        grid = (f"persistent grid {cfg.grid} CTAs over {cfg.num_tiles} tiles" if cfg.persistent
+                else f"grid {cfg.grid} CTAs, one tile each")
+        return (f"{cfg.kernel_name(res)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.stages}-stage ring, "
+                f"{cfg.consumers} consumer warpgroups, {grid}, "
+                f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
+
+    def run(self, problem, x, w, bias, residual, out):
+        import cupy as cp
+
+        from ..device import device_of
+        from ..tensormap import encode_im2col_x, encode_tiled_c, encode_tiled_w, placeholder_descriptor
+        dev = device_of(x)
+        cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, dev.sm_count or 132)
+        res = problem.epilogue.loads_residual
+        mod = load_cuda_module(_SOURCE, dev, cfg.defines(problem.dtype, res))
+        fn = mod.get_function(cfg.kernel_name(res))
+        smem = cfg.smem_bytes(res)
+        fn.max_dynamic_shared_size_bytes = smem
+
+        x = _aligned(x)
+        w = _aligned(w)
+        target = out if out.data.ptr % 16 == 0 else cp.empty_like(out)
+        if res:
+            residual = residual if residual.data.ptr % 16 == 0 else residual.copy()
+            tmap_c = encode_tiled_c(problem, residual.data.ptr, BLOCK_M)
+        else:
+            tmap_c = placeholder_descriptor()
+        if bias is not None:
+            bias = _aligned(bias, 4)
+        tmap_x = encode_im2col_x(problem, x.data.ptr)
+        tmap_w = encode_tiled_w(problem, w.data.ptr, cfg.block_n, BLOCK_K)
+        bias_arg = bias if bias is not None else target  # never read without a bias
+        fn((cfg.grid,), (cfg.threads,),
+           (tmap_x, tmap_w, tmap_c, target, bias_arg, _params(problem, cfg), epilogue_params(problem.epilogue)),
+           shared_mem=smem)
+        if target is not out:
+            out[...] = target
+
+
+register(Sm90TmaKernel())

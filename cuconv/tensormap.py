@@ -1,0 +1,198 @@
+"""TMA descriptors (``CUtensorMap``) for the Hopper kernel, encoded with cuda-bindings.
+
+Three descriptors per call (see kernels_cu/hopper/tma_im2col_loader.cuh for how they are read):
+
+* activations ``x`` (N, H, W, C): im2col mode, one box = ``pixels`` output pixels x ``channels``
+  channels of one filter tap. :func:`tma_box_params` gives the parameters, derived from the
+  problem alone, so CPU tests can replay them through the NumPy box-load model
+  (:func:`cuconv.models.tma.tma_im2col_box_load`).
+* weights ``w`` (K, R, S, C) viewed as (K, R*S, C): tiled, box {channels, 1 tap, BN filters}.
+* residual ``C`` (M, K): tiled, box {64 channels, BM pixels}.
+
+All use the 128-byte swizzle and zero out-of-bounds fill. A descriptor reaches the kernel as a
+128-byte NumPy void scalar (CuPy passes NumPy scalars as raw bytes), matching the kernel's
+``const __grid_constant__ TmaDescriptor`` (alignas(64) 16 x uint64) parameter.
+
+``cuda.bindings`` is imported inside the functions: importing this module is free on machines
+without CUDA.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from .problem import ConvProblem
+
+__all__ = ["TmaBoxParams", "tma_box_params", "tma_limits_violation", "encode_im2col_x", "encode_tiled_w",
+           "encode_tiled_c", "DESCRIPTOR_DTYPE"]
+
+#: NumPy layout of one CUtensorMap as a kernel argument (128 opaque bytes, 16 x uint64).
+DESCRIPTOR_DTYPE = np.dtype([("opaque", np.uint64, (16,))], align=True)
+
+# Hardware limits of cuTensorMapEncodeIm2col / the im2col copy for a rank-4 (NHWC) tensor.
+CORNER_RANGE = (-128, 127)     # pixel-box corners: signed 8-bit for rank 4
+OFFSET_MAX = 255               # per-dim im2col offsets (r*dil_h, s*dil_w): unsigned 8-bit for rank 4
+ELEMENT_STRIDE_MAX = 8         # traversal (conv) stride
+GLOBAL_DIM_MAX = 2 ** 32
+GLOBAL_STRIDE_MAX = 2 ** 40
+INT32_MAX = 2 ** 31 - 1
+
+
+@dataclass(frozen=True)
+class TmaBoxParams:
+    """The im2col descriptor parameters of a conv2d problem (what :func:`encode_im2col_x` encodes).
+
+    Spatial tuples are ordered (H, W), outermost first, like the problem; the driver wants them
+    reversed (W, H), which the encoder does. ``tap_offsets[r * S + s] = (r * dil_h, s * dil_w)``.
+    """
+
+    lower_corner: Tuple[int, int]        # -pad_lo per spatial dim
+    upper_corner: Tuple[int, int]        # (out - 1) * stride - pad_lo - (in - 1)
+    element_strides: Tuple[int, int]     # the conv stride
+    tap_offsets: Tuple[Tuple[int, int], ...]
+    pixels_per_column: int               # BM, GEMM rows per box
+    channels_per_pixel: int              # BK, channels per box
+
+    def start_coord(self, problem: ConvProblem, m_offset: int, c_start: int = 0) -> Tuple[int, int, int, int]:
+        """(n, h, w, c) the kernel passes for a box starting at GEMM row ``m_offset``."""
+        P, Q = problem.out_spatial
+        n, rem = divmod(m_offset, P * Q)
+        p, q = divmod(rem, Q)
+        return (n, p * problem.stride[0] - problem.pad_lo[0], q * problem.stride[1] - problem.pad_lo[1], c_start)
+
+
+def tma_box_params(problem: ConvProblem, pixels_per_column: int = 128, channels_per_pixel: int = 64) -> TmaBoxParams:
+    """Descriptor parameters that make im2col box loads return rows of the implicit-GEMM A matrix.
+
+    The access window of base coordinates per image is ``[lower, in - 1 + upper]`` stepped by the
+    conv stride: with ``lower = -pad_lo`` and ``upper = (out - 1) * stride - pad_lo - (in - 1)`` it
+    holds exactly the ``out`` window origins ``o * stride - pad_lo`` of each spatial dim, in output
+    order. The filter extent (and dilation) does not enter the corners: tap ``(r, s)`` is reached by
+    the per-load offsets ``(r * dil_h, s * dil_w)``, which shift the pixel read, not the traversal;
+    reads that land outside the tensor (padding on either side) are zero-filled.
+    """
+    if problem.nd != 2:
+        raise ValueError(f"problem: tma_box_params covers conv2d only, got conv{problem.nd}d")
+    lower = tuple(-lo for lo in problem.pad_lo)
+    upper = tuple((o - 1) * s - lo - (L - 1) for o, s, lo, L in
+                  zip(problem.out_spatial, problem.stride, problem.pad_lo, problem.in_spatial))
+    R, S = problem.filter_spatial
+    dh, dw = problem.dilation
+    taps = tuple((r * dh, s * dw) for r, s in itertools.product(range(R), range(S)))
+    return TmaBoxParams(lower_corner=lower, upper_corner=upper, element_strides=tuple(problem.stride),
+                        tap_offsets=taps, pixels_per_column=pixels_per_column,
+                        channels_per_pixel=channels_per_pixel)
+
+
+def tma_limits_violation(problem: ConvProblem) -> Optional[str]:
+    """``None`` when every descriptor of the problem is encodable, else why not (for ``check``)."""
+    bp = tma_box_params(problem)
+    names = ("H", "W")
+    for i, (lo, up) in enumerate(zip(bp.lower_corner, bp.upper_corner)):
+        for what, v in (("lower", lo), ("upper", up)):
+            if not CORNER_RANGE[0] <= v <= CORNER_RANGE[1]:
+                return (f"TMA im2col {what} pixel-box corner along {names[i]} is {v}, outside the rank-4 range "
+                        f"{list(CORNER_RANGE)} (padding or stride/extent too large)")
+    R, S = problem.filter_spatial
+    dh, dw = problem.dilation
+    if (R - 1) * dh > OFFSET_MAX or (S - 1) * dw > OFFSET_MAX:
+        return (f"TMA im2col offsets (filter tap x dilation) reach {max((R - 1) * dh, (S - 1) * dw)}, "
+                f"above the rank-4 limit {OFFSET_MAX}")
+    if max(problem.stride) > ELEMENT_STRIDE_MAX:
+        return f"stride {problem.stride} exceeds the TMA traversal stride limit {ELEMENT_STRIDE_MAX}"
+    N, H, W, C = problem.x_shape
+    K = problem.out_channels
+    if max(N, H, W, C, K, R * S, problem.gemm_m) > GLOBAL_DIM_MAX:
+        return f"a tensor dimension exceeds the TMA limit 2^32"
+    if H * W * C * problem.itemsize >= GLOBAL_STRIDE_MAX or problem.gemm_k * problem.itemsize >= GLOBAL_STRIDE_MAX:
+        return "a tensor stride exceeds the TMA limit 2^40 bytes"
+    if problem.gemm_m > INT32_MAX or problem.gemm_m + 128 > INT32_MAX:
+        return f"GEMM M = {problem.gemm_m} exceeds the kernel's 32-bit coordinate range"
+    P, Q = problem.out_spatial
+    if max(H, W) * max(problem.stride) + max(problem.pad_lo) > 2 ** 30:
+        return "spatial coordinates exceed the kernel's 32-bit coordinate range"
+    return None
+
+
+# --------------------------------------------------------------------------- encoding (needs CUDA)
+@functools.lru_cache(maxsize=None)
+def _driver():
+    from cuda.bindings import driver
+    (err,) = driver.cuInit(0)
+    if int(err) != 0:
+        raise RuntimeError(f"cuInit failed: {err}")
+    return driver
+
+
+def _data_type(driver, dtype: str):
+    T = driver.CUtensorMapDataType
+    return {"float16": T.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, "bfloat16": T.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+
+
+def _as_arg(tmap) -> np.void:
+    words = np.asarray([int(v) for v in tmap.opaque], dtype=np.uint64)
+    arr = np.zeros((), dtype=DESCRIPTOR_DTYPE)
+    arr["opaque"] = words
+    return arr[()]
+
+
+def _check(result, what: str):
+    err, tmap = result
+    if int(err) != 0:
+        raise RuntimeError(f"cuconv: {what} failed: {err}")
+    return _as_arg(tmap)
+
+
+def _enums(driver):
+    return (driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+
+
+def encode_im2col_x(problem: ConvProblem, ptr: int, box: Optional[TmaBoxParams] = None) -> np.void:
+    """im2col descriptor of the activations at device address ``ptr`` (native NHWC, contiguous)."""
+    driver = _driver()
+    box = box or tma_box_params(problem)
+    N, H, W, C = problem.x_shape
+    es = problem.itemsize
+    inter, swz, l2, oob = _enums(driver)
+    return _check(driver.cuTensorMapEncodeIm2col(
+        _data_type(driver, problem.dtype), 4, ptr,
+        [C, W, H, N], [C * es, W * C * es, H * W * C * es],
+        list(reversed(box.lower_corner)), list(reversed(box.upper_corner)),
+        box.channels_per_pixel, box.pixels_per_column,
+        [1, box.element_strides[1], box.element_strides[0], 1], inter, swz, l2, oob),
+        "cuTensorMapEncodeIm2col (activations)")
+
+
+def encode_tiled_w(problem: ConvProblem, ptr: int, block_n: int, block_k: int = 64) -> np.void:
+    """Tiled descriptor of the filters (K, R, S, C) viewed as (K, R*S, C); box {BK, 1, BN}."""
+    driver = _driver()
+    K, R, S, C = problem.w_shape
+    es = problem.itemsize
+    inter, swz, l2, oob = _enums(driver)
+    return _check(driver.cuTensorMapEncodeTiled(
+        _data_type(driver, problem.dtype), 3, ptr, [C, R * S, K], [C * es, R * S * C * es],
+        [block_k, 1, block_n], [1, 1, 1], inter, swz, l2, oob), "cuTensorMapEncodeTiled (filters)")
+
+
+def encode_tiled_c(problem: ConvProblem, ptr: int, block_m: int = 128, chunk_n: int = 64) -> np.void:
+    """Tiled descriptor of the residual (M, K); box {64 channels, BM rows}."""
+    driver = _driver()
+    M, K = problem.gemm_m, problem.out_channels
+    es = problem.itemsize
+    inter, swz, l2, oob = _enums(driver)
+    return _check(driver.cuTensorMapEncodeTiled(
+        _data_type(driver, problem.dtype), 2, ptr, [K, M], [K * es], [chunk_n, block_m], [1, 1], inter, swz,
+        l2, oob), "cuTensorMapEncodeTiled (residual)")
+
+
+def placeholder_descriptor() -> np.void:
+    """An all-zero descriptor for a kernel parameter that the variant never reads."""
+    return np.zeros((), dtype=DESCRIPTOR_DTYPE)[()]

@@ -1,0 +1,232 @@
+// cuconv: 2-D convolution forward (implicit GEMM) for Hopper, sm_90a.
+//
+//   out[m, k] = act(alpha * sum_{r,s,c} x[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] * w[k, r, s, c]
+//                   + bias[k] + beta * C[m, k]),        m = (n * P + p) * Q + q
+//
+// GEMM view: M = N*P*Q rows, N = K columns, reduction over (r, s, c-block); the K-loop walks the
+// channel blocks of one tap before the next tap, so the filter coordinate is (r*S + s, c_block*BK).
+//
+// Warp roles (THREADS = 128 * (1 + CONSUMERS)):
+//   warpgroup 0, the producer (setmaxnreg.dec to PRODUCER_REGS):
+//     warp 0  main load: one elected lane issues, per ring slot, the TMA im2col box of A
+//             (BM pixels x BK channels of tap (r, s)) and the tiled box of B (BN filters x BK).
+//     warp 1  epilogue load (HAS_RESIDUAL only): TMA-loads C in 64-channel chunks through the
+//             C ring, starting after the load-order barrier.
+//     warps 2, 3 idle (they exist so that the consumers start on a warpgroup boundary).
+//   warpgroups 1..CONSUMERS, the consumers (setmaxnreg.inc to CONSUMER_REGS): warpgroup g owns
+//     tile rows [64 (g-1), +64): wgmma m64nBNk16 into fp32 registers, then the epilogue, stored
+//     straight from registers to global memory.
+//
+// Barriers (shared-memory mbarriers; "waits on" = who blocks on it):
+//   full[s]     count 1 + tx bytes   main load arrives (expect_tx), TMA completes the bytes;
+//                                    consumers wait on it before their wgmmas read slot s.
+//   empty[s]    count 4*CONSUMERS    every consumer warp arrives once its wgmmas reading slot s
+//                                    retired; the main load waits on it before refilling s.
+//   load_order  count 1              main load arrives after issuing its prologue (first STAGES
+//                                    slots); the epilogue-load warp waits on it before any C load.
+//   c_full[j]   count 1 + tx bytes   epilogue load arrives (expect_tx); consumers wait on it.
+//   c_empty[j]  count 4*CONSUMERS    consumer warps arrive after reading C chunk j; the epilogue
+//                                    load waits on it before refilling.
+//
+// Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_BN (64/128/256), SM90_STAGES,
+// SM90_HAS_RESIDUAL (0/1). The kernel's name spells them out, e.g.
+// conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / ..._s4_res (residual read).
+#include "common/epilogue_math.cuh"
+#include "common/types.cuh"
+#include "hopper/epilogue.cuh"
+#include "hopper/epilogue_load.cuh"
+#include "hopper/pipeline.cuh"
+#include "hopper/scheduler.cuh"
+#include "hopper/tma_im2col_loader.cuh"
+#include "hopper/wgmma_mainloop.cuh"
+
+#ifndef SM90_BN
+#define SM90_BN 256
+#endif
+#ifndef SM90_STAGES
+#define SM90_STAGES 4
+#endif
+#ifndef SM90_HAS_RESIDUAL
+#define SM90_HAS_RESIDUAL 0
+#endif
+
+namespace cfg {
+constexpr int BM = 128, BN = SM90_BN, BK = 64, STAGES = SM90_STAGES;
+constexpr int CONSUMERS = BM / 64;  // one warpgroup per 64 tile rows
+constexpr int THREADS = 128 * (1 + CONSUMERS);
+constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
+constexpr int C_STAGES = 2;
+
+// Shared-memory budget per ring slot and in total (dynamic smem is re-aligned to 1024 bytes, the
+// 128B-swizzle atom, which costs up to 1 KiB of slack).
+constexpr int A_STAGE_BYTES = BM * BK * 2;
+constexpr int B_STAGE_BYTES = BN * BK * 2;
+constexpr int SMEM_PER_STAGE = A_STAGE_BYTES + B_STAGE_BYTES;
+constexpr int C_CHUNK_BYTES = BM * 64 * 2;
+constexpr int C_RING_BYTES = HAS_RESIDUAL ? C_STAGES * C_CHUNK_BYTES : 0;
+constexpr int BARRIER_BYTES = 256;
+constexpr int SMEM_ALIGN_SLACK = 1024;
+constexpr int SMEM_BYTES = SMEM_ALIGN_SLACK + STAGES * SMEM_PER_STAGE + C_RING_BYTES + BARRIER_BYTES;
+constexpr int SMEM_LIMIT = 227 * 1024;  // H100 opt-in maximum per block
+constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
+
+// Register budget per role (setmaxnreg): the register file is 64 K 32-bit registers.
+constexpr int PRODUCER_REGS = 40;
+constexpr int CONSUMER_REGS = 232;
+constexpr int ACC_REGS = BN / 2;  // fp32 accumulators per consumer thread
+
+static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of this kernel: 64, 128 or 256");
+static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and MMA");
+static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared-memory budget exceeded");
+static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0 && C_CHUNK_BYTES % 1024 == 0,
+              "every tile must start on a 1024-byte (128B-swizzle atom) boundary");
+static_assert(2 * STAGES + 2 * C_STAGES + 1 <= BARRIER_BYTES / 8, "barrier area too small");
+static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "register file exceeded");
+static_assert(ACC_REGS + 64 <= CONSUMER_REGS, "consumers need room beyond their accumulators");
+static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
+}  // namespace cfg
+
+// Geometry the kernel needs at run time (built by cuconv/backends/hopper_tma.py, same order).
+struct Sm90ConvParams {
+  long long M;      // N * P * Q
+  int K;            // output channels
+  int P, Q;         // output spatial size
+  int R, S;         // filter
+  int stride_h, stride_w, dil_h, dil_w, pad_h, pad_w;  // pad_* = low-side padding
+  int c_blocks;     // ceil(C / BK)
+  int n_tiles;      // ceil(K / BN)
+  int num_tiles;    // ceil(M / BM) * n_tiles
+};
+
+#define CUCONV_CAT5(a, b, c, d, e) a##b##c##d##e
+#define CUCONV_XCAT5(a, b, c, d, e) CUCONV_CAT5(a, b, c, d, e)
+#if SM90_HAS_RESIDUAL
+#define CUCONV_SM90_SUFFIX _res
+#else
+#define CUCONV_SM90_SUFFIX
+#endif
+#define CUCONV_SM90_KERNEL \
+  CUCONV_XCAT5(conv2d_fprop_sm90_tma_128x, SM90_BN, x64_s, SM90_STAGES, CUCONV_SM90_SUFFIX)
+
+namespace sm90 = cuconv::sm90;
+
+__device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x, const sm90::TmaDescriptor& tmap_w,
+                                               const Sm90ConvParams& g, const sm90::TileScheduler& sched,
+                                               uint32_t a_base, uint32_t b_base, uint32_t full_bar,
+                                               uint32_t empty_bar, uint32_t load_order_bar) {
+  sm90::RingState<cfg::STAGES> ring;
+  bool order_signalled = !cfg::HAS_RESIDUAL;
+  int issued = 0;
+  const int pq = g.P * g.Q;
+  for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+    const int m0 = sched.m_tile(t) * cfg::BM;
+    const int n0 = sched.n_tile(t) * cfg::BN;
+    // The tile's first output pixel (n, p, q) -> its window origin in the input.
+    const int n_img = m0 / pq;
+    const int rem = m0 - n_img * pq;
+    const int p = rem / g.Q;
+    const int q = rem - p * g.Q;
+    const int h0 = p * g.stride_h - g.pad_h;
+    const int w0 = q * g.stride_w - g.pad_w;
+#pragma unroll 1
+    for (int r = 0; r < g.R; ++r) {
+#pragma unroll 1
+      for (int s = 0; s < g.S; ++s) {
+        const int tap = r * g.S + s;
+#pragma unroll 1
+        for (int cb = 0; cb < g.c_blocks; ++cb) {
+          const uint32_t full = full_bar + 8 * ring.stage;
+          sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
+          sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
+          sm90::tma_load_im2col_4d(a_base + ring.stage * cfg::A_STAGE_BYTES, tmap_x, full, cb * cfg::BK, w0, h0,
+                                   n_img, (uint16_t)(s * g.dil_w), (uint16_t)(r * g.dil_h));
+          sm90::tma_load_tile_3d(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w, full, cb * cfg::BK, tap, n0);
+          ring.advance();
+          if (!order_signalled && ++issued == cfg::STAGES) {
+            sm90::mbar_arrive(load_order_bar);
+            order_signalled = true;
+          }
+        }
+      }
+    }
+    if (!order_signalled) {  // the first tile was shorter than the ring
+      sm90::mbar_arrive(load_order_bar);
+      order_signalled = true;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1)
+    CUCONV_SM90_KERNEL(const __grid_constant__ sm90::TmaDescriptor tmap_x,
+                       const __grid_constant__ sm90::TmaDescriptor tmap_w,
+                       const __grid_constant__ sm90::TmaDescriptor tmap_c, elem_t* out, const elem_t* bias,
+                       const Sm90ConvParams g, const cuconv::EpilogueParams ep) {
+  extern __shared__ uint8_t smem_raw[];
+  // Carve the dynamic shared memory: [A ring | B ring | C ring | barriers], 1024-aligned.
+  const uint32_t raw = sm90::smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t a_base = base;
+  const uint32_t b_base = a_base + cfg::STAGES * cfg::A_STAGE_BYTES;
+  const uint32_t c_base = b_base + cfg::STAGES * cfg::B_STAGE_BYTES;
+  const uint32_t bar_base = c_base + cfg::C_RING_BYTES;
+  const uint32_t full_bar = bar_base;
+  const uint32_t empty_bar = full_bar + 8 * cfg::STAGES;
+  const uint32_t c_full_bar = empty_bar + 8 * cfg::STAGES;
+  const uint32_t c_empty_bar = c_full_bar + 8 * cfg::C_STAGES;
+  const uint32_t load_order_bar = c_empty_bar + 8 * cfg::C_STAGES;
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < cfg::STAGES; ++s) {
+      sm90::mbar_init(full_bar + 8 * s, 1);
+      sm90::mbar_init(empty_bar + 8 * s, 4 * cfg::CONSUMERS);
+    }
+    for (int s = 0; s < cfg::C_STAGES; ++s) {
+      sm90::mbar_init(c_full_bar + 8 * s, 1);
+      sm90::mbar_init(c_empty_bar + 8 * s, 4 * cfg::CONSUMERS);
+    }
+    sm90::mbar_init(load_order_bar, 1);
+    sm90::mbar_init_fence();
+  }
+  if (warp == 0 && lane == 0) {
+    sm90::tma_prefetch_descriptor(tmap_x);
+    sm90::tma_prefetch_descriptor(tmap_w);
+    if (cfg::HAS_RESIDUAL) sm90::tma_prefetch_descriptor(tmap_c);
+  }
+  __syncthreads();
+
+  const sm90::TileScheduler sched{g.n_tiles, g.num_tiles};
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cfg::PRODUCER_REGS));
+    if (warp == 0) {
+      if (lane == 0)
+        main_load_warp(tmap_x, tmap_w, g, sched, a_base, b_base, full_bar, empty_bar, load_order_bar);
+    } else if (warp == 1) {
+      if constexpr (cfg::HAS_RESIDUAL) {
+        if (lane == 0)
+          sm90::epilogue_load_warp<cfg::BM, cfg::BN, cfg::C_STAGES, cfg::C_CHUNK_BYTES>(
+              tmap_c, sched, c_base, c_full_bar, c_empty_bar, load_order_bar);
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(cfg::CONSUMER_REGS));
+    const int consumer = warpgroup - 1;                 // owns tile rows [64 * consumer, +64)
+    const int warp_in_group = warp % 4;
+    const uint32_t a_rows = a_base + consumer * 64 * 128;  // its 64 rows of each A box
+    const int row_base = 64 * consumer + 16 * warp_in_group + lane / 4;
+    const int col_lane = 2 * (lane % 4);
+    const int k_iters = g.R * g.S * g.c_blocks;
+    sm90::RingState<cfg::STAGES> ring;
+    sm90::RingState<cfg::C_STAGES> cring;
+    float acc[cfg::ACC_REGS];
+    for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+      sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES>(
+          acc, ring, k_iters, a_rows, b_base, full_bar, empty_bar, lane == 0);
+      sm90::consumer_epilogue<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
+          acc, sched.m_tile(t) * cfg::BM, sched.n_tile(t) * cfg::BN, g.M, g.K, out, bias, ep, cring, c_base,
+          c_full_bar, c_empty_bar, row_base, col_lane, lane == 0);
+    }
+  }
+}

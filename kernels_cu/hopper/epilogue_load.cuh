@@ -1,0 +1,41 @@
+// cuconv hopper: the epilogue-load warp - prefetches the residual C through its own small ring.
+//
+// Only compiled in when the residual is read (HAS_RESIDUAL, i.e. a residual with beta != 0).
+// It first waits on the load-order barrier: the main-load warp arrives there once its prologue
+// (the first STAGES operand loads) is issued, so C traffic never delays the first MMAs. Then, for
+// every tile of the CTA (the same sequence the other roles walk), it loads C in chunks of
+// BM rows x 64 channels (one 128-byte swizzled box each) into a ring of C_STAGES slots:
+//
+//   wait c_empty[slot] (consumers read the previous chunk there)  ->  expect_tx c_full[slot]
+//   ->  TMA tile load of C[m0 : m0 + BM, n0 + 64 j : +64]          (rows >= M, cols >= K: zeros)
+#pragma once
+
+#include "hopper/pipeline.cuh"
+#include "hopper/scheduler.cuh"
+#include "hopper/tma_im2col_loader.cuh"
+
+namespace cuconv {
+namespace sm90 {
+
+template <int BM, int BN, int C_STAGES, int C_CHUNK_BYTES>
+__device__ __forceinline__ void epilogue_load_warp(const TmaDescriptor& tmap_c, const TileScheduler& sched,
+                                                   uint32_t c_base, uint32_t c_full_bar, uint32_t c_empty_bar,
+                                                   uint32_t load_order_bar) {
+  mbar_wait(load_order_bar, 0);
+  RingState<C_STAGES> ring;
+  for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+    const int m0 = sched.m_tile(t) * BM;
+    const int n0 = sched.n_tile(t) * BN;
+#pragma unroll 1
+    for (int chunk = 0; chunk < BN / 64; ++chunk) {
+      mbar_wait(c_empty_bar + 8 * ring.stage, ring.phase ^ 1u);
+      mbar_arrive_expect_tx(c_full_bar + 8 * ring.stage, C_CHUNK_BYTES);
+      tma_load_tile_2d(c_base + ring.stage * C_CHUNK_BYTES, tmap_c, c_full_bar + 8 * ring.stage,
+                       n0 + 64 * chunk, m0);
+      ring.advance();
+    }
+  }
+}
+
+}  // namespace sm90
+}  // namespace cuconv

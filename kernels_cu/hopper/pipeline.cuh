@@ -1,0 +1,81 @@
+// cuconv hopper: the shared-memory ring and its mbarriers (written once, used by every role).
+//
+// An mbarrier completes a *phase* when its pending arrival count reaches zero and (for TMA
+// barriers) every expected transaction byte has landed. Waiters name the parity of the phase they
+// wait for; a fresh barrier is in phase 0, and waiting for parity 1 on it returns at once ("the
+// phase before the first one has completed"), which is how a producer walks through the empty
+// barriers of a fresh ring without special-casing the first lap.
+//
+//   RingState: (stage, phase) of one side of a ring of STAGES slots; advance() flips the phase
+//   each time the stage index wraps. Producers wait `empty[stage]` with parity phase ^ 1,
+//   consumers wait `full[stage]` with parity phase.
+#pragma once
+
+#include "common/types.cuh"
+
+namespace cuconv {
+namespace sm90 {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  uint64_t a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return static_cast<uint32_t>(a);
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+
+// Make the initialised barriers visible to the async proxy (TMA) and to the other threads
+// (the caller follows with __syncthreads()).
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// One arrival plus `bytes` expected transaction bytes (the TMA copies complete them).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// Generic-proxy shared-memory accesses of this thread are ordered before later async-proxy (TMA)
+// accesses: used before releasing a slot whose contents were read with ordinary loads.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+template <int STAGES>
+struct RingState {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == STAGES) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+}  // namespace sm90
+}  // namespace cuconv

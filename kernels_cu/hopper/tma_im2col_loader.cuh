@@ -1,0 +1,73 @@
+// cuconv hopper: how tiles reach shared memory - TMA (cp.async.bulk.tensor) loads.
+//
+// The descriptors (CUtensorMap, 128 opaque bytes) are encoded on the host by cuconv/tensormap.py
+// and passed as `const __grid_constant__ TmaDescriptor` kernel parameters; the copy engine reads
+// them through their generic address.
+//
+//   activations x  (N, H, W, C)   im2col mode: one box = PIXELS (=BM) output pixels x CHANNELS (=BK)
+//                                 channels of tap (r, s); coordinates {c, w, h, n} name the tile's
+//                                 first output pixel's window origin (p*stride - pad_lo, ...), the
+//                                 offsets {s*dil_w, r*dil_h} pick the tap. Out-of-window / out of
+//                                 tensor elements (padding, c >= C, pixels past the last image)
+//                                 arrive as zeros.
+//   weights w      (K, R*S, C)    tiled mode, box {BK channels, 1 tap, BN filters}: c >= C and
+//                                 k >= K arrive as zeros.
+//   residual C     (M, K)         tiled mode, box {64 channels, BM pixels} (epilogue-load warp).
+//
+// All three use the 128-byte swizzle: each box row is 128 bytes, and 16-byte chunk j of row r is
+// stored at chunk j ^ (r % 8) - the layout wgmma's 128B-swizzle descriptors read, and the one the
+// epilogue un-swizzles when it reads C.
+#pragma once
+
+#include "common/types.cuh"
+
+namespace cuconv {
+namespace sm90 {
+
+struct alignas(64) TmaDescriptor {
+  uint64_t opaque[16];
+};
+
+__device__ __forceinline__ uint64_t tma_desc_addr(const TmaDescriptor& d) {
+  return reinterpret_cast<uint64_t>(&d);
+}
+
+__device__ __forceinline__ void tma_prefetch_descriptor(const TmaDescriptor& d) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(tma_desc_addr(d)) : "memory");
+}
+
+// im2col box of the NHWC activations for tap (offset_h, offset_w) = (r*dil_h, s*dil_w).
+__device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const TmaDescriptor& d, uint32_t bar,
+                                                   int32_t c, int32_t w, int32_t h, int32_t n,
+                                                   uint16_t offset_w, uint16_t offset_h) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};"
+      :
+      : "r"(dst), "l"(tma_desc_addr(d)), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(offset_w),
+        "h"(offset_h)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_tile_3d(uint32_t dst, const TmaDescriptor& d, uint32_t bar,
+                                                 int32_t c0, int32_t c1, int32_t c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];"
+      :
+      : "r"(dst), "l"(tma_desc_addr(d)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_tile_2d(uint32_t dst, const TmaDescriptor& d, uint32_t bar,
+                                                 int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];"
+      :
+      : "r"(dst), "l"(tma_desc_addr(d)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+}  // namespace sm90
+}  // namespace cuconv

@@ -1,0 +1,265 @@
+"""The Hopper kernel ``sm90_tma`` (TMA im2col + warp-specialized wgmma, kernels_cu/hopper/).
+
+CPU part (runs in CI): every compiled variant builds for sm_90a without spills and its SASS holds
+HGMMA and UTMALDG; the TMA descriptor parameters replayed through the NumPy box-load model give
+the explicit im2col matrix; ``check`` declines with precise reasons; the tile heuristic is sane.
+
+GPU part (``gpu`` marker; skipped without a Hopper GPU): the kernel forced with
+``kernel="sm90_tma"`` against the float64 reference, over drawn geometry inside its coverage and
+over named edge cases, outputs NaN-poisoned, in-place residual included. Tolerances come from
+conftest.TOLERANCE (the one table).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cuconv
+from cuconv.backends.hopper_tma import COMPILE_VARIANTS, Sm90TmaKernel, choose_tile_config, tma_box_params
+from cuconv.device import DeviceInfo, gpu_available
+from cuconv.problem import ConvProblem, Epilogue
+
+from geometry import Case, cases, check_case
+
+H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
+                  smem_per_block_optin=232448)
+
+
+def _problem(N=2, H=9, W=11, C=16, K=16, R=3, S=3, stride=1, dilation=1, padding=1, groups=1,
+             dtype="bfloat16", epilogue=Epilogue()):
+    return ConvProblem.create(nd=2, batch=N, in_spatial=(H, W), channels=C, out_channels=K, filter_spatial=(R, S),
+                              stride=stride, dilation=dilation, padding=padding, groups=groups, dtype=dtype,
+                              layout="NHWC", epilogue=epilogue)
+
+
+# ----------------------------------------------------------------------------------------- CPU
+def _cuobjdump():
+    exe = shutil.which("cuobjdump")
+    if exe:
+        return exe
+    for site in sys.path:
+        hits = glob.glob(os.path.join(site, "nvidia", "cu1*", "bin", "cuobjdump"))
+        if hits:
+            return hits[0]
+    return None
+
+
+def _nvrtc_ok():
+    try:
+        from cuda.bindings import nvrtc
+        return int(nvrtc.nvrtcVersion()[0]) == 0
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _nvrtc_ok(), reason="NVRTC (cuda-bindings) not available")
+@pytest.mark.parametrize("source,defines,arch", COMPILE_VARIANTS, ids=lambda v: str(v))
+def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines, arch):
+    from cuconv.compiler import compile_cuda
+    path, report = compile_cuda(source, arch, defines)
+    assert report.functions, report.log
+    assert report.spills == 0 and all(f.stack_frame == 0 for f in report.functions), report.log
+    assert "C7508" not in report.log, "setmaxnreg ignored by ptxas:\n" + report.log
+    exe = _cuobjdump()
+    if exe is None:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+    sass = subprocess.run([exe, "-sass", path], capture_output=True, text=True, check=True).stdout
+    assert "HGMMA" in sass, "no wgmma (HGMMA) in the SASS"
+    assert "UTMALDG" in sass and "IM2COL" in sass, "no TMA im2col load (UTMALDG...IM2COL) in the SASS"
+
+
+@settings(max_examples=30)
+@given(cases(nd=2, dtypes=("bfloat16",), layouts=("NHWC",), groups=False, epilogue=False, max_spatial=9,
+             max_channels=20), st.data())
+def test_descriptor_params_reproduce_explicit_im2col(case, data):
+    """Box loads with tma_box_params (replayed by the NumPy TMA model) tile the explicit A exactly."""
+    from cuconv.models.im2col import im2col_matrix
+    from cuconv.models.tma import tma_im2col_box_load
+    p = ConvProblem.create(nd=2, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+                           out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
+                           dilation=case.dilation, padding=case.padding, groups=1, dtype="float32", layout="NHWC")
+    rng = np.random.default_rng(case.seed)
+    x = rng.standard_normal(p.x_shape).astype(np.float32)
+    pixels = data.draw(st.sampled_from([8, 16, 32]), label="pixels")
+    channels = data.draw(st.sampled_from([8, 16]), label="channels")
+    bp = tma_box_params(p, pixels_per_column=pixels, channels_per_pixel=channels)
+    a = im2col_matrix(x, p)
+    C = p.channels
+    for m0 in range(0, p.gemm_m, pixels):
+        for tap, offsets in enumerate(bp.tap_offsets):
+            for c0 in range(0, C, channels):
+                n, h, w_, c = bp.start_coord(p, m0, c0)
+                box = tma_im2col_box_load(x, lower_corner=bp.lower_corner, upper_corner=bp.upper_corner,
+                                          coord=(n, h, w_, c), offsets=offsets, pixels=pixels, channels=channels,
+                                          element_strides=bp.element_strides)
+                want = np.zeros((pixels, channels), np.float32)
+                rows = a[m0:m0 + pixels, tap * C + c0: tap * C + min(C, c0 + channels)]
+                want[:rows.shape[0], :rows.shape[1]] = rows
+                np.testing.assert_array_equal(box, want, err_msg=f"m0={m0} tap={tap} c0={c0} {p.describe()}")
+
+
+def test_box_params_formula():
+    p = _problem(H=56, W=57, R=3, S=5, stride=(2, 1), dilation=(1, 2), padding=((1, 2), (3, 0)))
+    bp = tma_box_params(p)
+    P, Q = p.out_spatial
+    assert bp.lower_corner == (-1, -3)
+    assert bp.upper_corner == ((P - 1) * 2 - 1 - 55, (Q - 1) * 1 - 3 - 56)
+    assert bp.element_strides == (2, 1)
+    assert bp.tap_offsets[1 * 5 + 4] == (1, 8)
+
+
+@pytest.mark.parametrize("kwargs,device,reason", [
+    (dict(), DeviceInfo(kind="cuda", cc=(8, 0), arch="sm_80", name="A100"), "needs a Hopper GPU"),
+    (dict(dtype="float32"), H100, "dtype float32"),
+    (dict(groups=2), H100, "groups=2"),
+    (dict(C=12, K=16), H100, "C=12 is not a multiple of 8"),
+    (dict(C=16, K=20), H100, "K=20 is not a multiple of 8"),
+    (dict(H=400, padding=200), H100, "corner"),
+    (dict(H=600, W=600, R=3, S=3, dilation=(130, 1), padding=((0, 200), (1, 1))), H100, "offsets"),
+    (dict(H=50, W=50, R=1, S=1, stride=9, padding=0), H100, "stride"),
+])
+def test_check_declines_with_reason(kwargs, device, reason):
+    ok, why = Sm90TmaKernel().supports(_problem(**kwargs), device)
+    assert not ok and reason in why, why
+
+
+def test_check_accepts_and_dispatch_prefers_it():
+    p = _problem(C=24, K=40, stride=2, dilation=2, padding=((0, 3), (2, 1)))
+    ok, why = Sm90TmaKernel().supports(p, H100)
+    assert ok, why
+    from cuconv import dispatch
+    k, e = dispatch.select(p, H100)
+    assert k.name == "sm90_tma" and "128x64x64" in e.detail
+    k, e = dispatch.select(_problem(groups=2), H100)
+    assert k.name == "generic_gpu" and "groups=2" in e.declined["sm90_tma"]
+
+
+@pytest.mark.parametrize("m,n,sms", [(1, 8, 132), (64 * 56 * 56, 64, 132), (4 * 64 * 64, 512, 132),
+                                     (8 * 64 * 64, 320, 132), (64 * 196, 256, 132), (10 ** 7, 4096, 132)])
+def test_tile_heuristic(m, n, sms):
+    cfg = choose_tile_config(m, n, sms)
+    assert cfg.block_n in (64, 128, 256) and cfg.block_m == 128 and cfg.stages >= 3
+    assert cfg.n_tiles * cfg.block_n >= n and (cfg.n_tiles - 1) * cfg.block_n < n
+    assert 1 <= cfg.grid <= min(sms, cfg.num_tiles)
+    assert cfg.smem_bytes(True) <= 227 * 1024
+    assert choose_tile_config(m, n, sms) == cfg  # pure
+
+
+# ----------------------------------------------------------------------------------------- GPU
+def _hopper():
+    if not gpu_available():
+        return False
+    from cuconv.device import current_gpu
+    return current_gpu().is_hopper
+
+
+gpu = pytest.mark.gpu
+needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper (cc 9.0) GPU")
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+    return cupy
+
+
+def _coverage_cases(**kw):
+    kw.setdefault("max_spatial", 14)
+    kw.setdefault("max_channels", 80)
+    return cases(nd=2, dtypes=("bfloat16", "float16"), layouts=("NHWC", "NCHW"), groups=False,
+                 channel_multiple=8, **kw)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=60)
+@given(_coverage_cases())
+def test_sm90_property(cp, case):
+    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=20)
+@given(_coverage_cases())
+def test_sm90_in_place_residual(cp, case):
+    case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)
+    check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
+
+
+def _case(N=2, H=9, W=9, C=16, K=16, R=3, S=3, stride=1, dilation=1, padding=1, dtype="bfloat16", ep=None,
+          seed=0):
+    return Case(nd=2, batch=N, spatial=(H, W), channels=C, out_channels=K, filt=(R, S), stride=(stride,) * 2
+                if isinstance(stride, int) else stride, dilation=(dilation,) * 2 if isinstance(dilation, int)
+                else dilation, padding=padding, groups=1, dtype=dtype, layout="NHWC", epilogue=ep or {}, seed=seed)
+
+
+EDGE_CASES = {
+    # M = 2*7*7 = 98 < one 128-row tile; K = 24 < BN
+    "m_and_k_below_one_tile": _case(N=2, H=7, W=7, C=16, K=24),
+    # M = 3*13*11 = 429, not a multiple of 128: the last tile runs past the last image
+    "m_not_multiple_of_tile": _case(N=3, H=13, W=11, C=32, K=64),
+    # K = 200: BN = 256 would pad; the heuristic takes BN = 128 and the last N tile is partial
+    "k_not_multiple_of_tile": _case(N=2, H=12, W=12, C=32, K=200),
+    # C below / not a multiple of the 64-channel block: TMA zero fill on A and on B
+    "c8": _case(C=8, K=32),
+    "c24": _case(C=24, K=48),
+    "c72": _case(C=72, K=16, H=10, W=10),
+    # one 128-row tile spans several images and image rows (boundaries inside a tile)
+    "image_boundaries_in_tile": _case(N=5, H=5, W=6, C=16, K=16),
+    "stride2_pad1": _case(N=2, H=17, W=15, C=32, K=64, stride=2, padding=1),
+    "stride2_pad_asym": _case(N=2, H=16, W=16, C=16, K=32, stride=(2, 3), padding=((0, 1), (2, 0))),
+    "dilation2": _case(N=2, H=13, W=12, C=16, K=16, dilation=2, padding=2),
+    "asymmetric_padding": _case(N=1, H=11, W=9, C=16, K=32, R=3, S=5, padding=((2, 0), (1, 3))),
+    "valid_large_filter": _case(N=2, H=12, W=14, C=8, K=8, R=7, S=5, padding=0),
+    "pointwise": _case(N=4, H=14, W=14, C=256, K=128, R=1, S=1, padding=0),
+    "large_k_bn256": _case(N=4, H=32, W=32, C=64, K=512, padding=1),
+    "fp16_full_epilogue": _case(C=32, K=64, dtype="float16",
+                                ep=dict(bias=True, residual=True, beta=0.5, alpha=-1.25, activation="silu")),
+    "bf16_gelu_bias": _case(C=32, K=64, ep=dict(bias=True, activation="gelu")),
+    "relu_residual_beta0": _case(C=16, K=16, ep=dict(residual=True, beta=0.0, activation="relu")),
+}
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_sm90_edge_cases(cp, name, dtype):
+    case = EDGE_CASES[name]
+    case = Case(**{**case.__dict__, "dtype": dtype})
+    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+def test_sm90_in_place_residual_large(cp):
+    case = _case(N=2, H=32, W=32, C=64, K=512, ep=dict(residual=True, beta=1.0, bias=True, activation="relu"))
+    check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
+
+
+@gpu
+@needs_hopper
+def test_sm90_persistent_many_tiles(cp):
+    # 8*40*40 = 12800 rows x 512 channels = 100 x 2 tiles > 132 SMs: CTAs loop over tiles
+    case = _case(N=8, H=40, W=40, C=64, K=512, ep=dict(residual=True, beta=1.0))
+    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+def test_sm90_is_chosen_automatically(cp):
+    x = cp.ones((1, 8, 8, 16), dtype=cp.float16)
+    w = cp.ones((16, 3, 3, 16), dtype=cp.float16)
+    assert cuconv.explain(x, w, padding=1).kernel == "sm90_tma"
+    e = cuconv.explain(x.astype(cp.float32), w.astype(cp.float32), padding=1)
+    assert e.kernel != "sm90_tma" and "float32" in e.declined["sm90_tma"]
