@@ -168,7 +168,7 @@ def plot_roofline(ax=None, peak_tflops: float = H100_BF16_TFLOPS, copy_tbps: flo
     ax.axhline(peak_tflops, color="black", ls=":", lw=0.8)
     ax.text(intensity_range[1], peak_tflops * 1.05, f"{peak_tflops:g} TFLOP/s dense bf16",
             ha="right", va="bottom", fontsize=8)
-    ax.text(intensity_range[0] * 1.2, intensity_range[0] * 1.2 * copy_tbps * 1.3,
+    ax.text(intensity_range[0] * 1.3, intensity_range[0] * 1.3 * copy_tbps * 2.2,
             f"{copy_tbps:g} TB/s copy", rotation=0, fontsize=8, va="bottom")
     ax.axvline(ridge, color="black", ls=":", lw=0.8)
     ax.text(ridge * 1.05, peak_tflops * 0.02, f"ridge {ridge:.0f} FLOP/B", fontsize=8, rotation=90)
