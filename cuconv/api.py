@@ -141,19 +141,18 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
     if residual is not None:
         res_user = as_array(residual, "residual")
         _check_companion(res_user, "residual", user_out_shape, dtype, x)
-        same_as_out = out_user is not None and res_user is out_user or (
-            out_user is not None and residual is out_given)
+        # residual *is* out: an in-place add, which every kernel supports (each output element is
+        # read before the same thread writes it). Any other overlap with out: read a snapshot.
+        in_place = out_user is not None and (res_user is out_user or residual is out_given)
         residual = _to_native(res_user, channels_first, xp)
-        if not same_as_out and out_user is not None and residual is not None \
-                and xp.may_share_memory(residual, out_user):
-            residual = residual.copy()  # partial overlap with out: read a snapshot
-    # Where the kernel writes: straight into `out` when it already is native and contiguous.
+        if not in_place and out_user is not None and xp.may_share_memory(residual, out_user):
+            residual = residual.copy()
+    # Where the kernel writes: straight into `out` when it already is native and contiguous
+    # (otherwise into a temporary copied into `out` afterwards).
     if out_user is not None and not channels_first and out_user.flags.c_contiguous:
         out_native = out_user
     else:
         out_native = xp.empty(problem.out_shape, dtype=x.dtype)
-        if residual is not None and out_user is not None and xp.may_share_memory(residual, out_user):
-            residual = residual.copy()
     x_n = _to_native(x, channels_first, xp)
     w_n = _to_native(w, channels_first, xp)
     return _Call(problem=problem, x=x_n, w=w_n, bias=bias, residual=residual, out_native=out_native,
