@@ -152,3 +152,20 @@ def test_same_padding(size, f, s, d, lo, hi, out):
                            filter_spatial=(f, f), stride=s, dilation=d, padding="same", groups=1,
                            dtype="float32", layout="NHWC")
     assert p.pad_lo == (lo, lo) and p.pad_hi == (hi, hi) and p.out_spatial == (out, out)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_residual_aliasing_out(layout):
+    """In place (residual is out) and a residual that is another view of out's memory both add the
+    residual as it was before the call."""
+    x, w = (X, W) if layout == "NHWC" else (np.moveaxis(X, -1, 1), np.moveaxis(W, -1, 1))
+    shape = (2, 6, 6, 6)
+    res0 = random_array(np.random.default_rng(5), shape, "float32")
+    ref = cuconv.reference.conv2d(x, w, residual=res0, beta=0.5, layout=layout)
+    buf = res0.copy()
+    got = cuconv.conv2d(x, w, residual=buf, beta=0.5, out=buf, layout=layout)
+    assert got is buf
+    np.testing.assert_allclose(buf, ref, rtol=1e-4, atol=1e-4)
+    buf = res0.copy()
+    cuconv.conv2d(x, w, residual=buf[...], beta=0.5, out=buf, layout=layout)
+    np.testing.assert_allclose(buf, ref, rtol=1e-4, atol=1e-4)
