@@ -1,0 +1,299 @@
+"""``python -m cuconv.bench``: the one benchmark. Checks each result, then times it.
+
+For every shape of the chosen suites and every dtype (bf16 and fp16 by default):
+
+1. **check**: run cuconv (auto dispatch) once and compare with the float64 reference
+   (:mod:`cuconv.reference`, NumPy on the CPU) by relative norm error against the test tolerance.
+   To keep the CPU side short the comparison covers the *first image* of the batch, and for large
+   images only its first output rows (the reference runs on the matching crop of the input;
+   ``check_scope`` in the JSON says which). A shape that fails the check is reported, not timed.
+2. **time**: CUDA events around each call, warm-up first, >= 20 timed runs (``--runs``), median.
+   Inputs are rotated over enough copies that the set exceeds twice the L2 size, so every run reads
+   from DRAM.
+3. **compare**: cuDNN through ``torch.nn.functional.conv2d`` on channels_last tensors (only when
+   torch imports; same data, shared via DLPack), and cuconv's own ``generic_gpu`` path (forced; skipped
+   with a note when its fp32 im2col matrix would exceed ``--generic-max-gb``).
+
+Printed per shape: time, TFLOP/s, % of the ceiling (760 TFLOP/s dense bf16 for compute-bound
+shapes, 2.95 TB/s copy bandwidth for memory-bound ones, decided by arithmetic intensity vs the
+ridge point), ratio to cuDNN. With ``--residual`` (default on the ``vae_unet`` suite's shapes) it
+also times ``beta=1`` with a residual against ``beta=0`` and prints the overhead. ``--json FILE``
+writes every number (the format :func:`cuconv.plot.plot_bench` reads).
+
+Suites are module-level data (:data:`SUITES`): add a list to extend the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+
+__all__ = ["Shape", "SUITES", "CEILING_TFLOPS", "CEILING_TBPS", "bench_shape", "main"]
+
+#: Measured ceilings of the H100 we tune on (docs: GUIDE.md "Performance").
+CEILING_TFLOPS = 760.0
+CEILING_TBPS = 2.95
+L2_BYTES = 50 * 2 ** 20
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One conv2d benchmark case (NHWC activations, square filter, symmetric padding)."""
+
+    N: int
+    C: int
+    H: int
+    W: int
+    K: int
+    filter: int
+    stride: int
+    pad: int
+
+    @property
+    def name(self) -> str:
+        return (f"N{self.N} C{self.C} {self.H}x{self.W} K{self.K} {self.filter}x{self.filter}"
+                f" s{self.stride} p{self.pad}")
+
+
+#: Benchmark suites: name -> shapes (N, C, H, W, K, filter, stride, pad).
+SUITES: Dict[str, List[Shape]] = {
+    "resnet50": [Shape(*s) for s in [
+        (64, 64, 56, 56, 64, 3, 1, 1), (64, 64, 56, 56, 256, 1, 1, 0), (64, 64, 56, 56, 64, 1, 1, 0),
+        (64, 128, 28, 28, 128, 3, 1, 1), (64, 128, 56, 56, 128, 3, 2, 1), (64, 256, 14, 14, 256, 3, 1, 1),
+        (64, 1024, 14, 14, 256, 1, 1, 0), (64, 512, 7, 7, 512, 3, 1, 1)]],
+    "vae_unet": [Shape(*s) for s in [
+        (4, 512, 64, 64, 512, 3, 1, 1), (4, 512, 128, 128, 512, 3, 1, 1), (4, 256, 256, 256, 256, 3, 1, 1),
+        (2, 128, 512, 512, 128, 3, 1, 1), (8, 320, 64, 64, 320, 3, 1, 1), (8, 1280, 16, 16, 1280, 3, 1, 1)]],
+}
+
+#: Suites whose shapes also get the residual (beta=1 vs beta=0) comparison by default.
+RESIDUAL_SUITES = ("vae_unet",)
+
+
+def _flops_bytes(s: Shape, itemsize: int, residual: bool = False):
+    P = (s.H + 2 * s.pad - s.filter) // s.stride + 1
+    Q = (s.W + 2 * s.pad - s.filter) // s.stride + 1
+    M = s.N * P * Q
+    flops = 2 * M * s.K * s.filter * s.filter * s.C
+    nbytes = (s.N * s.H * s.W * s.C + s.K * s.filter * s.filter * s.C + M * s.K * (2 if residual else 1)) * itemsize
+    return flops, nbytes, (P, Q)
+
+
+def _time(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = False) -> float:
+    """Median milliseconds of ``fn(i)`` (i = input set index, rotated), timed with CUDA events."""
+    if torch_events:
+        import torch
+        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+        sync = torch.cuda.synchronize
+    else:
+        import cupy as cp
+        ev = cp.cuda.Event
+        sync = cp.cuda.Device().synchronize
+    for i in range(warmup):
+        fn(i % sets)
+    sync()
+    times = []
+    for i in range(runs):
+        a, b = ev(), ev()
+        a.record()
+        fn(i % sets)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) if not torch_events else a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def _check(s: Shape, dtype: str, x0, w, y0) -> tuple:
+    """Relative error of cuconv's first image (or its first output rows) against the reference."""
+    import cuconv.reference as reference
+    P = (s.H + 2 * s.pad - s.filter) // s.stride + 1
+    Q = (s.W + 2 * s.pad - s.filter) // s.stride + 1
+    gemm_k = s.filter * s.filter * s.C
+    if P * Q * s.K * gemm_k <= 2e9:
+        ref = reference.conv2d(x0, w, stride=s.stride, padding=s.pad)
+        got = y0
+        scope = "first image"
+    else:  # first `rows` output rows of image 0, from the matching input crop
+        rows = max(1, min(P, int(2e9 // (Q * s.K * gemm_k))))
+        need = (rows - 1) * s.stride + s.filter - s.pad
+        hc = min(s.H, need)
+        pad_hi = max(0, (rows - 1) * s.stride + s.filter - hc - s.pad)
+        ref = reference.conv2d(x0[:, :hc], w, stride=s.stride, padding=((s.pad, pad_hi), (s.pad, s.pad)))
+        ref = ref[:, :rows]
+        got = y0[:, :rows]
+        scope = f"first image, output rows 0..{rows - 1} of {P}"
+    got = np.asarray(got, dtype=np.float64)
+    if not np.all(np.isfinite(got)):
+        return float("inf"), scope
+    return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)), scope
+
+
+def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, with_generic: bool = True,
+                generic_max_gb: float = 2.0, residual: bool = False, tolerance: Optional[Dict[str, float]] = None,
+                log=print) -> dict:
+    import cupy as cp
+
+    import cuconv
+    tolerance = tolerance or {"float16": 2e-3, "bfloat16": 1.5e-2}
+    np_dtype = {"float16": np.float16, "bfloat16": None}[dtype]
+    if np_dtype is None:
+        import ml_dtypes
+        np_dtype = ml_dtypes.bfloat16
+    itemsize = 2
+    flops, nbytes, (P, Q) = _flops_bytes(s, itemsize)
+    rng = np.random.default_rng(0)
+    x_bytes = s.N * s.H * s.W * s.C * itemsize
+    sets = max(1, min(8, math.ceil(2 * L2_BYTES / max(1, x_bytes + s.N * P * Q * s.K * itemsize))))
+    # Data: random normal made on the GPU (fast), weights scaled so outputs stay O(1).
+    xs = [(cp.random.standard_normal((s.N, s.H, s.W, s.C), dtype=cp.float32)).astype(np_dtype) for _ in range(sets)]
+    w = (cp.random.standard_normal((s.K, s.filter, s.filter, s.C), dtype=cp.float32)
+         / math.sqrt(s.filter * s.filter * s.C)).astype(np_dtype)
+    outs = [cp.empty((s.N, P, Q, s.K), dtype=np_dtype) for _ in range(sets)]
+    kw = dict(stride=s.stride, padding=s.pad)
+    rec = dict(name=s.name, shape=asdict(s), dtype=dtype, flops=flops, bytes=nbytes, ms={}, notes=[])
+    explanation = cuconv.explain(xs[0], w, **kw)
+    rec["kernel"] = explanation.kernel
+    rec["detail"] = explanation.detail
+
+    # 1. check
+    outs[0].fill(float("nan"))
+    cuconv.conv2d(xs[0], w, out=outs[0], **kw)
+    cp.cuda.Device().synchronize()
+    err, scope = _check(s, dtype, cp.asnumpy(xs[0][:1]), cp.asnumpy(w), cp.asnumpy(outs[0][:1]))
+    rec.update(rel_error=err, check_scope=scope, check_ok=bool(err <= tolerance[dtype]))
+    if not rec["check_ok"]:
+        log(f"  CHECK FAILED {s.name} {dtype}: rel error {err:.3g} ({scope})")
+        return rec
+
+    # 2. time cuconv (auto dispatch: the kernel explain() names)
+    rec["ms"]["cuconv"] = _time(lambda i: cuconv.conv2d(xs[i], w, out=outs[i], **kw), sets, runs)
+
+    # 3a. cuDNN via torch (optional)
+    if with_torch:
+        try:
+            import torch
+            tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+            torch.backends.cudnn.benchmark = True
+            txs = [torch.from_dlpack(x).permute(0, 3, 1, 2) for x in xs]  # NCHW view, channels_last memory
+            tw = torch.from_dlpack(w).permute(0, 3, 1, 2)
+            assert txs[0].dtype == tdt and txs[0].is_contiguous(memory_format=torch.channels_last)
+            F = torch.nn.functional.conv2d
+            with torch.no_grad():
+                ref_t = F(txs[0], tw, stride=s.stride, padding=s.pad)
+                diff = (ref_t.permute(0, 2, 3, 1).float() - torch.from_dlpack(outs[0]).float()).norm()
+                rec["rel_diff_vs_cudnn"] = float(diff / ref_t.float().norm())
+                rec["ms"]["cudnn"] = _time(lambda i: F(txs[i], tw, stride=s.stride, padding=s.pad), sets, runs,
+                                           torch_events=True)
+        except ImportError:
+            rec["notes"].append("torch not importable: no cuDNN comparison")
+        except Exception as e:  # keep the benchmark going; say why
+            rec["notes"].append(f"cuDNN comparison failed: {type(e).__name__}: {e}")
+
+    # 3b. cuconv generic path
+    a_gb = s.N * P * Q * s.filter * s.filter * s.C * 4 / 2 ** 30
+    if with_generic and a_gb <= generic_max_gb:
+        rec["ms"]["generic"] = _time(lambda i: cuconv.conv2d(xs[i], w, out=outs[i], kernel="generic_gpu", **kw),
+                                     sets, max(5, runs // 4), warmup=1)
+    elif with_generic:
+        rec["notes"].append(f"generic_gpu skipped: its fp32 im2col matrix would be {a_gb:.1f} GiB")
+
+    # 4. residual beta=1 vs beta=0
+    if residual:
+        res = [cp.random.standard_normal((s.N, P, Q, s.K), dtype=cp.float32).astype(np_dtype)
+               for _ in range(sets)]
+        rec["ms"]["cuconv_beta0"] = _time(
+            lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=0.0, out=outs[i], **kw), sets, runs)
+        rec["ms"]["cuconv_beta1"] = _time(
+            lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=1.0, out=outs[i], **kw), sets, runs)
+        rec["residual_overhead"] = rec["ms"]["cuconv_beta1"] / rec["ms"]["cuconv_beta0"] - 1.0
+        # in-place check of the residual path on the first image
+        y = cuconv.conv2d(xs[0][:1], w, residual=res[0][:1], beta=1.0, **kw)
+        import cuconv.reference as reference
+        if P * Q * s.K * s.filter * s.filter * s.C <= 2e9:
+            ref = reference.conv2d(cp.asnumpy(xs[0][:1]), cp.asnumpy(w), residual=cp.asnumpy(res[0][:1]), **kw)
+            got = cp.asnumpy(y).astype(np.float64)
+            rec["residual_rel_error"] = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    return rec
+
+
+def _summary_line(rec: dict) -> str:
+    t = rec["ms"].get("cuconv")
+    if t is None:
+        return f"{rec['name']:<34} {rec['dtype']:<8} check failed (rel error {rec.get('rel_error', float('nan')):.3g})"
+    tflops = rec["flops"] / (t * 1e-3) / 1e12
+    tbps = rec["bytes"] / (t * 1e-3) / 1e12
+    intensity = rec["flops"] / rec["bytes"]
+    memory_bound = intensity < CEILING_TFLOPS / CEILING_TBPS
+    pct = (tbps / CEILING_TBPS if memory_bound else tflops / CEILING_TFLOPS) * 100
+    cud = rec["ms"].get("cudnn")
+    gen = rec["ms"].get("generic")
+    ratio = f"{cud / t:6.2f}x" if cud else "     -"
+    line = (f"{rec['name']:<34} {rec['dtype']:<8} {t:8.3f} ms {tflops:7.1f} TF/s {tbps:5.2f} TB/s "
+            f"{pct:5.1f}% of {'copy' if memory_bound else 'mma '}  vs cuDNN {ratio}"
+            f"  cuDNN {cud or float('nan'):7.3f} ms  generic {gen or float('nan'):8.3f} ms")
+    if "residual_overhead" in rec:
+        line += f"  beta1/beta0 {100 * rec['residual_overhead']:+.1f}%"
+    return line
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cuconv.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--suite", action="append", choices=sorted(SUITES), help="suite(s) to run (default: all)")
+    ap.add_argument("--dtype", action="append", choices=["bfloat16", "float16"], help="dtype(s) (default: both)")
+    ap.add_argument("--json", metavar="FILE", help="write every number to FILE")
+    ap.add_argument("--quick", action="store_true", help="fewer timed runs (20) and no generic_gpu comparison")
+    ap.add_argument("--runs", type=int, default=30, help="timed runs per measurement (>= 20; default 30)")
+    ap.add_argument("--no-torch", action="store_true", help="skip the cuDNN comparison")
+    ap.add_argument("--no-generic", action="store_true", help="skip the generic_gpu comparison")
+    ap.add_argument("--generic-max-gb", type=float, default=2.0, help="skip generic_gpu above this im2col size")
+    ap.add_argument("--residual", choices=["auto", "all", "none"], default="auto",
+                    help="residual beta=1 vs beta=0 timing: auto = the vae_unet suite's shapes")
+    args = ap.parse_args(argv)
+    suites = args.suite or list(SUITES)
+    dtypes = args.dtype or ["bfloat16", "float16"]
+    runs = max(20, 20 if args.quick else args.runs)
+
+    import cupy as cp
+
+    from cuconv.device import current_gpu
+    dev = current_gpu()
+    if dev is None:
+        print("cuconv.bench: no GPU visible to CuPy", file=sys.stderr)
+        return 2
+    print(f"device: {dev.describe()}; ceilings {CEILING_TFLOPS} TFLOP/s, {CEILING_TBPS} TB/s; {runs} runs, median")
+    records = []
+    t0 = time.time()
+    for suite in suites:
+        print(f"== suite {suite}")
+        for s in SUITES[suite]:
+            for dt in dtypes:
+                with_res = args.residual == "all" or (args.residual == "auto" and suite in RESIDUAL_SUITES)
+                rec = bench_shape(s, dt, runs=runs, with_torch=not args.no_torch,
+                                  with_generic=not (args.no_generic or args.quick),
+                                  generic_max_gb=args.generic_max_gb, residual=with_res)
+                rec["suite"] = suite
+                records.append(rec)
+                print(_summary_line(rec), flush=True)
+                cp.get_default_memory_pool().free_all_blocks()
+    ratios = [r["ms"]["cudnn"] / r["ms"]["cuconv"] for r in records if "cudnn" in r["ms"] and "cuconv" in r["ms"]]
+    if ratios:
+        geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+        print(f"geomean speed vs cuDNN: {geo:.3f}x over {len(ratios)} shape/dtype pairs "
+              f"(min {min(ratios):.2f}x); {time.time() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev.describe(), "ceilings": {"tflops": CEILING_TFLOPS, "tbps": CEILING_TBPS},
+                       "records": records}, f, indent=1, default=float)
+    return 0 if all(r.get("check_ok") for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
