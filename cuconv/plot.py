@@ -6,8 +6,11 @@ what the models in :mod:`cuconv.models` return; nothing here re-derives an addre
 
 Benchmark records
 -----------------
-:func:`plot_bench` takes a JSON path, the parsed JSON, or a list of records; :func:`load_bench_records`
-normalises all of them to::
+``python -m cuconv.bench --json FILE`` writes ``{"device": str, "ceilings": {"tflops", "tbps"},
+"records": [...]}``, each record holding ``name``, ``dtype``, ``flops``, ``bytes`` (minimum traffic)
+and ``ms`` = ``{"cuconv": median ms, "cudnn": ..., "generic": ...}`` (plus check and kernel details).
+:func:`plot_bench` takes such a path, the parsed JSON, or a list of records; :func:`load_bench_records`
+normalises all of them, and a few other spellings, to::
 
     {"name": str, "dtype": str, "flops": float, "bytes": float, "ms": {impl: median milliseconds}}
 
@@ -183,37 +186,46 @@ def plot_roofline(ax=None, peak_tflops: float = H100_BF16_TFLOPS, copy_tbps: flo
     return ax
 
 
-def plot_bench(records_or_json_path=None, png_path: Optional[str] = None, *,
-               peak_tflops: float = H100_BF16_TFLOPS, copy_tbps: float = H100_COPY_TBPS, title: str = None):
+def plot_bench(records_or_json_path=None, png_path: Optional[str] = None, *, impls: Optional[Sequence[str]] = None,
+               peak_tflops: Optional[float] = None, copy_tbps: Optional[float] = None, title: str = None):
     """Roofline + per-shape bar chart of a benchmark; saved to ``png_path`` when given.
 
     ``records_or_json_path``: a JSON path, the parsed JSON or a list of records (see
     :func:`load_bench_records`). ``None`` or an empty list draws the roofline with its ceilings
-    only and says so in the title: no number is made up. Returns the matplotlib Figure.
+    only and says so in the title: no number is made up. ``impls``: which implementations to draw
+    (default: those of cuconv / cudnn / generic present, else every one in the records; extra
+    timings such as ``cuconv_beta1`` are only drawn when named). The ceilings default to the file's
+    ``"ceilings"`` (``{"tflops": ..., "tbps": ...}``), else the H100's. Returns the matplotlib Figure.
     """
     plt = _pyplot()
     device = None
-    if isinstance(records_or_json_path, (str, os.PathLike)):
-        with open(records_or_json_path) as f:
+    raw = records_or_json_path
+    if isinstance(raw, (str, os.PathLike)):
+        with open(raw) as f:
             raw = json.load(f)
-        device = raw.get("device") if isinstance(raw, dict) else None
-        records = load_bench_records(raw)
-    elif records_or_json_path is None:
-        records = []
-    else:
-        if isinstance(records_or_json_path, dict):
-            device = records_or_json_path.get("device")
-        records = load_bench_records(records_or_json_path)
+    ceilings = raw.get("ceilings") if isinstance(raw, dict) else None
+    ceilings = ceilings if isinstance(ceilings, dict) else {}
+    peak_tflops = peak_tflops or float(ceilings.get("tflops", H100_BF16_TFLOPS))
+    copy_tbps = copy_tbps or float(ceilings.get("tbps", H100_COPY_TBPS))
+    if isinstance(raw, dict):
+        device = raw.get("device")
+    records = [] if raw is None else load_bench_records(raw)
     if isinstance(device, dict):
         device = device.get("name") or str(device)
-    impls = _impls(records)
+    present = _impls(records)
+    if impls is None:
+        impls = [i for i in _IMPL_COLORS if i in present] or present
+    else:
+        impls = [i for i in impls if i in present]
     if not records or not impls:
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         plot_roofline(ax, peak_tflops, copy_tbps)
         ax.set_title(title or "roofline and ceilings only: no benchmark records given")
         return _finish(fig, png_path)
 
-    fig, (ax_roof, ax_bar) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1, 1.4]})
+    bar_width_in = max(7.0, 0.3 * len(records) * len(impls))
+    fig, (ax_roof, ax_bar) = plt.subplots(1, 2, figsize=(6 + bar_width_in, 5),
+                                          gridspec_kw={"width_ratios": [6, bar_width_in]})
     intensities = [r["flops"] / r["bytes"] for r in records if r["flops"] and r["bytes"]]
     lo = min(intensities + [10.0]) / 2
     hi = max(intensities + [1000.0]) * 2
