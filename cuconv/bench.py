@@ -18,7 +18,8 @@ Printed per shape: time, TFLOP/s, % of the ceiling (760 TFLOP/s dense bf16 for c
 shapes, 2.95 TB/s copy bandwidth for memory-bound ones, decided by arithmetic intensity vs the
 ridge point), ratio to cuDNN. With ``--residual`` (default on the ``vae_unet`` suite's shapes) it
 also times ``beta=1`` with a residual against ``beta=0`` and prints the overhead. ``--json FILE``
-writes every number (the format :func:`cuconv.plot.plot_bench` reads).
+writes every number (the format :func:`cuconv.plot.plot_bench` reads); ``--plot FILE.png``
+draws the roofline and per-shape chart (``--plot-from JSON``: of an earlier run, running nothing).
 
 Suites are module-level data (:data:`SUITES`): add a list to extend the benchmark.
 """
@@ -256,7 +257,18 @@ def main(argv=None) -> int:
     ap.add_argument("--generic-max-gb", type=float, default=2.0, help="skip generic_gpu above this im2col size")
     ap.add_argument("--residual", choices=["auto", "all", "none"], default="auto",
                     help="residual beta=1 vs beta=0 timing: auto = the vae_unet suite's shapes")
+    ap.add_argument("--plot", metavar="FILE.png", help="draw the roofline + per-shape chart (cuconv.plot, matplotlib)")
+    ap.add_argument("--plot-from", metavar="JSON", help="with --plot: draw an existing --json file, run nothing")
     args = ap.parse_args(argv)
+    if args.plot:
+        import matplotlib  # noqa: F401  (missing matplotlib fails now, not after the run)
+    if args.plot_from:
+        if not args.plot:
+            ap.error("--plot-from needs --plot FILE.png")
+        from cuconv.plot import plot_bench
+        plot_bench(args.plot_from, args.plot)
+        print(f"wrote {args.plot}")
+        return 0
     suites = args.suite or list(SUITES)
     dtypes = args.dtype or ["bfloat16", "float16"]
     runs = max(20, 20 if args.quick else args.runs)
@@ -292,6 +304,11 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"device": dev.describe(), "ceilings": {"tflops": CEILING_TFLOPS, "tbps": CEILING_TBPS},
                        "records": records}, f, indent=1, default=float)
+    if args.plot:
+        from cuconv.plot import plot_bench
+        plot_bench({"device": dev.describe(), "ceilings": {"tflops": CEILING_TFLOPS, "tbps": CEILING_TBPS},
+                    "records": records}, args.plot)
+        print(f"wrote {args.plot}")
     return 0 if all(r.get("check_ok") for r in records) else 1
 
 
