@@ -148,6 +148,14 @@ def _check(result, what: str):
     return _as_arg(tmap)
 
 
+def _u64(driver, values):
+    return [driver.cuuint64_t(int(v)) for v in values]
+
+
+def _u32(driver, values):
+    return [driver.cuuint32_t(int(v)) for v in values]
+
+
 def _enums(driver):
     return (driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
@@ -164,10 +172,10 @@ def encode_im2col_x(problem: ConvProblem, ptr: int, box: Optional[TmaBoxParams] 
     inter, swz, l2, oob = _enums(driver)
     return _check(driver.cuTensorMapEncodeIm2col(
         _data_type(driver, problem.dtype), 4, ptr,
-        [C, W, H, N], [C * es, W * C * es, H * W * C * es],
-        list(reversed(box.lower_corner)), list(reversed(box.upper_corner)),
-        box.channels_per_pixel, box.pixels_per_column,
-        [1, box.element_strides[1], box.element_strides[0], 1], inter, swz, l2, oob),
+        _u64(driver, [C, W, H, N]), _u64(driver, [C * es, W * C * es, H * W * C * es]),
+        [int(v) for v in reversed(box.lower_corner)], [int(v) for v in reversed(box.upper_corner)],
+        driver.cuuint32_t(box.channels_per_pixel), driver.cuuint32_t(box.pixels_per_column),
+        _u32(driver, [1, box.element_strides[1], box.element_strides[0], 1]), inter, swz, l2, oob),
         "cuTensorMapEncodeIm2col (activations)")
 
 
@@ -178,8 +186,9 @@ def encode_tiled_w(problem: ConvProblem, ptr: int, block_n: int, block_k: int = 
     es = problem.itemsize
     inter, swz, l2, oob = _enums(driver)
     return _check(driver.cuTensorMapEncodeTiled(
-        _data_type(driver, problem.dtype), 3, ptr, [C, R * S, K], [C * es, R * S * C * es],
-        [block_k, 1, block_n], [1, 1, 1], inter, swz, l2, oob), "cuTensorMapEncodeTiled (filters)")
+        _data_type(driver, problem.dtype), 3, ptr, _u64(driver, [C, R * S, K]),
+        _u64(driver, [C * es, R * S * C * es]), _u32(driver, [block_k, 1, block_n]), _u32(driver, [1, 1, 1]),
+        inter, swz, l2, oob), "cuTensorMapEncodeTiled (filters)")
 
 
 def encode_tiled_c(problem: ConvProblem, ptr: int, block_m: int = 128, chunk_n: int = 64) -> np.void:
@@ -189,8 +198,8 @@ def encode_tiled_c(problem: ConvProblem, ptr: int, block_m: int = 128, chunk_n: 
     es = problem.itemsize
     inter, swz, l2, oob = _enums(driver)
     return _check(driver.cuTensorMapEncodeTiled(
-        _data_type(driver, problem.dtype), 2, ptr, [K, M], [K * es], [chunk_n, block_m], [1, 1], inter, swz,
-        l2, oob), "cuTensorMapEncodeTiled (residual)")
+        _data_type(driver, problem.dtype), 2, ptr, _u64(driver, [K, M]), _u64(driver, [K * es]),
+        _u32(driver, [chunk_n, block_m]), _u32(driver, [1, 1]), inter, swz, l2, oob), "cuTensorMapEncodeTiled (residual)")
 
 
 def placeholder_descriptor() -> np.void:
