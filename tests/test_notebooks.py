@@ -69,3 +69,28 @@ def test_notebook_executes(path, monkeypatch):
         if km.has_kernel:  # the client does not shut down a kernel manager it was handed
             km.shutdown_kernel(now=True)
     print(f"{path.name}: executed in {time.perf_counter() - t0:.1f} s")
+
+
+def test_bench_plot_from_json(tmp_path):
+    """``python -m cuconv.bench --plot PNG --plot-from JSON`` draws a file in cuconv.bench's format (CPU)."""
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install '.[docs]')")
+    import matplotlib
+    matplotlib.use("Agg")
+    from cuconv import bench, plot
+
+    # A fixture in the shape of bench's --json output; the timings are placeholders, not measurements.
+    doc = {"device": "fixture", "ceilings": {"tflops": 760.0, "tbps": 2.95}, "records": [
+        {"name": "a", "dtype": "bfloat16", "flops": 2e12, "bytes": 4e9, "ms": {"cuconv": 4.0, "cudnn": 5.0}},
+        {"name": "b", "dtype": "float16", "flops": 1e12, "bytes": 1e9, "ms": {}, "check_ok": False},
+        {"name": "c", "dtype": "bfloat16", "flops": 1e12, "bytes": 1e9,
+         "ms": {"cuconv": 2.0, "generic": 10.0, "cuconv_beta1": 2.1}}]}
+    src = tmp_path / "bench.json"
+    src.write_text(json.dumps(doc))
+    recs = plot.load_bench_records(str(src))
+    assert [r["ms"] for r in recs] == [d["ms"] for d in doc["records"]]
+    png = tmp_path / "chart.png"
+    assert bench.main(["--plot", str(png), "--plot-from", str(src)]) == 0
+    assert png.stat().st_size > 10_000
+    empty = tmp_path / "roofline.png"
+    plot.plot_bench(None, str(empty))  # no records: ceilings only
+    assert empty.stat().st_size > 5_000
