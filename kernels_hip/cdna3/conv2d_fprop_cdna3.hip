@@ -108,7 +108,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w_pa
 
   Im2colLoader<CUCONV_SUBPATH, (bool)CUCONV_HALO, (bool)CUCONV_MASK_K> load_a(x, g, m_tile, group);
   // Weights [G * Kg, Kpad], K already zero-padded by the host: no K mask, rows past Kg don't matter.
-  LinearLoader<false> load_b(w_padded, g.w_bytes, (u32)g.Kpad, 0u, (u32)g.Kpad, group * (u32)g.Kg + n_tile);
+  LinearLoader<false> load_b(w_padded, weight_lane_addresses(g, n_tile, group, wave, lane));
 
   MfmaWaveTile<elem_t> tile;
   tile.zero();

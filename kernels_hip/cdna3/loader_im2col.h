@@ -54,7 +54,7 @@ struct Im2colLoader<SUBPATH_POINTWISE, Halo, MaskK> {
   LinearLoader<MaskK> linear;
 
   CUCONV_DEV Im2colLoader(const void* x, const ConvGeometryHip& g, u32 m_offset, u32 group)
-      : linear(x, g.x_bytes, (u32)g.C, group * (u32)g.Cg, (u32)g.Kgemm, m_offset) {}
+      : linear(x, pointwise_lane_addresses<MaskK>(g, m_offset, group, (i32)wave_id(), (i32)lane_id())) {}
 
   CUCONV_DEV void load_tile(const ConvGeometryHip&, lds_ptr_t dst, u32 k_offset) const {
     linear.load_tile(dst, k_offset);

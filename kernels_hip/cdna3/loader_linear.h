@@ -20,11 +20,10 @@ struct LinearLoader {
   LinearLaneAddresses<MaskK> lane;     // this lane's address plan (host-tested)
   u32 wave;
 
-  // row_stride / col_base / k_limit in elements; num_bytes is the tensor's size (<= 4 GiB - 1).
-  CUCONV_DEV LinearLoader(const void* base, u32 num_bytes, u32 row_stride, u32 col_base, u32 k_limit, u32 m_offset)
-      : rsrc(make_buffer_resource(base, num_bytes)),
-        lane(row_stride, col_base, k_limit, num_bytes, m_offset, (i32)wave_id(), (i32)lane_id()),
-        wave(wave_id()) {}
+  // `plan` comes from index_math.h (pointwise_lane_addresses / weight_lane_addresses / by hand);
+  // its sentinel is the tensor's size in bytes (<= 4 GiB - 1), which is also the resource's bound.
+  CUCONV_DEV LinearLoader(const void* base, const LinearLaneAddresses<MaskK>& plan)
+      : rsrc(make_buffer_resource(base, plan.sentinel)), lane(plan), wave(wave_id()) {}
 
   // Fill the half-tile at `dst` (LDS) with columns [k_offset, k_offset + kBlockK).
   CUCONV_DEV void load_tile(lds_ptr_t dst, u32 k_offset) const {

@@ -18,7 +18,10 @@ using namespace cuconv;
 
 extern "C" __global__ void __launch_bounds__(kThreads) probe_loader_linear(CUCONV_PROBE_PARAMS) {
   __shared__ __attribute__((aligned(16))) char lds[kHalfTileBytes];
-  LinearLoader<false> loader(x, g.x_bytes, (u32)g.C, group * (u32)g.Cg, (u32)g.Kgemm, m_offset);
+  // The matmul view of the same problem: rows of C elements, columns from group * Cg.
+  LinearLoader<false> loader(
+      x, LinearLaneAddresses<false>((u32)g.C, group * (u32)g.Cg, (u32)g.Kgemm, g.x_bytes, m_offset, (i32)wave_id(),
+                                    (i32)lane_id()));
   loader.load_tile((lds_ptr_t)lds, k_offset);
   wait_vmcnt<0>();
 }

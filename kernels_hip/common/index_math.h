@@ -156,6 +156,21 @@ struct LinearLaneAddresses {
   }
 };
 
+// The two linear address plans the conv kernel uses (built here so the host tests build them the
+// same way the device loaders do):
+//   pointwise A:  x viewed as [M, C], columns offset by the group; K tail masked when Kgemm < Kpad
+//   weights B:    [G * Kg, Kpad] (K zero-padded by the host), rows group * Kg + n_tile + row
+template <bool MaskK>
+CUCONV_HD LinearLaneAddresses<MaskK> pointwise_lane_addresses(const ConvGeometryHip& g, u32 m_offset, u32 group,
+                                                             i32 wave, i32 lane) {
+  return LinearLaneAddresses<MaskK>((u32)g.C, group * (u32)g.Cg, (u32)g.Kgemm, g.x_bytes, m_offset, wave, lane);
+}
+
+CUCONV_HD LinearLaneAddresses<false> weight_lane_addresses(const ConvGeometryHip& g, u32 n_tile, u32 group, i32 wave,
+                                                           i32 lane) {
+  return LinearLaneAddresses<false>((u32)g.Kpad, 0u, (u32)g.Kpad, g.w_bytes, group * (u32)g.Kg + n_tile, wave, lane);
+}
+
 // ----------------------------------------------------------------------- NHWC im2col addresses
 // loader.py, uniform / per_lane:
 //   (n, p, q) = pixel_coordinates(m);  (tap, c) = divmod(k, Cg);  (r, s) = tap_decompose(tap)
