@@ -108,7 +108,42 @@ def _time(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = False)
         fn(i % sets)
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) if not torch_events else a.elapsed_time(b))
+        if torch_events:
+            times.append(a.elapsed_time(b))
+        else:
+            import cupy as cp
+            times.append(cp.cuda.get_elapsed_time(a, b))
+    return statistics.median(times)
+
+
+def _time_graph(fn, sets: int, runs: int) -> float:
+    """Median milliseconds of replaying a CUDA graph that captured ``fn(i)``: the GPU time alone.
+
+    cuconv's per-call Python work (argument checks, dispatch, launch) is left out, which is what
+    the call time above adds on shapes where it exceeds the kernel's time.
+    """
+    import cupy as cp
+    stream = cp.cuda.Stream(non_blocking=True)
+    graphs = []
+    with stream:
+        for i in range(sets):
+            fn(i)
+        stream.synchronize()
+        for i in range(sets):
+            stream.begin_capture()
+            fn(i)
+            graphs.append(stream.end_capture())
+        for i in range(3):
+            graphs[i % sets].launch(stream)
+        stream.synchronize()
+        times = []
+        for i in range(runs):
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record(stream)
+            graphs[i % sets].launch(stream)
+            b.record(stream)
+            b.synchronize()
+            times.append(cp.cuda.get_elapsed_time(a, b))
     return statistics.median(times)
 
 
@@ -176,6 +211,10 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
 
     # 2. time cuconv (auto dispatch: the kernel explain() names)
     rec["ms"]["cuconv"] = _time(lambda i: cuconv.conv2d(xs[i], w, out=outs[i], **kw), sets, runs)
+    try:  # the same call replayed from a CUDA graph: GPU time without cuconv's host overhead
+        rec["ms"]["cuconv_graph"] = _time_graph(lambda i: cuconv.conv2d(xs[i], w, out=outs[i], **kw), sets, runs)
+    except Exception as e:
+        rec["notes"].append(f"graph timing failed: {type(e).__name__}: {e}")
 
     # 3a. cuDNN via torch (optional)
     if with_torch:
@@ -208,6 +247,7 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
 
     # 4. residual beta=1 vs beta=0
     if residual:
+        cp.get_default_memory_pool().free_all_blocks()
         res = [cp.random.standard_normal((s.N, P, Q, s.K), dtype=cp.float32).astype(np_dtype)
                for _ in range(sets)]
         rec["ms"]["cuconv_beta0"] = _time(
@@ -215,6 +255,15 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
         rec["ms"]["cuconv_beta1"] = _time(
             lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=1.0, out=outs[i], **kw), sets, runs)
         rec["residual_overhead"] = rec["ms"]["cuconv_beta1"] / rec["ms"]["cuconv_beta0"] - 1.0
+        try:
+            b0 = _time_graph(lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=0.0, out=outs[i], **kw),
+                             sets, runs)
+            b1 = _time_graph(lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=1.0, out=outs[i], **kw),
+                             sets, runs)
+            rec["ms"]["cuconv_graph_beta0"], rec["ms"]["cuconv_graph_beta1"] = b0, b1
+            rec["residual_overhead_graph"] = b1 / b0 - 1.0
+        except Exception as e:
+            rec["notes"].append(f"graph timing (residual) failed: {type(e).__name__}: {e}")
         # in-place check of the residual path on the first image
         y = cuconv.conv2d(xs[0][:1], w, residual=res[0][:1], beta=1.0, **kw)
         import cuconv.reference as reference
@@ -240,8 +289,14 @@ def _summary_line(rec: dict) -> str:
     line = (f"{rec['name']:<34} {rec['dtype']:<8} {t:8.3f} ms {tflops:7.1f} TF/s {tbps:5.2f} TB/s "
             f"{pct:5.1f}% of {'copy' if memory_bound else 'mma '}  vs cuDNN {ratio}"
             f"  cuDNN {cud or float('nan'):7.3f} ms  generic {gen or float('nan'):8.3f} ms")
+    tg = rec["ms"].get("cuconv_graph")
+    if tg:
+        line += f"\n{'':<43} kernel (graph) {tg:8.3f} ms {rec['flops'] / (tg * 1e-3) / 1e12:7.1f} TF/s " \
+                f"{rec['bytes'] / (tg * 1e-3) / 1e12:5.2f} TB/s  vs cuDNN {(cud / tg if cud else float('nan')):5.2f}x"
     if "residual_overhead" in rec:
-        line += f"  beta1/beta0 {100 * rec['residual_overhead']:+.1f}%"
+        line += f"  beta1/beta0 call {100 * rec['residual_overhead']:+.1f}%"
+    if "residual_overhead_graph" in rec:
+        line += f" graph {100 * rec['residual_overhead_graph']:+.1f}%"
     return line
 
 
@@ -295,11 +350,13 @@ def main(argv=None) -> int:
                 records.append(rec)
                 print(_summary_line(rec), flush=True)
                 cp.get_default_memory_pool().free_all_blocks()
-    ratios = [r["ms"]["cudnn"] / r["ms"]["cuconv"] for r in records if "cudnn" in r["ms"] and "cuconv" in r["ms"]]
-    if ratios:
-        geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
-        print(f"geomean speed vs cuDNN: {geo:.3f}x over {len(ratios)} shape/dtype pairs "
-              f"(min {min(ratios):.2f}x); {time.time() - t0:.0f} s")
+    for key in ("cuconv", "cuconv_graph"):
+        ratios = [r["ms"]["cudnn"] / r["ms"][key] for r in records if "cudnn" in r["ms"] and key in r["ms"]]
+        if ratios:
+            geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+            print(f"geomean speed vs cuDNN ({key}): {geo:.3f}x over {len(ratios)} shape/dtype pairs "
+                  f"(min {min(ratios):.2f}x)")
+    print(f"{time.time() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.describe(), "ceilings": {"tflops": CEILING_TFLOPS, "tbps": CEILING_TBPS},

@@ -16,7 +16,9 @@ Data flow of one call::
 
 from __future__ import annotations
 
+import functools
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..compiler import load_cuda_module
@@ -165,36 +167,89 @@ class Sm90TmaKernel(Kernel):
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
 
     def run(self, problem, x, w, bias, residual, out):
+        """Launch; the launch record (descriptors, params, function) is cached per problem and pointers.
+
+        A TMA descriptor depends only on the geometry and the base address, so a record keyed by
+        (problem, device, x/w/bias/residual/out addresses) stays valid for any arrays at those
+        addresses. Records hold raw addresses only (no array references: nothing is kept alive).
+        """
         import cupy as cp
+
+        dev_id = cp.cuda.Device().id
+        key = (problem, dev_id, x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
+               0 if residual is None else residual.data.ptr, out.data.ptr)
+        launch = _LAUNCHES.get(key)
+        if launch is not None:
+            _LAUNCHES.move_to_end(key)
+            launch()
+            return
+        launch, cacheable, keep = self._build_launch(problem, x, w, bias, residual, out)
+        launch()
+        if cacheable:
+            _LAUNCHES[key] = launch
+            while len(_LAUNCHES) > _LAUNCH_CACHE_SIZE:
+                _LAUNCHES.popitem(last=False)
+        del keep  # aligned copies (if any) live until the launch above has been queued
+
+    def _build_launch(self, problem, x, w, bias, residual, out):
+        import cupy as cp
+        import numpy as np
 
         from ..device import device_of
         from ..tensormap import encode_im2col_x, encode_tiled_c, encode_tiled_w, placeholder_descriptor
         dev = device_of(x)
         cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, dev.sm_count or 132)
         res = problem.epilogue.loads_residual
-        mod = load_cuda_module(_SOURCE, dev, cfg.defines(problem.dtype, res))
-        fn = mod.get_function(cfg.kernel_name(res))
-        smem = cfg.smem_bytes(res)
-        fn.max_dynamic_shared_size_bytes = smem
+        fn, smem = _function(dev, cfg, problem.dtype, res)
 
-        x = _aligned(x)
-        w = _aligned(w)
+        # TMA needs 16-byte aligned bases; a misaligned view (rare) goes through an aligned copy,
+        # and such a launch is not cached (the copy's address is new every call).
+        xa, wa = _aligned(x), _aligned(w)
         target = out if out.data.ptr % 16 == 0 else cp.empty_like(out)
+        ra = residual
         if res:
-            residual = residual if residual.data.ptr % 16 == 0 else residual.copy()
-            tmap_c = encode_tiled_c(problem, residual.data.ptr, BLOCK_M)
+            ra = residual if residual.data.ptr % 16 == 0 else residual.copy()
+            tmap_c = encode_tiled_c(problem, ra.data.ptr, BLOCK_M)
         else:
             tmap_c = placeholder_descriptor()
-        if bias is not None:
-            bias = _aligned(bias, 4)
-        tmap_x = encode_im2col_x(problem, x.data.ptr)
-        tmap_w = encode_tiled_w(problem, w.data.ptr, cfg.block_n, BLOCK_K)
-        bias_arg = bias if bias is not None else target  # never read without a bias
-        fn((cfg.grid,), (cfg.threads,),
-           (tmap_x, tmap_w, tmap_c, target, bias_arg, _params(problem, cfg), epilogue_params(problem.epilogue)),
-           shared_mem=smem)
-        if target is not out:
-            out[...] = target
+        ba = _aligned(bias, 4) if bias is not None else None
+        cacheable = xa is x and wa is w and target is out and ra is residual and ba is bias
+        tmap_x = encode_im2col_x(problem, xa.data.ptr)
+        tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n, BLOCK_K)
+        bias_ptr = np.uint64(ba.data.ptr if ba is not None else target.data.ptr)  # unread without a bias
+        args = (tmap_x, tmap_w, tmap_c, np.uint64(target.data.ptr), bias_ptr, _params(problem, cfg),
+                epilogue_params(problem.epilogue))
+        grid, block = (cfg.grid,), (cfg.threads,)
+
+        def launch():
+            fn(grid, block, args, shared_mem=smem)
+            if target is not out:
+                out[...] = target
+
+        return launch, cacheable, (xa, wa, ra, ba, target)
+
+
+_LAUNCH_CACHE_SIZE = 256
+_LAUNCHES: "OrderedDict" = OrderedDict()
+
+
+@functools.lru_cache(maxsize=None)
+def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res: bool):
+    from ..device import _gpu_info
+    dev = _gpu_info(dev_index)
+    bn, stages = cfg_key
+    cfg = TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=stages, consumers=BLOCK_M // 64,
+                     m_tiles=1, n_tiles=1, grid=1)
+    mod = load_cuda_module(_SOURCE, dev, cfg.defines(dtype, res))
+    fn = mod.get_function(cfg.kernel_name(res))
+    smem = cfg.smem_bytes(res)
+    fn.max_dynamic_shared_size_bytes = smem
+    return fn, smem
+
+
+def _function(dev, cfg: TileConfig, dtype: str, res: bool):
+    """The loaded kernel of a variant with its dynamic shared-memory limit raised (once per device)."""
+    return _function_cached(dev.index, dev.arch, (cfg.block_n, cfg.stages), dtype, res)
 
 
 register(Sm90TmaKernel())
