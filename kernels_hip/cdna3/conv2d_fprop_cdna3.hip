@@ -34,16 +34,7 @@
 // Compile-time variant (-D): CUCONV_DTYPE 0 fp16 / 1 bf16; CUCONV_SUBPATH 0 pointwise / 1 uniform /
 // 2 per_lane; CUCONV_HALO 0/1 (padding present); CUCONV_MASK_K 0/1 (Kgemm < Kpad). The kernel name
 // spells the variant; cuconv/backends/rocm.py: kernel_name() builds the same string.
-#include "common/hip_min.h"
-#include "common/types.h"
-#include "common/index_math.h"
-#include "common/buffer_lds.h"
-#include "common/epilogue_math.h"
-#include "cdna3/loader_linear.h"
-#include "cdna3/loader_im2col.h"
-#include "cdna3/mainloop_mfma.h"
-#include "cdna3/epilogue.h"
-
+// Defaults (a plain compile builds the bf16 uniform variant); the host always passes all four.
 #ifndef CUCONV_DTYPE
 #define CUCONV_DTYPE 1
 #endif
@@ -56,6 +47,16 @@
 #ifndef CUCONV_MASK_K
 #define CUCONV_MASK_K 0
 #endif
+
+#include "common/hip_min.h"
+#include "common/types.h"
+#include "common/index_math.h"
+#include "common/buffer_lds.h"
+#include "common/epilogue_math.h"
+#include "cdna3/loader_linear.h"
+#include "cdna3/loader_im2col.h"
+#include "cdna3/mainloop_mfma.h"
+#include "cdna3/epilogue.h"
 
 #if CUCONV_SUBPATH == 0 && CUCONV_HALO
 #error "CUCONV_SUBPATH=0 (pointwise) has no padding: CUCONV_HALO must be 0"
