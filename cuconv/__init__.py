@@ -11,9 +11,10 @@ ml_dtypes.
 from . import reference  # noqa: F401
 from .api import conv2d, conv3d, explain
 from .dispatch import Explanation, KernelDeclined, kernels
+from .matmul import matmul
 from .problem import ConvProblem, Epilogue
 
 __version__ = "0.1.0"
 
-__all__ = ["conv2d", "conv3d", "explain", "reference", "ConvProblem", "Epilogue", "Explanation",
+__all__ = ["conv2d", "conv3d", "explain", "matmul", "reference", "ConvProblem", "Epilogue", "Explanation",
            "KernelDeclined", "kernels", "__version__"]

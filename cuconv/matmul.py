@@ -1,0 +1,176 @@
+"""Public :func:`matmul`: ``act(alpha * a @ b + bias + beta * residual)`` with the conv epilogue.
+
+On the GPU (CuPy, float16 / bfloat16, sm_80+) it runs the sm80 implicit-GEMM mainloop with two linear
+loaders (``kernels_cu/sm80/matmul_sm80.cu``): the same cp.async ring, ldmatrix and mma.sync as
+``sm80_igemm``. NumPy arrays compute on the CPU (a float32 matmul, then the epilogue in float32);
+CuPy float32 arrays (or GPUs older than sm_80) use ``cupy.matmul`` in float32 and the same epilogue.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .arrays import as_array, dtype_name, module_name
+from .problem import ACTIVATIONS, Epilogue
+
+__all__ = ["matmul"]
+
+
+def _real(v, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name}: expected a real number, got {v!r}")
+    return float(v)
+
+
+def _companion(arr, name: str, shape, dtype: str, ref):
+    arr = as_array(arr, name)
+    if module_name(arr) != module_name(ref):
+        raise TypeError(f"{name}: expected a {module_name(ref)} array like a, got a {module_name(arr)} array")
+    if module_name(arr) == "cupy" and arr.device.id != ref.device.id:
+        raise ValueError(f"{name}: expected an array on GPU {ref.device.id} like a, got GPU {arr.device.id}")
+    if tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(arr.shape)}")
+    got = dtype_name(arr, name)
+    if got != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} like a, got {got}")
+    return arr
+
+
+def _epilogue_xp(xp, acc, e: Epilogue, bias, residual):
+    """The epilogue on a float32 accumulator with array module ``xp`` (CPU and float32 GPU paths)."""
+    from .epilogue import activate_numpy
+    v = acc * np.float32(e.alpha)
+    if bias is not None:
+        v = v + bias.astype(np.float32)
+    if e.loads_residual:
+        v = v + np.float32(e.beta) * residual.astype(np.float32)
+    if xp is np:
+        with np.errstate(over="ignore"):
+            return activate_numpy(v, e.activation)
+    if e.activation == "relu":
+        return xp.maximum(v, 0)
+    if e.activation == "silu":
+        return v / (1 + xp.exp(-v))
+    if e.activation == "gelu":
+        import cupyx.scipy.special as sp
+        return 0.5 * v * (1 + sp.erf(v * np.float32(0.7071067811865476)))
+    return v
+
+
+def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None, out=None):
+    """Matrix product with a fused epilogue: ``act(alpha * a @ b + bias + beta * residual)``.
+
+    Parameters
+    ----------
+    a : array, shape (M, K)
+        Left operand: NumPy (computed on the CPU) or CuPy / any ``__cuda_array_interface__`` or
+        ``__dlpack__`` GPU array (computed on its GPU). dtype float16, bfloat16 or float32.
+    b : array, shape (K, N)
+        Right operand; same dtype and device as ``a``.
+    bias : array of shape (N,), optional
+        Added to every row.
+    residual : array of shape (M, N), optional
+        Added as ``beta * residual``. May be ``out`` itself (in place).
+    alpha, beta : float
+        Scales of the product and of the residual.
+    activation : None, "relu", "silu" or "gelu"
+        Applied last (``"gelu"`` is the exact erf form).
+    out : array of shape (M, N), optional
+        Written with the result and returned. Nothing else the caller passed is modified.
+
+    Returns
+    -------
+    array of shape (M, N)
+        Same dtype and array library as ``a``. Accumulation is float32 everywhere; on the GPU
+        float16 / bfloat16 run the sm_80+ mma.sync kernel.
+
+    Raises
+    ------
+    ValueError, TypeError
+        For every invalid argument, naming the argument, what was expected and what was given.
+
+    Examples
+    --------
+    >>> import numpy as np, cuconv
+    >>> a = np.ones((3, 4), np.float32); b = np.ones((4, 2), np.float32)
+    >>> cuconv.matmul(a, b, bias=np.array([1, 2], np.float32), activation="relu")
+    array([[5., 6.],
+           [5., 6.],
+           [5., 6.]], dtype=float32)
+    """
+    a = as_array(a, "a")
+    b = as_array(b, "b")
+    if module_name(a) != module_name(b):
+        raise TypeError(f"b: expected a {module_name(a)} array like a, got a {module_name(b)} array")
+    if module_name(a) == "cupy" and a.device.id != b.device.id:
+        raise ValueError(f"b: expected an array on GPU {a.device.id} like a, got GPU {b.device.id}")
+    if a.ndim != 2:
+        raise ValueError(f"a: expected a 2-D array (M, K), got {a.ndim}-D with shape {tuple(a.shape)}")
+    if b.ndim != 2:
+        raise ValueError(f"b: expected a 2-D array (K, N), got {b.ndim}-D with shape {tuple(b.shape)}")
+    dtype = dtype_name(a, "a")
+    if dtype_name(b, "b") != dtype:
+        raise TypeError(f"b: expected dtype {dtype} like a, got {dtype_name(b, 'b')}")
+    M, K = a.shape
+    if b.shape[0] != K:
+        raise ValueError(f"b: expected {K} rows to match a's {K} columns, got shape {tuple(b.shape)}")
+    N = b.shape[1]
+    if min(M, K, N) < 1:
+        raise ValueError(f"a, b: every dimension must be >= 1, got a {tuple(a.shape)} and b {tuple(b.shape)}")
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
+    alpha, beta = _real(alpha, "alpha"), _real(beta, "beta")
+    if bias is not None:
+        bias = _companion(bias, "bias", (N,), dtype, a)
+    out_given = out
+    if out is not None:
+        out = _companion(out, "out", (M, N), dtype, a)
+        if module_name(out) == "numpy" and not out.flags.writeable:
+            raise ValueError("out: expected a writeable array, got a read-only one")
+    in_place = residual is not None and out is not None and (residual is out_given or residual is out)
+    if residual is not None:
+        residual = _companion(residual, "residual", (M, N), dtype, a)
+    e = Epilogue(alpha=alpha, beta=beta, has_bias=bias is not None, has_residual=residual is not None,
+                 activation=activation)
+
+    if module_name(a) == "numpy":
+        acc = a.astype(np.float32) @ b.astype(np.float32)
+        res = _epilogue_xp(np, acc, e, bias, residual).astype(a.dtype)
+        if out is None:
+            return res
+        out[...] = res
+        return out_given
+
+    import cupy as cp
+
+    from .device import device_of
+    dev = device_of(a)
+    with a.device:
+        if dtype == "float32" or dev.cc < (8, 0):
+            acc = cp.matmul(a.astype(cp.float32), b.astype(cp.float32))
+            res = _epilogue_xp(cp, acc, e, bias, residual).astype(a.dtype)
+            if out is None:
+                return res
+            out[...] = res
+            return out_given
+        from .backends.sm80 import run_matmul
+        a_c, b_c = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
+        bias_c = None if bias is None else cp.ascontiguousarray(bias)
+        direct = out is not None and out.flags.c_contiguous
+        target = out if direct else cp.empty((M, N), dtype=a.dtype)
+        if residual is None:
+            res_c = None
+        elif in_place and direct:
+            res_c = target  # each element read then written by one thread
+        else:
+            res_c = cp.ascontiguousarray(residual)
+            if direct and cp.may_share_memory(res_c, target) and res_c is not target:
+                res_c = res_c.copy()  # partial overlap with out: read a snapshot
+        run_matmul(a_c, b_c, bias_c, res_c, target, e)
+        if out is None:
+            return target
+        if not direct:
+            out[...] = target
+        return out_given

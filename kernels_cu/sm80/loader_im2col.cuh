@@ -1,0 +1,122 @@
+// cuconv sm80: the software im2col loader (conv activations, NHWC), same contract as LinearLoader.
+//
+// GEMM view of one group g:  A[m][k],  m = (n, p, q) over N*P*Q output pixels,
+//                                       k = (r, s, c) over R*S*Cg, channel fastest.
+//   h = p * stride_h + r * dil_h - pad_h,  w = q * stride_w + s * dil_w - pad_w
+//   A[m][k] = x[((n * H + h) * W + w) * C + g * Cg + c]   (0 when (h, w) is in the halo)
+//
+// The rows of a CTA's tile never change along the K loop, so `setup_rows(m_offset)` decomposes
+// each tile row m -> (n, p, q) once into a RowInfo {n * H * W * C, p * stride_h - pad_h,
+// q * stride_w - pad_w} kept in shared memory; rows >= M get h0 = -2^30 (always out of bounds).
+// `load_tile` then only adds the filter tap of its column. Compile-time sub-paths:
+//
+//   SUBPATH_UNIFORM   Cg % K_TILE == 0: a K tile lies inside one filter tap, so (r, s, c_base) is
+//                     computed once per tile from k_offset; per lane only the row lookup.
+//   SUBPATH_PER_LANE  any Cg (e.g. 3): each lane decomposes its own k = k_offset + col into
+//                     (r, s, c) and predicates k < R*S*Cg. With VEC > 1 the host guarantees
+//                     Cg % VEC == 0 so a chunk never straddles two taps.
+//   (pointwise 1x1 / stride 1 / pad 0 is not here: it is LinearLoader over x viewed as [M][C].)
+//
+// Lanes whose element is in the halo (or past M / K) issue a zero-filling copy from the tensor
+// base, never an address outside x.
+#pragma once
+#include "sm80/ptx_sm80.cuh"
+#include "sm80/smem_tile.cuh"
+
+namespace cuconv {
+namespace sm80 {
+
+enum Subpath : int { SUBPATH_POINTWISE = 0, SUBPATH_UNIFORM = 1, SUBPATH_PER_LANE = 2 };
+
+// Conv geometry the loader needs (the host fills it, see cuconv/backends/sm80.py).
+struct Im2colGeometry {
+  long long M;          // N * P * Q
+  int H, W, C;          // input
+  int P, Q;             // output
+  int R, S, Cg;         // filter, channels per group
+  int k_gemm;           // R * S * Cg
+  int stride_h, stride_w, dil_h, dil_w, pad_h, pad_w;
+};
+
+struct RowInfo {
+  long long pixel_base;  // n * H * W * C
+  int h0;                // p * stride_h - pad_h   (-2^30 for rows >= M)
+  int w0;                // q * stride_w - pad_w
+};
+
+template <int M_TILE, int K_TILE, int VEC, int SUBPATH, int NTHREADS>
+struct Im2colLoader {
+  using Tile = SwizzledTile<M_TILE, K_TILE>;
+  static constexpr int kChunksPerRow = K_TILE / VEC;
+  static constexpr int kRowsPerPass = NTHREADS / kChunksPerRow;
+  static constexpr int kPasses = M_TILE / kRowsPerPass;
+  static constexpr int kRowInfoBytes = M_TILE * (int)sizeof(RowInfo);
+  static_assert(SUBPATH == SUBPATH_UNIFORM || SUBPATH == SUBPATH_PER_LANE, "pointwise uses LinearLoader");
+  static_assert(NTHREADS % kChunksPerRow == 0, "a thread keeps one K column for all of its rows");
+  static_assert(M_TILE % kRowsPerPass == 0, "the passes cover the tile rows exactly");
+
+  const elem_t* x;       // the whole NHWC tensor
+  Im2colGeometry g;
+  int c_group;           // g * Cg: first channel of this CTA's group
+  const RowInfo* rows;   // M_TILE entries in shared memory, filled by setup_rows
+
+  // Once per CTA (all threads; a __syncthreads must follow before load_tile).
+  __device__ __forceinline__ void setup_rows(RowInfo* rows_smem, long long m_offset) {
+    for (int i = threadIdx.x; i < M_TILE; i += NTHREADS) {
+      const long long m = m_offset + i;
+      RowInfo ri;
+      if (m < g.M) {
+        const long long nq = m / g.Q;
+        const int q = (int)(m - nq * g.Q);
+        const long long n = nq / g.P;
+        const int p = (int)(nq - n * g.P);
+        ri.pixel_base = n * (long long)g.H * g.W * g.C;
+        ri.h0 = p * g.stride_h - g.pad_h;
+        ri.w0 = q * g.stride_w - g.pad_w;
+      } else {
+        ri.pixel_base = 0;
+        ri.h0 = -(1 << 30);
+        ri.w0 = 0;
+      }
+      rows_smem[i] = ri;
+    }
+    rows = rows_smem;
+  }
+
+  // m_offset is the one given to setup_rows (the per-row decomposition is cached there).
+  __device__ __forceinline__ void load_tile(uint32_t stage, long long /*m_offset*/, long long k_offset) const {
+    const int tid = threadIdx.x;
+    const int col = (tid % kChunksPerRow) * VEC;  // this thread's K column, the same in every pass
+    const int row0 = tid / kChunksPerRow;
+    int r, s, c;
+    bool k_valid;
+    if (SUBPATH == SUBPATH_UNIFORM) {
+      const int tap = (int)(k_offset / g.Cg);          // once per tile
+      c = (int)(k_offset - (long long)tap * g.Cg) + col;
+      r = tap / g.S;
+      s = tap - r * g.S;
+      k_valid = true;                                   // k_gemm is a multiple of K_TILE here
+    } else {
+      const int k = (int)k_offset + col;                // per lane
+      const int tap = k / g.Cg;
+      c = k - tap * g.Cg;
+      r = tap / g.S;
+      s = tap - r * g.S;
+      k_valid = k < g.k_gemm;
+    }
+    const int dh = r * g.dil_h, dw = s * g.dil_w;
+    const elem_t* xc = x + c_group + c;
+#pragma unroll 4
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int row = row0 + pass * kRowsPerPass;
+      const RowInfo ri = rows[row];
+      const int h = ri.h0 + dh, w = ri.w0 + dw;
+      const bool valid = k_valid && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W;
+      const elem_t* src = valid ? xc + ri.pixel_base + ((long long)h * g.W + w) * g.C : x;
+      copy_vec_zfill<VEC>(stage + Tile::elem_offset(row, col), src, valid);
+    }
+  }
+};
+
+}  // namespace sm80
+}  // namespace cuconv

@@ -1,0 +1,89 @@
+// cuconv sm80: the handful of PTX instructions the sm_80+ kernels are built from.
+//
+// NVRTC compiles these kernels with no CUDA headers, so every non-trivial instruction is inline
+// PTX: shared-address conversion, cp.async (with zero-fill), ldmatrix (plain and .trans),
+// mma.sync m16n8k16 (fp16 / bf16 in, fp32 accumulate) and the 16-bit scalar moves used where
+// cp.async cannot go (sources not aligned to 4 bytes).
+#pragma once
+#include "common/types.cuh"
+
+namespace cuconv {
+namespace sm80 {
+
+// Generic pointer into shared memory -> 32-bit shared-window address (what cp.async/ldmatrix take).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  uint32_t a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// cp.async of BYTES (4, 8 or 16) with zero-fill: when `valid` is false the source size is 0, so the
+// hardware writes BYTES zeros and reads nothing. The caller still passes an in-bounds `src` (the
+// tensor base) in that case: the address is formed even if no byte is read.
+template <int BYTES>
+__device__ __forceinline__ void cp_async_zfill(uint32_t dst, const void* src, bool valid) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async moves 4, 8 or 16 bytes");
+  const int src_bytes = valid ? BYTES : 0;
+  if constexpr (BYTES == 16) {
+    // .cg: bypass L1, the tile is used once from shared memory.
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES),
+                 "r"(src_bytes));
+  }
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
+
+// One 16-bit element, global -> shared, synchronously; zero when `valid` is false (no load issued).
+__device__ __forceinline__ void copy_u16_zfill(uint32_t dst, const void* src, bool valid) {
+  uint16_t v = 0;
+  if (valid) asm volatile("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(src));
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst), "h"(v));
+}
+
+// Elements per copy -> the copy instruction. VEC = 1 is the synchronous fallback.
+template <int VEC>
+__device__ __forceinline__ void copy_vec_zfill(uint32_t dst, const void* src, bool valid) {
+  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC is 1, 2, 4 or 8 16-bit elements");
+  if constexpr (VEC == 1) copy_u16_zfill(dst, src, valid);
+  else cp_async_zfill<VEC * 2>(dst, src, valid);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// D = A * B + D, m16n8k16, row.col, fp32 accumulate. ELEM picks f16 or bf16 inputs.
+template <typename ELEM>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+
+template <>
+__device__ __forceinline__ void mma_16816<half_t>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <>
+__device__ __forceinline__ void mma_16816<bf16_t>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+}  // namespace sm80
+}  // namespace cuconv
