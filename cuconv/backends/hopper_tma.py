@@ -137,6 +137,13 @@ class Sm90TmaKernel(Kernel):
     spatial_dims = (2,)
 
     def check(self, problem, device):
+        return _check_cached(problem, device)
+
+    def describe(self, problem, device):
+        return _describe_cached(problem, device)
+
+    @staticmethod
+    def _check_uncached(problem, device):
         if not device.is_hopper:
             return False, (f"needs a Hopper GPU (compute capability 9.0, sm_90a: TMA im2col + wgmma); "
                            f"this one is cc {device.cc[0]}.{device.cc[1]} ({device.name})")
@@ -157,7 +164,8 @@ class Sm90TmaKernel(Kernel):
             return False, f"needs {need} bytes of shared memory per block, the device allows {device.smem_per_block_optin}"
         return True, "Hopper TMA im2col + wgmma kernel covers this problem"
 
-    def describe(self, problem, device):
+    @staticmethod
+    def _describe_uncached(problem, device):
         cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, device.sm_count or 132)
         res = problem.epilogue.loads_residual
         grid = (f"persistent grid {cfg.grid} CTAs over {cfg.num_tiles} tiles" if cfg.persistent
@@ -227,6 +235,17 @@ class Sm90TmaKernel(Kernel):
                 out[...] = target
 
         return launch, cacheable, (xa, wa, ra, ba, target)
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_cached(problem, device):
+    """``check`` is a pure function of (problem, device): answered once per pair (dispatch asks every call)."""
+    return Sm90TmaKernel._check_uncached(problem, device)
+
+
+@functools.lru_cache(maxsize=1024)
+def _describe_cached(problem, device):
+    return Sm90TmaKernel._describe_uncached(problem, device)
 
 
 _LAUNCH_CACHE_SIZE = 256

@@ -1,8 +1,8 @@
 // cuconv hopper: the consumer epilogue - out = act(alpha * acc + bias + beta * C), cast, store.
 //
 // Works straight from the wgmma accumulator layout (see wgmma_mainloop.cuh): each thread owns
-// pairs of adjacent output channels, stored as one 4-byte word (K is a multiple of 8, so a pair
-// never straddles the end of a row). The tile is walked in chunks of 64 channels, the unit of the
+// pairs of adjacent output channels; a quad transpose turns them into 16-byte row segments (K is a
+// multiple of 8, so a segment never straddles the end of a row). The tile is walked in chunks of 64 channels, the unit of the
 // epilogue-load ring: with a residual, chunk j waits c_full, reads C from the swizzled box
 // (row r, 16-byte column chunk jj lives at chunk jj ^ (r % 8): conflict-free for the 8 rows x 4
 // lanes of a warp), then releases the slot. `out` may be the residual itself: every element of C
@@ -36,14 +36,35 @@ __device__ __forceinline__ float hi_to_float(uint32_t pair) {
   return to_float(h);
 }
 
+__device__ __forceinline__ uint32_t shfl_idx(uint32_t v, int src_lane) {
+  uint32_t r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(src_lane));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t select4(uint32_t a, uint32_t b, uint32_t c, uint32_t d, int idx) {
+  return idx == 0 ? a : idx == 1 ? b : idx == 2 ? c : d;
+}
+
+__device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
 // row_base: this thread's first tile row (16 * warp_in_group + lane / 4 + 64 * warpgroup);
 // col_lane: 2 * (lane % 4).
+//
+// Stores: the four lanes of a quad hold the 16 bytes of columns 8 jj .. 8 jj + 7 of a row, two
+// each. A 4 x 4 transpose inside the quad (four shuffle rounds per group of four jj) hands lane t
+// the whole 16 bytes of column block jj0 + t, so each thread writes one 16-byte vector per row and
+// group: a warp store covers 8 rows x 64 contiguous bytes (whole sectors) instead of 8 x 16.
 template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES>
 __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], int m0, int n0, long long M, int K,
                                                   T* out, const T* bias, const EpilogueParams& ep,
                                                   RingState<C_STAGES>& cring, uint32_t c_base,
                                                   uint32_t c_full_bar, uint32_t c_empty_bar, int row_base,
                                                   int col_lane, bool lane_leader) {
+  const int lane = threadIdx.x % 32;
+  const int t = lane & 3;  // position in the quad
 #pragma unroll
   for (int chunk = 0; chunk < BN / 64; ++chunk) {
     uint32_t cpair[2][8];
@@ -63,20 +84,19 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
       if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
       cring.advance();
     }
+    // act(alpha * acc + bias + beta * C) for this thread's pairs, packed to 2 x 16 bit.
+    uint32_t packed[2][8];
 #pragma unroll
     for (int jj = 0; jj < 8; ++jj) {
       const int col = n0 + chunk * 64 + jj * 8 + col_lane;
-      if (col >= K) continue;
       float b0 = 0.f, b1 = 0.f;
-      if (ep.has_bias) {
+      if (ep.has_bias && col < K) {
         const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
         b0 = lo_to_float<T>(bp);
         b1 = hi_to_float<T>(bp);
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const long long m = (long long)m0 + row_base + 8 * i;
-        if (m >= M) continue;
         const int a = (chunk * 8 + jj) * 4 + 2 * i;
         float v0 = ep.alpha * acc[a] + b0;
         float v1 = ep.alpha * acc[a + 1] + b1;
@@ -84,9 +104,31 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
           v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
           v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
         }
-        v0 = activate(v0, ep.activation);
-        v1 = activate(v1, ep.activation);
-        *reinterpret_cast<uint32_t*>(out + m * K + col) = pack2<T>(v0, v1);
+        packed[i][jj] = pack2<T>(activate(v0, ep.activation), activate(v1, ep.activation));
+      }
+    }
+    // Quad transpose and 16-byte stores (all lanes shuffle; only the stores are masked).
+#pragma unroll
+    for (int jj0 = 0; jj0 < 8; jj0 += 4) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        uint32_t got[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          // Round r: lane s sends its pair of block jj0 + (s + r) % 4 and receives from lane
+          // (t - r) % 4 that lane's pair of block jj0 + t, i.e. columns 2 * ((t - r) % 4) + {0, 1}.
+          const uint32_t send = select4(packed[i][jj0], packed[i][jj0 + 1], packed[i][jj0 + 2],
+                                        packed[i][jj0 + 3], (t + r) & 3);
+          got[r] = shfl_idx(send, (lane & ~3) | ((t - r) & 3));
+        }
+        // word k of the 16-byte vector = the pair from lane k, received in round (t - k) % 4.
+        const uint32_t w0 = select4(got[0], got[1], got[2], got[3], (t - 0) & 3);
+        const uint32_t w1 = select4(got[0], got[1], got[2], got[3], (t - 1) & 3);
+        const uint32_t w2 = select4(got[0], got[1], got[2], got[3], (t - 2) & 3);
+        const uint32_t w3 = select4(got[0], got[1], got[2], got[3], (t - 3) & 3);
+        const long long m = (long long)m0 + row_base + 8 * i;
+        const int col = n0 + chunk * 64 + (jj0 + t) * 8;
+        if (m < M && col < K) st_global_v4(out + m * K + col, w0, w1, w2, w3);
       }
     }
   }
