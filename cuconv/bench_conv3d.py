@@ -1,0 +1,163 @@
+"""conv3d benchmark (``python -m cuconv.bench_conv3d``): each strategy side by side, checked first.
+
+For every shape (video-VAE 3x3x3 convolutions, spatial padding 1, no temporal padding, as causal
+VAEs pre-pad time) and dtype: check cuconv's auto choice against the float64 reference on a crop
+(the first output depth plane's first rows), then time every conv3d strategy that accepts the shape
+(``qslice``, ``native`` when a kernel implements it, ``generic``) and cuDNN (torch's conv3d on
+channels_last_3d tensors, only when torch imports). Timing as in :mod:`cuconv.bench`: CUDA events,
+warm-up, >= 20 runs, median, inputs rotated past L2. Peak extra device memory of each strategy is
+measured with CuPy's memory pool (bytes allocated during one call beyond the output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Dict, List
+
+import numpy as np
+
+from .bench import CEILING_TFLOPS, L2_BYTES, _time
+
+__all__ = ["Shape3d", "SUITE_3D", "bench_shape3d", "main"]
+
+
+@dataclass(frozen=True)
+class Shape3d:
+    """NDHWC input (N, D, H, W, C), K filters of 3x3x3, stride 1, spatial pad 1, no temporal pad."""
+
+    N: int
+    C: int
+    D: int
+    H: int
+    W: int
+    K: int
+
+    @property
+    def name(self) -> str:
+        return f"N{self.N} C{self.C} D{self.D} {self.H}x{self.W} K{self.K} 3x3x3"
+
+    @property
+    def out(self):
+        return (self.D - 2, self.H, self.W)
+
+    @property
+    def flops(self) -> int:
+        Z, P, Q = self.out
+        return 2 * self.N * Z * P * Q * self.K * 27 * self.C
+
+
+#: WAN-like and LTX-like shapes (issue 5).
+SUITE_3D: List[Shape3d] = [Shape3d(1, 384, 6, 60, 104, 384), Shape3d(1, 192, 6, 120, 208, 192),
+                           Shape3d(1, 96, 6, 240, 416, 96), Shape3d(2, 256, 10, 64, 64, 256)]
+
+PADDING = ((0, 0), (1, 1), (1, 1))
+STRATEGIES = ("qslice", "native", "generic")
+
+
+def _extra_memory(fn, out_bytes: int) -> int:
+    """Peak bytes the CuPy memory pool hands out during ``fn()`` beyond the output itself."""
+    import cupy as cp
+    pool = cp.get_default_memory_pool()
+    cp.cuda.Device().synchronize()
+    base = pool.used_bytes()
+    peak = [base]
+
+    class _Peak(cp.cuda.MemoryHook):  # the pool keeps no high-water mark: sample after each malloc
+        name = "cuconv_peak"
+
+        def malloc_postprocess(self, **kwargs):
+            peak[0] = max(peak[0], pool.used_bytes())
+
+    with _Peak():
+        y = fn()
+        cp.cuda.Device().synchronize()
+    del y
+    return max(0, peak[0] - base - out_bytes)
+
+
+def bench_shape3d(s: Shape3d, dtype: str, runs: int = 20, with_torch: bool = True, log=print) -> dict:
+    import cupy as cp
+    import ml_dtypes
+
+    import cuconv
+    dt = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+    rng = np.random.default_rng(0)
+    x_host = rng.standard_normal((s.N, s.D, s.H, s.W, s.C)).astype(dt)
+    w_host = (rng.standard_normal((s.K, 3, 3, 3, s.C)) / math.sqrt(27 * s.C)).astype(dt)
+    x_bytes = x_host.nbytes
+    sets = max(1, min(4, math.ceil(2 * L2_BYTES / max(1, x_bytes))))
+    xs = [cp.asarray(x_host) for _ in range(sets)]
+    w = cp.asarray(w_host)
+    rec: Dict[str, object] = {"name": s.name, "shape": asdict(s), "dtype": dtype, "flops": s.flops, "ms": {},
+                              "extra_mib": {}, "declined": {}}
+    e = cuconv.explain(xs[0], w, padding=PADDING)
+    rec["kernel"] = e.kernel
+    # check the auto choice on a crop: image 0, first output plane, first 8 rows
+    y = cuconv.conv3d(xs[0], w, padding=PADDING)
+    rows = min(8, s.H)
+    crop = x_host[:1, :3, :rows + 1]
+    ref = cuconv.reference.conv3d(crop, w_host, padding=((0, 0), (1, 0), (1, 1)))[:, :1, :rows]
+    got = cp.asnumpy(y[:1, :1, :rows]).astype(np.float64)
+    rec["rel_error"] = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    rec["check_ok"] = bool(rec["rel_error"] <= 1.5e-2)
+    del y
+    out_bytes = s.N * math.prod(s.out) * s.K * 2
+    for strat in STRATEGIES:
+        try:
+            cuconv.explain(xs[0], w, padding=PADDING, strategy=strat)
+        except cuconv.KernelDeclined as err:
+            rec["declined"][strat] = str(err)
+            continue
+        fn = lambda i, st=strat: cuconv.conv3d(xs[i], w, padding=PADDING, strategy=st)  # noqa: E731
+        rec["ms"][strat] = _time(fn, sets, runs)
+        rec["extra_mib"][strat] = _extra_memory(lambda st=strat: cuconv.conv3d(xs[0], w, padding=PADDING,
+                                                                              strategy=st), out_bytes) / 2**20
+    if with_torch:
+        try:
+            import torch
+            tx = [torch.from_dlpack(x).permute(0, 4, 1, 2, 3) for x in xs]  # NCDHW view, channels_last_3d
+            tw = torch.from_dlpack(w).permute(0, 4, 1, 2, 3)
+            f = lambda i: torch.nn.functional.conv3d(tx[i], tw, padding=(0, 1, 1))  # noqa: E731
+            rec["ms"]["cudnn"] = _time(f, sets, runs, torch_events=True)
+        except ImportError:
+            pass
+    for k, ms in rec["ms"].items():
+        rec.setdefault("tflops", {})[k] = s.flops / (ms * 1e-3) / 1e12
+    return rec
+
+
+def _line(rec) -> str:
+    parts = [f"{rec['name']:<36} {rec['dtype']:<8} err {rec['rel_error']:.1e} auto={rec['kernel']}"]
+    cud = rec["ms"].get("cudnn")
+    for k, ms in rec["ms"].items():
+        tf = rec["tflops"][k]
+        ratio = f" {cud / ms:.2f}x cuDNN" if cud and k != "cudnn" else ""
+        mem = f" +{rec['extra_mib'][k]:.0f} MiB" if k in rec["extra_mib"] else ""
+        parts.append(f"  {k}: {ms:.3f} ms {tf:.0f} TFLOP/s ({100 * tf / CEILING_TFLOPS:.0f}%){ratio}{mem}")
+    return "\n".join(parts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--dtype", action="append", choices=["bfloat16", "float16"])
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--json", help="write the records here")
+    ap.add_argument("--no-torch", action="store_true")
+    args = ap.parse_args(argv)
+    recs = []
+    for s in SUITE_3D:
+        for dt in args.dtype or ["bfloat16"]:
+            rec = bench_shape3d(s, dt, runs=max(20, args.runs), with_torch=not args.no_torch)
+            print(_line(rec), flush=True)
+            recs.append(rec)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"records": recs, "ceilings": {"tflops": CEILING_TFLOPS}}, f, indent=1)
+    return 0 if all(r["check_ok"] for r in recs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
