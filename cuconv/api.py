@@ -51,7 +51,7 @@ def _to_native(a, channels_first: bool, xp):
     """Channels-first -> channels-last (a copy); channels-last -> contiguous (no copy if already)."""
     if channels_first:
         a = xp.moveaxis(a, 1, -1)
-    return xp.ascontiguousarray(a)
+    return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
 
 
 def _user_shape(native_shape, channels_first: bool):
@@ -71,6 +71,63 @@ def _check_companion(a, name: str, shape, dtype: str, ref, ref_name: str = "x"):
     got = dtype_name(a, name)
     if got != dtype:
         raise TypeError(f"{name}: expected dtype {dtype} like {ref_name}, got {got}")
+
+
+def _typed(v):
+    """A hashable, type-exact image of an argument value (lists -> tuples, scalars -> (type, value))."""
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__,) + tuple(_typed(u) for u in v)
+    return (type(v), v)
+
+
+_PROBLEMS: dict = {}
+
+
+def _problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, alpha, beta, has_bias,
+             has_residual, activation) -> ConvProblem:
+    """Validate the geometry and build the ConvProblem, memoised on the arguments.
+
+    The memo key carries each user value's type (``1``, ``1.0`` and ``True`` hash alike, but only
+    the int is valid), so a cached problem is never returned for an argument that would be refused.
+    """
+    args = (nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, alpha, beta, has_bias,
+            has_residual, activation)
+    try:  # only the caller's free-form values need their types in the key
+        key = (nd, x_shape, w_shape, dtype, layout, _typed(stride), _typed(padding), _typed(dilation),
+               _typed(groups), alpha, beta, has_bias, has_residual, activation)
+        hash(key)
+    except TypeError:  # an unhashable argument: build uncached, which raises the precise error
+        return _build_problem(*args)
+    problem = _PROBLEMS.get(key)
+    if problem is None:
+        problem = _build_problem(*args)
+        if len(_PROBLEMS) >= 1024:
+            _PROBLEMS.clear()
+        _PROBLEMS[key] = problem
+    return problem
+
+
+def _build_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, alpha, beta,
+                   has_bias, has_residual, activation) -> ConvProblem:
+    channels_first = not LAYOUTS[layout][1]
+    if channels_first:
+        N, C, *spatial = x_shape
+        K, Cg_w, *filt = w_shape
+    else:
+        N, *spatial, C = x_shape
+        K, *filt, Cg_w = w_shape
+    if any(v < 1 for v in x_shape):
+        raise ValueError(f"x: every dimension must be >= 1, got shape {x_shape}")
+    if any(v < 1 for v in w_shape):
+        raise ValueError(f"w: every dimension must be >= 1, got shape {w_shape}")
+    if isinstance(groups, (int, np.integer)) and not isinstance(groups, bool) and groups >= 1 \
+            and C % groups == 0 and Cg_w * groups != C:
+        raise ValueError(f"w: channel mismatch: x has C={C} channels and groups={groups}, so w needs "
+                         f"C/groups={C // groups} input channels, got {Cg_w} (w shape {w_shape}, {layout})")
+    epilogue = Epilogue(alpha=alpha, beta=beta, has_bias=has_bias, has_residual=has_residual, activation=activation)
+    return ConvProblem.create(nd=nd, batch=N, in_spatial=tuple(spatial), channels=C, out_channels=K,
+                              filter_spatial=tuple(filt), stride=stride, dilation=dilation, padding=padding,
+                              groups=groups, dtype=dtype, layout=layout, epilogue=epilogue)
 
 
 def _real(v, name: str) -> float:
@@ -105,32 +162,14 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
     alpha = _real(alpha, "alpha")
     beta = _real(beta, "beta")
 
-    if channels_first:
-        N, C, *spatial = x.shape
-        K, Cg_w, *filt = w.shape
-    else:
-        N, *spatial, C = x.shape
-        K, *filt, Cg_w = w.shape
-    if any(v < 1 for v in x.shape):
-        raise ValueError(f"x: every dimension must be >= 1, got shape {tuple(x.shape)}")
-    if any(v < 1 for v in w.shape):
-        raise ValueError(f"w: every dimension must be >= 1, got shape {tuple(w.shape)}")
-    if isinstance(groups, (int, np.integer)) and not isinstance(groups, bool) and groups >= 1 \
-            and C % groups == 0 and Cg_w * groups != C:
-        raise ValueError(f"w: channel mismatch: x has C={C} channels and groups={groups}, so w needs "
-                         f"C/groups={C // groups} input channels, got {Cg_w} (w shape {tuple(w.shape)}, {layout})")
-    epilogue = Epilogue(alpha=alpha, beta=beta, has_bias=bias is not None, has_residual=residual is not None,
-                        activation=activation)
-    problem = ConvProblem.create(nd=nd, batch=N, in_spatial=tuple(spatial), channels=C, out_channels=K,
-                                 filter_spatial=tuple(filt), stride=stride, dilation=dilation, padding=padding,
-                                 groups=groups, dtype=dtype, layout=layout, epilogue=epilogue)
+    problem = _problem(nd, tuple(x.shape), tuple(w.shape), dtype, layout, stride, padding, dilation, groups, alpha, beta, bias is not None, residual is not None, activation)
     xp = _xp_of(x)
     user_out_shape = _user_shape(problem.out_shape, channels_first)
 
     if bias is not None:
         bias = as_array(bias, "bias")
-        _check_companion(bias, "bias", (K,), dtype, x)
-        bias = xp.ascontiguousarray(bias)
+        _check_companion(bias, "bias", (problem.out_channels,), dtype, x)
+        bias = _to_native(bias, False, xp)
     out_given = out
     out_user = None
     if out is not None:

@@ -74,6 +74,7 @@ def register(kernel: Kernel) -> Kernel:
     if kernel.name in _REGISTRY and _REGISTRY[kernel.name] is not kernel:
         raise ValueError(f"a kernel named {kernel.name!r} is already registered")
     _REGISTRY[kernel.name] = kernel
+    _SELECTIONS.clear()
     return kernel
 
 
@@ -124,14 +125,32 @@ class Explanation:
     _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731  (IPython display)
 
 
+#: (problem, device, forced, strategy) -> (kernel, explanation). Problems and devices are frozen, so a
+#: repeated call skips every ``supports``; registering a kernel clears it.
+_SELECTIONS: Dict[tuple, Tuple[Kernel, "Explanation"]] = {}
+_SELECTIONS_LIMIT = 4096
+
+
 def select(problem: ConvProblem, device: DeviceInfo, forced: Optional[str] = None,
            strategy: Optional[str] = None) -> Tuple[Kernel, Explanation]:
-    """Pick the kernel for ``problem`` on ``device``.
+    """Pick the kernel for ``problem`` on ``device``; memoised (declines are re-raised each time).
 
     With ``forced`` (a kernel name) that kernel is used if it supports the problem, else
     :class:`KernelDeclined` is raised with its reason. With ``strategy`` (conv3d on a GPU) only
     kernels implementing that strategy are considered; the others are listed as declined.
     """
+    key = (problem, device, forced, strategy)
+    hit = _SELECTIONS.get(key)
+    if hit is None:
+        hit = _select_uncached(problem, device, forced, strategy)
+        if len(_SELECTIONS) >= _SELECTIONS_LIMIT:
+            _SELECTIONS.clear()
+        _SELECTIONS[key] = hit
+    return hit
+
+
+def _select_uncached(problem: ConvProblem, device: DeviceInfo, forced: Optional[str],
+                     strategy: Optional[str]) -> Tuple[Kernel, Explanation]:
     table = kernels()
     names = [k.name for k in table]
     if forced is not None:

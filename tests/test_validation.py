@@ -169,3 +169,10 @@ def test_residual_aliasing_out(layout):
     buf = res0.copy()
     cuconv.conv2d(x, w, residual=buf[...], beta=0.5, out=buf, layout=layout)
     np.testing.assert_allclose(buf, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_validation_is_not_bypassed_by_the_problem_cache():
+    cuconv.conv2d(X, W, stride=1, groups=1)  # caches this geometry
+    _raises(TypeError, r"^stride: expected an int", cuconv.conv2d, X, W, stride=1.0)
+    _raises(TypeError, r"^groups: expected an int, got True", cuconv.conv2d, X, W, groups=True)
+    _raises(TypeError, r"^padding: expected", cuconv.conv2d, X, W, padding=0.0)
