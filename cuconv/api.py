@@ -7,6 +7,7 @@ back the result in the caller's layout and array library.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from dataclasses import dataclass
 from typing import Optional
@@ -341,4 +342,5 @@ def explain(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layou
     call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
                     out)
     _, explanation = _select(call, kernel, strategy)
-    return explanation
+    # the dispatcher memoises explanations: hand out a copy the caller may keep or change
+    return dataclasses.replace(explanation, declined=dict(explanation.declined), skipped=dict(explanation.skipped))
