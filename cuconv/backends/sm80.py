@@ -89,7 +89,7 @@ CONFIGS = {
     256: TileConfig(128, 256, 4, 2, 4, 1),
     128: TileConfig(128, 128, 4, 2, 4, 2),
     64: TileConfig(128, 64, 4, 4, 2, 2),
-    32: TileConfig(128, 32, 4, 4, 1, 3),
+    32: TileConfig(128, 32, 4, 4, 1, 2),
     16: TileConfig(128, 16, 4, 4, 1, 4),
 }
 

@@ -51,6 +51,7 @@ struct Im2colLoader {
   static constexpr int kRowsPerPass = NTHREADS / kChunksPerRow;
   static constexpr int kPasses = M_TILE / kRowsPerPass;
   static constexpr int kRowInfoBytes = M_TILE * (int)sizeof(RowInfo);
+  static constexpr int kBatch = kPasses % 4 == 0 ? 4 : kPasses;  // 2-byte copies in flight per thread
   static_assert(SUBPATH == SUBPATH_UNIFORM || SUBPATH == SUBPATH_PER_LANE, "pointwise uses LinearLoader");
   static_assert(NTHREADS % kChunksPerRow == 0, "a thread keeps one K column for all of its rows");
   static_assert(M_TILE % kRowsPerPass == 0, "the passes cover the tile rows exactly");
@@ -66,10 +67,19 @@ struct Im2colLoader {
       const long long m = m_offset + i;
       RowInfo ri;
       if (m < g.M) {
-        const long long nq = m / g.Q;
-        const int q = (int)(m - nq * g.Q);
-        const long long n = nq / g.P;
-        const int p = (int)(nq - n * g.P);
+        long long n;
+        int p, q;
+        if (g.M <= 0x7fffffffLL) {  // 32-bit divisions are a few instructions, 64-bit ones a call
+          const int nq = (int)m / g.Q;
+          q = (int)m - nq * g.Q;
+          n = nq / g.P;
+          p = nq - (int)n * g.P;
+        } else {
+          const long long nq = m / g.Q;
+          q = (int)(m - nq * g.Q);
+          n = nq / g.P;
+          p = (int)(nq - n * g.P);
+        }
         ri.pixel_base = n * (long long)g.H * g.W * g.C;
         ri.h0 = p * g.stride_h - g.pad_h;
         ri.w0 = q * g.stride_w - g.pad_w;
@@ -106,14 +116,33 @@ struct Im2colLoader {
     }
     const int dh = r * g.dil_h, dw = s * g.dil_w;
     const elem_t* xc = x + c_group + c;
+    if constexpr (VEC == 1) {
+      // synchronous 2-byte copies: loads first, then stores, kBatch at a time (one memory latency
+      // per batch instead of per element, without keeping every pass's address live)
+#pragma unroll 1
+      for (int p0 = 0; p0 < kPasses; p0 += kBatch) {
+        uint16_t v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const RowInfo ri = rows[row0 + (p0 + j) * kRowsPerPass];
+          const int h = ri.h0 + dh, w = ri.w0 + dw;
+          const bool valid = k_valid && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W;
+          v[j] = load_u16_zfill(valid ? xc + ri.pixel_base + ((long long)h * g.W + w) * g.C : x, valid);
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          store_u16(stage + Tile::elem_offset(row0 + (p0 + j) * kRowsPerPass, col), v[j]);
+      }
+    } else {
 #pragma unroll 4
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int row = row0 + pass * kRowsPerPass;
-      const RowInfo ri = rows[row];
-      const int h = ri.h0 + dh, w = ri.w0 + dw;
-      const bool valid = k_valid && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W;
-      const elem_t* src = valid ? xc + ri.pixel_base + ((long long)h * g.W + w) * g.C : x;
-      copy_vec_zfill<VEC>(stage + Tile::elem_offset(row, col), src, valid);
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int row = row0 + pass * kRowsPerPass;
+        const RowInfo ri = rows[row];
+        const int h = ri.h0 + dh, w = ri.w0 + dw;
+        const bool valid = k_valid && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W;
+        const elem_t* src = valid ? xc + ri.pixel_base + ((long long)h * g.W + w) * g.C : x;
+        copy_vec_zfill<VEC>(stage + Tile::elem_offset(row, col), src, valid);
+      }
     }
   }
 };

@@ -30,25 +30,55 @@ struct LinearLoader {
   // Budget: fully unrolled passes keep their addresses live across the K loop; past 8 (2-byte
   // copies on small CTAs) unroll by 4 so the addresses do not spill.
   static constexpr int kUnroll = kPasses <= 8 ? kPasses : 4;
+  static constexpr int kBatch = kPasses % 4 == 0 ? 4 : kPasses;  // 2-byte copies in flight per thread
 
   const elem_t* base;   // element (0, 0) of the operand (group / column offset already applied)
   long long mn_limit;   // valid rows along M (or N)
   long long k_limit;    // valid columns along K
   long long ld;         // leading dimension of the source, in elements
 
+  // Source address and predicate of pass `pass` for this thread; row/col are smem tile coordinates.
+  __device__ __forceinline__ const elem_t* source(int pass, long long mn_offset, long long k_offset, int& row,
+                                                  int& col, bool& valid) const {
+    const int idx = threadIdx.x + pass * NTHREADS;
+    row = idx / kChunksPerRow;
+    col = (idx % kChunksPerRow) * VEC;
+    const long long mn = mn_offset + (K_CONTIG ? row : col);
+    const long long k = k_offset + (K_CONTIG ? col : row);
+    valid = (kChunks % NTHREADS == 0 || idx < kChunks) && mn < mn_limit && k < k_limit;
+    return valid ? base + (K_CONTIG ? mn * ld + k : k * ld + mn) : base;
+  }
+
   __device__ __forceinline__ void load_tile(uint32_t stage, long long mn_offset, long long k_offset) const {
-    const int tid = threadIdx.x;
+    if constexpr (VEC == 1) {
+      // synchronous 2-byte copies: loads first, then stores, kBatch at a time (one memory latency
+      // per batch instead of per element, without keeping every pass's address live)
+#pragma unroll 1
+      for (int p0 = 0; p0 < kPasses; p0 += kBatch) {
+        uint16_t v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          int row, col;
+          bool valid;
+          const elem_t* src = source(p0 + j, mn_offset, k_offset, row, col, valid);
+          v[j] = load_u16_zfill(src, valid);
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const int idx = threadIdx.x + (p0 + j) * NTHREADS;
+          if (kChunks % NTHREADS != 0 && idx >= kChunks) break;
+          store_u16(stage + Tile::elem_offset(idx / kChunksPerRow, idx % kChunksPerRow), v[j]);
+        }
+      }
+    } else {
 #pragma unroll kUnroll
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int idx = tid + pass * NTHREADS;
-      if (kChunks % NTHREADS != 0 && idx >= kChunks) break;
-      const int row = idx / kChunksPerRow;          // smem tile row
-      const int col = (idx % kChunksPerRow) * VEC;  // smem tile column (first of VEC)
-      const long long mn = mn_offset + (K_CONTIG ? row : col);
-      const long long k = k_offset + (K_CONTIG ? col : row);
-      const bool valid = mn < mn_limit && k < k_limit;
-      const elem_t* src = valid ? base + (K_CONTIG ? mn * ld + k : k * ld + mn) : base;
-      copy_vec_zfill<VEC>(stage + Tile::elem_offset(row, col), src, valid);
+      for (int pass = 0; pass < kPasses; ++pass) {
+        if (kChunks % NTHREADS != 0 && threadIdx.x + pass * NTHREADS >= kChunks) break;
+        int row, col;
+        bool valid;
+        const elem_t* src = source(pass, mn_offset, k_offset, row, col, valid);
+        copy_vec_zfill<VEC>(stage + Tile::elem_offset(row, col), src, valid);
+      }
     }
   }
 };

@@ -49,8 +49,9 @@ struct MmaMainloop {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
 
-    // Prologue: tiles 0 .. STAGES-2 in flight.
-#pragma unroll
+    // Prologue: tiles 0 .. STAGES-2 in flight. Not unrolled: an unrolled prologue keeps every
+    // stage's addresses (and, for 2-byte copies, values) live at once and spills.
+#pragma unroll 1
     for (int t = 0; t < STAGES - 1; ++t) {
       if (t < k_tiles) {
         la.load_tile(ring.stage(t), m_offset, (long long)t * BK);

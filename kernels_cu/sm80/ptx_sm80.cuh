@@ -38,11 +38,20 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
-// One 16-bit element, global -> shared, synchronously; zero when `valid` is false (no load issued).
-__device__ __forceinline__ void copy_u16_zfill(uint32_t dst, const void* src, bool valid) {
+// The 2-byte fallback is split in two halves so a loader can issue all of its loads before the
+// first store (one memory latency per tile, not one per element): load_u16_zfill reads one 16-bit
+// element through the read-only path (zero, and no load, when `valid` is false); store_u16 puts it
+// in shared memory. The load is deliberately not `volatile`, so the compiler may batch it.
+__device__ __forceinline__ uint16_t load_u16_zfill(const void* src, bool valid) {
   uint16_t v = 0;
-  if (valid) asm volatile("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(src));
+  if (valid) asm("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(src));
+  return v;
+}
+__device__ __forceinline__ void store_u16(uint32_t dst, uint16_t v) {
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst), "h"(v));
+}
+__device__ __forceinline__ void copy_u16_zfill(uint32_t dst, const void* src, bool valid) {
+  store_u16(dst, load_u16_zfill(src, valid));
 }
 
 // Elements per copy -> the copy instruction. VEC = 1 is the synchronous fallback.
