@@ -87,7 +87,7 @@ class TileConfig:
 #: The variants, by GEMM N width. Warp tiles are 64x64 (big), 64x32, 32x32, 32x32 and 32x16.
 CONFIGS = {
     256: TileConfig(128, 256, 4, 2, 4, 1),
-    128: TileConfig(128, 128, 4, 2, 4, 2),
+    128: TileConfig(128, 128, 4, 2, 4, 1),  # 2 CTAs/SM (128 regs) spills the 64x32 warp tile
     64: TileConfig(128, 64, 4, 4, 2, 2),
     32: TileConfig(128, 32, 4, 4, 1, 2),
     16: TileConfig(128, 16, 4, 4, 1, 4),
@@ -255,8 +255,9 @@ class Sm80IgemmKernel(Kernel):
         from ..device import device_of
         dev = device_of(x)
         subpath, why = choose_subpath(problem)
-        if subpath is None:
-            raise ValueError(why)
+        if subpath is None:  # a sub-path forced after dispatch cached its choice for this problem
+            from ..dispatch import KernelDeclined
+            raise KernelDeclined(f"kernel: 'sm80_igemm' declines this problem: {why}")
         name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr)
         smem = cfg.smem_bytes(row_table=subpath != "pointwise")
         fn = _function(CONV_SOURCE, dev, defines, name, smem)
