@@ -8,14 +8,13 @@ back the result in the caller's layout and array library.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from . import dispatch
-from .arrays import as_array, dtype_name, module_name
+from .arrays import as_array, check_companion, dtype_name, module_name, real_scalar
 from .device import device_of
 from .problem import ACTIVATIONS, LAYOUTS, ConvProblem, Epilogue
 
@@ -59,19 +58,6 @@ def _user_shape(native_shape, channels_first: bool):
     if not channels_first:
         return tuple(native_shape)
     return (native_shape[0], native_shape[-1], *native_shape[1:-1])
-
-
-def _check_companion(a, name: str, shape, dtype: str, ref, ref_name: str = "x"):
-    """Shape / dtype / array-module / device checks for bias, residual and out."""
-    if module_name(a) != module_name(ref):
-        raise TypeError(f"{name}: expected a {module_name(ref)} array like {ref_name}, got a {module_name(a)} array")
-    if module_name(a) == "cupy" and a.device.id != ref.device.id:
-        raise ValueError(f"{name}: expected an array on GPU {ref.device.id} like {ref_name}, got GPU {a.device.id}")
-    if tuple(a.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
-    got = dtype_name(a, name)
-    if got != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype} like {ref_name}, got {got}")
 
 
 def _typed(v):
@@ -131,12 +117,6 @@ def _build_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilatio
                               groups=groups, dtype=dtype, layout=layout, epilogue=epilogue)
 
 
-def _real(v, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f"{name}: expected a real number, got {v!r}")
-    return float(v)
-
-
 def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
              activation, out) -> _Call:
     if not isinstance(layout, str) or layout.upper() not in LAYOUTS or LAYOUTS[layout.upper()][0] != nd:
@@ -160,8 +140,8 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
         raise TypeError(f"w: expected dtype {dtype} like x, got {wdt}")
     if activation is not None and activation not in ACTIVATIONS:
         raise ValueError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
-    alpha = _real(alpha, "alpha")
-    beta = _real(beta, "beta")
+    alpha = real_scalar(alpha, "alpha")
+    beta = real_scalar(beta, "beta")
 
     problem = _problem(nd, tuple(x.shape), tuple(w.shape), dtype, layout, stride, padding, dilation, groups, alpha, beta, bias is not None, residual is not None, activation)
     xp = _xp_of(x)
@@ -169,18 +149,18 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
 
     if bias is not None:
         bias = as_array(bias, "bias")
-        _check_companion(bias, "bias", (problem.out_channels,), dtype, x)
+        check_companion(bias, "bias", (problem.out_channels,), dtype, x)
         bias = _to_native(bias, False, xp)
     out_given = out
     out_user = None
     if out is not None:
         out_user = as_array(out, "out")
-        _check_companion(out_user, "out", user_out_shape, dtype, x)
+        check_companion(out_user, "out", user_out_shape, dtype, x)
         if module_name(out_user) == "numpy" and not out_user.flags.writeable:
             raise ValueError("out: expected a writeable array, got a read-only one")
     if residual is not None:
         res_user = as_array(residual, "residual")
-        _check_companion(res_user, "residual", user_out_shape, dtype, x)
+        check_companion(res_user, "residual", user_out_shape, dtype, x)
         # residual *is* out: an in-place add, which every kernel supports (each output element is
         # read before the same thread writes it). Any other overlap with out: read a snapshot.
         in_place = out_user is not None and (res_user is out_user or residual is out_given)

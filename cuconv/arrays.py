@@ -9,12 +9,14 @@
 
 from __future__ import annotations
 
+import numbers
+
 import ml_dtypes
 import numpy as np
 
 from .device import cupy_or_none
 
-__all__ = ["as_array", "module_name", "dtype_name", "SUPPORTED_DTYPES"]
+__all__ = ["as_array", "module_name", "dtype_name", "check_companion", "real_scalar", "SUPPORTED_DTYPES"]
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 SUPPORTED_DTYPES = {np.dtype(np.float16): "float16", BFLOAT16: "bfloat16", np.dtype(np.float32): "float32"}
@@ -57,3 +59,23 @@ def dtype_name(a, name: str) -> str:
     if dt not in SUPPORTED_DTYPES:
         raise TypeError(f"{name}: expected dtype float16, bfloat16 (ml_dtypes.bfloat16) or float32, got {dt}")
     return SUPPORTED_DTYPES[dt]
+
+
+def check_companion(a, name: str, shape, dtype: str, ref, ref_name: str = "x"):
+    """Shape / dtype / array-module / device checks of an operand that must match ``ref``."""
+    if module_name(a) != module_name(ref):
+        raise TypeError(f"{name}: expected a {module_name(ref)} array like {ref_name}, got a {module_name(a)} array")
+    if module_name(a) == "cupy" and a.device.id != ref.device.id:
+        raise ValueError(f"{name}: expected an array on GPU {ref.device.id} like {ref_name}, got GPU {a.device.id}")
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+    got = dtype_name(a, name)
+    if got != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} like {ref_name}, got {got}")
+
+
+def real_scalar(v, name: str) -> float:
+    """A real Python/NumPy number as float; TypeError naming ``name`` otherwise (bools refused)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name}: expected a real number, got {v!r}")
+    return float(v)

@@ -8,33 +8,18 @@ CuPy float32 arrays (or GPUs older than sm_80) use ``cupy.matmul`` in float32 an
 
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 
-from .arrays import as_array, dtype_name, module_name
+from .arrays import as_array, check_companion, dtype_name, module_name, real_scalar
 from .problem import ACTIVATIONS, Epilogue
 
 __all__ = ["matmul"]
 
 
-def _real(v, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f"{name}: expected a real number, got {v!r}")
-    return float(v)
-
-
 def _companion(arr, name: str, shape, dtype: str, ref):
     arr = as_array(arr, name)
-    if module_name(arr) != module_name(ref):
-        raise TypeError(f"{name}: expected a {module_name(ref)} array like a, got a {module_name(arr)} array")
-    if module_name(arr) == "cupy" and arr.device.id != ref.device.id:
-        raise ValueError(f"{name}: expected an array on GPU {ref.device.id} like a, got GPU {arr.device.id}")
-    if tuple(arr.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(arr.shape)}")
-    got = dtype_name(arr, name)
-    if got != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype} like a, got {got}")
+    check_companion(arr, name, shape, dtype, ref, ref_name="a")
     return arr
 
 
@@ -121,7 +106,7 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
         raise ValueError(f"a, b: every dimension must be >= 1, got a {tuple(a.shape)} and b {tuple(b.shape)}")
     if activation is not None and activation not in ACTIVATIONS:
         raise ValueError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
-    alpha, beta = _real(alpha, "alpha"), _real(beta, "beta")
+    alpha, beta = real_scalar(alpha, "alpha"), real_scalar(beta, "beta")
     if bias is not None:
         bias = _companion(bias, "bias", (N,), dtype, a)
     out_given = out
