@@ -8,7 +8,10 @@ dtype only.
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -60,3 +63,24 @@ def rel_error(out, ref) -> float:
 def assert_close(out, ref, dtype_name, context=""):
     err = rel_error(out, ref)
     assert err <= TOLERANCE[dtype_name], f"relative error {err:.3g} > {TOLERANCE[dtype_name]} ({dtype_name}) {context}"
+
+
+def nvrtc_available() -> bool:
+    """True when cuda-bindings can load NVRTC (the CPU compile tests need it)."""
+    try:
+        from cuda.bindings import nvrtc
+        return int(nvrtc.nvrtcVersion()[0]) == 0
+    except Exception:
+        return False
+
+
+def find_cuobjdump():
+    """Path of cuobjdump (on PATH, or from the nvidia-cuda-cuobjdump wheel), or None."""
+    exe = shutil.which("cuobjdump")
+    if exe:
+        return exe
+    for site in sys.path:
+        hits = glob.glob(os.path.join(site, "nvidia", "cu1*", "bin", "cuobjdump"))
+        if hits:
+            return hits[0]
+    return None

@@ -12,6 +12,8 @@ import pytest
 import cuconv.backends
 from cuconv.compiler import compile_cuda, kernels_dir
 
+from conftest import nvrtc_available
+
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (the cuda13 extra) not installed")
 
 def _all_variants():
@@ -22,15 +24,7 @@ def _all_variants():
     return variants
 
 
-def _nvrtc_works():
-    try:
-        err, *_ = nvrtc.nvrtcVersion()
-        return int(err) == 0
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _nvrtc_works(), reason="NVRTC library not found (pip install nvidia-cuda-nvrtc)")
+pytestmark = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC library not found (pip install nvidia-cuda-nvrtc)")
 
 
 @pytest.mark.parametrize("source,defines,arch", _all_variants(), ids=lambda v: str(v))

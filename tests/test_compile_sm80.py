@@ -4,7 +4,6 @@ choice, and the NumPy path of ``cuconv.matmul``. No GPU needed.
 """
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,28 +15,10 @@ import cuconv
 from cuconv.backends import sm80
 from cuconv.problem import ConvProblem
 
-
-def _nvrtc_works():
-    try:
-        from cuda.bindings import nvrtc
-        err, *_ = nvrtc.nvrtcVersion()
-        return int(err) == 0
-    except Exception:
-        return False
+from conftest import find_cuobjdump, nvrtc_available
 
 
-needs_nvrtc = pytest.mark.skipif(not _nvrtc_works(), reason="NVRTC (cuda-bindings + nvidia-cuda-nvrtc) not installed")
-
-
-def _cuobjdump():
-    try:
-        import nvidia
-        for base in nvidia.__path__:
-            for cand in Path(base).glob("cu*/bin/cuobjdump"):
-                return str(cand)
-    except ImportError:
-        pass
-    return shutil.which("cuobjdump")
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (cuda-bindings + nvidia-cuda-nvrtc) not installed")
 
 
 def _problem(c, k, filt, pad, groups=1, stride=1, dtype="bfloat16"):
@@ -53,7 +34,7 @@ def test_compiles_without_spills_and_uses_tensor_cores(source, defines, arch):
     cubin, report = compile_cuda(source, arch, defines)
     main = report.function(defines["CUCONV_KERNEL_NAME"])
     assert report.spills == 0 and main.stack_frame == 0, report.log
-    tool = _cuobjdump()
+    tool = find_cuobjdump()
     if tool is None:
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
     sass = subprocess.run([tool, "--dump-sass", cubin], capture_output=True, text=True, check=True).stdout

@@ -12,11 +12,7 @@ conftest.TOLERANCE (the one table).
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -28,6 +24,7 @@ from cuconv.backends.hopper_tma import COMPILE_VARIANTS, Sm90TmaKernel, choose_t
 from cuconv.device import DeviceInfo, gpu_available
 from cuconv.problem import ConvProblem, Epilogue
 
+from conftest import find_cuobjdump, nvrtc_available
 from geometry import Case, cases, check_case
 
 H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
@@ -42,26 +39,7 @@ def _problem(N=2, H=9, W=11, C=16, K=16, R=3, S=3, stride=1, dilation=1, padding
 
 
 # ----------------------------------------------------------------------------------------- CPU
-def _cuobjdump():
-    exe = shutil.which("cuobjdump")
-    if exe:
-        return exe
-    for site in sys.path:
-        hits = glob.glob(os.path.join(site, "nvidia", "cu1*", "bin", "cuobjdump"))
-        if hits:
-            return hits[0]
-    return None
-
-
-def _nvrtc_ok():
-    try:
-        from cuda.bindings import nvrtc
-        return int(nvrtc.nvrtcVersion()[0]) == 0
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(not _nvrtc_ok(), reason="NVRTC (cuda-bindings) not available")
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (cuda-bindings) not available")
 @pytest.mark.parametrize("source,defines,arch", COMPILE_VARIANTS, ids=lambda v: str(v))
 def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines, arch):
     from cuconv.compiler import compile_cuda
@@ -69,7 +47,7 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
     assert report.functions, report.log
     assert report.spills == 0 and all(f.stack_frame == 0 for f in report.functions), report.log
     assert "C7508" not in report.log, "setmaxnreg ignored by ptxas:\n" + report.log
-    exe = _cuobjdump()
+    exe = find_cuobjdump()
     if exe is None:
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
     sass = subprocess.run([exe, "-sass", path], capture_output=True, text=True, check=True).stdout
