@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 
 from . import dispatch
-from .arrays import as_array, check_companion, dtype_name, module_name, real_scalar
+from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, real_scalar
 from .device import device_of
 from .problem import ACTIVATIONS, LAYOUTS, ConvProblem, Epilogue
 
@@ -126,10 +126,7 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
     channels_first = not LAYOUTS[layout][1]
     x = as_array(x, "x")
     w = as_array(w, "w")
-    if module_name(x) != module_name(w):
-        raise TypeError(f"w: expected a {module_name(x)} array like x, got a {module_name(w)} array")
-    if module_name(x) == "cupy" and x.device.id != w.device.id:
-        raise ValueError(f"w: expected an array on GPU {x.device.id} like x, got GPU {w.device.id}")
+    check_same_place(w, "w", x)
     if x.ndim != nd + 2:
         raise ValueError(f"x: expected a {nd + 2}-D array ({layout}), got {x.ndim}-D with shape {tuple(x.shape)}")
     if w.ndim != nd + 2:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .device import cupy_or_none
 
-__all__ = ["as_array", "module_name", "dtype_name", "check_companion", "real_scalar", "SUPPORTED_DTYPES"]
+__all__ = ["as_array", "module_name", "dtype_name", "check_companion", "check_same_place", "real_scalar", "SUPPORTED_DTYPES"]
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 SUPPORTED_DTYPES = {np.dtype(np.float16): "float16", BFLOAT16: "bfloat16", np.dtype(np.float32): "float32"}
@@ -61,12 +61,17 @@ def dtype_name(a, name: str) -> str:
     return SUPPORTED_DTYPES[dt]
 
 
-def check_companion(a, name: str, shape, dtype: str, ref, ref_name: str = "x"):
-    """Shape / dtype / array-module / device checks of an operand that must match ``ref``."""
+def check_same_place(a, name: str, ref, ref_name: str = "x"):
+    """``a`` must be of the same array library as ``ref`` and, on a GPU, on the same device."""
     if module_name(a) != module_name(ref):
         raise TypeError(f"{name}: expected a {module_name(ref)} array like {ref_name}, got a {module_name(a)} array")
     if module_name(a) == "cupy" and a.device.id != ref.device.id:
         raise ValueError(f"{name}: expected an array on GPU {ref.device.id} like {ref_name}, got GPU {a.device.id}")
+
+
+def check_companion(a, name: str, shape, dtype: str, ref, ref_name: str = "x"):
+    """Shape / dtype / array-module / device checks of an operand that must match ``ref``."""
+    check_same_place(a, name, ref, ref_name)
     if tuple(a.shape) != tuple(shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
     got = dtype_name(a, name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arrays import as_array, check_companion, dtype_name, module_name, real_scalar
+from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, real_scalar
 from .problem import ACTIVATIONS, Epilogue
 
 __all__ = ["matmul"]
@@ -87,10 +87,7 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
     """
     a = as_array(a, "a")
     b = as_array(b, "b")
-    if module_name(a) != module_name(b):
-        raise TypeError(f"b: expected a {module_name(a)} array like a, got a {module_name(b)} array")
-    if module_name(a) == "cupy" and a.device.id != b.device.id:
-        raise ValueError(f"b: expected an array on GPU {a.device.id} like a, got GPU {b.device.id}")
+    check_same_place(b, "b", a, "a")
     if a.ndim != 2:
         raise ValueError(f"a: expected a 2-D array (M, K), got {a.ndim}-D with shape {tuple(a.shape)}")
     if b.ndim != 2:
