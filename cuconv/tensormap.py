@@ -2,11 +2,11 @@
 
 Three descriptors per call (see kernels_cu/hopper/tma_im2col_loader.cuh for how they are read):
 
-* activations ``x`` (N, H, W, C): im2col mode, one box = ``pixels`` output pixels x ``channels``
+* activations ``x`` (N, H, W, C) or, for conv3d, (N, D, H, W, C): im2col mode (rank 4 / rank 5), one box = ``pixels`` output pixels x ``channels``
   channels of one filter tap. :func:`tma_box_params` gives the parameters, derived from the
   problem alone, so CPU tests can replay them through the NumPy box-load model
   (:func:`cuconv.models.tma.tma_im2col_box_load`).
-* weights ``w`` (K, R, S, C) viewed as (K, R*S, C): tiled, box {channels, 1 tap, BN filters}.
+* weights ``w`` (K, [T,] R, S, C) viewed as (K, taps, C): tiled, box {channels, 1 tap, BN filters}.
 * residual ``C`` (M, K): tiled, box {64 channels, BM pixels}.
 
 All use the 128-byte swizzle and zero out-of-bounds fill. A descriptor reaches the kernel as a
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -34,36 +35,43 @@ __all__ = ["TmaBoxParams", "tma_box_params", "tma_limits_violation", "encode_im2
 #: NumPy layout of one CUtensorMap as a kernel argument (128 opaque bytes, 16 x uint64).
 DESCRIPTOR_DTYPE = np.dtype([("opaque", np.uint64, (16,))], align=True)
 
-# Hardware limits of cuTensorMapEncodeIm2col / the im2col copy for a rank-4 (NHWC) tensor.
-CORNER_RANGE = (-128, 127)     # pixel-box corners: signed 8-bit for rank 4
-OFFSET_MAX = 255               # per-dim im2col offsets (r*dil_h, s*dil_w): unsigned 8-bit for rank 4
+# Hardware limits of cuTensorMapEncodeIm2col / the im2col copy, per tensor rank (nd + 2): the
+# pixel-box corners are signed and the per-load im2col offsets unsigned, both with 16 / (rank - 2)
+# bits per spatial dim (rank 4 = NHWC: 8 bits; rank 5 = NDHWC: 5 bits).
+CORNER_RANGE = {4: (-128, 127), 5: (-16, 15)}
+OFFSET_MAX = {4: 255, 5: 31}
 ELEMENT_STRIDE_MAX = 8         # traversal (conv) stride
 GLOBAL_DIM_MAX = 2 ** 32
 GLOBAL_STRIDE_MAX = 2 ** 40
 INT32_MAX = 2 ** 31 - 1
+_DIM_NAMES = {2: ("H", "W"), 3: ("D", "H", "W")}
 
 
 @dataclass(frozen=True)
 class TmaBoxParams:
-    """The im2col descriptor parameters of a conv2d problem (what :func:`encode_im2col_x` encodes).
+    """The im2col descriptor parameters of a conv2d/conv3d problem (what :func:`encode_im2col_x` encodes).
 
-    Spatial tuples are ordered (H, W), outermost first, like the problem; the driver wants them
-    reversed (W, H), which the encoder does. ``tap_offsets[r * S + s] = (r * dil_h, s * dil_w)``.
+    Spatial tuples are ordered outermost first ((H, W) or (D, H, W)), like the problem; the driver
+    wants them innermost first, which the encoder does. ``tap_offsets[tap]`` is
+    ``(r * dil_h, s * dil_w)`` (2-D) or ``(t * dil_d, r * dil_h, s * dil_w)`` (3-D), taps row-major.
     """
 
-    lower_corner: Tuple[int, int]        # -pad_lo per spatial dim
-    upper_corner: Tuple[int, int]        # (out - 1) * stride - pad_lo - (in - 1)
-    element_strides: Tuple[int, int]     # the conv stride
-    tap_offsets: Tuple[Tuple[int, int], ...]
+    lower_corner: Tuple[int, ...]        # -pad_lo per spatial dim
+    upper_corner: Tuple[int, ...]        # (out - 1) * stride - pad_lo - (in - 1)
+    element_strides: Tuple[int, ...]     # the conv stride
+    tap_offsets: Tuple[Tuple[int, ...], ...]
     pixels_per_column: int               # BM, GEMM rows per box
     channels_per_pixel: int              # BK, channels per box
 
-    def start_coord(self, problem: ConvProblem, m_offset: int, c_start: int = 0) -> Tuple[int, int, int, int]:
-        """(n, h, w, c) the kernel passes for a box starting at GEMM row ``m_offset``."""
-        P, Q = problem.out_spatial
-        n, rem = divmod(m_offset, P * Q)
-        p, q = divmod(rem, Q)
-        return (n, p * problem.stride[0] - problem.pad_lo[0], q * problem.stride[1] - problem.pad_lo[1], c_start)
+    def start_coord(self, problem: ConvProblem, m_offset: int, c_start: int = 0) -> Tuple[int, ...]:
+        """(n, *spatial, c) the kernel passes for a box starting at GEMM row ``m_offset``."""
+        out = problem.out_spatial
+        rem = m_offset
+        origin = []
+        for o, st, lo in reversed(list(zip(out, problem.stride, problem.pad_lo))):
+            rem, idx = divmod(rem, o)
+            origin.append(idx * st - lo)
+        return (rem, *reversed(origin), c_start)
 
 
 def tma_box_params(problem: ConvProblem, pixels_per_column: int = 128, channels_per_pixel: int = 64) -> TmaBoxParams:
@@ -72,18 +80,17 @@ def tma_box_params(problem: ConvProblem, pixels_per_column: int = 128, channels_
     The access window of base coordinates per image is ``[lower, in - 1 + upper]`` stepped by the
     conv stride: with ``lower = -pad_lo`` and ``upper = (out - 1) * stride - pad_lo - (in - 1)`` it
     holds exactly the ``out`` window origins ``o * stride - pad_lo`` of each spatial dim, in output
-    order. The filter extent (and dilation) does not enter the corners: tap ``(r, s)`` is reached by
-    the per-load offsets ``(r * dil_h, s * dil_w)``, which shift the pixel read, not the traversal;
+    order. The filter extent (and dilation) does not enter the corners: a tap is reached by the
+    per-load offsets (tap index x dilation per dim), which shift the pixel read, not the traversal;
     reads that land outside the tensor (padding on either side) are zero-filled.
     """
-    if problem.nd != 2:
-        raise ValueError(f"problem: tma_box_params covers conv2d only, got conv{problem.nd}d")
+    if problem.nd not in (2, 3):
+        raise ValueError(f"problem: tma_box_params covers conv2d and conv3d, got conv{problem.nd}d")
     lower = tuple(-lo for lo in problem.pad_lo)
     upper = tuple((o - 1) * s - lo - (L - 1) for o, s, lo, L in
                   zip(problem.out_spatial, problem.stride, problem.pad_lo, problem.in_spatial))
-    R, S = problem.filter_spatial
-    dh, dw = problem.dilation
-    taps = tuple((r * dh, s * dw) for r, s in itertools.product(range(R), range(S)))
+    taps = tuple(tuple(i * d for i, d in zip(tap, problem.dilation))
+                 for tap in itertools.product(*[range(f) for f in problem.filter_spatial]))
     return TmaBoxParams(lower_corner=lower, upper_corner=upper, element_strides=tuple(problem.stride),
                         tap_offsets=taps, pixels_per_column=pixels_per_column,
                         channels_per_pixel=channels_per_pixel)
@@ -92,29 +99,31 @@ def tma_box_params(problem: ConvProblem, pixels_per_column: int = 128, channels_
 def tma_limits_violation(problem: ConvProblem) -> Optional[str]:
     """``None`` when every descriptor of the problem is encodable, else why not (for ``check``)."""
     bp = tma_box_params(problem)
-    names = ("H", "W")
+    rank = problem.nd + 2
+    names = _DIM_NAMES[problem.nd]
+    c_lo, c_hi = CORNER_RANGE[rank]
     for i, (lo, up) in enumerate(zip(bp.lower_corner, bp.upper_corner)):
         for what, v in (("lower", lo), ("upper", up)):
-            if not CORNER_RANGE[0] <= v <= CORNER_RANGE[1]:
-                return (f"TMA im2col {what} pixel-box corner along {names[i]} is {v}, outside the rank-4 range "
-                        f"{list(CORNER_RANGE)} (padding or stride/extent too large)")
-    R, S = problem.filter_spatial
-    dh, dw = problem.dilation
-    if (R - 1) * dh > OFFSET_MAX or (S - 1) * dw > OFFSET_MAX:
-        return (f"TMA im2col offsets (filter tap x dilation) reach {max((R - 1) * dh, (S - 1) * dw)}, "
-                f"above the rank-4 limit {OFFSET_MAX}")
+            if not c_lo <= v <= c_hi:
+                return (f"TMA im2col {what} pixel-box corner along {names[i]} is {v}, outside the rank-{rank} range "
+                        f"{[c_lo, c_hi]} (padding or stride/extent too large)")
+    reach = max((f - 1) * d for f, d in zip(problem.filter_spatial, problem.dilation))
+    if reach > OFFSET_MAX[rank]:
+        return (f"TMA im2col offsets (filter tap x dilation) reach {reach}, above the rank-{rank} limit "
+                f"{OFFSET_MAX[rank]}")
     if max(problem.stride) > ELEMENT_STRIDE_MAX:
         return f"stride {problem.stride} exceeds the TMA traversal stride limit {ELEMENT_STRIDE_MAX}"
-    N, H, W, C = problem.x_shape
+    N, *spatial, C = problem.x_shape
     K = problem.out_channels
-    if max(N, H, W, C, K, R * S, problem.gemm_m) > GLOBAL_DIM_MAX:
-        return f"a tensor dimension exceeds the TMA limit 2^32"
-    if H * W * C * problem.itemsize >= GLOBAL_STRIDE_MAX or problem.gemm_k * problem.itemsize >= GLOBAL_STRIDE_MAX:
+    taps = math.prod(problem.filter_spatial)
+    if max(N, *spatial, C, K, taps, problem.gemm_m) > GLOBAL_DIM_MAX:
+        return "a tensor dimension exceeds the TMA limit 2^32"
+    if math.prod(spatial) * C * problem.itemsize >= GLOBAL_STRIDE_MAX or \
+            problem.gemm_k * problem.itemsize >= GLOBAL_STRIDE_MAX:
         return "a tensor stride exceeds the TMA limit 2^40 bytes"
     if problem.gemm_m > INT32_MAX or problem.gemm_m + 128 > INT32_MAX:
         return f"GEMM M = {problem.gemm_m} exceeds the kernel's 32-bit coordinate range"
-    P, Q = problem.out_spatial
-    if max(H, W) * max(problem.stride) + max(problem.pad_lo) > 2 ** 30:
+    if max(spatial) * max(problem.stride) + max(problem.pad_lo) > 2 ** 30:
         return "spatial coordinates exceed the kernel's 32-bit coordinate range"
     return None
 
@@ -164,30 +173,38 @@ def _enums(driver):
 
 
 def encode_im2col_x(problem: ConvProblem, ptr: int, box: Optional[TmaBoxParams] = None) -> np.void:
-    """im2col descriptor of the activations at device address ``ptr`` (native NHWC, contiguous)."""
+    """im2col descriptor of the activations at device address ``ptr`` (native NHWC / NDHWC, contiguous).
+
+    Rank 4 for conv2d, rank 5 for conv3d; the driver takes every per-dim list innermost first.
+    """
     driver = _driver()
     box = box or tma_box_params(problem)
-    N, H, W, C = problem.x_shape
+    dims = list(reversed(problem.x_shape))          # C, W, H, (D,) N
     es = problem.itemsize
+    strides = []                                    # byte strides of every dim but the innermost
+    acc = es
+    for d in dims[:-1]:
+        acc *= d
+        strides.append(acc)
     inter, swz, l2, oob = _enums(driver)
     return _check(driver.cuTensorMapEncodeIm2col(
-        _data_type(driver, problem.dtype), 4, ptr,
-        _u64(driver, [C, W, H, N]), _u64(driver, [C * es, W * C * es, H * W * C * es]),
+        _data_type(driver, problem.dtype), len(dims), ptr, _u64(driver, dims), _u64(driver, strides),
         [int(v) for v in reversed(box.lower_corner)], [int(v) for v in reversed(box.upper_corner)],
         driver.cuuint32_t(box.channels_per_pixel), driver.cuuint32_t(box.pixels_per_column),
-        _u32(driver, [1, box.element_strides[1], box.element_strides[0], 1]), inter, swz, l2, oob),
+        _u32(driver, [1, *reversed(box.element_strides), 1]), inter, swz, l2, oob),
         "cuTensorMapEncodeIm2col (activations)")
 
 
 def encode_tiled_w(problem: ConvProblem, ptr: int, block_n: int, block_k: int = 64) -> np.void:
-    """Tiled descriptor of the filters (K, R, S, C) viewed as (K, R*S, C); box {BK, 1, BN}."""
+    """Tiled descriptor of the filters (K, [T,] R, S, C) viewed as (K, taps, C); box {BK, 1, BN}."""
     driver = _driver()
-    K, R, S, C = problem.w_shape
+    K, *filt, C = problem.w_shape
+    taps = math.prod(filt)
     es = problem.itemsize
     inter, swz, l2, oob = _enums(driver)
     return _check(driver.cuTensorMapEncodeTiled(
-        _data_type(driver, problem.dtype), 3, ptr, _u64(driver, [C, R * S, K]),
-        _u64(driver, [C * es, R * S * C * es]), _u32(driver, [block_k, 1, block_n]), _u32(driver, [1, 1, 1]),
+        _data_type(driver, problem.dtype), 3, ptr, _u64(driver, [C, taps, K]),
+        _u64(driver, [C * es, taps * C * es]), _u32(driver, [block_k, 1, block_n]), _u32(driver, [1, 1, 1]),
         inter, swz, l2, oob), "cuTensorMapEncodeTiled (filters)")
 
 

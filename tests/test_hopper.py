@@ -55,16 +55,20 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
     assert "UTMALDG" in sass and "IM2COL" in sass, "no TMA im2col load (UTMALDG...IM2COL) in the SASS"
 
 
+@pytest.mark.parametrize("nd", [2, 3])
 @settings(max_examples=30)
-@given(cases(nd=2, dtypes=("bfloat16",), layouts=("NHWC",), groups=False, epilogue=False, max_spatial=9,
-             max_channels=20), st.data())
-def test_descriptor_params_reproduce_explicit_im2col(case, data):
-    """Box loads with tma_box_params (replayed by the NumPy TMA model) tile the explicit A exactly."""
+@given(st.data())
+def test_descriptor_params_reproduce_explicit_im2col(nd, data):
+    """Box loads with tma_box_params (replayed by the NumPy TMA model) tile the explicit A exactly
+    (4-D boxes for conv2d, 5-D for conv3d's native strategy)."""
     from cuconv.models.im2col import im2col_matrix
     from cuconv.models.tma import tma_im2col_box_load
-    p = ConvProblem.create(nd=2, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+    case = data.draw(cases(nd=nd, dtypes=("bfloat16",), layouts=("NHWC",) if nd == 2 else ("NDHWC",), groups=False,
+                           epilogue=False, max_spatial=9 if nd == 2 else 8, max_channels=20), label="case")
+    p = ConvProblem.create(nd=nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
                            out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
-                           dilation=case.dilation, padding=case.padding, groups=1, dtype="float32", layout="NHWC")
+                           dilation=case.dilation, padding=case.padding, groups=1, dtype="float32",
+                           layout=case.layout)
     rng = np.random.default_rng(case.seed)
     x = rng.standard_normal(p.x_shape).astype(np.float32)
     pixels = data.draw(st.sampled_from([8, 16, 32]), label="pixels")
@@ -75,9 +79,8 @@ def test_descriptor_params_reproduce_explicit_im2col(case, data):
     for m0 in range(0, p.gemm_m, pixels):
         for tap, offsets in enumerate(bp.tap_offsets):
             for c0 in range(0, C, channels):
-                n, h, w_, c = bp.start_coord(p, m0, c0)
                 box = tma_im2col_box_load(x, lower_corner=bp.lower_corner, upper_corner=bp.upper_corner,
-                                          coord=(n, h, w_, c), offsets=offsets, pixels=pixels, channels=channels,
+                                          coord=bp.start_coord(p, m0, c0), offsets=offsets, pixels=pixels, channels=channels,
                                           element_strides=bp.element_strides)
                 want = np.zeros((pixels, channels), np.float32)
                 rows = a[m0:m0 + pixels, tap * C + c0: tap * C + min(C, c0 + channels)]

@@ -1,15 +1,17 @@
-"""Hopper (sm_90a) conv2d kernel: TMA im2col + warp-specialized wgmma, fused epilogue.
+"""Hopper (sm_90a) conv2d / conv3d kernel: TMA im2col + warp-specialized wgmma, fused epilogue.
 
-Kernel source: kernels_cu/hopper/conv2d_fprop_sm90.cu (its opening comment lists the warp roles
-and barriers). This module decides whether the kernel serves a problem (:meth:`check`, with a
+Kernel source: kernels_cu/hopper/conv_fprop_sm90.cu (its opening comment lists the warp roles
+and barriers). Two registered kernels share it: ``sm90_tma`` (conv2d, 4-D im2col boxes) and
+``conv3d_native`` (conv3d's "native" strategy: one implicit GEMM over NDHWC with 5-D im2col boxes,
+the K-loop walking (t, r, s, channel block); any stride, dilation and padding, temporal included). This module decides whether the kernel serves a problem (:meth:`check`, with a
 precise reason when it does not), picks a tile config (:func:`choose_tile_config`, a pure
 function of the problem and the SM count), encodes the TMA descriptors (:mod:`cuconv.tensormap`)
 and launches.
 
 Data flow of one call::
 
-    x (N, H, W, C)   --TMA im2col box per (tile, r, s, c-block)-->  smem ring  --wgmma-->  fp32 regs
-    w (K, R, S, C)   --TMA tile box (K, R*S, C) per (tile, tap, c-block)-->  smem ring
+    x (N, [D,] H, W, C)  --TMA im2col box per (tile, [t,] r, s, c-block)-->  smem ring  --wgmma-->  fp32 regs
+    w (K, [T,] R, S, C)  --TMA tile box (K, taps, C) per (tile, tap, c-block)-->  smem ring
     residual (M, K)  --epilogue-load warp, TMA 64-channel chunks-->  smem C ring  (beta != 0 only)
     regs --act(alpha*acc + bias + beta*C), cast--> out (M, K)
 """
@@ -26,9 +28,10 @@ from ..dispatch import Kernel, register
 from ..launch import c_struct, dtype_code, epilogue_params
 from ..tensormap import tma_box_params, tma_limits_violation  # noqa: F401  (re-exported for tests)
 
-__all__ = ["TileConfig", "choose_tile_config", "Sm90TmaKernel", "COMPILE_VARIANTS", "tma_box_params"]
+__all__ = ["TileConfig", "choose_tile_config", "Sm90TmaKernel", "Sm90TmaConv3d", "COMPILE_VARIANTS",
+           "tma_box_params"]
 
-_SOURCE = "hopper/conv2d_fprop_sm90.cu"
+_SOURCE = "hopper/conv_fprop_sm90.cu"
 _ARCH = "sm_90a"
 BLOCK_M = 128
 BLOCK_K = 64
@@ -69,13 +72,13 @@ class TileConfig:
         per_stage = (self.block_m + self.block_n) * self.block_k * 2
         return _ALIGN_SLACK + self.stages * per_stage + (_C_RING_BYTES if loads_residual else 0) + _BARRIER_BYTES
 
-    def kernel_name(self, loads_residual: bool) -> str:
-        return (f"conv2d_fprop_sm90_tma_{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
+    def kernel_name(self, loads_residual: bool, nd: int = 2) -> str:
+        return (f"conv{nd}d_fprop_sm90_tma_{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
                 + ("_res" if loads_residual else ""))
 
-    def defines(self, dtype: str, loads_residual: bool) -> dict:
-        return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_BN": self.block_n, "SM90_STAGES": self.stages,
-                "SM90_HAS_RESIDUAL": int(loads_residual)}
+    def defines(self, dtype: str, loads_residual: bool, nd: int = 2) -> dict:
+        return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BN": self.block_n,
+                "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual)}
 
 
 def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132) -> TileConfig:
@@ -104,24 +107,29 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132) -> TileCon
 
 #: Every (source, defines, arch) this module may launch, for the CPU compile test.
 COMPILE_VARIANTS = [
-    (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_BN": bn, "SM90_STAGES": st, "SM90_HAS_RESIDUAL": res}, _ARCH)
-    for dt in (0, 1) for bn, st in STAGES.items() for res in (0, 1)
+    (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BN": bn, "SM90_STAGES": st, "SM90_HAS_RESIDUAL": res},
+     _ARCH)
+    for nd in (2, 3) for dt in (0, 1) for bn, st in STAGES.items() for res in (0, 1)
 ]
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
-    "K", "P", "Q", "R", "S", "stride_h", "stride_w", "dil_h", "dil_w", "pad_h", "pad_w", "c_blocks", "n_tiles",
-    "num_tiles")]
+    "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
+    "pad_h", "pad_w", "c_blocks", "n_tiles", "num_tiles")]
 
 
 def _params(problem, cfg: TileConfig):
+    """Sm90ConvParams of the kernel source; a 2-D problem is a 3-D one of depth 1 (O = T = 1, no pad)."""
     import numpy as np
     fields = [(n, np.dtype(t).type) for n, t in _PARAM_FIELDS]
-    P, Q = problem.out_spatial
-    R, S = problem.filter_spatial
-    vals = dict(M=problem.gemm_m, K=problem.out_channels, P=P, Q=Q, R=R, S=S, stride_h=problem.stride[0],
-                stride_w=problem.stride[1], dil_h=problem.dilation[0], dil_w=problem.dilation[1],
-                pad_h=problem.pad_lo[0], pad_w=problem.pad_lo[1], c_blocks=-(-problem.channels // BLOCK_K),
-                n_tiles=cfg.n_tiles, num_tiles=cfg.num_tiles)
+    lead = 3 - problem.nd
+    O, P, Q = (1,) * lead + tuple(problem.out_spatial)
+    T, R, S = (1,) * lead + tuple(problem.filter_spatial)
+    sd, sh, sw = (1,) * lead + tuple(problem.stride)
+    dd, dh, dw = (1,) * lead + tuple(problem.dilation)
+    pd, ph, pw = (0,) * lead + tuple(problem.pad_lo)
+    vals = dict(M=problem.gemm_m, K=problem.out_channels, O=O, P=P, Q=Q, T=T, R=R, S=S, stride_d=sd, stride_h=sh,
+                stride_w=sw, dil_d=dd, dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw,
+                c_blocks=-(-problem.channels // BLOCK_K), n_tiles=cfg.n_tiles, num_tiles=cfg.num_tiles)
     return c_struct(fields, vals)
 
 
@@ -162,7 +170,7 @@ class Sm90TmaKernel(Kernel):
         need = cfg.smem_bytes(problem.epilogue.loads_residual)
         if device.smem_per_block_optin and need > device.smem_per_block_optin:
             return False, f"needs {need} bytes of shared memory per block, the device allows {device.smem_per_block_optin}"
-        return True, "Hopper TMA im2col + wgmma kernel covers this problem"
+        return True, f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem"
 
     @staticmethod
     def _describe_uncached(problem, device):
@@ -170,7 +178,7 @@ class Sm90TmaKernel(Kernel):
         res = problem.epilogue.loads_residual
         grid = (f"persistent grid {cfg.grid} CTAs over {cfg.num_tiles} tiles" if cfg.persistent
                 else f"grid {cfg.grid} CTAs, one tile each")
-        return (f"{cfg.kernel_name(res)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.stages}-stage ring, "
+        return (f"{cfg.kernel_name(res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.stages}-stage ring, "
                 f"{cfg.consumers} consumer warpgroups, {grid}, "
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
 
@@ -208,7 +216,7 @@ class Sm90TmaKernel(Kernel):
         dev = device_of(x)
         cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, dev.sm_count or 132)
         res = problem.epilogue.loads_residual
-        fn, smem = _function(dev, cfg, problem.dtype, res)
+        fn, smem = _function(dev, cfg, problem.dtype, res, problem.nd)
 
         # TMA needs 16-byte aligned bases; a misaligned view (rare) goes through an aligned copy,
         # and such a launch is not cached (the copy's address is new every call).
@@ -253,22 +261,37 @@ _LAUNCHES: "OrderedDict" = OrderedDict()
 
 
 @functools.lru_cache(maxsize=None)
-def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res: bool):
+def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res: bool, nd: int):
     from ..device import _gpu_info
     dev = _gpu_info(dev_index)
     bn, stages = cfg_key
     cfg = TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=stages, consumers=BLOCK_M // 64,
                      m_tiles=1, n_tiles=1, grid=1)
-    mod = load_cuda_module(_SOURCE, dev, cfg.defines(dtype, res))
-    fn = mod.get_function(cfg.kernel_name(res))
+    mod = load_cuda_module(_SOURCE, dev, cfg.defines(dtype, res, nd))
+    fn = mod.get_function(cfg.kernel_name(res, nd))
     smem = cfg.smem_bytes(res)
     fn.max_dynamic_shared_size_bytes = smem
     return fn, smem
 
 
-def _function(dev, cfg: TileConfig, dtype: str, res: bool):
+def _function(dev, cfg: TileConfig, dtype: str, res: bool, nd: int):
     """The loaded kernel of a variant with its dynamic shared-memory limit raised (once per device)."""
-    return _function_cached(dev.index, dev.arch, (cfg.block_n, cfg.stages), dtype, res)
+    return _function_cached(dev.index, dev.arch, (cfg.block_n, cfg.stages), dtype, res, nd)
+
+
+class Sm90TmaConv3d(Sm90TmaKernel):
+    """conv3d's "native" strategy: the Hopper kernel compiled for NDHWC (5-D im2col boxes).
+
+    One launch, no temporaries: the K-loop walks (t, r, s, channel block), so temporal padding,
+    stride and dilation cost nothing extra. Preferred over the Q-slice strategy by ``auto`` (see
+    docs/bench/h100_conv3d.log for the side-by-side measurements).
+    """
+
+    name = "conv3d_native"
+    priority = 95
+    spatial_dims = (3,)
+    strategy = "native"
 
 
 register(Sm90TmaKernel())
+register(Sm90TmaConv3d())

@@ -4,13 +4,13 @@
 // and passed as `const __grid_constant__ TmaDescriptor` kernel parameters; the copy engine reads
 // them through their generic address.
 //
-//   activations x  (N, H, W, C)   im2col mode: one box = PIXELS (=BM) output pixels x CHANNELS (=BK)
+//   activations x  (N, H, W, C)   im2col mode (3-D: (N, D, H, W, C), 5-D boxes, offsets {s, r, t}): one box = PIXELS (=BM) output pixels x CHANNELS (=BK)
 //                                 channels of tap (r, s); coordinates {c, w, h, n} name the tile's
 //                                 first output pixel's window origin (p*stride - pad_lo, ...), the
 //                                 offsets {s*dil_w, r*dil_h} pick the tap. Out-of-window / out of
 //                                 tensor elements (padding, c >= C, pixels past the last image)
 //                                 arrive as zeros.
-//   weights w      (K, R*S, C)    tiled mode, box {BK channels, 1 tap, BN filters}: c >= C and
+//   weights w      (K, (T*)R*S, C) tiled mode, box {BK channels, 1 tap, BN filters}: c >= C and
 //                                 k >= K arrive as zeros.
 //   residual C     (M, K)         tiled mode, box {64 channels, BM pixels} (epilogue-load warp).
 //
@@ -46,6 +46,20 @@ __device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const TmaDescri
       :
       : "r"(dst), "l"(tma_desc_addr(d)), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(offset_w),
         "h"(offset_h)
+      : "memory");
+}
+
+// The same for NDHWC activations: coordinates {c, w, h, d, n}, offsets {s*dil_w, r*dil_h, t*dil_d}
+// (the rank-5 form limits each offset to 5 bits, which cuconv/tensormap.py checks).
+__device__ __forceinline__ void tma_load_im2col_5d(uint32_t dst, const TmaDescriptor& desc, uint32_t bar,
+                                                   int32_t c, int32_t w, int32_t h, int32_t d, int32_t n,
+                                                   uint16_t offset_w, uint16_t offset_h, uint16_t offset_d) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2], {%8, %9, %10};"
+      :
+      : "r"(dst), "l"(tma_desc_addr(desc)), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(d), "r"(n), "h"(offset_w),
+        "h"(offset_h), "h"(offset_d)
       : "memory");
 }
 

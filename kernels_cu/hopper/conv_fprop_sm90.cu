@@ -1,10 +1,16 @@
-// cuconv: 2-D convolution forward (implicit GEMM) for Hopper, sm_90a.
+// cuconv: 2-D and 3-D convolution forward (implicit GEMM) for Hopper, sm_90a.
 //
+//   2-D (SM90_NDIM 2, NHWC):
 //   out[m, k] = act(alpha * sum_{r,s,c} x[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] * w[k, r, s, c]
 //                   + bias[k] + beta * C[m, k]),        m = (n * P + p) * Q + q
+//   3-D (SM90_NDIM 3, NDHWC): the same with a depth axis in front of every spatial one,
+//   x[n, z*sd - pd + t*dd, p*sh - ph + r*dh, q*sw - pw + s*dw, c] * w[k, t, r, s, c],
+//                                                        m = ((n * O + z) * P + p) * Q + q
 //
-// GEMM view: M = N*P*Q rows, N = K columns, reduction over (r, s, c-block); the K-loop walks the
-// channel blocks of one tap before the next tap, so the filter coordinate is (r*S + s, c_block*BK).
+// GEMM view: M = N*(O*)P*Q rows, N = K columns, reduction over (t, r, s, c-block); the K-loop walks
+// the channel blocks of one tap before the next tap, so the filter coordinate is
+// ((t*R + r)*S + s, c_block*BK). A 2-D problem is the 3-D one with O = T = 1: both ranks share
+// every line but the TMA instruction that loads the A box (4-D or 5-D im2col).
 //
 // Warp roles (THREADS = 128 * (1 + CONSUMERS)):
 //   warpgroup 0, the producer (setmaxnreg.dec to PRODUCER_REGS):
@@ -28,9 +34,9 @@
 //   c_empty[j]  count 4*CONSUMERS    consumer warps arrive after reading C chunk j; the epilogue
 //                                    load waits on it before refilling.
 //
-// Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_BN (64/128/256), SM90_STAGES,
-// SM90_HAS_RESIDUAL (0/1). The kernel's name spells them out, e.g.
-// conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / ..._s4_res (residual read).
+// Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BN (64/128/256),
+// SM90_STAGES, SM90_HAS_RESIDUAL (0/1). The kernel's name spells them out, e.g.
+// conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_res (3-D, residual read).
 #include "common/epilogue_math.cuh"
 #include "common/types.cuh"
 #include "hopper/epilogue.cuh"
@@ -48,6 +54,12 @@
 #endif
 #ifndef SM90_HAS_RESIDUAL
 #define SM90_HAS_RESIDUAL 0
+#endif
+#ifndef SM90_NDIM
+#define SM90_NDIM 2
+#endif
+#if SM90_NDIM != 2 && SM90_NDIM != 3
+#error "SM90_NDIM must be 2 (NHWC, 4-D im2col boxes) or 3 (NDHWC, 5-D im2col boxes)"
 #endif
 
 namespace cfg {
@@ -87,26 +99,27 @@ static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg take
 }  // namespace cfg
 
 // Geometry the kernel needs at run time (built by cuconv/backends/hopper_tma.py, same order).
+// A 2-D problem has O = T = 1, stride_d = dil_d = 1, pad_d = 0.
 struct Sm90ConvParams {
-  long long M;      // N * P * Q
+  long long M;      // N * O * P * Q
   int K;            // output channels
-  int P, Q;         // output spatial size
-  int R, S;         // filter
-  int stride_h, stride_w, dil_h, dil_w, pad_h, pad_w;  // pad_* = low-side padding
+  int O, P, Q;      // output spatial size (depth, height, width)
+  int T, R, S;      // filter
+  int stride_d, stride_h, stride_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w;  // pad_* = low side
   int c_blocks;     // ceil(C / BK)
   int n_tiles;      // ceil(K / BN)
   int num_tiles;    // ceil(M / BM) * n_tiles
 };
 
-#define CUCONV_CAT5(a, b, c, d, e) a##b##c##d##e
-#define CUCONV_XCAT5(a, b, c, d, e) CUCONV_CAT5(a, b, c, d, e)
+#define CUCONV_CAT7(a, b, c, d, e, f, g) a##b##c##d##e##f##g
+#define CUCONV_XCAT7(a, b, c, d, e, f, g) CUCONV_CAT7(a, b, c, d, e, f, g)
 #if SM90_HAS_RESIDUAL
 #define CUCONV_SM90_SUFFIX _res
 #else
 #define CUCONV_SM90_SUFFIX
 #endif
 #define CUCONV_SM90_KERNEL \
-  CUCONV_XCAT5(conv2d_fprop_sm90_tma_128x, SM90_BN, x64_s, SM90_STAGES, CUCONV_SM90_SUFFIX)
+  CUCONV_XCAT7(conv, SM90_NDIM, d_fprop_sm90_tma_128x, SM90_BN, x64_s, SM90_STAGES, CUCONV_SM90_SUFFIX)
 
 namespace sm90 = cuconv::sm90;
 
@@ -118,33 +131,46 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
   bool order_signalled = !cfg::HAS_RESIDUAL;
   int issued = 0;
   const int pq = g.P * g.Q;
+  const int opq = g.O * pq;
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
     const int m0 = sched.m_tile(t) * cfg::BM;
     const int n0 = sched.n_tile(t) * cfg::BN;
-    // The tile's first output pixel (n, p, q) -> its window origin in the input.
-    const int n_img = m0 / pq;
-    const int rem = m0 - n_img * pq;
+    // The tile's first output pixel (n, z, p, q) -> its window origin in the input.
+    const int n_img = m0 / opq;
+    int rem = m0 - n_img * opq;
+    const int z = rem / pq;
+    rem -= z * pq;
     const int p = rem / g.Q;
     const int q = rem - p * g.Q;
+    const int d0 = z * g.stride_d - g.pad_d;
     const int h0 = p * g.stride_h - g.pad_h;
     const int w0 = q * g.stride_w - g.pad_w;
 #pragma unroll 1
-    for (int r = 0; r < g.R; ++r) {
+    for (int ft = 0; ft < g.T; ++ft) {
 #pragma unroll 1
-      for (int s = 0; s < g.S; ++s) {
-        const int tap = r * g.S + s;
+      for (int r = 0; r < g.R; ++r) {
 #pragma unroll 1
-        for (int cb = 0; cb < g.c_blocks; ++cb) {
-          const uint32_t full = full_bar + 8 * ring.stage;
-          sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
-          sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
-          sm90::tma_load_im2col_4d(a_base + ring.stage * cfg::A_STAGE_BYTES, tmap_x, full, cb * cfg::BK, w0, h0,
-                                   n_img, (uint16_t)(s * g.dil_w), (uint16_t)(r * g.dil_h));
-          sm90::tma_load_tile_3d(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w, full, cb * cfg::BK, tap, n0);
-          ring.advance();
-          if (!order_signalled && ++issued == cfg::STAGES) {
-            sm90::mbar_arrive(load_order_bar);
-            order_signalled = true;
+        for (int s = 0; s < g.S; ++s) {
+          const int tap = (ft * g.R + r) * g.S + s;
+#pragma unroll 1
+          for (int cb = 0; cb < g.c_blocks; ++cb) {
+            const uint32_t full = full_bar + 8 * ring.stage;
+            const uint32_t a_dst = a_base + ring.stage * cfg::A_STAGE_BYTES;
+            sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
+            sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
+#if SM90_NDIM == 3
+            sm90::tma_load_im2col_5d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
+                                     (uint16_t)(r * g.dil_h), (uint16_t)(ft * g.dil_d));
+#else
+            sm90::tma_load_im2col_4d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
+                                     (uint16_t)(r * g.dil_h));
+#endif
+            sm90::tma_load_tile_3d(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w, full, cb * cfg::BK, tap, n0);
+            ring.advance();
+            if (!order_signalled && ++issued == cfg::STAGES) {
+              sm90::mbar_arrive(load_order_bar);
+              order_signalled = true;
+            }
           }
         }
       }
@@ -217,7 +243,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1)
     const uint32_t a_rows = a_base + consumer * 64 * 128;  // its 64 rows of each A box
     const int row_base = 64 * consumer + 16 * warp_in_group + lane / 4;
     const int col_lane = 2 * (lane % 4);
-    const int k_iters = g.R * g.S * g.c_blocks;
+    const int k_iters = g.T * g.R * g.S * g.c_blocks;
     sm90::RingState<cfg::STAGES> ring;
     sm90::RingState<cfg::C_STAGES> cring;
     float acc[cfg::ACC_REGS];

@@ -1,0 +1,160 @@
+"""conv3d "native" strategy: the Hopper kernel over NDHWC with 5-D TMA im2col boxes (``conv3d_native``).
+
+CPU part (CI): ``check`` declines with the rank-5 limits named; the strategy and priority are
+wired into dispatch (``auto`` prefers native, ``strategy=`` restricts). The kernel's compile check
+is in tests/test_hopper.py (COMPILE_VARIANTS holds the SM90_NDIM=3 variants) and the 5-D box
+replay through the NumPy TMA model in ``test_descriptor_params_reproduce_explicit_im2col``.
+
+GPU part (``gpu`` marker, Hopper only): forced onto the kernel, hypothesis vs the float64
+reference over drawn 3-D geometry inside its coverage (any stride, dilation, padding including
+temporal), named edge cases, in-place residual, and the auto choice.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+import cuconv
+from cuconv import dispatch
+from cuconv.backends.hopper_tma import Sm90TmaConv3d
+from cuconv.device import DeviceInfo, current_gpu, gpu_available
+from cuconv.problem import ConvProblem, Epilogue
+
+from geometry import Case, cases, check_case
+
+H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
+                  smem_per_block_optin=232448)
+
+
+def _problem(N=1, D=6, H=9, W=11, C=16, K=16, T=3, R=3, S=3, stride=1, dilation=1, padding=1, groups=1,
+             dtype="bfloat16"):
+    return ConvProblem.create(nd=3, batch=N, in_spatial=(D, H, W), channels=C, out_channels=K,
+                              filter_spatial=(T, R, S), stride=stride, dilation=dilation, padding=padding,
+                              groups=groups, dtype=dtype, layout="NDHWC", epilogue=Epilogue())
+
+
+# ----------------------------------------------------------------------------------------- CPU
+@pytest.mark.parametrize("kwargs,reason", [
+    (dict(dtype="float32"), "dtype float32"),
+    (dict(groups=2), "groups=2"),
+    (dict(C=12), "C=12 is not a multiple of 8"),
+    (dict(K=20), "K=20 is not a multiple of 8"),
+    # rank-5 boxes: corners within [-16, 15], offsets within 31
+    (dict(D=40, padding=((17, 17), (1, 1), (1, 1))), "rank-5 range"),
+    (dict(D=40, T=3, dilation=(16, 1, 1), padding=((16, 16), (1, 1), (1, 1))), "rank-5 limit 31"),
+])
+def test_check_declines_with_rank5_reasons(kwargs, reason):
+    ok, why = Sm90TmaConv3d().supports(_problem(**kwargs), H100)
+    assert not ok and reason in why, why
+
+
+def test_check_accepts_temporal_padding_stride_dilation():
+    p = _problem(D=9, C=24, K=40, stride=(2, 1, 2), dilation=(2, 1, 1), padding=((2, 1), (0, 3), (1, 1)))
+    ok, why = Sm90TmaConv3d().supports(p, H100)
+    assert ok and "5-D boxes" in why, why
+
+
+def test_auto_prefers_native_and_strategy_restricts():
+    p = _problem(C=64, K=64, padding=((0, 0), (1, 1), (1, 1)))
+    k, e = dispatch.select(p, H100)
+    assert k.name == "conv3d_native", e
+    assert "conv3d_fprop_sm90_tma_128x64x64" in e.detail
+    k, e = dispatch.select(p, H100, strategy="qslice")
+    assert k.name == "conv3d_qslice" and "'qslice' was asked for" in e.declined["conv3d_native"]
+    # sm90_tma (conv2d only) never serves a 3-D problem
+    k, e = dispatch.select(p, H100, forced=None)
+    assert "conv2d" in e.declined["sm90_tma"]
+
+
+# ----------------------------------------------------------------------------------------- GPU
+def _hopper():
+    return gpu_available() and current_gpu().is_hopper
+
+
+gpu = pytest.mark.gpu
+needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper (cc 9.0) GPU")
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+    return cupy
+
+
+def _coverage_cases(**kw):
+    kw.setdefault("max_spatial", 12)
+    kw.setdefault("max_channels", 72)
+    return cases(nd=3, dtypes=("bfloat16", "float16"), layouts=("NDHWC", "NCDHW"), groups=False,
+                 channel_multiple=8, **kw)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=50)
+@given(_coverage_cases())
+def test_native_property(cp, case):
+    check_case(case, xp=cp, kernel="conv3d_native", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=15)
+@given(_coverage_cases())
+def test_native_in_place_residual(cp, case):
+    case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)
+    check_case(case, xp=cp, kernel="conv3d_native", in_place=True)
+
+
+def _case(N=1, D=6, H=9, W=9, C=16, K=16, T=3, R=3, S=3, stride=1, dilation=1, padding=1, dtype="bfloat16",
+          ep=None):
+    three = lambda v: (v,) * 3 if isinstance(v, int) else v  # noqa: E731
+    return Case(nd=3, batch=N, spatial=(D, H, W), channels=C, out_channels=K, filt=(T, R, S), stride=three(stride),
+                dilation=three(dilation), padding=padding, groups=1, dtype=dtype, layout="NDHWC",
+                epilogue=ep or {})
+
+
+EDGE_CASES = {
+    # causal video VAE layer: time pre-padded, spatial pad 1
+    "no_temporal_pad": _case(D=6, H=10, W=12, C=64, K=64, padding=((0, 0), (1, 1), (1, 1))),
+    "temporal_pad_both": _case(D=5, C=32, K=32, padding=1),
+    "causal_pad_front": _case(D=5, C=32, K=48, padding=((2, 0), (1, 1), (1, 1))),
+    "stride2_all": _case(N=2, D=9, H=11, W=10, C=16, K=32, stride=2, padding=1),
+    "stride_depth_only": _case(D=9, C=16, K=16, stride=(2, 1, 1), padding=((1, 1), (1, 1), (1, 1))),
+    "dilation_depth": _case(D=9, C=16, K=16, dilation=(2, 1, 1), padding=((2, 2), (1, 1), (1, 1))),
+    "filter_1x3x3": _case(C=32, K=32, T=1, padding=((0, 0), (1, 1), (1, 1))),
+    "pointwise_3d": _case(N=2, D=4, H=8, W=8, C=128, K=64, T=1, R=1, S=1, padding=0),
+    # M = 2*4*7*7 = 392, not a multiple of 128: the last tile crosses images and depth planes
+    "tile_spans_planes_and_images": _case(N=2, D=6, H=7, W=7, C=24, K=24, padding=((0, 0), (1, 1), (1, 1))),
+    "c_not_multiple_of_block": _case(C=72, K=40),
+    "k192_bn256_heuristic": _case(N=1, D=5, H=8, W=8, C=64, K=192),
+    "large_k_bn256": _case(N=2, D=5, H=12, W=12, C=64, K=512, padding=((0, 0), (1, 1), (1, 1))),
+    "fp16_full_epilogue": _case(C=32, K=64, dtype="float16",
+                                ep=dict(bias=True, residual=True, beta=0.5, alpha=-1.25, activation="silu")),
+    "bf16_gelu_bias": _case(C=32, K=64, ep=dict(bias=True, activation="gelu")),
+}
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_native_edge_cases(cp, name, dtype):
+    case = EDGE_CASES[name]
+    case = Case(**{**case.__dict__, "dtype": dtype})
+    check_case(case, xp=cp, kernel="conv3d_native", poison=True)
+
+
+@gpu
+@needs_hopper
+def test_native_strategy_and_auto_choice(cp):
+    x = cp.ones((1, 5, 8, 8, 64), dtype=cp.bfloat16 if hasattr(cp, "bfloat16") else cp.float16)
+    w = cp.ones((64, 3, 3, 3, 64), dtype=x.dtype)
+    e = cuconv.explain(x, w, padding=1)
+    assert e.kernel == "conv3d_native", str(e)
+    # temporal padding: qslice declines visibly, native serves
+    assert "temporal padding" in e.declined["conv3d_qslice"]
+    y = cuconv.conv3d(x, w, padding=1, strategy="native")
+    ref = cuconv.reference.conv3d(x, w, padding=1)
+    from conftest import assert_close
+    assert_close(y, ref, "float16" if x.dtype == cp.float16 else "bfloat16")
