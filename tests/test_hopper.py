@@ -53,6 +53,11 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
     sass = subprocess.run([exe, "-sass", path], capture_output=True, text=True, check=True).stdout
     assert "HGMMA" in sass, "no wgmma (HGMMA) in the SASS"
     assert "UTMALDG" in sass and "IM2COL" in sass, "no TMA im2col load (UTMALDG...IM2COL) in the SASS"
+    if defines["SM90_CLUSTER"] > 1:
+        assert "UTMALDG.3D.MULTICAST" in sass, "cluster variant without a multicast filter load"
+        assert "UCGABAR" in sass, "cluster variant without a cluster barrier"
+    else:
+        assert "MULTICAST" not in sass
 
 
 @pytest.mark.parametrize("nd", [2, 3])
@@ -130,9 +135,14 @@ def test_tile_heuristic(m, n, sms):
     cfg = choose_tile_config(m, n, sms)
     assert cfg.block_n in (64, 128, 256) and cfg.block_m == 128 and cfg.stages >= 3
     assert cfg.n_tiles * cfg.block_n >= n and (cfg.n_tiles - 1) * cfg.block_n < n
-    assert 1 <= cfg.grid <= min(sms, cfg.num_tiles)
+    assert cfg.cluster in (1, 2) and cfg.grid % cfg.cluster == 0
+    assert cfg.cluster == 1 or cfg.m_tiles >= 2, "a pair needs two row tiles"
+    assert cfg.num_units * cfg.cluster >= cfg.num_tiles > (cfg.num_units - cfg.n_tiles) * cfg.cluster
+    assert 1 <= cfg.grid <= min(sms, cfg.cluster * cfg.num_units)
     assert cfg.smem_bytes(True) <= 227 * 1024
     assert choose_tile_config(m, n, sms) == cfg  # pure
+    single = choose_tile_config(m, n, sms, cluster=1)
+    assert single.cluster == 1 and single.grid == min(sms, single.num_tiles)
 
 
 # ----------------------------------------------------------------------------------------- GPU
@@ -197,6 +207,8 @@ EDGE_CASES = {
     "c72": _case(C=72, K=16, H=10, W=10),
     # one 128-row tile spans several images and image rows (boundaries inside a tile)
     "image_boundaries_in_tile": _case(N=5, H=5, W=6, C=16, K=16),
+    # M = 320: three row tiles, so the second CTA pair has a ghost CTA (rows past M, stores masked)
+    "odd_row_tiles_ghost_cta": _case(N=1, H=16, W=20, C=32, K=64),
     "stride2_pad1": _case(N=2, H=17, W=15, C=32, K=64, stride=2, padding=1),
     "stride2_pad_asym": _case(N=2, H=16, W=16, C=16, K=32, stride=(2, 3), padding=((0, 1), (2, 0))),
     "dilation2": _case(N=2, H=13, W=12, C=16, K=16, dilation=2, padding=2),
@@ -234,6 +246,21 @@ def test_sm90_persistent_many_tiles(cp):
     # 8*40*40 = 12800 rows x 512 channels = 100 x 2 tiles > 132 SMs: CTAs loop over tiles
     case = _case(N=8, H=40, W=40, C=64, K=512, ep=dict(residual=True, beta=1.0))
     check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("name", ["m_not_multiple_of_tile", "odd_row_tiles_ghost_cta", "fp16_full_epilogue",
+                                  "large_k_bn256"])
+def test_sm90_single_cta_clusters_off(cp, monkeypatch, name):
+    """CUCONV_SM90_CLUSTER=1 (no CTA pairs, no multicast) gives the same results."""
+    from cuconv.backends import hopper_tma
+    monkeypatch.setenv("CUCONV_SM90_CLUSTER", "1")
+    hopper_tma._LAUNCHES.clear()
+    try:
+        check_case(EDGE_CASES[name], xp=cp, kernel="sm90_tma", poison=True)
+    finally:
+        hopper_tma._LAUNCHES.clear()
 
 
 @gpu

@@ -14,14 +14,21 @@ Data flow of one call::
     w (K, [T,] R, S, C)  --TMA tile box (K, taps, C) per (tile, tap, c-block)-->  smem ring
     residual (M, K)  --epilogue-load warp, TMA 64-channel chunks-->  smem C ring  (beta != 0 only)
     regs --act(alpha*acc + bias + beta*C), cast--> out (M, K)
+
+Clusters: when the GEMM has at least two row tiles the kernel runs as pairs of CTAs
+(``__cluster_dims__(2, 1, 1)``) on vertically adjacent tiles; each CTA loads half of the shared
+filter tile and multicasts it to both, cutting L2->SM traffic per ring slot from (BM + BN) to
+(BM + BN/2) rows of 64 channels. ``CUCONV_SM90_CLUSTER=1`` in the environment (read when a tile
+config is chosen) turns pairs off, for comparisons in the benchmark.
 """
 
 from __future__ import annotations
 
 import functools
-import math
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Optional
 
 from ..compiler import load_cuda_module
 from ..dispatch import Kernel, register
@@ -53,15 +60,21 @@ class TileConfig:
     consumers: int          # consumer warpgroups (one per 64 tile rows)
     m_tiles: int
     n_tiles: int
-    grid: int               # CTAs launched (persistent when < tiles)
+    grid: int               # CTAs launched (persistent when grid / cluster < units)
+    cluster: int = 1        # CTAs per cluster sharing the filter tile by multicast (1 or 2)
 
     @property
     def num_tiles(self) -> int:
         return self.m_tiles * self.n_tiles
 
     @property
+    def num_units(self) -> int:
+        """Scheduling units (cluster tiles: ``cluster`` vertically adjacent tiles), scheduler.cuh."""
+        return -(-self.m_tiles // self.cluster) * self.n_tiles
+
+    @property
     def persistent(self) -> bool:
-        return self.grid < self.num_tiles
+        return self.grid // self.cluster < self.num_units
 
     @property
     def threads(self) -> int:
@@ -74,20 +87,30 @@ class TileConfig:
 
     def kernel_name(self, loads_residual: bool, nd: int = 2) -> str:
         return (f"conv{nd}d_fprop_sm90_tma_{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
-                + ("_res" if loads_residual else ""))
+                + (f"_c{self.cluster}" if self.cluster > 1 else "") + ("_res" if loads_residual else ""))
 
     def defines(self, dtype: str, loads_residual: bool, nd: int = 2) -> dict:
         return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BN": self.block_n,
-                "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual)}
+                "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": self.cluster}
 
 
-def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132) -> TileConfig:
-    """Pick BN for a GEMM of ``gemm_m`` x ``gemm_n`` (pure: no device access).
+def _cluster_setting() -> int:
+    v = os.environ.get("CUCONV_SM90_CLUSTER", "2").strip()
+    if v not in ("1", "2"):
+        raise ValueError(f"CUCONV_SM90_CLUSTER: expected 1 or 2, got {v!r}")
+    return int(v)
+
+
+def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None) -> TileConfig:
+    """Pick BN and the cluster size for a GEMM of ``gemm_m`` x ``gemm_n`` (pure: no device access).
 
     * N <= 64 or N <= 128: the smallest BN covering N (no wasted wgmma columns).
     * Larger N: BN = 256 (twice the MMA work per A byte loaded) unless it pads N more than BN = 128
       would (e.g. N = 320, 384) or leaves fewer tiles than SMs (then BN = 128 keeps the chip busy).
-    The grid is persistent (min(tiles, SMs) CTAs striding over the tiles) whenever tiles > SMs.
+    * Pairs of CTAs sharing the filter tile (cluster 2) whenever there are at least two row tiles
+      (``cluster`` overrides; default from ``CUCONV_SM90_CLUSTER``, 2).
+    The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
+    units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
     m_tiles = -(-gemm_m // BLOCK_M)
     if gemm_n <= 64:
@@ -100,21 +123,23 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132) -> TileCon
         tiles256 = m_tiles * (pad256 // 256)
         bn = 256 if (pad256 <= pad128 and tiles256 >= sm_count) else 128
     n_tiles = -(-gemm_n // bn)
-    tiles = m_tiles * n_tiles
+    cl = _cluster_setting() if cluster is None else cluster
+    cl = cl if m_tiles >= 2 else 1
+    units = -(-m_tiles // cl) * n_tiles
     return TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=STAGES[bn], consumers=BLOCK_M // 64,
-                      m_tiles=m_tiles, n_tiles=n_tiles, grid=max(1, min(tiles, sm_count)))
+                      m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl)
 
 
 #: Every (source, defines, arch) this module may launch, for the CPU compile test.
 COMPILE_VARIANTS = [
-    (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BN": bn, "SM90_STAGES": st, "SM90_HAS_RESIDUAL": res},
-     _ARCH)
-    for nd in (2, 3) for dt in (0, 1) for bn, st in STAGES.items() for res in (0, 1)
+    (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BN": bn, "SM90_STAGES": st, "SM90_HAS_RESIDUAL": res,
+               "SM90_CLUSTER": cl}, _ARCH)
+    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bn, st in STAGES.items() for res in (0, 1)
 ]
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
-    "pad_h", "pad_w", "c_blocks", "n_tiles", "num_tiles")]
+    "pad_h", "pad_w", "c_blocks", "n_tiles", "num_units")]
 
 
 def _params(problem, cfg: TileConfig):
@@ -129,7 +154,7 @@ def _params(problem, cfg: TileConfig):
     pd, ph, pw = (0,) * lead + tuple(problem.pad_lo)
     vals = dict(M=problem.gemm_m, K=problem.out_channels, O=O, P=P, Q=Q, T=T, R=R, S=S, stride_d=sd, stride_h=sh,
                 stride_w=sw, dil_d=dd, dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw,
-                c_blocks=-(-problem.channels // BLOCK_K), n_tiles=cfg.n_tiles, num_tiles=cfg.num_tiles)
+                c_blocks=-(-problem.channels // BLOCK_K), n_tiles=cfg.n_tiles, num_units=cfg.num_units)
     return c_struct(fields, vals)
 
 
@@ -176,8 +201,9 @@ class Sm90TmaKernel(Kernel):
     def _describe_uncached(problem, device):
         cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, device.sm_count or 132)
         res = problem.epilogue.loads_residual
-        grid = (f"persistent grid {cfg.grid} CTAs over {cfg.num_tiles} tiles" if cfg.persistent
-                else f"grid {cfg.grid} CTAs, one tile each")
+        unit = "tile" if cfg.cluster == 1 else "pair of tiles (CTA pairs multicast the filter tile)"
+        grid = (f"persistent grid {cfg.grid} CTAs over {cfg.num_units} units of one {unit}" if cfg.persistent
+                else f"grid {cfg.grid} CTAs, one {unit} per {'CTA' if cfg.cluster == 1 else 'pair'}")
         return (f"{cfg.kernel_name(res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.stages}-stage ring, "
                 f"{cfg.consumers} consumer warpgroups, {grid}, "
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
@@ -217,6 +243,7 @@ class Sm90TmaKernel(Kernel):
         cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, dev.sm_count or 132)
         res = problem.epilogue.loads_residual
         fn, smem = _function(dev, cfg, problem.dtype, res, problem.nd)
+        grid_ctas = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, dev))
 
         # TMA needs 16-byte aligned bases; a misaligned view (rare) goes through an aligned copy,
         # and such a launch is not cached (the copy's address is new every call).
@@ -231,11 +258,11 @@ class Sm90TmaKernel(Kernel):
         ba = _aligned(bias, 4) if bias is not None else None
         cacheable = xa is x and wa is w and target is out and ra is residual and ba is bias
         tmap_x = encode_im2col_x(problem, xa.data.ptr)
-        tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n, BLOCK_K)
+        tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else target.data.ptr)  # unread without a bias
         args = (tmap_x, tmap_w, tmap_c, np.uint64(target.data.ptr), bias_ptr, _params(problem, cfg),
                 epilogue_params(problem.epilogue))
-        grid, block = (cfg.grid,), (cfg.threads,)
+        grid, block = (grid_ctas,), (cfg.threads,)
 
         def launch():
             fn(grid, block, args, shared_mem=smem)
@@ -264,9 +291,9 @@ _LAUNCHES: "OrderedDict" = OrderedDict()
 def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res: bool, nd: int):
     from ..device import _gpu_info
     dev = _gpu_info(dev_index)
-    bn, stages = cfg_key
+    bn, stages, cluster = cfg_key
     cfg = TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=stages, consumers=BLOCK_M // 64,
-                     m_tiles=1, n_tiles=1, grid=1)
+                     m_tiles=1, n_tiles=1, grid=1, cluster=cluster)
     mod = load_cuda_module(_SOURCE, dev, cfg.defines(dtype, res, nd))
     fn = mod.get_function(cfg.kernel_name(res, nd))
     smem = cfg.smem_bytes(res)
@@ -276,7 +303,37 @@ def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res:
 
 def _function(dev, cfg: TileConfig, dtype: str, res: bool, nd: int):
     """The loaded kernel of a variant with its dynamic shared-memory limit raised (once per device)."""
-    return _function_cached(dev.index, dev.arch, (cfg.block_n, cfg.stages), dtype, res, nd)
+    return _function_cached(dev.index, dev.arch, (cfg.block_n, cfg.stages, cfg.cluster), dtype, res, nd)
+
+
+_ACTIVE_CLUSTERS: dict = {}
+
+
+def _max_active_clusters(fn, cfg: TileConfig, smem: int, dev) -> int:
+    """Clusters of ``cfg.cluster`` CTAs the device can run at once (the persistent grid's cap).
+
+    With one CTA per SM that is the SM count for single CTAs, but pairs must sit in one GPC, so an
+    odd SM left in a GPC idles; a persistent grid larger than what fits would run a second, mostly
+    empty wave. Asked of the driver once per variant (cuOccupancyMaxActiveClusters).
+    """
+    sms = dev.sm_count or 132
+    if cfg.cluster == 1:
+        return sms
+    key = (dev.index, fn.ptr, smem)
+    hit = _ACTIVE_CLUSTERS.get(key)
+    if hit is None:
+        from ..tensormap import _driver
+        drv = _driver()
+        conf = drv.CUlaunchConfig()
+        conf.gridDimX, conf.gridDimY, conf.gridDimZ = cfg.cluster * (sms // cfg.cluster), 1, 1
+        conf.blockDimX, conf.blockDimY, conf.blockDimZ = cfg.threads, 1, 1
+        conf.sharedMemBytes = smem
+        conf.numAttrs = 0
+        err, n = drv.cuOccupancyMaxActiveClusters(drv.CUfunction(fn.ptr), conf)
+        if int(err) != 0 or int(n) < 1:
+            raise RuntimeError(f"cuconv: cuOccupancyMaxActiveClusters failed for {cfg.kernel_name(False)}: {err}")
+        hit = _ACTIVE_CLUSTERS[key] = int(n)
+    return hit
 
 
 class Sm90TmaConv3d(Sm90TmaKernel):

@@ -27,16 +27,24 @@
 //   full[s]     count 1 + tx bytes   main load arrives (expect_tx), TMA completes the bytes;
 //                                    consumers wait on it before their wgmmas read slot s.
 //   empty[s]    count 4*CONSUMERS    every consumer warp arrives once its wgmmas reading slot s
-//                                    retired; the main load waits on it before refilling s.
+//               (x CLUSTER)          retired - with a cluster, on slot s of every CTA of the
+//                                    cluster; the main load waits on it before refilling s.
 //   load_order  count 1              main load arrives after issuing its prologue (first STAGES
 //                                    slots); the epilogue-load warp waits on it before any C load.
 //   c_full[j]   count 1 + tx bytes   epilogue load arrives (expect_tx); consumers wait on it.
 //   c_empty[j]  count 4*CONSUMERS    consumer warps arrive after reading C chunk j; the epilogue
 //                                    load waits on it before refilling.
 //
+// Clusters (SM90_CLUSTER = 2): the two CTAs of a cluster compute vertically adjacent tiles (same
+// filter columns, see scheduler.cuh), so they need the same B tile in every slot. Each main-load
+// warp loads its half (BN/2 filter rows) once and multicasts it into the slot of both CTAs; the
+// full barrier of each CTA expects its own A box plus both halves. A slot may be refilled only
+// when the consumers of *both* CTAs are done with it, hence the doubled empty count and the
+// remote arrivals. L2->SM traffic per slot drops from (BM + BN) x BK to (BM + BN/2) x BK elements.
+//
 // Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BN (64/128/256),
-// SM90_STAGES, SM90_HAS_RESIDUAL (0/1). The kernel's name spells them out, e.g.
-// conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_res (3-D, residual read).
+// SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER (1/2). The kernel's name spells them out, e.g.
+// conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_c2_res (3-D, pair, residual).
 #include "common/epilogue_math.cuh"
 #include "common/types.cuh"
 #include "hopper/epilogue.cuh"
@@ -58,6 +66,9 @@
 #ifndef SM90_NDIM
 #define SM90_NDIM 2
 #endif
+#ifndef SM90_CLUSTER
+#define SM90_CLUSTER 1
+#endif
 #if SM90_NDIM != 2 && SM90_NDIM != 3
 #error "SM90_NDIM must be 2 (NHWC, 4-D im2col boxes) or 3 (NDHWC, 5-D im2col boxes)"
 #endif
@@ -68,6 +79,7 @@ constexpr int CONSUMERS = BM / 64;  // one warpgroup per 64 tile rows
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
 constexpr int C_STAGES = 2;
+constexpr int CLUSTER = SM90_CLUSTER;  // CTAs per cluster sharing (multicasting) the filter tile
 
 // Shared-memory budget per ring slot and in total (dynamic smem is re-aligned to 1024 bytes, the
 // 128B-swizzle atom, which costs up to 1 KiB of slack).
@@ -80,7 +92,9 @@ constexpr int BARRIER_BYTES = 256;
 constexpr int SMEM_ALIGN_SLACK = 1024;
 constexpr int SMEM_BYTES = SMEM_ALIGN_SLACK + STAGES * SMEM_PER_STAGE + C_RING_BYTES + BARRIER_BYTES;
 constexpr int SMEM_LIMIT = 227 * 1024;  // H100 opt-in maximum per block
-constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
+constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;  // with a cluster: own A + every B share
+constexpr int B_SHARE_ROWS = BN / CLUSTER;                     // filter rows each CTA of a cluster loads
+constexpr int B_SHARE_BYTES = B_SHARE_ROWS * BK * 2;
 
 // Register budget per role (setmaxnreg): the register file is 64 K 32-bit registers.
 constexpr int PRODUCER_REGS = 40;
@@ -88,6 +102,8 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int ACC_REGS = BN / 2;  // fp32 accumulators per consumer thread
 
 static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of this kernel: 64, 128 or 256");
+static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
+static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
 static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and MMA");
 static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared-memory budget exceeded");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0 && C_CHUNK_BYTES % 1024 == 0,
@@ -108,23 +124,32 @@ struct Sm90ConvParams {
   int stride_d, stride_h, stride_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w;  // pad_* = low side
   int c_blocks;     // ceil(C / BK)
   int n_tiles;      // ceil(K / BN)
-  int num_tiles;    // ceil(M / BM) * n_tiles
+  int num_units;    // ceil(ceil(M / BM) / CLUSTER) * n_tiles (see scheduler.cuh)
 };
 
-#define CUCONV_CAT7(a, b, c, d, e, f, g) a##b##c##d##e##f##g
-#define CUCONV_XCAT7(a, b, c, d, e, f, g) CUCONV_CAT7(a, b, c, d, e, f, g)
+#define CUCONV_CAT8(a, b, c, d, e, f, g, h) a##b##c##d##e##f##g##h
+#define CUCONV_XCAT8(a, b, c, d, e, f, g, h) CUCONV_CAT8(a, b, c, d, e, f, g, h)
 #if SM90_HAS_RESIDUAL
 #define CUCONV_SM90_SUFFIX _res
 #else
 #define CUCONV_SM90_SUFFIX
 #endif
-#define CUCONV_SM90_KERNEL \
-  CUCONV_XCAT7(conv, SM90_NDIM, d_fprop_sm90_tma_128x, SM90_BN, x64_s, SM90_STAGES, CUCONV_SM90_SUFFIX)
+#if SM90_CLUSTER > 1
+#define CUCONV_SM90_CLUSTER_TAG _c2
+#define CUCONV_SM90_CLUSTER_ATTR __cluster_dims__(SM90_CLUSTER, 1, 1)
+#else
+#define CUCONV_SM90_CLUSTER_TAG
+#define CUCONV_SM90_CLUSTER_ATTR
+#endif
+#define CUCONV_SM90_KERNEL                                                                              \
+  CUCONV_XCAT8(conv, SM90_NDIM, d_fprop_sm90_tma_128x, SM90_BN, x64_s, SM90_STAGES, CUCONV_SM90_CLUSTER_TAG, \
+               CUCONV_SM90_SUFFIX)
 
 namespace sm90 = cuconv::sm90;
+using Scheduler = sm90::TileScheduler<cfg::CLUSTER>;
 
 __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x, const sm90::TmaDescriptor& tmap_w,
-                                               const Sm90ConvParams& g, const sm90::TileScheduler& sched,
+                                               const Sm90ConvParams& g, const Scheduler& sched,
                                                uint32_t a_base, uint32_t b_base, uint32_t full_bar,
                                                uint32_t empty_bar, uint32_t load_order_bar) {
   sm90::RingState<cfg::STAGES> ring;
@@ -165,7 +190,14 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
             sm90::tma_load_im2col_4d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
                                      (uint16_t)(r * g.dil_h));
 #endif
-            sm90::tma_load_tile_3d(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w, full, cb * cfg::BK, tap, n0);
+            const uint32_t b_dst = b_base + ring.stage * cfg::B_STAGE_BYTES;
+            if constexpr (cfg::CLUSTER == 1) {
+              sm90::tma_load_tile_3d(b_dst, tmap_w, full, cb * cfg::BK, tap, n0);
+            } else {  // this CTA's share of the filter tile, to the same slot of every CTA of the pair
+              sm90::tma_load_tile_3d_multicast(b_dst + sched.rank * cfg::B_SHARE_BYTES, tmap_w, full, cb * cfg::BK,
+                                               tap, n0 + sched.rank * cfg::B_SHARE_ROWS,
+                                               (uint16_t)((1u << cfg::CLUSTER) - 1u));
+            }
             ring.advance();
             if (!order_signalled && ++issued == cfg::STAGES) {
               sm90::mbar_arrive(load_order_bar);
@@ -182,7 +214,7 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
   }
 }
 
-extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1)
+extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTER_ATTR
     CUCONV_SM90_KERNEL(const __grid_constant__ sm90::TmaDescriptor tmap_x,
                        const __grid_constant__ sm90::TmaDescriptor tmap_w,
                        const __grid_constant__ sm90::TmaDescriptor tmap_c, elem_t* out, const elem_t* bias,
@@ -206,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < cfg::STAGES; ++s) {
       sm90::mbar_init(full_bar + 8 * s, 1);
-      sm90::mbar_init(empty_bar + 8 * s, 4 * cfg::CONSUMERS);
+      sm90::mbar_init(empty_bar + 8 * s, 4 * cfg::CONSUMERS * cfg::CLUSTER);  // consumer warps of every CTA
     }
     for (int s = 0; s < cfg::C_STAGES; ++s) {
       sm90::mbar_init(c_full_bar + 8 * s, 1);
@@ -220,9 +252,13 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1)
     sm90::tma_prefetch_descriptor(tmap_w);
     if (cfg::HAS_RESIDUAL) sm90::tma_prefetch_descriptor(tmap_c);
   }
-  __syncthreads();
+  if constexpr (cfg::CLUSTER > 1) {
+    sm90::cluster_sync_all();  // the peer's barriers are initialised before anyone multicasts into them
+  } else {
+    __syncthreads();
+  }
 
-  const sm90::TileScheduler sched{g.n_tiles, g.num_tiles};
+  const Scheduler sched{g.n_tiles, g.num_units, cfg::CLUSTER > 1 ? (int)sm90::cluster_ctarank() : 0};
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cfg::PRODUCER_REGS));
@@ -248,11 +284,13 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1)
     sm90::RingState<cfg::C_STAGES> cring;
     float acc[cfg::ACC_REGS];
     for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
-      sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES>(
+      sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
           acc, ring, k_iters, a_rows, b_base, full_bar, empty_bar, lane == 0);
       sm90::consumer_epilogue<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
           acc, sched.m_tile(t) * cfg::BM, sched.n_tile(t) * cfg::BN, g.M, g.K, out, bias, ep, cring, c_base,
           c_full_bar, c_empty_bar, row_base, col_lane, lane == 0);
     }
   }
+  // A CTA leaves only when its peer is done too: the peer's consumers still release slots here.
+  if constexpr (cfg::CLUSTER > 1) sm90::cluster_sync_all();
 }

@@ -17,8 +17,8 @@
 namespace cuconv {
 namespace sm90 {
 
-template <int BM, int BN, int C_STAGES, int C_CHUNK_BYTES>
-__device__ __forceinline__ void epilogue_load_warp(const TmaDescriptor& tmap_c, const TileScheduler& sched,
+template <int BM, int BN, int C_STAGES, int C_CHUNK_BYTES, typename Scheduler>
+__device__ __forceinline__ void epilogue_load_warp(const TmaDescriptor& tmap_c, const Scheduler& sched,
                                                    uint32_t c_base, uint32_t c_full_bar, uint32_t c_empty_bar,
                                                    uint32_t load_order_bar) {
   mbar_wait(load_order_bar, 0);

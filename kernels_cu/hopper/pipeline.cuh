@@ -65,6 +65,44 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// ---- thread-block clusters (SM90_CLUSTER > 1: the CTAs of a cluster share the filter tile by TMA
+// multicast, so a ring slot of one CTA is filled by both, and released by the consumers of both).
+
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every thread of every CTA of the cluster arrives, then waits for all the others: barriers
+// initialised before it are visible cluster-wide after it, and no CTA leaves the kernel while a
+// peer may still signal its barriers.
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+// One arrival on the mbarrier at the same shared offset in CTA `cta_rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta_rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+      ::"r"(bar), "r"(cta_rank)
+      : "memory");
+}
+
+// Release a ring slot to the producers of every CTA of the cluster (CLUSTER == 1: the local one).
+template <int CLUSTER>
+__device__ __forceinline__ void mbar_release_slot(uint32_t bar) {
+  if constexpr (CLUSTER == 1) {
+    mbar_arrive(bar);
+  } else {
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(bar, r);
+  }
+}
+
 template <int STAGES>
 struct RingState {
   int stage = 0;

@@ -1,25 +1,34 @@
 // cuconv hopper: which output tile a CTA works on next.
 //
-// Tiles are numbered m-major: tile t covers GEMM rows [m_tile * BM, +BM) and columns
-// [n_tile * BN, +BN) with m_tile = t / n_tiles, n_tile = t % n_tiles, so CTAs resident at the same
-// time share their activation rows (the large operand) in L2 while the small filter stays there.
-// The grid is min(tiles, SMs) CTAs; each strides through the tile list by gridDim.x (a persistent
-// grid when there are more tiles than SMs, one tile per CTA otherwise). Every role of a CTA walks
-// the same sequence, so they agree on the tile without talking to each other.
+// Tiles are numbered m-major: tile (m_tile, n_tile) covers GEMM rows [m_tile * BM, +BM) and
+// columns [n_tile * BN, +BN), so CTAs resident at the same time share their activation rows (the
+// large operand) in L2 while the small filter stays there.
+//
+// The unit of scheduling is a *cluster tile*: CLUSTER tiles with consecutive m_tile and the same
+// n_tile, one per CTA of the cluster (CTA rank r takes m_tile = CLUSTER * unit_m + r); with
+// CLUSTER == 1 it is a single tile. Units are numbered u = unit_m * n_tiles + n_tile. The grid is
+// min(units, co-resident clusters) clusters; each strides through the unit list by the number of
+// clusters (a persistent grid when there are more units than clusters, one unit per cluster
+// otherwise). Every role of every CTA of a cluster walks the same sequence, so they agree on the
+// tile (and on the filter tile they share) without talking to each other. A CTA whose m_tile lies
+// past the last tile (odd m_tiles) still runs its unit, on rows >= M that TMA reads as zeros and
+// the epilogue never stores: its share of the multicast filter load is what its peer waits for.
 #pragma once
 
 namespace cuconv {
 namespace sm90 {
 
+template <int CLUSTER>
 struct TileScheduler {
   int n_tiles;    // tiles along the GEMM N (output channels)
-  int num_tiles;  // m_tiles * n_tiles
+  int num_units;  // ceil(m_tiles / CLUSTER) * n_tiles
+  int rank;       // this CTA's rank in its cluster
 
-  __device__ __forceinline__ int first() const { return blockIdx.x; }
-  __device__ __forceinline__ int next(int t) const { return t + gridDim.x; }
-  __device__ __forceinline__ bool valid(int t) const { return t < num_tiles; }
-  __device__ __forceinline__ int m_tile(int t) const { return t / n_tiles; }
-  __device__ __forceinline__ int n_tile(int t) const { return t - (t / n_tiles) * n_tiles; }
+  __device__ __forceinline__ int first() const { return blockIdx.x / CLUSTER; }
+  __device__ __forceinline__ int next(int u) const { return u + gridDim.x / CLUSTER; }
+  __device__ __forceinline__ bool valid(int u) const { return u < num_units; }
+  __device__ __forceinline__ int m_tile(int u) const { return (u / n_tiles) * CLUSTER + rank; }
+  __device__ __forceinline__ int n_tile(int u) const { return u - (u / n_tiles) * n_tiles; }
 };
 
 }  // namespace sm90

@@ -73,6 +73,18 @@ __device__ __forceinline__ void tma_load_tile_3d(uint32_t dst, const TmaDescript
       : "memory");
 }
 
+// The same box delivered to the same shared offset (and the same-offset mbarrier) of every CTA
+// in `cta_mask` of the cluster: each CTA of a pair loads half of the shared filter tile this way.
+__device__ __forceinline__ void tma_load_tile_3d_multicast(uint32_t dst, const TmaDescriptor& d, uint32_t bar,
+                                                           int32_t c0, int32_t c1, int32_t c2, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4, %5}], [%2], %6;"
+      :
+      : "r"(dst), "l"(tma_desc_addr(d)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
+      : "memory");
+}
+
 __device__ __forceinline__ void tma_load_tile_2d(uint32_t dst, const TmaDescriptor& d, uint32_t bar,
                                                  int32_t c0, int32_t c1) {
   asm volatile(

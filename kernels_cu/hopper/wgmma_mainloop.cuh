@@ -130,7 +130,9 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
 //   a_rows_addr(stage) = shared address of this warpgroup's 64 rows of the A box in that slot
 //   b_addr(stage)      = shared address of the BN x 64 B box in that slot
 // The accumulator is overwritten (scale_d = 0 on the first k16 step), so no zeroing pass.
-template <int BN, int STAGES, int BK, int A_STAGE_BYTES, int B_STAGE_BYTES>
+// CLUSTER > 1: a slot is released to the producers of every CTA of the cluster (each filled half of
+// its filter tile by multicast).
+template <int BN, int STAGES, int BK, int A_STAGE_BYTES, int B_STAGE_BYTES, int CLUSTER>
 __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingState<STAGES>& ring, int k_iters,
                                                   uint32_t a_base, uint32_t b_base, uint32_t full_bar,
                                                   uint32_t empty_bar, bool lane_leader) {
@@ -150,13 +152,13 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
     wgmma_commit();
     wgmma_wait<1>();  // the previous slot's wgmmas have retired: it may be refilled
     fence_accumulators(acc);
-    if (prev_stage >= 0 && lane_leader) mbar_arrive(empty_bar + 8 * prev_stage);
+    if (prev_stage >= 0 && lane_leader) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage);
     prev_stage = ring.stage;
     ring.advance();
   }
   wgmma_wait<0>();
   fence_accumulators(acc);
-  if (prev_stage >= 0 && lane_leader) mbar_arrive(empty_bar + 8 * prev_stage);
+  if (prev_stage >= 0 && lane_leader) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage);
 }
 
 }  // namespace sm90
