@@ -38,7 +38,13 @@ def test_compiles_without_spills_and_uses_tensor_cores(source, defines, arch):
     if tool is None:
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
     sass = subprocess.run([tool, "--dump-sass", cubin], capture_output=True, text=True, check=True).stdout
+    if source == sm80.PAD_SOURCE:  # the channel-pad pre-pass: no MMA
+        assert "HMMA" not in sass
+        return
     assert "HMMA.16816.F32" in sass, "no m16n8k16 tensor-core MMA in the SASS"
+    if source == sm80.GROUPED_SOURCE:  # fragments from registers / ld.shared, no ldmatrix or cp.async
+        assert "LDG.E.128" in sass, "the grouped_mma loads are 16-byte"
+        return
     assert "LDSM" in sass, "no ldmatrix in the SASS"
     if defines["CUCONV_VEC_A"] > 1 or defines["CUCONV_VEC_B"] > 1:
         assert "LDGSTS" in sass, "no cp.async (LDGSTS) in the SASS"
@@ -47,8 +53,20 @@ def test_compiles_without_spills_and_uses_tensor_cores(source, defines, arch):
 def test_subpath_choice_and_forcing():
     assert sm80.choose_subpath(_problem(64, 64, (1, 1), 0))[0] == "pointwise"
     assert sm80.choose_subpath(_problem(64, 64, (3, 3), 1))[0] == "uniform"
-    assert sm80.choose_subpath(_problem(3, 64, (7, 7), 3, stride=2))[0] == "per_lane"
-    assert sm80.choose_subpath(_problem(128, 128, (3, 3), 1, groups=32))[0] == "per_lane"
+    assert sm80.choose_subpath(_problem(3, 64, (7, 7), 3, stride=2))[0] == "pad_channels"
+    assert sm80.choose_subpath(_problem(6, 64, (3, 3), 1))[0] == "per_lane"          # even C: 4-byte copies
+    assert sm80.choose_subpath(_problem(3, 64, (1, 1), 0))[0] == "pointwise"
+    assert sm80.choose_subpath(_problem(128, 128, (3, 3), 1, groups=32))[0] == "grouped_mma"
+    assert sm80.choose_subpath(_problem(64, 64, (3, 3), 1, groups=64))[0] == "grouped_mma"   # depthwise
+    assert sm80.choose_subpath(_problem(128, 256, (3, 3), 1, groups=32))[0] == "per_lane"  # Cg != Kg
+    assert sm80.choose_subpath(_problem(12, 12, (3, 3), 1, groups=3))[0] == "per_lane"     # C % 8 != 0
+    assert sm80.choose_subpath(_problem(8, 8, (7, 7), 3, groups=8))[0] == "grouped_mma"
+    with sm80.forced_subpath("grouped_mma"):
+        sub, why = sm80.choose_subpath(_problem(64, 64, (3, 3), 1))
+        assert sub is None and "grouped_mma" in why and "groups > 1" in why
+    with sm80.forced_subpath("pad_channels"):
+        assert sm80.choose_subpath(_problem(64, 64, (3, 3), 1))[0] is None
+        assert sm80.choose_subpath(_problem(5, 8, (3, 3), 1))[0] == "pad_channels"
     with sm80.forced_subpath("per_lane"):
         assert sm80.choose_subpath(_problem(64, 64, (1, 1), 0))[0] == "per_lane"
     with sm80.forced_subpath("uniform"):
@@ -68,6 +86,92 @@ def test_copy_widths_follow_channels_and_alignment():
     assert sm80.conv_variant(_problem(64, 64, (3, 3), 1), "uniform", x_ptr=2)[2]["CUCONV_VEC_A"] == 1
     name = sm80.conv_variant(_problem(64, 256, (3, 3), 1), "uniform")[0]
     assert name == "conv2d_fprop_sm80_uniform_bf16_128x256x32_s4_w2x4_va8_vb8"
+
+
+def test_new_paths_variants_and_explain_text():
+    p = _problem(128, 128, (3, 3), 1, groups=32)
+    name, sbs, d = sm80.grouped_variant(p)
+    assert sbs == 2 and name == "conv2d_fprop_sm80_grouped_mma_bf16_sb2" and d["CUCONV_SBS"] == 2
+    assert sm80.grouped_variant(_problem(8, 8, (7, 7), 3, groups=8))[1] == 1
+    assert 9 * sbs * sm80.GROUPED_FRAG_BYTES <= sm80.SMEM_BUDGET
+    assert sm80.padded_channels(_problem(3, 64, (7, 7), 3)) == 4
+    assert sm80.padded_channels(_problem(5, 64, (7, 7), 3)) == 8
+    k = sm80.Sm80IgemmKernel()
+    detail = k.describe(_problem(3, 64, (7, 7), 3, stride=2), None)
+    assert "pad_channels" in detail and "3 -> 4" in detail and "per_lane" in detail and "va4" in detail
+    assert "grouped_mma" in k.describe(p, None) and "32 groups of 4" in k.describe(p, None)
+    g = sm80.grouped_geometry(p, True)
+    assert g["C"] == 128 and g["Cg"] == 4 and g["out_vec"] == 1 and g["M"] == 2 * 16 * 16
+    with pytest.raises(ValueError, match="subpath"):
+        sm80.sm80_subpath_ok(p, "bogus")
+
+
+def grouped_frags_model(w, C, Cg):
+    """NumPy model of the grouped_mma prep kernel: the mma A fragments of every (tap, superblock)."""
+    K, taps = w.shape[0], int(np.prod(w.shape[1:-1]))
+    wf = w.reshape(K, taps, Cg)
+    n_super = -(-C // 32)
+    out = np.zeros((taps, n_super, 4, 32, 4, 2), dtype=w.dtype)
+    for tap in range(taps):
+        for sb in range(n_super):
+            for f in range(4):
+                mt, ks = f >> 1, f & 1
+                for lane in range(32):
+                    g, t = lane >> 2, lane & 3
+                    for a in range(4):
+                        rho = g + 8 * (a & 1)
+                        oc = sb * 32 + 4 * (rho & 7) + 2 * mt + (rho >> 3)
+                        for h in range(2):
+                            k = 2 * t + h + 8 * (a >> 1)
+                            ic = sb * 32 + 8 * ((k & 7) >> 1) + 4 * ks + 2 * (k >> 3) + (k & 1)
+                            if oc < C and ic < C and oc // Cg == ic // Cg:
+                                out[tap, sb, f, lane, a, h] = wf[oc, tap, ic % Cg]
+    return out
+
+
+@pytest.mark.parametrize("C,Cg", [(32, 4), (40, 8), (16, 1), (64, 16)])
+def test_grouped_fragment_permutation_reproduces_the_grouped_conv(C, Cg):
+    """Replay the kernel's mma data flow in NumPy: B fragments from 16-byte lane loads, A from the
+    fragment model, D mapped back to (pixel, channel); must equal the grouped 1-tap product."""
+    rng = np.random.default_rng(C + Cg)
+    w = rng.standard_normal((C, 1, 1, Cg))
+    x = rng.standard_normal((8, C))                      # 8 pixels (one mma N), one tap
+    fr = grouped_frags_model(w, C, Cg)
+    want = np.zeros((8, C))
+    for o in range(C):
+        g0 = (o // Cg) * Cg
+        want[:, o] = x[:, g0:g0 + Cg] @ w[o, 0, 0]
+    got = np.full((8, C), np.nan)
+    n_super = fr.shape[1]
+    xp = np.zeros((8, n_super * 32))
+    xp[:, :C] = x
+    for sb in range(n_super):
+        acc = np.zeros((2, 32, 4))                        # [mt][lane][d]
+        for mt in range(2):
+            for ks in range(2):
+                A = np.zeros((16, 16))
+                B = np.zeros((16, 8))
+                for lane in range(32):
+                    g, t = lane >> 2, lane & 3
+                    for a in range(4):
+                        for h in range(2):
+                            A[g + 8 * (a & 1), 2 * t + h + 8 * (a >> 1)] = fr[0, sb, 2 * mt + ks, lane, a, h]
+                    chans = xp[g, sb * 32 + 8 * t: sb * 32 + 8 * t + 8]   # the lane's 16-byte load
+                    B[2 * t:2 * t + 2, g] = chans[4 * ks:4 * ks + 2]       # b0 (k = 2t, 2t+1)
+                    B[2 * t + 8:2 * t + 10, g] = chans[4 * ks + 2:4 * ks + 4]  # b1 (k = 2t+8, 2t+9)
+                D = A @ B
+                for lane in range(32):
+                    g, t = lane >> 2, lane & 3
+                    acc[mt, lane] += [D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]]
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            c = sb * 32 + 4 * g
+            if c >= C:
+                continue
+            for pp in range(2):
+                got[2 * t + pp, c:c + 4] = [acc[0, lane, pp], acc[0, lane, 2 + pp], acc[1, lane, pp],
+                                            acc[1, lane, 2 + pp]]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_tile_budgets():

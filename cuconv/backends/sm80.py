@@ -11,10 +11,21 @@ The A operand (activations) is staged by one of three compile-time loader sub-pa
 ``uniform``     ``C/groups`` a multiple of the K tile (32): one filter tap per K tile.
 ``per_lane``    anything else (C = 3, 5, ...): each lane decomposes its own ``k``.
 
-The dispatcher picks the first that applies, in that order. **Forcing a sub-path** (tests,
-benchmarks): set the environment variable ``CUCONV_SM80_SUBPATH`` to ``pointwise``, ``uniform`` or
-``per_lane``, or use the context manager :func:`forced_subpath`; a sub-path that cannot serve the
-problem makes the kernel decline with the reason. ``cuconv.explain(...).detail`` names the sub-path,
+Two more paths serve what the implicit GEMM does badly:
+
+``grouped_mma``  grouped / depthwise convs with ``C/groups == K/groups`` in {1, 2, 4, 8, 16} and C a
+                 multiple of 8 (ResNeXt's 32x4d, depthwise): ``kernels_cu/sm80/grouped_mma_sm80.cu``, a
+                 direct kernel doing every group of a pixel per warp as block-diagonal mma.sync on
+                 32-channel superblocks, weights packed into mma fragments by a prep kernel each call.
+``pad_channels`` groups 1, odd C < 8, not pointwise (the stem, C = 3): a pre-pass copies x (and w) into a
+                 scratch NHWC buffer with C padded to 4 (or 8) zero channels, so the ``per_lane`` loader
+                 moves 8/16-byte cp.async chunks instead of 2-byte synchronous loads. The pre-pass is a
+                 second kernel of the call and its time counts in the call's time.
+
+The dispatcher picks the first that applies, in the order of :data:`SM80_SUBPATHS`. **Forcing a
+sub-path** (tests, benchmarks): set the environment variable ``CUCONV_SM80_SUBPATH`` to one of
+:data:`SM80_SUBPATHS`, or use the context manager :func:`forced_subpath`; a sub-path that cannot serve
+the problem makes the kernel decline with the reason. ``cuconv.explain(...).detail`` names the sub-path,
 tile and copy widths in use.
 
 Copy width: each loader moves ``VEC`` contiguous elements per copy, the largest of 8/4/2 (cp.async
@@ -28,6 +39,7 @@ CuPy is imported only inside functions, so importing this module on a CPU-only m
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -40,11 +52,20 @@ from ..launch import c_struct, dtype_code, epilogue_params
 from ..models.loader import SUBPATHS, subpath_ok
 from ..problem import ConvProblem, Epilogue
 
-__all__ = ["Sm80IgemmKernel", "TileConfig", "forced_subpath", "choose_subpath", "conv_config", "matmul_config",
-           "stage_a_tile", "run_matmul", "conv_variant", "matmul_variant"]
+__all__ = ["Sm80IgemmKernel", "TileConfig", "SM80_SUBPATHS", "forced_subpath", "choose_subpath", "conv_config",
+           "matmul_config", "stage_a_tile", "run_matmul", "conv_variant", "matmul_variant", "grouped_variant",
+           "padded_channels", "sm80_subpath_ok"]
 
 CONV_SOURCE = "sm80/conv2d_fprop_sm80.cu"
 MATMUL_SOURCE = "sm80/matmul_sm80.cu"
+GROUPED_SOURCE = "sm80/grouped_mma_sm80.cu"
+PAD_SOURCE = "sm80/pad_channels_sm80.cu"
+#: Every sub-path of sm80_igemm, in the order the automatic choice tries them.
+SM80_SUBPATHS = ("pointwise", "uniform", "grouped_mma", "pad_channels", "per_lane")
+GROUPED_CG = (1, 2, 4, 8, 16)       # C/groups == K/groups values the grouped_mma path serves
+GROUPED_SUPER = 32                  # channels per block-diagonal superblock
+GROUPED_FRAG_BYTES = 2048           # mma A fragments per (tap, superblock): 4 x 32 lanes x 16 bytes
+SMEM_BUDGET = 99 * 1024             # kernels_cu/sm80/config.cuh kSmemBudgetBytes
 BLOCK_K = 32
 _SUBPATH_CODE = {"pointwise": 0, "uniform": 1, "per_lane": 2}
 _DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16"}
@@ -120,10 +141,11 @@ _forced: Optional[str] = None
 
 @contextlib.contextmanager
 def forced_subpath(name: Optional[str]):
-    """Force the im2col loader sub-path of ``sm80_igemm`` inside a ``with`` block (None: automatic)."""
+    """Force the sub-path of ``sm80_igemm`` (one of :data:`SM80_SUBPATHS`) inside a ``with`` block
+    (None: automatic)."""
     global _forced
-    if name is not None and name not in SUBPATHS:
-        raise ValueError(f"subpath: expected one of {SUBPATHS} or None, got {name!r}")
+    if name is not None and name not in SM80_SUBPATHS:
+        raise ValueError(f"subpath: expected one of {SM80_SUBPATHS} or None, got {name!r}")
     previous, _forced = _forced, name
     try:
         yield
@@ -137,22 +159,52 @@ def _requested_subpath() -> Optional[str]:
     env = os.environ.get("CUCONV_SM80_SUBPATH", "").strip()
     if not env or env == "auto":
         return None
-    if env not in SUBPATHS:
-        raise ValueError(f"CUCONV_SM80_SUBPATH: expected one of {SUBPATHS} or 'auto', got {env!r}")
+    if env not in SM80_SUBPATHS:
+        raise ValueError(f"CUCONV_SM80_SUBPATH: expected one of {SM80_SUBPATHS} or 'auto', got {env!r}")
     return env
+
+
+def _grouped_taps_fit(problem: ConvProblem) -> bool:
+    """One superblock's fragment slab (taps x 2 KiB) fits the shared-memory budget."""
+    return int(np.prod(problem.filter_spatial)) * GROUPED_FRAG_BYTES <= SMEM_BUDGET
+
+
+def padded_channels(problem: ConvProblem) -> int:
+    """Channel count the ``pad_channels`` pre-pass pads C to (4 for C <= 3, else 8)."""
+    return 4 if problem.channels <= 3 else 8
+
+
+_NEEDS = {"pointwise": "a 1x1 filter, stride 1 and no padding",
+          "uniform": f"C/groups a multiple of {BLOCK_K}",
+          "grouped_mma": (f"groups > 1, C/groups == K/groups in {GROUPED_CG}, C a multiple of 8 and a filter of "
+                          f"at most {SMEM_BUDGET // GROUPED_FRAG_BYTES} taps"),
+          "pad_channels": "groups 1, an odd C below 8 and a filter that is not pointwise",
+          "per_lane": "nothing"}
+
+
+def sm80_subpath_ok(problem: ConvProblem, subpath: str) -> bool:
+    """Whether the sm80 sub-path ``subpath`` (one of :data:`SM80_SUBPATHS`) may serve ``problem``."""
+    if subpath == "grouped_mma":
+        cg = problem.channels_per_group
+        return (problem.groups > 1 and cg == problem.out_channels_per_group and cg in GROUPED_CG
+                and problem.channels % 8 == 0 and _grouped_taps_fit(problem))
+    if subpath == "pad_channels":
+        return (problem.groups == 1 and problem.channels % 2 == 1 and problem.channels < 8
+                and not problem.is_pointwise)
+    if subpath in SUBPATHS:
+        return subpath_ok(problem, subpath, BLOCK_K)
+    raise ValueError(f"subpath: expected one of {SM80_SUBPATHS}, got {subpath!r}")
 
 
 def choose_subpath(problem: ConvProblem) -> Tuple[Optional[str], str]:
     """``(sub-path, why)``; sub-path is None when a forced one cannot serve ``problem``."""
     want = _requested_subpath()
     if want is not None:
-        if subpath_ok(problem, want, BLOCK_K):
+        if sm80_subpath_ok(problem, want):
             return want, f"{want} (forced)"
-        need = {"pointwise": "a 1x1 filter, stride 1 and no padding",
-                "uniform": f"C/groups a multiple of {BLOCK_K}"}[want]
-        return None, f"forced sub-path {want!r} needs {need}, got {problem.describe()}"
-    for name in SUBPATHS:
-        if subpath_ok(problem, name, BLOCK_K):
+        return None, f"forced sub-path {want!r} needs {_NEEDS[want]}, got {problem.describe()}"
+    for name in SM80_SUBPATHS:
+        if sm80_subpath_ok(problem, name):
             return name, name
     raise AssertionError("per_lane serves every problem")  # pragma: no cover
 
@@ -187,6 +239,26 @@ def matmul_variant(dtype: str, m: int, n: int, k: int, a_ptr: Optional[int] = No
     return name, cfg, defines
 
 
+def grouped_variant(problem: ConvProblem):
+    """``(kernel name, superblocks per CTA, defines)`` of the grouped_mma kernel for ``problem``.
+
+    A CTA holds SBS superblocks (32 channels each) of fragments for every tap: 2 when the channels and
+    the shared-memory budget allow, else 1. (SBS = 4 compiles without spills but takes ~180 registers:
+    one CTA of 8 warps per SM, too few loads in flight for a memory-bound kernel; SBS = 2 takes ~112.)"""
+    n_super = -(-problem.channels // GROUPED_SUPER)
+    taps = int(np.prod(problem.filter_spatial))
+    sbs = next(v for v in (2, 1) if (v == 1 or v <= n_super) and taps * v * GROUPED_FRAG_BYTES <= SMEM_BUDGET)
+    name = f"conv2d_fprop_sm80_grouped_mma_{_DTYPE_TAG[problem.dtype]}_sb{sbs}"
+    defines = dict(CUCONV_DTYPE=dtype_code(problem.dtype), CUCONV_SBS=sbs, CUCONV_KERNEL_NAME=name)
+    return name, sbs, defines
+
+
+def pad_variant(cp_: int):
+    """``(kernel name, defines)`` of the channel-pad pre-pass to ``cp_`` channels."""
+    name = f"pad_channels_sm80_c{cp_}"
+    return name, dict(CUCONV_PAD_CP=cp_, CUCONV_KERNEL_NAME=name)
+
+
 # ----------------------------------------------------------------------------- launch helpers
 _GEOMETRY_FIELDS = [("M", np.int64)] + [(n, np.int32) for n in (
     "H", "W", "C", "P", "Q", "R", "S", "Cg", "k_gemm", "stride_h", "stride_w", "dil_h", "dil_w", "pad_h", "pad_w")]
@@ -199,6 +271,19 @@ def im2col_geometry(p: ConvProblem) -> np.void:
         M=p.gemm_m, H=H, W=W, C=p.channels, P=P, Q=Q, R=R, S=S, Cg=p.channels_per_group, k_gemm=p.gemm_k,
         stride_h=p.stride[0], stride_w=p.stride[1], dil_h=p.dilation[0], dil_w=p.dilation[1],
         pad_h=p.pad_lo[0], pad_w=p.pad_lo[1]))
+
+
+_GROUPED_FIELDS = [("M", np.int64)] + [(n, np.int32) for n in (
+    "H", "W", "C", "P", "Q", "R", "S", "Cg", "stride_h", "stride_w", "dil_h", "dil_w", "pad_h", "pad_w", "out_vec")]
+
+
+def grouped_geometry(p: ConvProblem, out_vec: bool) -> np.void:
+    """The ``GroupedGeometry`` struct of kernels_cu/sm80/grouped_mma_sm80.cu."""
+    (H, W), (P, Q), (R, S) = p.in_spatial, p.out_spatial, p.filter_spatial
+    return c_struct(_GROUPED_FIELDS, dict(
+        M=p.gemm_m, H=H, W=W, C=p.channels, P=P, Q=Q, R=R, S=S, Cg=p.channels_per_group,
+        stride_h=p.stride[0], stride_w=p.stride[1], dil_h=p.dilation[0], dil_w=p.dilation[1],
+        pad_h=p.pad_lo[0], pad_w=p.pad_lo[1], out_vec=int(out_vec)))
 
 
 def _m_grid(m_tiles: int) -> Tuple[int, int]:
@@ -244,35 +329,99 @@ class Sm80IgemmKernel(Kernel):
         subpath, why = choose_subpath(problem)
         if subpath is None:
             return why
+        if subpath == "grouped_mma":
+            name, sbs, _ = grouped_variant(problem)
+            return (f"{name}: {why} path, direct block-diagonal mma.sync over {GROUPED_SUPER}-channel superblocks "
+                    f"({problem.groups} groups of {problem.channels_per_group}), {sbs} superblock(s) per CTA, "
+                    f"16-byte activation loads; weights packed into mma fragments by a prep kernel each call")
+        if subpath == "pad_channels":
+            cp_ = padded_channels(problem)
+            padded = dataclasses.replace(problem, channels=cp_)
+            name, cfg, d = conv_variant(padded, "per_lane")
+            return (f"{name}: {why} path, pre-pass pads C {problem.channels} -> {cp_} into a scratch NHWC copy of x "
+                    f"({problem.batch * int(np.prod(problem.in_spatial)) * cp_ * 2} bytes, its time counts) and of w, "
+                    f"then the per_lane loader, tile {cfg.bm}x{cfg.bn}x{cfg.bk}, copies of {d['CUCONV_VEC_A']} (A) / "
+                    f"{d['CUCONV_VEC_B']} (B) elements")
         name, cfg, d = conv_variant(problem, subpath)
         return (f"{name}: loader {why}, tile {cfg.bm}x{cfg.bn}x{cfg.bk}, {cfg.stages}-stage cp.async ring, "
                 f"{cfg.warps_m}x{cfg.warps_n} warps, copies of {d['CUCONV_VEC_A']} (A) / {d['CUCONV_VEC_B']} (B) "
                 f"elements (when the pointers are aligned), grid covers {problem.groups} group(s)")
 
     def run(self, problem, x, w, bias, residual, out):
-        import cupy as cp
-
         from ..device import device_of
         dev = device_of(x)
         subpath, why = choose_subpath(problem)
         if subpath is None:  # a sub-path forced after dispatch cached its choice for this problem
             from ..dispatch import KernelDeclined
             raise KernelDeclined(f"kernel: 'sm80_igemm' declines this problem: {why}")
-        name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr)
-        smem = cfg.smem_bytes(row_table=subpath != "pointwise")
-        fn = _function(CONV_SOURCE, dev, defines, name, smem)
-        ep = problem.epilogue
-        K, Kg = problem.out_channels, problem.gemm_n
-        pair_ok = int(K % 2 == 0 and Kg % 2 == 0 and out.data.ptr % 4 == 0)
-        n_tiles = -(-Kg // cfg.bn)
-        m_tiles = -(-problem.gemm_m // cfg.bm)
-        gy, gz = _m_grid(m_tiles)
-        bias_arg = bias if bias is not None else out  # never read when absent
-        res_arg = residual if (residual is not None and ep.loads_residual) else out
-        fn((n_tiles * problem.groups, gy, gz), (cfg.threads,),
-           (x, w, bias_arg, res_arg, out, im2col_geometry(problem), np.int32(Kg), np.int32(n_tiles),
-            np.int32(m_tiles), np.int32(pair_ok), epilogue_params(ep)), shared_mem=smem)
-        del cp
+        if subpath == "grouped_mma":
+            _run_grouped(problem, x, w, bias, residual, out, dev)
+        elif subpath == "pad_channels":
+            xp, wp = _pad_channels(problem, x, w, dev)
+            _run_igemm(dataclasses.replace(problem, channels=padded_channels(problem)), "per_lane", xp, wp, bias,
+                       residual, out, dev)
+        else:
+            _run_igemm(problem, subpath, x, w, bias, residual, out, dev)
+
+
+def _run_igemm(problem, subpath, x, w, bias, residual, out, dev):
+    """Launch the implicit-GEMM kernel on ``subpath`` (pointwise / uniform / per_lane)."""
+    name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr)
+    smem = cfg.smem_bytes(row_table=subpath != "pointwise")
+    fn = _function(CONV_SOURCE, dev, defines, name, smem)
+    ep = problem.epilogue
+    K, Kg = problem.out_channels, problem.gemm_n
+    pair_ok = int(K % 2 == 0 and Kg % 2 == 0 and out.data.ptr % 4 == 0)
+    n_tiles = -(-Kg // cfg.bn)
+    m_tiles = -(-problem.gemm_m // cfg.bm)
+    gy, gz = _m_grid(m_tiles)
+    bias_arg = bias if bias is not None else out  # never read when absent
+    res_arg = residual if (residual is not None and ep.loads_residual) else out
+    fn((n_tiles * problem.groups, gy, gz), (cfg.threads,),
+       (x, w, bias_arg, res_arg, out, im2col_geometry(problem), np.int32(Kg), np.int32(n_tiles),
+        np.int32(m_tiles), np.int32(pair_ok), epilogue_params(ep)), shared_mem=smem)
+
+
+def _pad_channels(problem, x, w, dev):
+    """The pad_channels pre-pass: scratch copies of x ``[N, H, W, CP]`` and w ``[K, R, S, CP]`` with
+    channels C .. CP-1 zero (one launch for both). The caller's arrays are only read."""
+    import cupy as cp
+    cp_ = padded_channels(problem)
+    xp = cp.empty((*problem.x_shape[:-1], cp_), dtype=x.dtype)
+    wp = cp.empty((*problem.w_shape[:-1], cp_), dtype=w.dtype)
+    rows0, rows1 = xp.size // cp_, wp.size // cp_
+    name, defines = pad_variant(cp_)
+    fn = _function(PAD_SOURCE, dev, defines, name, 0)
+    blocks = max(1, min(-(-(rows0 + rows1) // 256), 65535 * 4))
+    fn((blocks,), (256,), (x, xp, np.int64(rows0), w, wp, np.int64(rows1), np.int32(problem.channels)))
+    return xp, wp
+
+
+def _run_grouped(problem, x, w, bias, residual, out, dev):
+    """Launch the grouped_mma prep kernel (weights -> mma fragments) and the direct kernel."""
+    import cupy as cp
+    if x.data.ptr % 16:  # 16-byte activation loads: realign a view that is only 2-byte aligned
+        x = x.copy()
+    name, sbs, defines = grouped_variant(problem)
+    taps = int(np.prod(problem.filter_spatial))
+    n_super = -(-problem.channels // GROUPED_SUPER)
+    frags = cp.empty(taps * n_super * GROUPED_FRAG_BYTES // 4, dtype=cp.uint32)
+    prep = _function(GROUPED_SOURCE, dev, defines, name + "_frags", 0)
+    prep((max(1, min(-(-frags.size // 256), 4096)),), (256,),
+         (w, frags, np.int32(taps), np.int32(problem.channels), np.int32(problem.channels_per_group),
+          np.int32(n_super)))
+    smem = taps * sbs * GROUPED_FRAG_BYTES
+    fn = _function(GROUPED_SOURCE, dev, defines, name, smem)
+    ep = problem.epilogue
+    res_arg = residual if (residual is not None and ep.loads_residual) else out
+    bias_arg = bias if bias is not None else out
+    out_vec = out.data.ptr % 8 == 0 and res_arg.data.ptr % 8 == 0
+    slabs = -(-n_super // sbs)
+    pixel_blocks = -(-problem.gemm_m // 128)  # 8 warps x 2 octets x 8 pixels per CTA iteration
+    sms = dev.sm_count or 132
+    grid_x = max(1, min(pixel_blocks, (4 * sms) // slabs or 1))  # ~2 resident per SM, grid-stride
+    fn((grid_x, slabs), (256,), (x, frags, bias_arg, res_arg, out, grouped_geometry(problem, out_vec),
+                                 epilogue_params(ep)), shared_mem=smem)
 
 
 def stage_a_tile(x, problem: ConvProblem, m_offset: int, k_offset: int, group: int = 0,
@@ -290,7 +439,9 @@ def stage_a_tile(x, problem: ConvProblem, m_offset: int, k_offset: int, group: i
         subpath, why = choose_subpath(problem)
         if subpath is None:
             raise ValueError(why)
-    elif not subpath_ok(problem, subpath, BLOCK_K):
+        if subpath not in SUBPATHS:
+            raise ValueError(f"subpath: the automatic choice {subpath!r} stages no im2col tile; pass one of {SUBPATHS}")
+    elif subpath not in SUBPATHS or not subpath_ok(problem, subpath, BLOCK_K):
         raise ValueError(f"subpath: {subpath!r} cannot serve {problem.describe()}")
     name, cfg, defines = conv_variant(problem, subpath, x.data.ptr)
     smem = cfg.smem_bytes(row_table=True)
@@ -340,10 +491,23 @@ def _compile_variants():
         sub = next(s for s in SUBPATHS if subpath_ok(p, s, BLOCK_K))
         return conv_variant(p, sub)[2]
 
+    def grouped(c, groups, dtype="bfloat16", filt=(3, 3)):
+        return ConvProblem.create(nd=2, batch=2, in_spatial=(16, 16), channels=c, out_channels=c, filter_spatial=filt,
+                                  stride=1, dilation=1, padding=1, groups=groups, dtype=dtype, layout="NHWC")
+
     defs = [(CONV_SOURCE, conv(64, 256, (3, 3), 1)),               # uniform, 128x256
             (CONV_SOURCE, conv(3, 64, (7, 7), 3)),                 # per-lane, 2-byte copies (stem)
             (CONV_SOURCE, conv(128, 128, (3, 3), 1, groups=32)),   # per-lane, 8-byte copies, 128x16
             (CONV_SOURCE, conv(64, 128, (1, 1), 0, "float16")),    # pointwise, fp16
+            (CONV_SOURCE, conv_variant(dataclasses.replace(          # pad_channels: stem on C padded to 4
+                ConvProblem.create(nd=2, batch=2, in_spatial=(16, 16), channels=3, out_channels=64,
+                                   filter_spatial=(7, 7), stride=2, dilation=1, padding=3, groups=1,
+                                   dtype="bfloat16", layout="NHWC"), channels=4), "per_lane")[2]),
+            (PAD_SOURCE, pad_variant(4)[1]),
+            (PAD_SOURCE, pad_variant(8)[1]),
+            (GROUPED_SOURCE, grouped_variant(grouped(128, 32))[2]),            # ResNeXt 32x4d, 2 superblocks
+            (GROUPED_SOURCE, grouped_variant(grouped(64, 64, "float16"))[2]),  # depthwise, fp16
+            (GROUPED_SOURCE, grouped_variant(grouped(8, 8, filt=(7, 7)))[2]),  # depthwise 7x7, 1 superblock
             (MATMUL_SOURCE, matmul_variant("bfloat16", 8192, 8192, 8192)[2]),
             (MATMUL_SOURCE, matmul_variant("float16", 7, 13, 5)[2])]
     for arch in ("sm_80", "sm_90a"):
