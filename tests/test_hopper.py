@@ -143,6 +143,9 @@ def test_tile_heuristic(m, n, sms):
     assert choose_tile_config(m, n, sms) == cfg  # pure
     single = choose_tile_config(m, n, sms, cluster=1)
     assert single.cluster == 1 and single.grid == min(sms, single.num_tiles)
+    pair = choose_tile_config(m, n, sms, cluster=2)
+    assert pair.cluster == (2 if pair.m_tiles >= 2 else 1) and pair.grid % pair.cluster == 0
+    assert pair.num_units * pair.cluster >= pair.num_tiles and pair.grid <= sms
 
 
 # ----------------------------------------------------------------------------------------- GPU
@@ -220,6 +223,8 @@ EDGE_CASES = {
                                 ep=dict(bias=True, residual=True, beta=0.5, alpha=-1.25, activation="silu")),
     "bf16_gelu_bias": _case(C=32, K=64, ep=dict(bias=True, activation="gelu")),
     "relu_residual_beta0": _case(C=16, K=16, ep=dict(residual=True, beta=0.0, activation="relu")),
+    # 8*40*40 = 12800 rows x 512 channels = 100 x 2 tiles > 132 SMs: CTAs loop over tiles
+    "persistent_many_tiles": _case(N=8, H=40, W=40, C=64, K=512, ep=dict(residual=True, beta=1.0)),
 }
 
 
@@ -242,20 +247,12 @@ def test_sm90_in_place_residual_large(cp):
 
 @gpu
 @needs_hopper
-def test_sm90_persistent_many_tiles(cp):
-    # 8*40*40 = 12800 rows x 512 channels = 100 x 2 tiles > 132 SMs: CTAs loop over tiles
-    case = _case(N=8, H=40, W=40, C=64, K=512, ep=dict(residual=True, beta=1.0))
-    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
-
-
-@gpu
-@needs_hopper
 @pytest.mark.parametrize("name", ["m_not_multiple_of_tile", "odd_row_tiles_ghost_cta", "fp16_full_epilogue",
-                                  "large_k_bn256"])
-def test_sm90_single_cta_clusters_off(cp, monkeypatch, name):
-    """CUCONV_SM90_CLUSTER=1 (no CTA pairs, no multicast) gives the same results."""
+                                  "large_k_bn256", "persistent_many_tiles", "bf16_gelu_bias"])
+def test_sm90_cta_pairs_multicast(cp, monkeypatch, name):
+    """CUCONV_SM90_CLUSTER=2 (CTA pairs multicasting the filter tile, ghost CTA on odd row tiles)."""
     from cuconv.backends import hopper_tma
-    monkeypatch.setenv("CUCONV_SM90_CLUSTER", "1")
+    monkeypatch.setenv("CUCONV_SM90_CLUSTER", "2")
     hopper_tma._LAUNCHES.clear()
     try:
         check_case(EDGE_CASES[name], xp=cp, kernel="sm90_tma", poison=True)

@@ -15,11 +15,12 @@ Data flow of one call::
     residual (M, K)  --epilogue-load warp, TMA 64-channel chunks-->  smem C ring  (beta != 0 only)
     regs --act(alpha*acc + bias + beta*C), cast--> out (M, K)
 
-Clusters: when the GEMM has at least two row tiles the kernel runs as pairs of CTAs
-(``__cluster_dims__(2, 1, 1)``) on vertically adjacent tiles; each CTA loads half of the shared
-filter tile and multicasts it to both, cutting L2->SM traffic per ring slot from (BM + BN) to
-(BM + BN/2) rows of 64 channels. ``CUCONV_SM90_CLUSTER=1`` in the environment (read when a tile
-config is chosen) turns pairs off, for comparisons in the benchmark.
+Clusters (opt-in): with ``CUCONV_SM90_CLUSTER=2`` in the environment (read when a tile config is
+chosen) and at least two row tiles, the kernel runs as pairs of CTAs (``__cluster_dims__(2, 1, 1)``)
+on vertically adjacent tiles; each CTA loads half of the shared filter tile and multicasts it to
+both, cutting L2->SM traffic per ring slot from (BM + BN) to (BM + BN/2) rows of 64 channels. It
+is correct (GPU-tested) but measured no faster than single CTAs on the H100 benchmark (the kernel
+is not L2-bandwidth bound yet; see docs/bench/README.md), so the default is 1.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class TileConfig:
 
 
 def _cluster_setting() -> int:
-    v = os.environ.get("CUCONV_SM90_CLUSTER", "2").strip()
+    v = os.environ.get("CUCONV_SM90_CLUSTER", "1").strip()
     if v not in ("1", "2"):
         raise ValueError(f"CUCONV_SM90_CLUSTER: expected 1 or 2, got {v!r}")
     return int(v)
@@ -107,8 +108,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     * N <= 64 or N <= 128: the smallest BN covering N (no wasted wgmma columns).
     * Larger N: BN = 256 (twice the MMA work per A byte loaded) unless it pads N more than BN = 128
       would (e.g. N = 320, 384) or leaves fewer tiles than SMs (then BN = 128 keeps the chip busy).
-    * Pairs of CTAs sharing the filter tile (cluster 2) whenever there are at least two row tiles
-      (``cluster`` overrides; default from ``CUCONV_SM90_CLUSTER``, 2).
+    * Pairs of CTAs sharing the filter tile (cluster 2) when asked for and there are at least two
+      row tiles (``cluster`` overrides; default from ``CUCONV_SM90_CLUSTER``, 1).
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
     units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
@@ -319,7 +320,8 @@ def _max_active_clusters(fn, cfg: TileConfig, smem: int, dev) -> int:
     sms = dev.sm_count or 132
     if cfg.cluster == 1:
         return sms
-    key = (dev.index, fn.ptr, smem)
+    handle = fn.kernel.ptr  # RawKernel -> its loaded cupy.cuda.Function -> CUfunction address
+    key = (dev.index, handle, smem)
     hit = _ACTIVE_CLUSTERS.get(key)
     if hit is None:
         from ..tensormap import _driver
@@ -329,7 +331,7 @@ def _max_active_clusters(fn, cfg: TileConfig, smem: int, dev) -> int:
         conf.blockDimX, conf.blockDimY, conf.blockDimZ = cfg.threads, 1, 1
         conf.sharedMemBytes = smem
         conf.numAttrs = 0
-        err, n = drv.cuOccupancyMaxActiveClusters(drv.CUfunction(fn.ptr), conf)
+        err, n = drv.cuOccupancyMaxActiveClusters(drv.CUfunction(handle), conf)
         if int(err) != 0 or int(n) < 1:
             raise RuntimeError(f"cuconv: cuOccupancyMaxActiveClusters failed for {cfg.kernel_name(False)}: {err}")
         hit = _ACTIVE_CLUSTERS[key] = int(n)

@@ -285,8 +285,8 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     float acc[cfg::ACC_REGS];
     for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
       sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
-          acc, ring, k_iters, a_rows, b_base, full_bar, empty_bar, lane == 0);
-      sm90::consumer_epilogue<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
+          acc, ring, k_iters, a_rows, b_base, full_bar, empty_bar);
+      sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
           acc, sched.m_tile(t) * cfg::BM, sched.n_tile(t) * cfg::BN, g.M, g.K, out, bias, ep, cring, c_base,
           c_full_bar, c_empty_bar, row_base, col_lane, lane == 0);
     }

@@ -57,7 +57,13 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, 
 // each. A 4 x 4 transpose inside the quad (four shuffle rounds per group of four jj) hands lane t
 // the whole 16 bytes of column block jj0 + t, so each thread writes one 16-byte vector per row and
 // group: a warp store covers 8 rows x 64 contiguous bytes (whole sectors) instead of 8 x 16.
-template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES>
+//
+// ACT is the activation as a compile-time constant: the caller switches on the runtime code once
+// per tile (consumer_epilogue_any). Selecting it per element instead interleaves the code of all
+// four activations (erf and exp inlined 2 * BN times), and the executed path then spans a body
+// larger than the instruction cache: measured as instruction-fetch stalls dominating the
+// memory-bound 1x1 convolutions, whose tiles have a single K block and are mostly epilogue.
+template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, int ACT>
 __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], int m0, int n0, long long M, int K,
                                                   T* out, const T* bias, const EpilogueParams& ep,
                                                   RingState<C_STAGES>& cring, uint32_t c_base,
@@ -104,7 +110,7 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
           v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
           v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
         }
-        packed[i][jj] = pack2<T>(activate(v0, ep.activation), activate(v1, ep.activation));
+        packed[i][jj] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
       }
     }
     // Quad transpose and 16-byte stores (all lanes shuffle; only the stores are masked).
@@ -132,6 +138,28 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
       }
     }
   }
+}
+
+// The epilogue for the runtime activation code ep.activation (one switch per tile).
+template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES>
+__device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], int m0, int n0, long long M,
+                                                      int K, T* out, const T* bias, const EpilogueParams& ep,
+                                                      RingState<C_STAGES>& cring, uint32_t c_base,
+                                                      uint32_t c_full_bar, uint32_t c_empty_bar, int row_base,
+                                                      int col_lane, bool lane_leader) {
+#define CUCONV_SM90_EPILOGUE_CASE(code)                                                                      \
+  case code:                                                                                                 \
+    consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code>(                                   \
+        acc, m0, n0, M, K, out, bias, ep, cring, c_base, c_full_bar, c_empty_bar, row_base, col_lane, lane_leader); \
+    break;
+  switch (ep.activation) {
+    CUCONV_SM90_EPILOGUE_CASE(ACT_RELU)
+    CUCONV_SM90_EPILOGUE_CASE(ACT_SILU)
+    CUCONV_SM90_EPILOGUE_CASE(ACT_GELU)
+    default:
+      CUCONV_SM90_EPILOGUE_CASE(ACT_NONE)
+  }
+#undef CUCONV_SM90_EPILOGUE_CASE
 }
 
 }  // namespace sm90

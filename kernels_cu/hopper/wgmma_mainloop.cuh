@@ -135,8 +135,9 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
 template <int BN, int STAGES, int BK, int A_STAGE_BYTES, int B_STAGE_BYTES, int CLUSTER>
 __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingState<STAGES>& ring, int k_iters,
                                                   uint32_t a_base, uint32_t b_base, uint32_t full_bar,
-                                                  uint32_t empty_bar, bool lane_leader) {
+                                                  uint32_t empty_bar) {
   static_assert(BK == 64, "one 128-byte swizzled row per tile row: BK must be 64 16-bit elements");
+  const int lane = threadIdx.x % 32;
   int prev_stage = -1;
   for (int k = 0; k < k_iters; ++k) {
     mbar_wait(full_bar + 8 * ring.stage, ring.phase);
@@ -152,13 +153,13 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
     wgmma_commit();
     wgmma_wait<1>();  // the previous slot's wgmmas have retired: it may be refilled
     fence_accumulators(acc);
-    if (prev_stage >= 0 && lane_leader) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage);
+    if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
     prev_stage = ring.stage;
     ring.advance();
   }
   wgmma_wait<0>();
   fence_accumulators(acc);
-  if (prev_stage >= 0 && lane_leader) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage);
+  if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
 }
 
 }  // namespace sm90
