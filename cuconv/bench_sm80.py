@@ -2,8 +2,9 @@
 
 Cases (bf16 by default; each checked against the reference on its first image before timing):
 
-* ResNet stem    N=64, C=3, 224x224 -> K=64, 7x7, stride 2, pad 3     (per-lane loader, 2-byte copies)
-* ResNeXt-50     N=64, C=K=128, groups=32, 56x56, 3x3, pad 1           (per-lane loader, 8-byte copies)
+* ResNet stem    N=64, C=3, 224x224 -> K=64, 7x7, stride 2, pad 3     (pad_channels: C 3 -> 4 pre-pass + per_lane)
+* ResNeXt-50     N=64, C=K=128, groups=32, 56x56, 3x3, pad 1           (grouped_mma: direct block-diagonal mma)
+* MobileNet dw   N=64, C=K=256, groups=256, 56x56, 3x3, pad 1          (grouped_mma, depthwise)
 * matmul 8192^3  ``cuconv.matmul`` vs ``cupy.matmul`` (cuBLAS)
 * ResNet-50      the dense shapes of ``cuconv.bench.SUITES["resnet50"]``, ``sm80_igemm`` forced, with its
                  ratio to the Hopper kernel ``sm90_tma`` (when that accepts) and to cuDNN (torch).
@@ -28,7 +29,11 @@ __all__ = ["CONV_CASES", "main"]
 CONV_CASES = [
     ("resnet stem", 64, 3, 224, 224, 64, 7, 2, 3, 1),
     ("resnext50 grouped 3x3", 64, 128, 56, 56, 128, 3, 1, 1, 32),
+    ("depthwise 3x3", 64, 256, 56, 56, 256, 3, 1, 1, 256),
 ]
+
+#: The sub-path each case runs as well as the automatic one, for the before/after comparison.
+PREVIOUS_SUBPATH = {"resnet stem": "per_lane", "resnext50 grouped 3x3": "per_lane", "depthwise 3x3": "per_lane"}
 
 L2_BYTES = 50 * 2 ** 20
 
@@ -84,6 +89,9 @@ def _conv_case(label, N, C, H, W, K, f, stride, pad, groups, dtype, runs, kernel
     except Exception as ex:  # torch is optional
         row["notes"].append(f"no cuDNN timing: {type(ex).__name__}: {ex}")
     log(_line(row))
+    if "detail" in row:
+        for kern, d in row["detail"].items():
+            log(f"    {kern}: {d}")
     return row
 
 
@@ -129,6 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--skip-resnet", action="store_true", help="skip the forced ResNet-50 suite")
+    ap.add_argument("--json", metavar="PATH", help="also write every row (times in ms, details, notes) as JSON")
     args = ap.parse_args(argv)
     runs = max(20, args.runs)
     import cupy as cp
@@ -140,9 +149,16 @@ def main(argv=None) -> int:
         return 2
     print(f"device: {dev.describe()}; {runs} runs, median; kernel times from CUDA-graph replays")
     rows = []
+    from .backends.sm80 import forced_subpath
     for case in CONV_CASES:
         rows.append(_conv_case(*case, args.dtype, runs, ["sm80_igemm"], print))
         cp.get_default_memory_pool().free_all_blocks()
+        old = PREVIOUS_SUBPATH.get(case[0])
+        if old:  # the same shape on the sub-path it ran before the dedicated path existed
+            with forced_subpath(old):
+                r = _conv_case(f"{case[0]} [{old} forced]", *case[1:], args.dtype, runs, ["sm80_igemm"], print)
+            rows.append(r)
+            cp.get_default_memory_pool().free_all_blocks()
     rows.append(_matmul_case(8192, args.dtype, runs, print))
     cp.get_default_memory_pool().free_all_blocks()
     if not args.skip_resnet:
@@ -158,6 +174,10 @@ def main(argv=None) -> int:
         if ratios:
             geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
             print(f"geomean sm80 speed relative to sm90_tma: {geo:.3f}x over {len(ratios)} shapes")
+    if args.json:
+        import json
+        with open(args.json, "w") as f:
+            json.dump({"device": dev.describe(), "rows": rows}, f, indent=1, default=str)
     return 0 if all("CHECK FAILED" not in " ".join(r["notes"]) for r in rows) else 1
 
 

@@ -242,3 +242,88 @@ def test_matmul_float32_gpu(cp):
     ref = a.astype(np.float64) @ b
     ref = 0.5 * ref * (1 + np.vectorize(__import__("math").erf)(ref / np.sqrt(2)))
     assert_close(got, ref, "float32")
+
+
+# ----------------------------------------------------------------------------- grouped_mma / pad_channels
+@settings(max_examples=30, deadline=None)
+@given(cg=st.sampled_from([1, 2, 4, 8, 16]), super_blocks=st.sampled_from([8, 16, 32, 40, 64, 96, 128]),
+       hw=st.tuples(st.integers(1, 12), st.integers(1, 12)), filt=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+       stride=st.tuples(st.integers(1, 2), st.integers(1, 3)), dilation=st.sampled_from([1, 1, 2]),
+       pads=st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
+       n=st.integers(1, 3), dtype=st.sampled_from(["bfloat16", "float16"]), ep=epilogues,
+       seed=st.integers(0, 2**31 - 1))
+def test_grouped_mma_drawn(cp, cg, super_blocks, hw, filt, stride, dilation, pads, n, dtype, ep, seed):
+    # C = K a multiple of 8 (40, 96: partial 32-channel superblocks), Cg = Kg in {1, 2, 4, 8, 16}
+    # (cg = 1 is depthwise), asymmetric halo on every border, every epilogue combination.
+    c = max(super_blocks, cg * 2)
+    assume(c % cg == 0)
+    padding = ((pads[0], pads[1]), (pads[2], pads[3]))
+    for size, f, (lo, hi) in zip(hw, filt, padding):
+        assume(size + lo + hi >= (f - 1) * dilation + 1)
+    run_conv(cp, subpath="grouped_mma", n=n, hw=hw, c=c, k=c, filt=filt, stride=stride, padding=padding,
+             dilation=dilation, groups=c // cg, dtype=dtype, seed=seed, **ep)
+
+
+@pytest.mark.parametrize("cg", [1, 2, 4, 8, 16])
+def test_grouped_mma_each_group_size(cp, cg):
+    run_conv(cp, subpath="grouped_mma", n=2, hw=(9, 11), c=64, k=64, filt=(3, 3), padding=1, groups=64 // cg,
+             seed=30 + cg, bias=True, residual=True, beta=-0.5, activation="silu")
+
+
+def test_grouped_mma_resnext_and_depthwise_auto(cp):
+    # the benchmark's ResNeXt-50 layer at N = 2 (picked automatically), a 7x7 depthwise, in-place residual
+    x = cp.asarray(np.ones((1, 8, 8, 128), dtype=DTYPES["bfloat16"]))
+    w = cp.asarray(np.ones((128, 3, 3, 4), dtype=DTYPES["bfloat16"]))
+    assert "grouped_mma" in cuconv.explain(x, w, padding=1, groups=32, kernel="sm80_igemm").detail
+    run_conv(cp, subpath="grouped_mma", n=2, hw=(14, 14), c=128, k=128, filt=(3, 3), padding=1, groups=32, seed=40,
+             bias=True, activation="relu")
+    run_conv(cp, subpath="grouped_mma", n=2, hw=(13, 9), c=48, k=48, filt=(7, 7), padding=3, groups=48, seed=41)
+    run_conv(cp, subpath="grouped_mma", n=2, hw=(8, 8), c=64, k=64, filt=(3, 3), padding=1, groups=16,
+             residual=True, in_place=True, seed=42)
+
+
+def test_grouped_mma_misaligned_views(cp):
+    # x, out and residual as views 2 bytes off their allocation: x is realigned, stores go scalar
+    rng = np.random.default_rng(43)
+    x = random_array(rng, (2, 6, 7, 32), "bfloat16")
+    w = random_array(rng, (32, 3, 3, 4), "bfloat16", scale=1 / 6)
+    r = random_array(rng, (2, 6, 7, 32), "bfloat16")
+    ref = cuconv.reference.conv2d(x, w, residual=r, padding=1, groups=8)
+    xb = cp.empty(x.size + 1, dtype=x.dtype)
+    xb[1:] = cp.asarray(x.reshape(-1))
+    ob = cp.full(x.size + 1, np.nan, dtype=x.dtype)
+    rb = cp.empty(x.size + 1, dtype=x.dtype)
+    rb[1:] = cp.asarray(r.reshape(-1))
+    xv, ov, rv = xb[1:].reshape(x.shape), ob[1:].reshape(x.shape), rb[1:].reshape(x.shape)
+    with forced_subpath("grouped_mma"):
+        got = cuconv.conv2d(xv, cp.asarray(w), residual=rv, out=ov, padding=1, groups=8, kernel="sm80_igemm")
+    assert_close(got, ref, "bfloat16")
+    np.testing.assert_array_equal(cp.asnumpy(xv).view(np.uint16), x.view(np.uint16))  # caller's x untouched
+
+
+@settings(max_examples=25, deadline=None)
+@given(c=st.sampled_from([1, 3, 5, 7]), k=st.integers(1, 70), hw=st.tuples(st.integers(1, 13), st.integers(1, 13)),
+       filt=st.tuples(st.integers(1, 7), st.integers(2, 7)), stride=st.tuples(st.integers(1, 3), st.integers(1, 2)),
+       pads=st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
+       dilation=st.sampled_from([1, 1, 2]), n=st.integers(1, 3), dtype=st.sampled_from(["bfloat16", "float16"]),
+       ep=epilogues, seed=st.integers(0, 2**31 - 1))
+def test_pad_channels_drawn(cp, c, k, hw, filt, stride, pads, dilation, n, dtype, ep, seed):
+    padding = ((pads[0], pads[1]), (pads[2], pads[3]))
+    for size, f, (lo, hi) in zip(hw, filt, padding):
+        assume(size + lo + hi >= (f - 1) * dilation + 1)
+    run_conv(cp, subpath="pad_channels", n=n, hw=hw, c=c, k=k, filt=filt, stride=stride, padding=padding,
+             dilation=dilation, dtype=dtype, seed=seed, **ep)
+
+
+def test_pad_channels_stem_leaves_inputs_alone(cp):
+    rng = np.random.default_rng(50)
+    x = random_array(rng, (2, 40, 36, 3), "bfloat16")
+    w = random_array(rng, (64, 7, 7, 3), "bfloat16", scale=1 / 12)
+    b = random_array(rng, (64,), "bfloat16")
+    xg, wg = cp.asarray(x), cp.asarray(w)
+    e = cuconv.explain(xg, wg, padding=3, stride=2, kernel="sm80_igemm")
+    assert "pad_channels" in e.detail and "3 -> 4" in e.detail
+    got = cuconv.conv2d(xg, wg, cp.asarray(b), padding=3, stride=2, activation="relu", kernel="sm80_igemm")
+    assert_close(got, cuconv.reference.conv2d(x, w, b, padding=3, stride=2, activation="relu"), "bfloat16")
+    np.testing.assert_array_equal(cp.asnumpy(xg).view(np.uint16), x.view(np.uint16))
+    np.testing.assert_array_equal(cp.asnumpy(wg).view(np.uint16), w.view(np.uint16))
