@@ -268,3 +268,23 @@ def test_sm90_is_chosen_automatically(cp):
     assert cuconv.explain(x, w, padding=1).kernel == "sm90_tma"
     e = cuconv.explain(x.astype(cp.float32), w.astype(cp.float32), padding=1)
     assert e.kernel != "sm90_tma" and "float32" in e.declined["sm90_tma"]
+
+
+@gpu
+@needs_hopper
+def test_sm90_launch_record_reused_across_outputs(cp):
+    """A fresh output array per call (no ``out=``) reuses the cached descriptors; results stay right."""
+    from cuconv.backends import hopper_tma
+    from conftest import assert_close
+    x = cp.asarray(np.random.default_rng(0).standard_normal((2, 9, 9, 16)), dtype=cp.float16)
+    w = cp.asarray(np.random.default_rng(1).standard_normal((32, 3, 3, 16)) * 0.1, dtype=cp.float16)
+    ref = cuconv.reference.conv2d(x, w, padding=1)
+    first = cuconv.conv2d(x, w, padding=1)
+    n = len(hopper_tma._LAUNCHES)
+    keep = [cuconv.conv2d(x, w, padding=1) for _ in range(3)]   # distinct output addresses
+    assert len({int(y.data.ptr) for y in keep + [first]}) == 4
+    assert len(hopper_tma._LAUNCHES) == n
+    for y in keep + [first]:
+        assert_close(y, ref, "float16")
+    odd = cp.empty(2 * 9 * 9 * 32 + 1, dtype=cp.float16)[1:].reshape(2, 9, 9, 32)  # 2-byte aligned out
+    assert_close(cuconv.conv2d(x, w, padding=1, out=odd), ref, "float16")

@@ -210,32 +210,38 @@ class Sm90TmaKernel(Kernel):
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
 
     def run(self, problem, x, w, bias, residual, out):
-        """Launch; the launch record (descriptors, params, function) is cached per problem and pointers.
+        """Launch; the launch record (descriptors, params, function, grid) is cached per problem and inputs.
 
         A TMA descriptor depends only on the geometry and the base address, so a record keyed by
-        (problem, device, x/w/bias/residual/out addresses) stays valid for any arrays at those
-        addresses. Records hold raw addresses only (no array references: nothing is kept alive).
+        (problem, device, x/w/bias/residual addresses) stays valid for any arrays at those
+        addresses. The output is a plain pointer argument, not part of the key: a call that writes a
+        fresh output array (no ``out=``) still reuses the record. Records hold raw addresses only (no
+        array references: nothing is kept alive).
         """
         import cupy as cp
 
         dev_id = cp.cuda.Device().id
         key = (problem, dev_id, x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
-               0 if residual is None else residual.data.ptr, out.data.ptr)
+               0 if residual is None else residual.data.ptr)
         launch = _LAUNCHES.get(key)
+        keep = None
         if launch is not None:
             _LAUNCHES.move_to_end(key)
-            launch()
-            return
-        launch, cacheable, keep = self._build_launch(problem, x, w, bias, residual, out)
-        launch()
-        if cacheable:
-            _LAUNCHES[key] = launch
-            while len(_LAUNCHES) > _LAUNCH_CACHE_SIZE:
-                _LAUNCHES.popitem(last=False)
-        del keep  # aligned copies (if any) live until the launch above has been queued
+        else:
+            launch, cacheable, keep = self._build_launch(problem, x, w, bias, residual)
+            if cacheable:
+                _LAUNCHES[key] = launch
+                while len(_LAUNCHES) > _LAUNCH_CACHE_SIZE:
+                    _LAUNCHES.popitem(last=False)
+        if out.data.ptr % 16 == 0:          # the epilogue stores 16-byte vectors
+            launch(out.data.ptr)
+        else:
+            target = cp.empty_like(out)
+            launch(target.data.ptr)
+            out[...] = target
+        del keep  # aligned input copies (if any) live until the launch above has been queued
 
-    def _build_launch(self, problem, x, w, bias, residual, out):
-        import cupy as cp
+    def _build_launch(self, problem, x, w, bias, residual):
         import numpy as np
 
         from ..device import device_of
@@ -247,30 +253,26 @@ class Sm90TmaKernel(Kernel):
         grid_ctas = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, dev))
 
         # TMA needs 16-byte aligned bases; a misaligned view (rare) goes through an aligned copy,
-        # and such a launch is not cached (the copy's address is new every call).
+        # and such a record is not cached (the copy's address is new every call).
         xa, wa = _aligned(x), _aligned(w)
-        target = out if out.data.ptr % 16 == 0 else cp.empty_like(out)
         ra = residual
         if res:
-            ra = residual if residual.data.ptr % 16 == 0 else residual.copy()
+            ra = _aligned(residual)
             tmap_c = encode_tiled_c(problem, ra.data.ptr, BLOCK_M)
         else:
             tmap_c = placeholder_descriptor()
         ba = _aligned(bias, 4) if bias is not None else None
-        cacheable = xa is x and wa is w and target is out and ra is residual and ba is bias
+        cacheable = xa is x and wa is w and ra is residual and ba is bias
         tmap_x = encode_im2col_x(problem, xa.data.ptr)
         tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
-        bias_ptr = np.uint64(ba.data.ptr if ba is not None else target.data.ptr)  # unread without a bias
-        args = (tmap_x, tmap_w, tmap_c, np.uint64(target.data.ptr), bias_ptr, _params(problem, cfg),
-                epilogue_params(problem.epilogue))
+        bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
+        head, tail = (tmap_x, tmap_w, tmap_c), (bias_ptr, _params(problem, cfg), epilogue_params(problem.epilogue))
         grid, block = (grid_ctas,), (cfg.threads,)
 
-        def launch():
-            fn(grid, block, args, shared_mem=smem)
-            if target is not out:
-                out[...] = target
+        def launch(out_ptr: int):
+            fn(grid, block, head + (np.uint64(out_ptr),) + tail, shared_mem=smem)
 
-        return launch, cacheable, (xa, wa, ra, ba, target)
+        return launch, cacheable, (xa, wa, ra, ba)
 
 
 @functools.lru_cache(maxsize=1024)
