@@ -62,6 +62,12 @@ class Kernel:
         """Variant details (tile config...) shown by ``explain``; override when there is a choice."""
         return self.name
 
+    def settings(self):
+        """The kernel's current run-time overrides (environment variables, context managers) that
+        change :meth:`check` or :meth:`describe`, as a hashable value; part of the selection memo's key,
+        so forcing a variant never shows a stale explanation. Default: none."""
+        return None
+
     def __repr__(self) -> str:
         return f"<cuconv kernel {self.name} ({self.backend})>"
 
@@ -125,7 +131,7 @@ class Explanation:
     _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731  (IPython display)
 
 
-#: (problem, device, forced, strategy) -> (kernel, explanation). Problems and devices are frozen, so a
+#: (problem, device, forced, strategy, kernels' settings) -> (kernel, explanation). Problems and devices are frozen, so a
 #: repeated call skips every ``supports``; registering a kernel clears it.
 _SELECTIONS: Dict[tuple, Tuple[Kernel, "Explanation"]] = {}
 _SELECTIONS_LIMIT = 4096
@@ -139,7 +145,7 @@ def select(problem: ConvProblem, device: DeviceInfo, forced: Optional[str] = Non
     :class:`KernelDeclined` is raised with its reason. With ``strategy`` (conv3d on a GPU) only
     kernels implementing that strategy are considered; the others are listed as declined.
     """
-    key = (problem, device, forced, strategy)
+    key = (problem, device, forced, strategy, tuple(k.settings() for k in _REGISTRY.values()))
     hit = _SELECTIONS.get(key)
     if hit is None:
         hit = _select_uncached(problem, device, forced, strategy)

@@ -224,3 +224,18 @@ def test_matmul_validation(kwargs, exc, match):
     a, b = kwargs.pop("a"), kwargs.pop("b")
     with pytest.raises(exc, match=match):
         cuconv.matmul(a, b, **kwargs)
+
+
+def test_forcing_a_subpath_never_shows_a_stale_explanation():
+    """The selection memo's key carries the kernels' settings (the forced sub-path), so an explanation
+    memoised under one forced sub-path is not returned under another (or under none)."""
+    from cuconv import dispatch
+    from cuconv.device import DeviceInfo
+    dev = DeviceInfo(kind="cuda", index=0, name="A100 (model)", cc=(8, 0), arch="sm_80", sm_count=108,
+                     smem_per_block_optin=166912)
+    p = ConvProblem.create(nd=2, batch=1, in_spatial=(4, 4), channels=64, out_channels=64, filter_spatial=(1, 1),
+                           stride=1, dilation=1, padding=0, groups=1, dtype="bfloat16", layout="NHWC")
+    with sm80.forced_subpath("per_lane"):
+        _, forced = dispatch.select(p, dev, forced="sm80_igemm")
+    _, auto = dispatch.select(p, dev, forced="sm80_igemm")
+    assert "per_lane" in forced.detail and "pointwise" in auto.detail, (forced.detail, auto.detail)

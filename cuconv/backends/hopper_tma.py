@@ -174,7 +174,10 @@ class Sm90TmaKernel(Kernel):
         return _check_cached(problem, device)
 
     def describe(self, problem, device):
-        return _describe_cached(problem, device)
+        return _describe_cached(problem, device, _cluster_setting())
+
+    def settings(self):
+        return _cluster_setting()
 
     @staticmethod
     def _check_uncached(problem, device):
@@ -282,7 +285,7 @@ def _check_cached(problem, device):
 
 
 @functools.lru_cache(maxsize=1024)
-def _describe_cached(problem, device):
+def _describe_cached(problem, device, cluster_setting):
     return Sm90TmaKernel._describe_uncached(problem, device)
 
 

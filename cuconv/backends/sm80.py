@@ -325,6 +325,10 @@ class Sm80IgemmKernel(Kernel):
             return False, why
         return True, f"fp16/bf16 conv2d on sm_80+, {why} loader"
 
+    def settings(self):
+        """The forced sub-path (``forced_subpath`` / ``CUCONV_SM80_SUBPATH``), or None."""
+        return _requested_subpath()
+
     def describe(self, problem, device):
         subpath, why = choose_subpath(problem)
         if subpath is None:
