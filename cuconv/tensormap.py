@@ -20,13 +20,13 @@ without CUDA.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 import numpy as np
 
+from .models.tma import ConvBoxParams, conv_box_params
 from .problem import ConvProblem
 
 __all__ = ["TmaBoxParams", "tma_box_params", "tma_limits_violation", "encode_im2col_x", "encode_tiled_w",
@@ -48,52 +48,33 @@ _DIM_NAMES = {2: ("H", "W"), 3: ("D", "H", "W")}
 
 
 @dataclass(frozen=True)
-class TmaBoxParams:
+class TmaBoxParams(ConvBoxParams):
     """The im2col descriptor parameters of a conv2d/conv3d problem (what :func:`encode_im2col_x` encodes).
 
-    Spatial tuples are ordered outermost first ((H, W) or (D, H, W)), like the problem; the driver
-    wants them innermost first, which the encoder does. ``tap_offsets[tap]`` is
-    ``(r * dil_h, s * dil_w)`` (2-D) or ``(t * dil_d, r * dil_h, s * dil_w)`` (3-D), taps row-major.
+    The convolution's box geometry (:class:`cuconv.models.tma.ConvBoxParams`: corners, element
+    strides, one offset tuple per tap, ``start_coord``) plus the box size. Spatial tuples are
+    ordered outermost first ((H, W) or (D, H, W)), like the problem; the driver wants them innermost
+    first, which the encoder does.
     """
 
-    lower_corner: Tuple[int, ...]        # -pad_lo per spatial dim
-    upper_corner: Tuple[int, ...]        # (out - 1) * stride - pad_lo - (in - 1)
-    element_strides: Tuple[int, ...]     # the conv stride
-    tap_offsets: Tuple[Tuple[int, ...], ...]
     pixels_per_column: int               # BM, GEMM rows per box
     channels_per_pixel: int              # BK, channels per box
-
-    def start_coord(self, problem: ConvProblem, m_offset: int, c_start: int = 0) -> Tuple[int, ...]:
-        """(n, *spatial, c) the kernel passes for a box starting at GEMM row ``m_offset``."""
-        out = problem.out_spatial
-        rem = m_offset
-        origin = []
-        for o, st, lo in reversed(list(zip(out, problem.stride, problem.pad_lo))):
-            rem, idx = divmod(rem, o)
-            origin.append(idx * st - lo)
-        return (rem, *reversed(origin), c_start)
 
 
 def tma_box_params(problem: ConvProblem, pixels_per_column: int = 128, channels_per_pixel: int = 64) -> TmaBoxParams:
     """Descriptor parameters that make im2col box loads return rows of the implicit-GEMM A matrix.
 
-    The access window of base coordinates per image is ``[lower, in - 1 + upper]`` stepped by the
-    conv stride: with ``lower = -pad_lo`` and ``upper = (out - 1) * stride - pad_lo - (in - 1)`` it
-    holds exactly the ``out`` window origins ``o * stride - pad_lo`` of each spatial dim, in output
-    order. The filter extent (and dilation) does not enter the corners: a tap is reached by the
+    The geometry is :func:`cuconv.models.tma.conv_box_params` (the NumPy model's): the access window
+    of base coordinates holds exactly the output pixels' window origins, and a tap is reached by the
     per-load offsets (tap index x dilation per dim), which shift the pixel read, not the traversal;
-    reads that land outside the tensor (padding on either side) are zero-filled.
+    reads outside the tensor (padding on either side) are zero-filled.
     """
     if problem.nd not in (2, 3):
         raise ValueError(f"problem: tma_box_params covers conv2d and conv3d, got conv{problem.nd}d")
-    lower = tuple(-lo for lo in problem.pad_lo)
-    upper = tuple((o - 1) * s - lo - (L - 1) for o, s, lo, L in
-                  zip(problem.out_spatial, problem.stride, problem.pad_lo, problem.in_spatial))
-    taps = tuple(tuple(i * d for i, d in zip(tap, problem.dilation))
-                 for tap in itertools.product(*[range(f) for f in problem.filter_spatial]))
-    return TmaBoxParams(lower_corner=lower, upper_corner=upper, element_strides=tuple(problem.stride),
-                        tap_offsets=taps, pixels_per_column=pixels_per_column,
-                        channels_per_pixel=channels_per_pixel)
+    box = conv_box_params(problem)
+    return TmaBoxParams(lower_corner=box.lower_corner, upper_corner=box.upper_corner,
+                        element_strides=box.element_strides, tap_offsets=box.tap_offsets,
+                        pixels_per_column=pixels_per_column, channels_per_pixel=channels_per_pixel)
 
 
 def tma_limits_violation(problem: ConvProblem) -> Optional[str]:

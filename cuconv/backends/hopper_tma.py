@@ -286,6 +286,8 @@ def _check_cached(problem, device):
 
 @functools.lru_cache(maxsize=1024)
 def _describe_cached(problem, device, cluster_setting):
+    """``describe`` memoised; ``cluster_setting`` (CUCONV_SM90_CLUSTER) is in the key because the
+    description names the tile config, which depends on it."""
     return Sm90TmaKernel._describe_uncached(problem, device)
 
 
