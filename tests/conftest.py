@@ -43,6 +43,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def hopper_available() -> bool:
+    """A Hopper (cc 9.0) GPU is visible to CuPy: the sm90 kernels (conv2d, conv3d native and Q-slice) run."""
+    if not gpu_available():
+        return False
+    from cuconv.device import current_gpu
+    return current_gpu().is_hopper
+
+
+#: Skip marker of the tests that launch the Hopper kernels.
+needs_hopper = pytest.mark.skipif(not hopper_available(), reason="needs a Hopper (cc 9.0) GPU")
+
+
+@pytest.fixture(scope="module")
+def cp():
+    """The CuPy module, for gpu-marked tests (imported only when one runs)."""
+    import cupy
+    return cupy
+
+
 def random_array(rng, shape, dtype_name, scale=1.0):
     """Standard-normal data (never zeros) rounded to ``dtype_name``, as NumPy."""
     return (rng.standard_normal(shape) * scale).astype(DTYPES[dtype_name])

@@ -18,9 +18,10 @@ from hypothesis import given, settings
 import cuconv
 from cuconv import dispatch
 from cuconv.backends.hopper_tma import Sm90TmaConv3d
-from cuconv.device import DeviceInfo, current_gpu, gpu_available
+from cuconv.device import DeviceInfo
 from cuconv.problem import ConvProblem, Epilogue
 
+from conftest import needs_hopper
 from geometry import Case, cases, check_case
 
 H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
@@ -68,18 +69,7 @@ def test_auto_prefers_native_and_strategy_restricts():
 
 
 # ----------------------------------------------------------------------------------------- GPU
-def _hopper():
-    return gpu_available() and current_gpu().is_hopper
-
-
 gpu = pytest.mark.gpu
-needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper (cc 9.0) GPU")
-
-
-@pytest.fixture(scope="module")
-def cp():
-    import cupy
-    return cupy
 
 
 def _coverage_cases(**kw):

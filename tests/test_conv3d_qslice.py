@@ -9,21 +9,14 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cuconv
-from cuconv.device import current_gpu, gpu_available
 from cuconv.problem import output_size
 
-from conftest import TOLERANCE, assert_close, random_array, rel_error
+from conftest import TOLERANCE, assert_close, hopper_available, random_array, rel_error
 from geometry import Case, check_case
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not gpu_available() or not current_gpu().is_hopper,
+              pytest.mark.skipif(not hopper_available(),
                                  reason="the Q-slice strategy runs its slices on the Hopper kernel")]
-
-
-@pytest.fixture(scope="module")
-def cp():
-    import cupy
-    return cupy
 
 
 @st.composite

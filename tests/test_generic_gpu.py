@@ -15,12 +15,6 @@ from geometry import cases, check_case
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def cp():
-    import cupy
-    return cupy
-
-
 @given(cases(nd=2))
 def test_conv2d_generic_gpu(cp, case):
     check_case(case, xp=cp, kernel="generic_gpu", poison=True)

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 import cuconv
 from cuconv.backends.hopper_tma import COMPILE_VARIANTS, Sm90TmaKernel, choose_tile_config, tma_box_params
-from cuconv.device import DeviceInfo, gpu_available
+from cuconv.device import DeviceInfo
 from cuconv.problem import ConvProblem, Epilogue
 
-from conftest import find_cuobjdump, nvrtc_available
+from conftest import find_cuobjdump, needs_hopper, nvrtc_available
 from geometry import Case, cases, check_case
 
 H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
@@ -149,21 +149,7 @@ def test_tile_heuristic(m, n, sms):
 
 
 # ----------------------------------------------------------------------------------------- GPU
-def _hopper():
-    if not gpu_available():
-        return False
-    from cuconv.device import current_gpu
-    return current_gpu().is_hopper
-
-
 gpu = pytest.mark.gpu
-needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper (cc 9.0) GPU")
-
-
-@pytest.fixture(scope="module")
-def cp():
-    import cupy
-    return cupy
 
 
 def _coverage_cases(**kw):
