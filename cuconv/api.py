@@ -79,12 +79,16 @@ def _problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, gro
     """
     args = (nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, alpha, beta, has_bias,
             has_residual, activation)
-    try:  # only the caller's free-form values need their types in the key
-        key = (nd, x_shape, w_shape, dtype, layout, _typed(stride), _typed(padding), _typed(dilation),
-               _typed(groups), alpha, beta, has_bias, has_residual, activation)
-        hash(key)
-    except TypeError:  # an unhashable argument: build uncached, which raises the precise error
-        return _build_problem(*args)
+    free = (stride, padding, dilation, groups)
+    if all(type(v) is int or type(v) is str for v in free):
+        key = args  # plain ints / strings (the usual call): their values are their types' only form
+    else:
+        try:  # only the caller's free-form values need their types in the key
+            key = (nd, x_shape, w_shape, dtype, layout, *(_typed(v) for v in free), alpha, beta, has_bias,
+                   has_residual, activation)
+            hash(key)
+        except TypeError:  # an unhashable argument: build uncached, which raises the precise error
+            return _build_problem(*args)
     problem = _PROBLEMS.get(key)
     if problem is None:
         problem = _build_problem(*args)

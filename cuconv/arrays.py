@@ -36,6 +36,11 @@ def as_array(obj, name: str):
     cp = cupy_or_none()
     if cp is not None and isinstance(obj, cp.ndarray):
         return obj
+    return _view_foreign(obj, name, cp)
+
+
+def _view_foreign(obj, name: str, cp):
+    """A DLPack / CUDA-array-interface object viewed as CuPy (GPU) or NumPy (CPU)."""
     # DLPack first: it carries bfloat16 as a real type code, where __cuda_array_interface__ can only
     # say "<V2" (torch does exactly that for bfloat16 tensors).
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
@@ -81,6 +86,8 @@ def check_companion(a, name: str, shape, dtype: str, ref, ref_name: str = "x"):
 
 def real_scalar(v, name: str) -> float:
     """A real Python/NumPy number as float; TypeError naming ``name`` otherwise (bools refused)."""
+    if type(v) is float:  # the common case, before the (slower) abstract-class check
+        return v
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(f"{name}: expected a real number, got {v!r}")
     return float(v)

@@ -8,8 +8,12 @@ For every shape of the chosen suites and every dtype (bf16 and fp16 by default):
    images only its first output rows (the reference runs on the matching crop of the input;
    ``check_scope`` in the JSON says which). A shape that fails the check is reported, not timed.
 2. **time**: CUDA events around each call, warm-up first, >= 20 timed runs (``--runs``), median.
-   Inputs are rotated over enough copies that the set exceeds twice the L2 size, so every run reads
-   from DRAM.
+   Before each timed run a 256 MiB memset is queued, so the events measure the GPU time of the call
+   with L2 flushed while the host work of the call overlaps the memset (nvbench / Triton
+   ``do_bench`` style; see :func:`_time`). Also measured: the *isolated* call (nothing queued
+   first: the host overhead shows), the call replayed from a CUDA graph, and the host time per
+   call itself (:func:`host_overhead_us`, printed in the header). Inputs are also rotated over
+   enough copies that the set exceeds twice the L2 size.
 3. **compare**: cuDNN through ``torch.nn.functional.conv2d`` on channels_last tensors (only when
    torch imports; same data, shared via DLPack), and cuconv's own ``generic_gpu`` path (forced; skipped
    with a note when its fp32 im2col matrix would exceed ``--generic-max-gb``).
@@ -37,7 +41,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-__all__ = ["Shape", "SUITES", "CEILING_TFLOPS", "CEILING_TBPS", "bench_shape", "main"]
+__all__ = ["Shape", "SUITES", "CEILING_TFLOPS", "CEILING_TBPS", "bench_shape", "host_overhead_us", "main"]
 
 #: Measured ceilings of the H100 we tune on (docs: GUIDE.md "Performance").
 CEILING_TFLOPS = 760.0
@@ -88,8 +92,29 @@ def _flops_bytes(s: Shape, itemsize: int, residual: bool = False):
     return flops, nbytes, (P, Q)
 
 
-def _time(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = False) -> float:
-    """Median milliseconds of ``fn(i)`` (i = input set index, rotated), timed with CUDA events."""
+_FLUSH = []
+
+
+def _flush_buffer():
+    """A 256 MiB device buffer (five times the L2) whose memset precedes each queued timed run."""
+    import cupy as cp
+    if not _FLUSH:
+        _FLUSH.append(cp.empty(256 * 2 ** 20, dtype=cp.uint8))
+    return _FLUSH[0]
+
+
+def _time(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = False, queued: bool = True) -> float:
+    """Median milliseconds of ``fn(i)`` (i = input set index, rotated), timed with CUDA events.
+
+    ``queued`` (the default, the benchmark's main number): before each run a 256 MiB memset is
+    queued on the stream, so the GPU is busy while the host prepares the call, and the events
+    bracket the GPU time of the call alone, with L2 flushed - the method of NVIDIA's nvbench (a
+    blocking kernel) and Triton's ``do_bench`` (an L2-clearing memset). It is what a call costs in a
+    pipeline whose host stays ahead of the GPU, for cuconv and cuDNN alike.
+    ``queued=False``: nothing is queued first, so the GPU idles while the host works and the time
+    includes the host overhead of the call (the "isolated" number).
+    """
+    flush = _flush_buffer() if queued else None
     if torch_events:
         import torch
         ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
@@ -104,6 +129,8 @@ def _time(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = False)
     times = []
     for i in range(runs):
         a, b = ev(), ev()
+        if flush is not None:
+            flush.fill(0)
         a.record()
         fn(i % sets)
         b.record()
@@ -211,6 +238,8 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
 
     # 2. time cuconv (auto dispatch: the kernel explain() names)
     rec["ms"]["cuconv"] = _time(lambda i: cuconv.conv2d(xs[i], w, out=outs[i], **kw), sets, runs)
+    rec["ms"]["cuconv_isolated"] = _time(lambda i: cuconv.conv2d(xs[i], w, out=outs[i], **kw), sets, runs,
+                                         queued=False)
     try:  # the same call replayed from a CUDA graph: GPU time without cuconv's host overhead
         rec["ms"]["cuconv_graph"] = _time_graph(lambda i: cuconv.conv2d(xs[i], w, out=outs[i], **kw), sets, runs)
     except Exception as e:
@@ -232,6 +261,8 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
                 rec["rel_diff_vs_cudnn"] = float(diff / ref_t.float().norm())
                 rec["ms"]["cudnn"] = _time(lambda i: F(txs[i], tw, stride=s.stride, padding=s.pad), sets, runs,
                                            torch_events=True)
+                rec["ms"]["cudnn_isolated"] = _time(lambda i: F(txs[i], tw, stride=s.stride, padding=s.pad), sets,
+                                                    runs, torch_events=True, queued=False)
         except ImportError:
             rec["notes"].append("torch not importable: no cuDNN comparison")
         except Exception as e:  # keep the benchmark going; say why
@@ -274,6 +305,41 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
     return rec
 
 
+def host_overhead_us(with_torch: bool = True, calls: int = 2000) -> Dict[str, float]:
+    """Host time per call of back-to-back calls on a tiny conv (1x8x8x64, 3x3, 64 filters, fp16).
+
+    The kernel takes a few microseconds, so the loop runs at the speed of the host: what every call
+    costs in argument checks, dispatch and launch before the GPU sees it. Measured for cuconv
+    (with ``out=``) and, when torch imports, for ``torch.nn.functional.conv2d`` (cuDNN).
+    """
+    import cupy as cp
+
+    import cuconv
+    x = cp.random.standard_normal((1, 8, 8, 64), dtype=cp.float32).astype(cp.float16)
+    w = cp.random.standard_normal((64, 3, 3, 64), dtype=cp.float32).astype(cp.float16)
+    out = cp.empty((1, 8, 8, 64), dtype=cp.float16)
+    fns = {"cuconv": lambda: cuconv.conv2d(x, w, padding=1, out=out)}
+    if with_torch:
+        try:
+            import torch
+            tx = torch.from_dlpack(x).permute(0, 3, 1, 2)
+            tw = torch.from_dlpack(w).permute(0, 3, 1, 2)
+            fns["torch (cuDNN)"] = lambda: torch.nn.functional.conv2d(tx, tw, padding=1)
+        except ImportError:
+            pass
+    result = {}
+    for name, fn in fns.items():
+        for _ in range(100):
+            fn()
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        result[name] = (time.perf_counter() - t0) / calls * 1e6
+        cp.cuda.Device().synchronize()
+    return result
+
+
 def _summary_line(rec: dict) -> str:
     t = rec["ms"].get("cuconv")
     if t is None:
@@ -293,6 +359,10 @@ def _summary_line(rec: dict) -> str:
     if tg:
         line += f"\n{'':<43} kernel (graph) {tg:8.3f} ms {rec['flops'] / (tg * 1e-3) / 1e12:7.1f} TF/s " \
                 f"{rec['bytes'] / (tg * 1e-3) / 1e12:5.2f} TB/s  vs cuDNN {(cud / tg if cud else float('nan')):5.2f}x"
+    ti, ci = rec["ms"].get("cuconv_isolated"), rec["ms"].get("cudnn_isolated")
+    if ti:
+        line += f"\n{'':<43} isolated call {ti:8.3f} ms (host work not overlapped)  cuDNN {ci or float('nan'):7.3f} ms" \
+                f"  vs cuDNN {(ci / ti if ci else float('nan')):5.2f}x"
     if "residual_overhead" in rec:
         line += f"  beta1/beta0 call {100 * rec['residual_overhead']:+.1f}%"
     if "residual_overhead_graph" in rec:
@@ -336,6 +406,9 @@ def main(argv=None) -> int:
         print("cuconv.bench: no GPU visible to CuPy", file=sys.stderr)
         return 2
     print(f"device: {dev.describe()}; ceilings {CEILING_TFLOPS} TFLOP/s, {CEILING_TBPS} TB/s; {runs} runs, median")
+    host = host_overhead_us(with_torch=not args.no_torch)
+    print("host work per call (back-to-back calls of a tiny conv, microseconds): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in host.items()))
     records = []
     t0 = time.time()
     for suite in suites:
@@ -350,8 +423,8 @@ def main(argv=None) -> int:
                 records.append(rec)
                 print(_summary_line(rec), flush=True)
                 cp.get_default_memory_pool().free_all_blocks()
-    for key in ("cuconv", "cuconv_graph"):
-        ratios = [r["ms"]["cudnn"] / r["ms"][key] for r in records if "cudnn" in r["ms"] and key in r["ms"]]
+    for key, ref in (("cuconv", "cudnn"), ("cuconv_graph", "cudnn"), ("cuconv_isolated", "cudnn_isolated")):
+        ratios = [r["ms"][ref] / r["ms"][key] for r in records if ref in r["ms"] and key in r["ms"]]
         if ratios:
             geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
             print(f"geomean speed vs cuDNN ({key}): {geo:.3f}x over {len(ratios)} shape/dtype pairs "
@@ -360,7 +433,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.describe(), "ceilings": {"tflops": CEILING_TFLOPS, "tbps": CEILING_TBPS},
-                       "records": records}, f, indent=1, default=float)
+                       "host_us_per_call": host, "records": records}, f, indent=1, default=float)
     if args.plot:
         from cuconv.plot import plot_bench
         plot_bench({"device": dev.describe(), "ceilings": {"tflops": CEILING_TFLOPS, "tbps": CEILING_TBPS},

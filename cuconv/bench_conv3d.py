@@ -5,7 +5,9 @@ VAEs pre-pad time) and dtype: check cuconv's auto choice against the float64 ref
 (the first output depth plane's first rows), then time every conv3d strategy that accepts the shape
 (``qslice``, ``native`` when a kernel implements it, ``generic``) and cuDNN (torch's conv3d on
 channels_last_3d tensors, only when torch imports). Timing as in :mod:`cuconv.bench`: CUDA events,
-warm-up, >= 20 runs, median, inputs rotated past L2. Peak extra device memory of each strategy is
+warm-up, >= 20 runs, median, an L2-flushing memset queued before each run (the host work of the
+call overlaps it; at these sizes, over a millisecond per call, host overhead would be a few percent
+anyway), inputs rotated past L2. Peak extra device memory of each strategy is
 measured with CuPy's memory pool (bytes allocated during one call beyond the output).
 """
 

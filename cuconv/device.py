@@ -12,8 +12,9 @@ from typing import Optional, Tuple
 __all__ = ["DeviceInfo", "cupy_or_none", "gpu_available", "device_of", "CPU"]
 
 
+@functools.lru_cache(maxsize=None)
 def cupy_or_none():
-    """The ``cupy`` module if it imports, else ``None``."""
+    """The ``cupy`` module if it imports, else ``None`` (asked once per process)."""
     try:
         import cupy  # noqa: F401
     except Exception:  # ImportError, or a broken CUDA install that fails on import

@@ -73,6 +73,8 @@ class Kernel:
 
 
 _REGISTRY: Dict[str, Kernel] = {}
+#: The registered kernels that override :meth:`Kernel.settings` (asked on every selection).
+_CONFIGURABLE: List[Kernel] = []
 
 
 def register(kernel: Kernel) -> Kernel:
@@ -80,6 +82,8 @@ def register(kernel: Kernel) -> Kernel:
     if kernel.name in _REGISTRY and _REGISTRY[kernel.name] is not kernel:
         raise ValueError(f"a kernel named {kernel.name!r} is already registered")
     _REGISTRY[kernel.name] = kernel
+    if type(kernel).settings is not Kernel.settings and kernel not in _CONFIGURABLE:
+        _CONFIGURABLE.append(kernel)
     _SELECTIONS.clear()
     return kernel
 
@@ -145,7 +149,7 @@ def select(problem: ConvProblem, device: DeviceInfo, forced: Optional[str] = Non
     :class:`KernelDeclined` is raised with its reason. With ``strategy`` (conv3d on a GPU) only
     kernels implementing that strategy are considered; the others are listed as declined.
     """
-    key = (problem, device, forced, strategy, tuple(k.settings() for k in _REGISTRY.values()))
+    key = (problem, device, forced, strategy, tuple(k.settings() for k in _CONFIGURABLE))
     hit = _SELECTIONS.get(key)
     if hit is None:
         hit = _select_uncached(problem, device, forced, strategy)

@@ -7,11 +7,13 @@ reproduces C's member alignment and trailing padding).
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from .problem import ConvProblem, Epilogue
 
-__all__ = ["c_struct", "conv_geometry", "epilogue_params", "dtype_code", "grid_1d"]
+__all__ = ["c_struct", "conv_geometry", "epilogue_params", "dtype_code", "grid_1d", "PackedLaunch"]
 
 #: Value of ``-DCUCONV_DTYPE`` for each dtype name (see kernels_cu/common/types.cuh).
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}
@@ -66,3 +68,49 @@ def epilogue_params(e: Epilogue) -> np.void:
 def grid_1d(total: int, block: int = 256, max_blocks: int = 65535 * 8) -> tuple:
     """Blocks for a grid-stride loop over ``total`` elements."""
     return (max(1, min(-(-total // block), max_blocks)),)
+
+
+class PackedLaunch:
+    """A kernel launch whose arguments are packed once, for calls that repeat it many times.
+
+    ``RawKernel.__call__`` converts every argument on every launch (about 12 microseconds for the
+    Hopper kernel's seven, three of them 128-byte TMA descriptors); this keeps each argument's bytes
+    in host memory (64-byte aligned, as a ``CUtensorMap`` wants) with a ``void*`` table pointing at
+    them, and launches through ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``, about
+    5 microseconds). One argument may be a pointer that changes between launches (``slot``:
+    typically the output), rewritten in place by :meth:`__call__`.
+
+    ``args`` are NumPy scalars (``np.void`` structs, ``np.uint64`` pointers...) in the kernel's
+    parameter order. The grid's y/z are 1; a kernel's compile-time cluster dimensions apply as usual.
+    """
+
+    _ALIGN = 64
+
+    def __init__(self, fn, grid: int, block: int, shared_mem: int, args, slot: int = -1):
+        self._function = fn.kernel.ptr   # RawKernel -> loaded cupy Function -> CUfunction
+        self._grid, self._block, self._smem = int(grid), int(block), int(shared_mem)
+        blobs = [np.asarray(a).tobytes() for a in args]
+        offsets, total = [], 0
+        for b in blobs:
+            total = -(-total // self._ALIGN) * self._ALIGN
+            offsets.append(total)
+            total += max(len(b), 8)
+        self._storage = ctypes.create_string_buffer(total + self._ALIGN)
+        base = -(-ctypes.addressof(self._storage) // self._ALIGN) * self._ALIGN
+        for off, b in zip(offsets, blobs):
+            ctypes.memmove(base + off, b, len(b))
+        self._table = (ctypes.c_void_p * len(blobs))(*[base + off for off in offsets])
+        self._table_ptr = ctypes.addressof(self._table)
+        self._slot = None
+        if slot >= 0:
+            if len(blobs[slot]) != 8:
+                raise ValueError(f"slot: argument {slot} is {len(blobs[slot])} bytes, not a 64-bit pointer")
+            self._slot = ctypes.c_uint64.from_address(base + offsets[slot])
+
+    def __call__(self, pointer: int = 0) -> None:
+        """Launch on the current CuPy stream, with ``pointer`` in the mutable slot (if any)."""
+        from cupy.cuda import driver, get_current_stream
+        if self._slot is not None:
+            self._slot.value = pointer
+        driver.launchKernel(self._function, self._grid, 1, 1, self._block, 1, 1, self._smem,
+                            get_current_stream().ptr, self._table_ptr, 0)

@@ -23,7 +23,8 @@ Conventions
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, fields
 from typing import Optional, Tuple
 
 import numpy as np
@@ -119,6 +120,25 @@ def normalize_padding(padding, nd: int, in_spatial: Ints, filt: Ints, stride: In
     return lo, hi
 
 
+def _cached_hash(self) -> int:
+    """Hash of a frozen dataclass's fields, computed once per instance.
+
+    Problems are dictionary keys on every call (problem memo, kernel selection, launch records);
+    the generated dataclass hash would rebuild the field tuple each time.
+    """
+    h = self.__dict__.get("_hash")
+    if h is None:
+        h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+        object.__setattr__(self, "_hash", h)
+    return h
+
+
+def _state_without_caches(self) -> dict:
+    """Pickled state: the fields only (string hashes differ between processes, so a cached hash
+    must not travel; cached derived shapes are recomputed)."""
+    return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 @dataclass(frozen=True)
 class Epilogue:
     """What happens to the accumulator: ``act(alpha * acc + bias + beta * residual)``.
@@ -132,6 +152,9 @@ class Epilogue:
     has_bias: bool = False
     has_residual: bool = False
     activation: Optional[str] = None
+
+    __hash__ = _cached_hash
+    __getstate__ = _state_without_caches
 
     @property
     def loads_residual(self) -> bool:
@@ -167,6 +190,9 @@ class ConvProblem:
     layout: str
     out_spatial: Ints
     epilogue: Epilogue = Epilogue()
+
+    __hash__ = _cached_hash
+    __getstate__ = _state_without_caches
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -219,7 +245,7 @@ class ConvProblem:
     def out_channels_per_group(self) -> int:
         return self.out_channels // self.groups
 
-    @property
+    @functools.cached_property
     def gemm_m(self) -> int:
         """Rows of the implicit GEMM: one per output pixel, ``N * prod(out_spatial)``."""
         return self.batch * math.prod(self.out_spatial)
@@ -229,7 +255,7 @@ class ConvProblem:
         """Columns of the implicit GEMM of one group: ``K // groups``."""
         return self.out_channels_per_group
 
-    @property
+    @functools.cached_property
     def gemm_k(self) -> int:
         """Reduction length of one group: ``prod(filter) * C // groups``."""
         return math.prod(self.filter_spatial) * self.channels_per_group
@@ -259,15 +285,15 @@ class ConvProblem:
                 and not any(self.pad_lo) and not any(self.pad_hi))
 
     # native (channels-last) shapes
-    @property
+    @functools.cached_property
     def x_shape(self) -> Ints:
         return (self.batch, *self.in_spatial, self.channels)
 
-    @property
+    @functools.cached_property
     def w_shape(self) -> Ints:
         return (self.out_channels, *self.filter_spatial, self.channels_per_group)
 
-    @property
+    @functools.cached_property
     def out_shape(self) -> Ints:
         return (self.batch, *self.out_spatial, self.out_channels)
 

@@ -137,6 +137,17 @@ def test_native_edge_cases(cp, name, dtype):
 
 @gpu
 @needs_hopper
+@pytest.mark.parametrize("bn", [96, 192])
+@pytest.mark.parametrize("name", ["no_temporal_pad", "c_not_multiple_of_block", "k192_bn256_heuristic",
+                                  "fp16_full_epilogue"])
+def test_native_tile_widths(cp, monkeypatch, bn, name):
+    """The BN = 96 and 192 variants, chosen for the video-VAE widths K = 96 / 192 (forced here)."""
+    monkeypatch.setenv("CUCONV_SM90_BN", str(bn))
+    check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
+
+
+@gpu
+@needs_hopper
 def test_native_strategy_and_auto_choice(cp):
     x = cp.ones((1, 5, 8, 8, 64), dtype=cp.bfloat16 if hasattr(cp, "bfloat16") else cp.float16)
     w = cp.ones((64, 3, 3, 3, 64), dtype=x.dtype)

@@ -133,7 +133,7 @@ def test_check_accepts_and_dispatch_prefers_it():
                                      (8 * 64 * 64, 320, 132), (64 * 196, 256, 132), (10 ** 7, 4096, 132)])
 def test_tile_heuristic(m, n, sms):
     cfg = choose_tile_config(m, n, sms)
-    assert cfg.block_n in (64, 128, 256) and cfg.block_m == 128 and cfg.stages >= 3
+    assert cfg.block_n in (64, 96, 128, 160, 192, 256) and cfg.block_m == 128 and cfg.stages >= 3
     assert cfg.n_tiles * cfg.block_n >= n and (cfg.n_tiles - 1) * cfg.block_n < n
     assert cfg.cluster in (1, 2) and cfg.grid % cfg.cluster == 0
     assert cfg.cluster == 1 or cfg.m_tiles >= 2, "a pair needs two row tiles"
@@ -146,6 +146,28 @@ def test_tile_heuristic(m, n, sms):
     pair = choose_tile_config(m, n, sms, cluster=2)
     assert pair.cluster == (2 if pair.m_tiles >= 2 else 1) and pair.grid % pair.cluster == 0
     assert pair.num_units * pair.cluster >= pair.num_tiles and pair.grid <= sms
+
+
+@pytest.mark.parametrize("m,n,bn", [
+    (8 * 64 * 64, 320, 160),      # 2 x 160 covers N = 320 exactly (3 x 128 pads 64 columns)
+    (8 * 16 * 16, 1280, 160),     # 16 x 8 = 128 tiles: one wave on 132 SMs (BN = 128: 160 tiles, two)
+    (4 * 120 * 208, 192, 192),    # no padded columns (BN = 256 would waste a quarter)
+    (4 * 240 * 416, 96, 96),
+    (4 * 128 * 128, 512, 256),    # large N, many tiles: the widest tile
+    (64 * 56 * 56, 64, 64),
+    (64 * 14 * 14, 256, 128),     # near tie in the model: the measured rule's choice stays
+])
+def test_tile_width_choice(m, n, bn):
+    assert choose_tile_config(m, n, 132, cluster=1).block_n == bn
+
+
+def test_tile_width_forced(monkeypatch):
+    monkeypatch.setenv("CUCONV_SM90_BN", "192")
+    assert choose_tile_config(1000, 64, 132, cluster=1).block_n == 192
+    assert choose_tile_config(1000, 64, 132, cluster=1, block_n=96).block_n == 96
+    monkeypatch.setenv("CUCONV_SM90_BN", "100")
+    with pytest.raises(ValueError, match="CUCONV_SM90_BN"):
+        choose_tile_config(1000, 64, 132)
 
 
 # ----------------------------------------------------------------------------------------- GPU
@@ -244,6 +266,28 @@ def test_sm90_cta_pairs_multicast(cp, monkeypatch, name):
         check_case(EDGE_CASES[name], xp=cp, kernel="sm90_tma", poison=True)
     finally:
         hopper_tma._LAUNCHES.clear()
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("bn", [96, 160, 192])
+@pytest.mark.parametrize("name,cluster", [("m_not_multiple_of_tile", 1), ("k_not_multiple_of_tile", 1),
+                                          ("c72", 1), ("fp16_full_epilogue", 1), ("persistent_many_tiles", 1),
+                                          ("odd_row_tiles_ghost_cta", 2), ("persistent_many_tiles", 2)])
+def test_sm90_tile_widths(cp, monkeypatch, bn, name, cluster):
+    """The BN = 96 / 160 / 192 variants (forced through CUCONV_SM90_BN): partial last N tile, the
+    32-wide last epilogue chunk with a residual, persistent grids and CTA pairs."""
+    monkeypatch.setenv("CUCONV_SM90_BN", str(bn))
+    monkeypatch.setenv("CUCONV_SM90_CLUSTER", str(cluster))
+    case = EDGE_CASES[name]
+    assert f"128x{bn}x64" in cuconv.explain(*_explain_args(cp, case), kernel="sm90_tma").detail
+    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+def _explain_args(cp, case):
+    x = cp.zeros((case.batch, *case.spatial, case.channels), dtype=cp.float16)
+    w = cp.zeros((case.out_channels, *case.filt, case.channels), dtype=cp.float16)
+    return x, w
 
 
 @gpu

@@ -33,7 +33,7 @@ from typing import Optional
 
 from ..compiler import load_cuda_module
 from ..dispatch import Kernel, register
-from ..launch import c_struct, dtype_code, epilogue_params
+from ..launch import PackedLaunch, c_struct, dtype_code, epilogue_params
 from ..tensormap import tma_box_params, tma_limits_violation  # noqa: F401  (re-exported for tests)
 
 __all__ = ["TileConfig", "choose_tile_config", "Sm90TmaKernel", "Sm90TmaConv3d", "COMPILE_VARIANTS",
@@ -43,8 +43,11 @@ _SOURCE = "hopper/conv_fprop_sm90.cu"
 _ARCH = "sm_90a"
 BLOCK_M = 128
 BLOCK_K = 64
-#: Ring depth per BN: as many slots as fit next to a 2-slot C ring in 227 KiB.
-STAGES = {64: 8, 128: 6, 256: 4}
+#: Ring depth per BN: as many slots as fit next to a 2-slot C ring in 227 KiB (at most 8).
+STAGES = {64: 8, 96: 6, 128: 6, 160: 5, 192: 4, 256: 4}
+#: BN of the long-standing rule (see :func:`choose_tile_config`); the others fit channel counts
+#: such as 96, 160 (320 = 2 x 160), 192 and 1280 (8 x 160) without padding.
+_BASE_BN = (64, 128, 256)
 _C_RING_BYTES = 2 * BLOCK_M * 64 * 2
 _BARRIER_BYTES = 256
 _ALIGN_SLACK = 1024
@@ -102,27 +105,68 @@ def _cluster_setting() -> int:
     return int(v)
 
 
-def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None) -> TileConfig:
+def _bn_setting() -> Optional[int]:
+    """``CUCONV_SM90_BN``: force the tile width (one of :data:`STAGES`' keys; tests and tuning), or
+    None (unset / ``auto``: :func:`choose_tile_config` decides)."""
+    v = os.environ.get("CUCONV_SM90_BN", "auto").strip()
+    if v in ("", "auto"):
+        return None
+    if not v.isdigit() or int(v) not in STAGES:
+        raise ValueError(f"CUCONV_SM90_BN: expected 'auto' or one of {sorted(STAGES)}, got {v!r}")
+    return int(v)
+
+
+def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
+    """The measured-good rule over BN in {64, 128, 256}.
+
+    N <= 64 or N <= 128: the smallest BN covering N. Larger N: 256 (twice the MMA work per A byte
+    loaded) unless it pads N more than 128 would (e.g. N = 320, 384) or leaves fewer tiles than SMs.
+    """
+    if gemm_n <= 64:
+        return 64
+    if gemm_n <= 128:
+        return 128
+    pad256 = -(-gemm_n // 256) * 256
+    pad128 = -(-gemm_n // 128) * 128
+    tiles256 = m_tiles * (pad256 // 256)
+    return 256 if (pad256 <= pad128 and tiles256 >= sm_count) else 128
+
+
+def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
+    """Relative time of a BN choice: waves of tiles x per-tile time, the latter taken as
+    proportional to BN + 32 (the MMA columns plus a fixed share per k-block: the A box load and
+    the issue overhead that a wider tile amortises)."""
+    tiles = m_tiles * -(-gemm_n // bn)
+    return -(-tiles // sm_count) * (bn + 32)
+
+
+def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None,
+                       block_n: Optional[int] = None) -> TileConfig:
     """Pick BN and the cluster size for a GEMM of ``gemm_m`` x ``gemm_n`` (pure: no device access).
 
-    * N <= 64 or N <= 128: the smallest BN covering N (no wasted wgmma columns).
-    * Larger N: BN = 256 (twice the MMA work per A byte loaded) unless it pads N more than BN = 128
-      would (e.g. N = 320, 384) or leaves fewer tiles than SMs (then BN = 128 keeps the chip busy).
+    * BN starts from :func:`_bn_rule` (64, 128 or 256). A BN of 96, 160 or 192 replaces it when
+      :func:`_modelled_cost` (waves x per-tile time) predicts at least 12% less time: it covers N
+      with less padding or fills the last wave better, e.g. N = 320 (2 x 160 instead of 3 x 128),
+      N = 1280 over 16 row tiles (128 tiles of 160: one wave on 132 SMs, instead of two of 128),
+      N = 96 and 192 (no padded columns). The model is coarse, hence the margin: near ties keep the
+      rule that the benchmark confirmed.
+    * ``block_n`` (default from ``CUCONV_SM90_BN``, unset = automatic) forces BN.
     * Pairs of CTAs sharing the filter tile (cluster 2) when asked for and there are at least two
       row tiles (``cluster`` overrides; default from ``CUCONV_SM90_CLUSTER``, 1).
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
     units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
     m_tiles = -(-gemm_m // BLOCK_M)
-    if gemm_n <= 64:
-        bn = 64
-    elif gemm_n <= 128:
-        bn = 128
-    else:
-        pad256 = -(-gemm_n // 256) * 256
-        pad128 = -(-gemm_n // 128) * 128
-        tiles256 = m_tiles * (pad256 // 256)
-        bn = 256 if (pad256 <= pad128 and tiles256 >= sm_count) else 128
+    bn = _bn_setting() if block_n is None else block_n
+    if bn not in STAGES and bn is not None:
+        raise ValueError(f"block_n: expected one of {sorted(STAGES)}, got {bn!r}")
+    if bn is None:
+        bn = _bn_rule(m_tiles, gemm_n, sm_count)
+        base_cost = _modelled_cost(m_tiles, gemm_n, bn, sm_count)
+        best = min((b for b in STAGES if b not in _BASE_BN),
+                   key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
+        if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * base_cost:
+            bn = best
     n_tiles = -(-gemm_n // bn)
     cl = _cluster_setting() if cluster is None else cluster
     cl = cl if m_tiles >= 2 else 1
@@ -174,10 +218,11 @@ class Sm90TmaKernel(Kernel):
         return _check_cached(problem, device)
 
     def describe(self, problem, device):
-        return _describe_cached(problem, device, _cluster_setting())
+        return _describe_cached(problem, device, self.settings())
 
     def settings(self):
-        return _cluster_setting()
+        """The run-time tile overrides: (``CUCONV_SM90_CLUSTER``, ``CUCONV_SM90_BN``)."""
+        return _cluster_setting(), _bn_setting()
 
     @staticmethod
     def _check_uncached(problem, device):
@@ -216,7 +261,7 @@ class Sm90TmaKernel(Kernel):
         """Launch; the launch record (descriptors, params, function, grid) is cached per problem and inputs.
 
         A TMA descriptor depends only on the geometry and the base address, so a record keyed by
-        (problem, device, x/w/bias/residual addresses) stays valid for any arrays at those
+        (problem, device, x/w/bias/residual addresses, tile settings) stays valid for any arrays at those
         addresses. The output is a plain pointer argument, not part of the key: a call that writes a
         fresh output array (no ``out=``) still reuses the record. Records hold raw addresses only (no
         array references: nothing is kept alive).
@@ -225,7 +270,7 @@ class Sm90TmaKernel(Kernel):
 
         dev_id = cp.cuda.Device().id
         key = (problem, dev_id, x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
-               0 if residual is None else residual.data.ptr)
+               0 if residual is None else residual.data.ptr, self.settings())
         launch = _LAUNCHES.get(key)
         keep = None
         if launch is not None:
@@ -269,12 +314,8 @@ class Sm90TmaKernel(Kernel):
         tmap_x = encode_im2col_x(problem, xa.data.ptr)
         tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
-        head, tail = (tmap_x, tmap_w, tmap_c), (bias_ptr, _params(problem, cfg), epilogue_params(problem.epilogue))
-        grid, block = (grid_ctas,), (cfg.threads,)
-
-        def launch(out_ptr: int):
-            fn(grid, block, head + (np.uint64(out_ptr),) + tail, shared_mem=smem)
-
+        args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, _params(problem, cfg), epilogue_params(problem.epilogue))
+        launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slot=3)  # slot 3: the output pointer
         return launch, cacheable, (xa, wa, ra, ba)
 
 
@@ -285,9 +326,9 @@ def _check_cached(problem, device):
 
 
 @functools.lru_cache(maxsize=1024)
-def _describe_cached(problem, device, cluster_setting):
-    """``describe`` memoised; ``cluster_setting`` (CUCONV_SM90_CLUSTER) is in the key because the
-    description names the tile config, which depends on it."""
+def _describe_cached(problem, device, settings):
+    """``describe`` memoised; ``settings`` (CUCONV_SM90_CLUSTER, CUCONV_SM90_BN) are in the key
+    because the description names the tile config, which depends on them."""
     return Sm90TmaKernel._describe_uncached(problem, device)
 
 

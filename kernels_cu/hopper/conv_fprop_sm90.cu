@@ -42,7 +42,7 @@
 // when the consumers of *both* CTAs are done with it, hence the doubled empty count and the
 // remote arrivals. L2->SM traffic per slot drops from (BM + BN) x BK to (BM + BN/2) x BK elements.
 //
-// Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BN (64/128/256),
+// Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BN (64/96/128/160/192/256),
 // SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER (1/2). The kernel's name spells them out, e.g.
 // conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_c2_res (3-D, pair, residual).
 #include "common/epilogue_math.cuh"
@@ -101,7 +101,8 @@ constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
 constexpr int ACC_REGS = BN / 2;  // fp32 accumulators per consumer thread
 
-static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of this kernel: 64, 128 or 256");
+static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
+              "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256");
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
 static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and MMA");

@@ -2,8 +2,8 @@
 //
 // Works straight from the wgmma accumulator layout (see wgmma_mainloop.cuh): each thread owns
 // pairs of adjacent output channels; a quad transpose turns them into 16-byte row segments (K is a
-// multiple of 8, so a segment never straddles the end of a row). The tile is walked in chunks of 64 channels, the unit of the
-// epilogue-load ring: with a residual, chunk j waits c_full, reads C from the swizzled box
+// multiple of 8, so a segment never straddles the end of a row). The tile is walked in chunks of 64 channels (the last one 32 when BN
+// is an odd multiple of 32), the unit of the epilogue-load ring: with a residual, chunk j waits c_full, reads C from the swizzled box
 // (row r, 16-byte column chunk jj lives at chunk jj ^ (r % 8): conflict-free for the 8 rows x 4
 // lanes of a warp), then releases the slot. `out` may be the residual itself: every element of C
 // is read (into smem, by TMA, and then by its owning thread) before that thread writes it, and
@@ -71,8 +71,12 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
                                                   int col_lane, bool lane_leader) {
   const int lane = threadIdx.x % 32;
   const int t = lane & 3;  // position in the quad
+  static_assert(BN % 32 == 0, "the epilogue walks 64-channel chunks, the last one possibly 32 wide");
 #pragma unroll
-  for (int chunk = 0; chunk < BN / 64; ++chunk) {
+  for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
+    // 8-column blocks in this chunk: 8, or 4 for the half chunk that ends a BN = 96 / 160 tile (its
+    // C box is still 64 channels wide: the extra columns are loaded and not read).
+    const int blocks = (BN - 64 * chunk) >= 64 ? 8 : 4;
     uint32_t cpair[2][8];
     if constexpr (HAS_RESIDUAL) {
       mbar_wait(c_full_bar + 8 * cring.stage, cring.phase);
@@ -81,7 +85,7 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
       for (int i = 0; i < 2; ++i) {
         const int row = row_base + 8 * i;
 #pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {
+        for (int jj = 0; jj < blocks; ++jj) {
           cpair[i][jj] = ld_shared_u32(buf + row * 128 + ((jj ^ (row & 7)) << 4) + col_lane * 2);
         }
       }
@@ -93,7 +97,7 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
     // act(alpha * acc + bias + beta * C) for this thread's pairs, packed to 2 x 16 bit.
     uint32_t packed[2][8];
 #pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
+    for (int jj = 0; jj < blocks; ++jj) {
       const int col = n0 + chunk * 64 + jj * 8 + col_lane;
       float b0 = 0.f, b1 = 0.f;
       if (ep.has_bias && col < K) {
@@ -115,7 +119,7 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
     }
     // Quad transpose and 16-byte stores (all lanes shuffle; only the stores are masked).
 #pragma unroll
-    for (int jj0 = 0; jj0 < 8; jj0 += 4) {
+    for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         uint32_t got[4];

@@ -27,7 +27,7 @@ __device__ __forceinline__ void epilogue_load_warp(const TmaDescriptor& tmap_c, 
     const int m0 = sched.m_tile(t) * BM;
     const int n0 = sched.n_tile(t) * BN;
 #pragma unroll 1
-    for (int chunk = 0; chunk < BN / 64; ++chunk) {
+    for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {  // a 32-wide last chunk still loads 64
       mbar_wait(c_empty_bar + 8 * ring.stage, ring.phase ^ 1u);
       mbar_arrive_expect_tx(c_full_bar + 8 * ring.stage, C_CHUNK_BYTES);
       tma_load_tile_2d(c_base + ring.stage * C_CHUNK_BYTES, tmap_c, c_full_bar + 8 * ring.stage,

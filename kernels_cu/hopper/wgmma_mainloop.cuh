@@ -55,73 +55,80 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// m64n64k16: D[64 x 64] = A[64 x 16] * B[16 x 64] + (scale_d ? D : 0); both operands K-major in smem.
-__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
-                                                 uint32_t scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." CUCONV_WGMMA_AB_TYPE "." CUCONV_WGMMA_AB_TYPE " "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
+// wgmma.mma_async m64nNk16 with fp32 accumulators, one wrapper per N this kernel compiles
+// (CUCONV_DEFINE_WGMMA below). Inline asm wants every accumulator as its own "+f" operand and the
+// operand list spelled out in the instruction string, so both are assembled from blocks of eight:
+// CUCONV_WGMMA_REGS_b is the text "%8b, ..., %8b+7" and CUCONV_WGMMA_ACC8(i) the operands
+// d[i .. i+7]. For N columns a thread holds N/2 accumulators (operands %0 .. %N/2-1), followed by
+// the two descriptors and the scale-d flag.
+#define CUCONV_WGMMA_REGS_0 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define CUCONV_WGMMA_REGS_1 "%8, %9, %10, %11, %12, %13, %14, %15"
+#define CUCONV_WGMMA_REGS_2 "%16, %17, %18, %19, %20, %21, %22, %23"
+#define CUCONV_WGMMA_REGS_3 "%24, %25, %26, %27, %28, %29, %30, %31"
+#define CUCONV_WGMMA_REGS_4 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define CUCONV_WGMMA_REGS_5 "%40, %41, %42, %43, %44, %45, %46, %47"
+#define CUCONV_WGMMA_REGS_6 "%48, %49, %50, %51, %52, %53, %54, %55"
+#define CUCONV_WGMMA_REGS_7 "%56, %57, %58, %59, %60, %61, %62, %63"
+#define CUCONV_WGMMA_REGS_8 "%64, %65, %66, %67, %68, %69, %70, %71"
+#define CUCONV_WGMMA_REGS_9 "%72, %73, %74, %75, %76, %77, %78, %79"
+#define CUCONV_WGMMA_REGS_10 "%80, %81, %82, %83, %84, %85, %86, %87"
+#define CUCONV_WGMMA_REGS_11 "%88, %89, %90, %91, %92, %93, %94, %95"
+#define CUCONV_WGMMA_REGS_12 "%96, %97, %98, %99, %100, %101, %102, %103"
+#define CUCONV_WGMMA_REGS_13 "%104, %105, %106, %107, %108, %109, %110, %111"
+#define CUCONV_WGMMA_REGS_14 "%112, %113, %114, %115, %116, %117, %118, %119"
+#define CUCONV_WGMMA_REGS_15 "%120, %121, %122, %123, %124, %125, %126, %127"
+#define CUCONV_WGMMA_ACC8(i)                                                                            \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define CUCONV_WGMMA_REGS_64 CUCONV_WGMMA_REGS_0 ", " CUCONV_WGMMA_REGS_1 ", " CUCONV_WGMMA_REGS_2 ", " CUCONV_WGMMA_REGS_3
+#define CUCONV_WGMMA_ACC_32 CUCONV_WGMMA_ACC8(0), CUCONV_WGMMA_ACC8(8), CUCONV_WGMMA_ACC8(16), CUCONV_WGMMA_ACC8(24)
+#define CUCONV_WGMMA_REGS_96 CUCONV_WGMMA_REGS_64 ", " CUCONV_WGMMA_REGS_4 ", " CUCONV_WGMMA_REGS_5
+#define CUCONV_WGMMA_ACC_48 CUCONV_WGMMA_ACC_32, CUCONV_WGMMA_ACC8(32), CUCONV_WGMMA_ACC8(40)
+#define CUCONV_WGMMA_REGS_128 CUCONV_WGMMA_REGS_96 ", " CUCONV_WGMMA_REGS_6 ", " CUCONV_WGMMA_REGS_7
+#define CUCONV_WGMMA_ACC_64 CUCONV_WGMMA_ACC_48, CUCONV_WGMMA_ACC8(48), CUCONV_WGMMA_ACC8(56)
+#define CUCONV_WGMMA_REGS_160 CUCONV_WGMMA_REGS_128 ", " CUCONV_WGMMA_REGS_8 ", " CUCONV_WGMMA_REGS_9
+#define CUCONV_WGMMA_ACC_80 CUCONV_WGMMA_ACC_64, CUCONV_WGMMA_ACC8(64), CUCONV_WGMMA_ACC8(72)
+#define CUCONV_WGMMA_REGS_192 CUCONV_WGMMA_REGS_160 ", " CUCONV_WGMMA_REGS_10 ", " CUCONV_WGMMA_REGS_11
+#define CUCONV_WGMMA_ACC_96 CUCONV_WGMMA_ACC_80, CUCONV_WGMMA_ACC8(80), CUCONV_WGMMA_ACC8(88)
+#define CUCONV_WGMMA_REGS_256 CUCONV_WGMMA_REGS_192 ", " CUCONV_WGMMA_REGS_12 ", " CUCONV_WGMMA_REGS_13 ", " \
+  CUCONV_WGMMA_REGS_14 ", " CUCONV_WGMMA_REGS_15
+#define CUCONV_WGMMA_ACC_128 CUCONV_WGMMA_ACC_96, CUCONV_WGMMA_ACC8(96), CUCONV_WGMMA_ACC8(104), \
+  CUCONV_WGMMA_ACC8(112), CUCONV_WGMMA_ACC8(120)
 
-// m64n128k16: D[64 x 128] = A[64 x 16] * B[16 x 128] + (scale_d ? D : 0); both operands K-major in smem.
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                                 uint32_t scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." CUCONV_WGMMA_AB_TYPE "." CUCONV_WGMMA_AB_TYPE " "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
+// D[64 x N] = A[64 x 16] * B[16 x N] + (scale_d ? D : 0); both operands K-major in shared memory.
+// DESC_A, DESC_B, SCALE: the operand numbers N/2, N/2 + 1, N/2 + 2 as text.
+#define CUCONV_DEFINE_WGMMA(N, REGS, ACC, DESC_A, DESC_B, SCALE)                                        \
+  __device__ __forceinline__ void wgmma_m64n##N##k16(float(&d)[N / 2], uint64_t desc_a, uint64_t desc_b, \
+                                                     uint32_t scale_d) {                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                                     \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." CUCONV_WGMMA_AB_TYPE                  \
+                 "." CUCONV_WGMMA_AB_TYPE " {" REGS "}, " DESC_A ", " DESC_B ", p, 1, 1, 0, 0;\n}\n"      \
+                 : ACC                                                                                   \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                              \
+  }
 
-// m64n256k16: D[64 x 256] = A[64 x 16] * B[16 x 256] + (scale_d ? D : 0); both operands K-major in smem.
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
-                                                 uint32_t scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." CUCONV_WGMMA_AB_TYPE "." CUCONV_WGMMA_AB_TYPE " "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
+CUCONV_DEFINE_WGMMA(64, CUCONV_WGMMA_REGS_64, CUCONV_WGMMA_ACC_32, "%32", "%33", "%34")
+CUCONV_DEFINE_WGMMA(96, CUCONV_WGMMA_REGS_96, CUCONV_WGMMA_ACC_48, "%48", "%49", "%50")
+CUCONV_DEFINE_WGMMA(128, CUCONV_WGMMA_REGS_128, CUCONV_WGMMA_ACC_64, "%64", "%65", "%66")
+CUCONV_DEFINE_WGMMA(160, CUCONV_WGMMA_REGS_160, CUCONV_WGMMA_ACC_80, "%80", "%81", "%82")
+CUCONV_DEFINE_WGMMA(192, CUCONV_WGMMA_REGS_192, CUCONV_WGMMA_ACC_96, "%96", "%97", "%98")
+CUCONV_DEFINE_WGMMA(256, CUCONV_WGMMA_REGS_256, CUCONV_WGMMA_ACC_128, "%128", "%129", "%130")
 
 template <int BN>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b,
                                              uint32_t scale_d) {
   if constexpr (BN == 64) {
     wgmma_m64n64k16(d, desc_a, desc_b, scale_d);
+  } else if constexpr (BN == 96) {
+    wgmma_m64n96k16(d, desc_a, desc_b, scale_d);
   } else if constexpr (BN == 128) {
     wgmma_m64n128k16(d, desc_a, desc_b, scale_d);
+  } else if constexpr (BN == 160) {
+    wgmma_m64n160k16(d, desc_a, desc_b, scale_d);
+  } else if constexpr (BN == 192) {
+    wgmma_m64n192k16(d, desc_a, desc_b, scale_d);
   } else {
-    static_assert(BN == 256, "BN must be 64, 128 or 256");
+    static_assert(BN == 256, "BN must be 64, 96, 128, 160, 192 or 256");
     wgmma_m64n256k16(d, desc_a, desc_b, scale_d);
   }
 }
