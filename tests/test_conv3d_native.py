@@ -140,10 +140,11 @@ def test_native_edge_cases(cp, name, dtype):
 @pytest.mark.parametrize("bn", [96, 192])
 @pytest.mark.parametrize("name", ["no_temporal_pad", "c_not_multiple_of_block", "k192_bn256_heuristic",
                                   "fp16_full_epilogue"])
-def test_native_tile_widths(cp, monkeypatch, bn, name):
+def test_native_tile_widths(cp, bn, name):
     """The BN = 96 and 192 variants, chosen for the video-VAE widths K = 96 / 192 (forced here)."""
-    monkeypatch.setenv("CUCONV_SM90_BN", str(bn))
-    check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
+    from cuconv.backends.hopper_tma import tile_settings
+    with tile_settings(block_n=bn):
+        check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
 
 
 @gpu

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cuconv
-from cuconv.backends.hopper_tma import COMPILE_VARIANTS, Sm90TmaKernel, choose_tile_config, tma_box_params
+from cuconv.backends.hopper_tma import (COMPILE_VARIANTS, Sm90TmaKernel, choose_tile_config, tile_settings,
+                                       tma_box_params)
 from cuconv.device import DeviceInfo
 from cuconv.problem import ConvProblem, Epilogue
 
@@ -162,12 +163,28 @@ def test_tile_width_choice(m, n, bn):
 
 
 def test_tile_width_forced(monkeypatch):
-    monkeypatch.setenv("CUCONV_SM90_BN", "192")
-    assert choose_tile_config(1000, 64, 132, cluster=1).block_n == 192
-    assert choose_tile_config(1000, 64, 132, cluster=1, block_n=96).block_n == 96
+    from cuconv.backends import hopper_tma
+    with tile_settings(block_n=192):
+        assert choose_tile_config(1000, 64, 132, cluster=1).block_n == 192
+        assert choose_tile_config(1000, 64, 132, cluster=1, block_n=96).block_n == 96
+        with tile_settings(cluster=2):
+            assert choose_tile_config(1000, 64, 132) == choose_tile_config(1000, 64, 132, 2, 192)
+    assert choose_tile_config(1000, 64, 132, cluster=1).block_n == 64
+    with pytest.raises(ValueError, match="block_n"):
+        with tile_settings(block_n=100):
+            pass
+    # the environment's defaults, read once per process
     monkeypatch.setenv("CUCONV_SM90_BN", "100")
-    with pytest.raises(ValueError, match="CUCONV_SM90_BN"):
-        choose_tile_config(1000, 64, 132)
+    hopper_tma._env_settings.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="CUCONV_SM90_BN"):
+            choose_tile_config(1000, 64, 132)
+        monkeypatch.setenv("CUCONV_SM90_BN", "160")
+        hopper_tma._env_settings.cache_clear()
+        assert choose_tile_config(1000, 64, 132).block_n == 160
+    finally:
+        monkeypatch.delenv("CUCONV_SM90_BN")
+        hopper_tma._env_settings.cache_clear()
 
 
 # ----------------------------------------------------------------------------------------- GPU
@@ -257,15 +274,10 @@ def test_sm90_in_place_residual_large(cp):
 @needs_hopper
 @pytest.mark.parametrize("name", ["m_not_multiple_of_tile", "odd_row_tiles_ghost_cta", "fp16_full_epilogue",
                                   "large_k_bn256", "persistent_many_tiles", "bf16_gelu_bias"])
-def test_sm90_cta_pairs_multicast(cp, monkeypatch, name):
-    """CUCONV_SM90_CLUSTER=2 (CTA pairs multicasting the filter tile, ghost CTA on odd row tiles)."""
-    from cuconv.backends import hopper_tma
-    monkeypatch.setenv("CUCONV_SM90_CLUSTER", "2")
-    hopper_tma._LAUNCHES.clear()
-    try:
+def test_sm90_cta_pairs_multicast(cp, name):
+    """tile_settings(cluster=2) (CTA pairs multicasting the filter tile, ghost CTA on odd row tiles)."""
+    with tile_settings(cluster=2):
         check_case(EDGE_CASES[name], xp=cp, kernel="sm90_tma", poison=True)
-    finally:
-        hopper_tma._LAUNCHES.clear()
 
 
 @gpu
@@ -274,14 +286,13 @@ def test_sm90_cta_pairs_multicast(cp, monkeypatch, name):
 @pytest.mark.parametrize("name,cluster", [("m_not_multiple_of_tile", 1), ("k_not_multiple_of_tile", 1),
                                           ("c72", 1), ("fp16_full_epilogue", 1), ("persistent_many_tiles", 1),
                                           ("odd_row_tiles_ghost_cta", 2), ("persistent_many_tiles", 2)])
-def test_sm90_tile_widths(cp, monkeypatch, bn, name, cluster):
-    """The BN = 96 / 160 / 192 variants (forced through CUCONV_SM90_BN): partial last N tile, the
+def test_sm90_tile_widths(cp, bn, name, cluster):
+    """The BN = 96 / 160 / 192 variants (forced through tile_settings): partial last N tile, the
     32-wide last epilogue chunk with a residual, persistent grids and CTA pairs."""
-    monkeypatch.setenv("CUCONV_SM90_BN", str(bn))
-    monkeypatch.setenv("CUCONV_SM90_CLUSTER", str(cluster))
     case = EDGE_CASES[name]
-    assert f"128x{bn}x64" in cuconv.explain(*_explain_args(cp, case), kernel="sm90_tma").detail
-    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+    with tile_settings(block_n=bn, cluster=cluster):
+        assert f"128x{bn}x64" in cuconv.explain(*_explain_args(cp, case), kernel="sm90_tma").detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 
 def _explain_args(cp, case):

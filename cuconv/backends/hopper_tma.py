@@ -15,8 +15,8 @@ Data flow of one call::
     residual (M, K)  --epilogue-load warp, TMA 64-channel chunks-->  smem C ring  (beta != 0 only)
     regs --act(alpha*acc + bias + beta*C), cast--> out (M, K)
 
-Clusters (opt-in): with ``CUCONV_SM90_CLUSTER=2`` in the environment (read when a tile config is
-chosen) and at least two row tiles, the kernel runs as pairs of CTAs (``__cluster_dims__(2, 1, 1)``)
+Clusters (opt-in): with ``CUCONV_SM90_CLUSTER=2`` in the environment (read once per process) or
+inside ``tile_settings(cluster=2)`` and at least two row tiles, the kernel runs as pairs of CTAs (``__cluster_dims__(2, 1, 1)``)
 on vertically adjacent tiles; each CTA loads half of the shared filter tile and multicasts it to
 both, cutting L2->SM traffic per ring slot from (BM + BN) to (BM + BN/2) rows of 64 channels. It
 is correct (GPU-tested) but measured no faster than single CTAs on the H100 benchmark (the kernel
@@ -25,6 +25,7 @@ is not L2-bandwidth bound yet; see docs/bench/README.md), so the default is 1.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections import OrderedDict
@@ -36,7 +37,7 @@ from ..dispatch import Kernel, register
 from ..launch import PackedLaunch, c_struct, dtype_code, epilogue_params
 from ..tensormap import tma_box_params, tma_limits_violation  # noqa: F401  (re-exported for tests)
 
-__all__ = ["TileConfig", "choose_tile_config", "Sm90TmaKernel", "Sm90TmaConv3d", "COMPILE_VARIANTS",
+__all__ = ["TileConfig", "choose_tile_config", "tile_settings", "Sm90TmaKernel", "Sm90TmaConv3d", "COMPILE_VARIANTS",
            "tma_box_params"]
 
 _SOURCE = "hopper/conv_fprop_sm90.cu"
@@ -98,22 +99,53 @@ class TileConfig:
                 "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": self.cluster}
 
 
+@functools.lru_cache(maxsize=None)
+def _env_settings() -> tuple:
+    """(cluster, BN) from ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_BN``, read once per process (the
+    hot path must not pay for environment lookups on every call); :func:`tile_settings` overrides."""
+    c = os.environ.get("CUCONV_SM90_CLUSTER", "1").strip()
+    if c not in ("1", "2"):
+        raise ValueError(f"CUCONV_SM90_CLUSTER: expected 1 or 2, got {c!r}")
+    b = os.environ.get("CUCONV_SM90_BN", "auto").strip()
+    if b in ("", "auto"):
+        bn = None
+    elif b.isdigit() and int(b) in STAGES:
+        bn = int(b)
+    else:
+        raise ValueError(f"CUCONV_SM90_BN: expected 'auto' or one of {sorted(STAGES)}, got {b!r}")
+    return int(c), bn
+
+
+_override: list = []  # the stack of tile_settings() blocks: (cluster, bn) pairs
+
+
+@contextlib.contextmanager
+def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None):
+    """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys) and/or CTA
+    cluster size (1 or 2) inside a ``with`` block; None keeps the current value. For tests and
+    tuning; the process-wide defaults come from ``CUCONV_SM90_BN`` / ``CUCONV_SM90_CLUSTER``."""
+    if block_n is not None and block_n not in STAGES:
+        raise ValueError(f"block_n: expected one of {sorted(STAGES)} or None, got {block_n!r}")
+    if cluster is not None and cluster not in (1, 2):
+        raise ValueError(f"cluster: expected 1, 2 or None, got {cluster!r}")
+    cur_cluster, cur_bn = _current_settings()
+    _override.append((cluster or cur_cluster, block_n or cur_bn))
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+def _current_settings() -> tuple:
+    return _override[-1] if _override else _env_settings()
+
+
 def _cluster_setting() -> int:
-    v = os.environ.get("CUCONV_SM90_CLUSTER", "1").strip()
-    if v not in ("1", "2"):
-        raise ValueError(f"CUCONV_SM90_CLUSTER: expected 1 or 2, got {v!r}")
-    return int(v)
+    return _current_settings()[0]
 
 
 def _bn_setting() -> Optional[int]:
-    """``CUCONV_SM90_BN``: force the tile width (one of :data:`STAGES`' keys; tests and tuning), or
-    None (unset / ``auto``: :func:`choose_tile_config` decides)."""
-    v = os.environ.get("CUCONV_SM90_BN", "auto").strip()
-    if v in ("", "auto"):
-        return None
-    if not v.isdigit() or int(v) not in STAGES:
-        raise ValueError(f"CUCONV_SM90_BN: expected 'auto' or one of {sorted(STAGES)}, got {v!r}")
-    return int(v)
+    return _current_settings()[1]
 
 
 def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
@@ -150,9 +182,9 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       N = 1280 over 16 row tiles (128 tiles of 160: one wave on 132 SMs, instead of two of 128),
       N = 96 and 192 (no padded columns). The model is coarse, hence the margin: near ties keep the
       rule that the benchmark confirmed.
-    * ``block_n`` (default from ``CUCONV_SM90_BN``, unset = automatic) forces BN.
+    * ``block_n`` (default: :func:`tile_settings` / ``CUCONV_SM90_BN``, unset = automatic) forces BN.
     * Pairs of CTAs sharing the filter tile (cluster 2) when asked for and there are at least two
-      row tiles (``cluster`` overrides; default from ``CUCONV_SM90_CLUSTER``, 1).
+      row tiles (``cluster`` overrides; default: :func:`tile_settings` / ``CUCONV_SM90_CLUSTER``, 1).
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
     units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
@@ -221,8 +253,8 @@ class Sm90TmaKernel(Kernel):
         return _describe_cached(problem, device, self.settings())
 
     def settings(self):
-        """The run-time tile overrides: (``CUCONV_SM90_CLUSTER``, ``CUCONV_SM90_BN``)."""
-        return _cluster_setting(), _bn_setting()
+        """The run-time tile overrides (cluster, BN): :func:`tile_settings` or the environment."""
+        return _current_settings()
 
     @staticmethod
     def _check_uncached(problem, device):

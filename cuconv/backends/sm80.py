@@ -23,7 +23,7 @@ Two more paths serve what the implicit GEMM does badly:
                  second kernel of the call and its time counts in the call's time.
 
 The dispatcher picks the first that applies, in the order of :data:`SM80_SUBPATHS`. **Forcing a
-sub-path** (tests, benchmarks): set the environment variable ``CUCONV_SM80_SUBPATH`` to one of
+sub-path** (tests, benchmarks): set the environment variable ``CUCONV_SM80_SUBPATH`` (read once per process) to one of
 :data:`SM80_SUBPATHS`, or use the context manager :func:`forced_subpath`; a sub-path that cannot serve
 the problem makes the kernel decline with the reason. ``cuconv.explain(...).detail`` names the sub-path,
 tile and copy widths in use.
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -154,8 +155,12 @@ def forced_subpath(name: Optional[str]):
 
 
 def _requested_subpath() -> Optional[str]:
-    if _forced is not None:
-        return _forced
+    return _forced if _forced is not None else _env_subpath()
+
+
+@functools.lru_cache(maxsize=None)
+def _env_subpath() -> Optional[str]:
+    """``CUCONV_SM80_SUBPATH``, read once per process (not on every call's dispatch)."""
     env = os.environ.get("CUCONV_SM80_SUBPATH", "").strip()
     if not env or env == "auto":
         return None
