@@ -123,7 +123,9 @@ def _time(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = False,
         import cupy as cp
         ev = cp.cuda.Event
         sync = cp.cuda.Device().synchronize
-    for i in range(warmup):
+    for i in range(warmup if not queued else max(warmup, 10)):  # queued: also settles the clocks under load
+        if flush is not None:
+            flush.fill(0)
         fn(i % sets)
     sync()
     times = []
