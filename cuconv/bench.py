@@ -307,12 +307,13 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
     return rec
 
 
-def host_overhead_us(with_torch: bool = True, calls: int = 2000) -> Dict[str, float]:
+def host_overhead_us(with_torch: bool = True, calls: int = 300, batches: int = 9) -> Dict[str, float]:
     """Host time per call of back-to-back calls on a tiny conv (1x8x8x64, 3x3, 64 filters, fp16).
 
     The kernel takes a few microseconds, so the loop runs at the speed of the host: what every call
     costs in argument checks, dispatch and launch before the GPU sees it. Measured for cuconv
-    (with ``out=``) and, when torch imports, for ``torch.nn.functional.conv2d`` (cuDNN).
+    (with ``out=``) and, when torch imports, for ``torch.nn.functional.conv2d`` (cuDNN), as the
+    median over ``batches`` loops of ``calls`` calls, the two interleaved (the host's speed drifts).
     """
     import cupy as cp
 
@@ -329,17 +330,19 @@ def host_overhead_us(with_torch: bool = True, calls: int = 2000) -> Dict[str, fl
             fns["torch (cuDNN)"] = lambda: torch.nn.functional.conv2d(tx, tw, padding=1)
         except ImportError:
             pass
-    result = {}
+    samples: Dict[str, list] = {name: [] for name in fns}
     for name, fn in fns.items():
         for _ in range(100):
             fn()
-        cp.cuda.Device().synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        result[name] = (time.perf_counter() - t0) / calls * 1e6
-        cp.cuda.Device().synchronize()
-    return result
+    for _ in range(batches):
+        for name, fn in fns.items():
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+    cp.cuda.Device().synchronize()
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def _summary_line(rec: dict) -> str:
