@@ -162,6 +162,13 @@ def test_tile_width_choice(m, n, bn):
     assert choose_tile_config(m, n, 132, cluster=1).block_n == bn
 
 
+@pytest.mark.parametrize("c,steps", [(8, 1), (16, 1), (24, 2), (64, 4), (72, 1), (96, 2), (128, 4), (200, 1), (320, 4)])
+def test_last_channel_block_steps(c, steps):
+    """The kernel issues only the k16 steps of the last channel block that hold real channels."""
+    from cuconv.backends.hopper_tma import _last_k16
+    assert _last_k16(c) == steps
+
+
 def test_tile_width_forced(monkeypatch):
     from cuconv.backends import hopper_tma
     with tile_settings(block_n=192):

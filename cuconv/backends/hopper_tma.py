@@ -216,7 +216,14 @@ COMPILE_VARIANTS = [
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
-    "pad_h", "pad_w", "c_blocks", "n_tiles", "num_units")]
+    "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units")]
+
+
+def _last_k16(channels: int) -> int:
+    """k16 steps of the last channel block that hold real channels (the kernel skips the others:
+    their A and B columns are TMA's zero fill). C = 96 -> 2, C = 72 -> 1, C = 128 -> 4."""
+    rest = channels - (-(-channels // BLOCK_K) - 1) * BLOCK_K
+    return -(-rest // 16)
 
 
 def _params(problem, cfg: TileConfig):
@@ -231,7 +238,8 @@ def _params(problem, cfg: TileConfig):
     pd, ph, pw = (0,) * lead + tuple(problem.pad_lo)
     vals = dict(M=problem.gemm_m, K=problem.out_channels, O=O, P=P, Q=Q, T=T, R=R, S=S, stride_d=sd, stride_h=sh,
                 stride_w=sw, dil_d=dd, dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw,
-                c_blocks=-(-problem.channels // BLOCK_K), n_tiles=cfg.n_tiles, num_units=cfg.num_units)
+                c_blocks=-(-problem.channels // BLOCK_K), last_k16=_last_k16(problem.channels),
+                n_tiles=cfg.n_tiles, num_units=cfg.num_units)
     return c_struct(fields, vals)
 
 

@@ -124,6 +124,7 @@ struct Sm90ConvParams {
   int T, R, S;      // filter
   int stride_d, stride_h, stride_w, dil_d, dil_h, dil_w, pad_d, pad_h, pad_w;  // pad_* = low side
   int c_blocks;     // ceil(C / BK)
+  int last_k16;     // k16 steps holding real channels in the last channel block: ceil((C - (c_blocks-1) BK) / 16)
   int n_tiles;      // ceil(K / BN)
   int num_units;    // ceil(ceil(M / BM) / CLUSTER) * n_tiles (see scheduler.cuh)
 };
@@ -286,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     float acc[cfg::ACC_REGS];
     for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
       sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
-          acc, ring, k_iters, a_rows, b_base, full_bar, empty_bar);
+          acc, ring, k_iters, g.c_blocks, g.last_k16, a_rows, b_base, full_bar, empty_bar);
       sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
           acc, sched.m_tile(t) * cfg::BM, sched.n_tile(t) * cfg::BN, g.M, g.K, out, bias, ep, cring, c_base,
           c_full_bar, c_empty_bar, row_base, col_lane, lane == 0);

@@ -133,7 +133,10 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
   }
 }
 
-// One output tile's reduction: k_iters ring slots, each BK = 64 deep.
+// One output tile's reduction: k_iters ring slots, each BK = 64 deep, walked as taps x c_blocks
+// channel blocks. The last channel block of each tap holds only last_k16 (1..4) k16 steps of real
+// channels when C is not a multiple of 64 (TMA zero-filled the rest): only those wgmmas are issued,
+// e.g. C = 96 runs 4 + 2 instead of 4 + 4 steps per tap (a quarter less MMA work).
 //   a_rows_addr(stage) = shared address of this warpgroup's 64 rows of the A box in that slot
 //   b_addr(stage)      = shared address of the BN x 64 B box in that slot
 // The accumulator is overwritten (scale_d = 0 on the first k16 step), so no zeroing pass.
@@ -141,21 +144,24 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
 // its filter tile by multicast).
 template <int BN, int STAGES, int BK, int A_STAGE_BYTES, int B_STAGE_BYTES, int CLUSTER>
 __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingState<STAGES>& ring, int k_iters,
-                                                  uint32_t a_base, uint32_t b_base, uint32_t full_bar,
-                                                  uint32_t empty_bar) {
+                                                  int c_blocks, int last_k16, uint32_t a_base, uint32_t b_base,
+                                                  uint32_t full_bar, uint32_t empty_bar) {
   static_assert(BK == 64, "one 128-byte swizzled row per tile row: BK must be 64 16-bit elements");
   const int lane = threadIdx.x % 32;
   int prev_stage = -1;
+  int cb = 0;  // channel block of slot k (k % c_blocks, kept as a counter)
   for (int k = 0; k < k_iters; ++k) {
     mbar_wait(full_bar + 8 * ring.stage, ring.phase);
     const uint64_t da = smem_desc_sw128(a_base + ring.stage * A_STAGE_BYTES);
     const uint64_t db = smem_desc_sw128(b_base + ring.stage * B_STAGE_BYTES);
+    const int steps = (cb == c_blocks - 1) ? last_k16 : BK / 16;
+    cb = (cb + 1 == c_blocks) ? 0 : cb + 1;
     fence_accumulators(acc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
       // +32 bytes per k16 step = +2 in the descriptor's 16-byte address units.
-      wgmma_m64k16<BN>(acc, da + 2 * kk, db + 2 * kk, (k > 0 || kk > 0) ? 1u : 0u);
+      if (kk < steps) wgmma_m64k16<BN>(acc, da + 2 * kk, db + 2 * kk, (k > 0 || kk > 0) ? 1u : 0u);
     }
     wgmma_commit();
     wgmma_wait<1>();  // the previous slot's wgmmas have retired: it may be refilled
