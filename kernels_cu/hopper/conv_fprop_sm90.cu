@@ -119,7 +119,7 @@ static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and 
 static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared-memory budget exceeded");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0 && C_CHUNK_BYTES % 1024 == 0,
               "every tile must start on a 1024-byte (128B-swizzle atom) boundary");
-static_assert(2 * STAGES + 2 * C_STAGES + 1 + 4 <= BARRIER_BYTES / 8, "barrier area too small");
+static_assert(2 * STAGES + 2 * C_STAGES + 1 <= BARRIER_BYTES / 8, "barrier area too small");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "register file exceeded");
 static_assert(ACC_REGS + 64 <= CONSUMER_REGS, "consumers need room beyond their accumulators");
 static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
@@ -251,8 +251,6 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const uint32_t c_full_bar = empty_bar + 8 * cfg::STAGES;
   const uint32_t c_empty_bar = c_full_bar + 8 * cfg::C_STAGES;
   const uint32_t load_order_bar = c_empty_bar + 8 * cfg::C_STAGES;
-  const uint32_t mma_done_bar = load_order_bar + 8;  // [2], ping-pong only: warpgroup g finished a mainloop
-  const uint32_t epi_done_bar = mma_done_bar + 16;   // [2], ping-pong only: warpgroup g finished an epilogue
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -266,10 +264,6 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
       sm90::mbar_init(c_empty_bar + 8 * s, 4 * cfg::SLOT_READERS);
     }
     sm90::mbar_init(load_order_bar, 1);
-    for (int g = 0; g < 2; ++g) {
-      sm90::mbar_init(mma_done_bar + 8 * g, 4);  // the four warps of warpgroup g
-      sm90::mbar_init(epi_done_bar + 8 * g, 4);
-    }
     sm90::mbar_init_fence();
   }
   if (warp == 0 && lane == 0) {
@@ -317,27 +311,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
         if (cfg::HAS_RESIDUAL) cring.skip(C_CHUNKS);
         continue;
       }
-      // Ping-pong turns. The barriers' parity waits are only sound when a waiter is at most one phase
-      // ahead of the barrier, and a warpgroup that stepped over the other's slots without waiting
-      // could be two ahead. So a warpgroup starts tile j's mainloop (epilogue) only after the other
-      // finished tile j-1's: by then every slot (C chunk) of tile j-1 has been filled and consumed.
-      const uint32_t other_phase = (uint32_t)(((j - 1) >> 1) & 1);
-      if (cfg::PINGPONG && j > 0) sm90::mbar_wait(mma_done_bar + 8 * (1 - consumer), other_phase);
       sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER,
                               cfg::RB>(acc, ring, k_iters, g.c_blocks, g.last_k16, a_rows, b_base, full_bar,
                                        empty_bar);
-      if (cfg::PINGPONG) {
-        __syncwarp();
-        if (lane == 0) sm90::mbar_arrive(mma_done_bar + 8 * consumer);
-        if (j > 0) sm90::mbar_wait(epi_done_bar + 8 * (1 - consumer), other_phase);
-      }
       sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::RB>(
           acc, sched.m_tile(t) * cfg::BM, sched.n_tile(t) * cfg::BN, g.M, g.K, out, bias, ep, cring, c_base,
           c_full_bar, c_empty_bar, row_base, col_lane, lane == 0);
-      if (cfg::PINGPONG) {
-        __syncwarp();
-        if (lane == 0) sm90::mbar_arrive(epi_done_bar + 8 * consumer);
-      }
     }
   }
   // A CTA leaves only when its peer is done too: the peer's consumers still release slots here.

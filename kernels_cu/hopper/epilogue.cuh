@@ -85,9 +85,27 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[RB][BN / 2]
     }
 #pragma unroll
     for (int rb = 0; rb < RB; ++rb) {
-      // Groups of four 8-column blocks: read C, act(alpha * acc + bias + beta * C) for this thread's
-      // pairs, packed to 2 x 16 bit, then the quad transpose and 16-byte stores (all lanes shuffle;
-      // only the stores are masked). A group at a time keeps 8 + 8 registers live, not 16 + 16.
+      // This row block's C values (the slot is released after the last row block has read its own).
+      uint32_t cpair[2][8];
+      if constexpr (HAS_RESIDUAL) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int row = row_base + 64 * rb + 8 * i;
+#pragma unroll
+          for (int jj = 0; jj < blocks; ++jj) {
+            cpair[i][jj] = ld_shared_u32(buf + row * 128 + ((jj ^ (row & 7)) << 4) + col_lane * 2);
+          }
+        }
+        if (rb == RB - 1) {
+          fence_proxy_async_smem();
+          __syncwarp();
+          if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
+          cring.advance();
+        }
+      }
+      // Groups of four 8-column blocks: act(alpha * acc + bias + beta * C) for this thread's pairs,
+      // packed to 2 x 16 bit, then the quad transpose and 16-byte stores (all lanes shuffle; only the
+      // stores are masked). A group at a time keeps 8 packed registers live, not 16.
 #pragma unroll
       for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
         uint32_t packed[2][4];
@@ -107,10 +125,8 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[RB][BN / 2]
             float v0 = ep.alpha * acc[rb][a] + b0;
             float v1 = ep.alpha * acc[rb][a + 1] + b1;
             if constexpr (HAS_RESIDUAL) {
-              const int row = row_base + 64 * rb + 8 * i;
-              const uint32_t c = ld_shared_u32(buf + row * 128 + ((jj ^ (row & 7)) << 4) + col_lane * 2);
-              v0 += ep.beta * lo_to_float<T>(c);
-              v1 += ep.beta * hi_to_float<T>(c);
+              v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
+              v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
             }
             packed[i][q] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
           }
@@ -136,12 +152,6 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[RB][BN / 2]
           if (m < M && col < K) st_global_v4(out + m * K + col, w0, w1, w2, w3);
         }
       }
-    }
-    if constexpr (HAS_RESIDUAL) {  // every C value of the chunk has been read: release its slot
-      fence_proxy_async_smem();
-      __syncwarp();
-      if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
-      cring.advance();
     }
   }
 }
