@@ -169,22 +169,6 @@ def test_last_channel_block_steps(c, steps):
     assert _last_k16(c) == steps
 
 
-def test_pingpong_choice():
-    """Ping-pong only where a CTA gets two or more tiles, BN <= 128 and single CTAs; forcible."""
-    assert choose_tile_config(2 * 512 * 512, 128, 132, cluster=1).pingpong          # 4096 tiles
-    assert not choose_tile_config(64 * 7 * 7, 512, 132, cluster=1).pingpong         # 100 tiles: one each
-    assert not choose_tile_config(4 * 128 * 128, 512, 132, cluster=1).pingpong      # BN = 256
-    assert not choose_tile_config(2 * 512 * 512, 128, 132, cluster=2).pingpong      # CTA pairs
-    with tile_settings(pingpong=True):
-        assert choose_tile_config(64 * 7 * 7, 512, 132, cluster=1).pingpong
-        assert not choose_tile_config(4 * 128 * 128, 512, 132, cluster=1).pingpong  # impossible: BN 256
-    with tile_settings(pingpong=False):
-        assert not choose_tile_config(2 * 512 * 512, 128, 132, cluster=1).pingpong
-    cfg = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1)
-    assert cfg.kernel_name(True) == "conv2d_fprop_sm90_tma_128x128x64_s6_pp_res"
-    assert cfg.defines("bfloat16", True)["SM90_PINGPONG"] == 1
-
-
 def test_tile_width_forced(monkeypatch):
     from cuconv.backends import hopper_tma
     with tile_settings(block_n=192):
@@ -315,21 +299,6 @@ def test_sm90_tile_widths(cp, bn, name, cluster):
     case = EDGE_CASES[name]
     with tile_settings(block_n=bn, cluster=cluster):
         assert f"128x{bn}x64" in cuconv.explain(*_explain_args(cp, case), kernel="sm90_tma").detail
-        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
-
-
-@gpu
-@needs_hopper
-@pytest.mark.parametrize("bn", [64, 96, 128])
-@pytest.mark.parametrize("name", ["m_and_k_below_one_tile", "m_not_multiple_of_tile", "k_not_multiple_of_tile", "c72",
-                                  "image_boundaries_in_tile", "fp16_full_epilogue", "relu_residual_beta0",
-                                  "persistent_many_tiles", "pointwise"])
-def test_sm90_pingpong_consumers(cp, bn, name):
-    """Ping-pong consumers (each warpgroup takes alternate whole tiles; ring and C-ring slots of the
-    other's tiles skipped): odd and even tile counts per CTA, residual, partial tiles."""
-    case = EDGE_CASES[name]
-    with tile_settings(block_n=bn, cluster=1, pingpong=True):
-        assert "ping-pong" in cuconv.explain(*_explain_args(cp, case), kernel="sm90_tma").detail
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 

@@ -67,7 +67,6 @@ class TileConfig:
     n_tiles: int
     grid: int               # CTAs launched (persistent when grid / cluster < units)
     cluster: int = 1        # CTAs per cluster sharing the filter tile by multicast (1 or 2)
-    pingpong: bool = False  # consumer warpgroups take alternate whole tiles (epilogue overlaps MMA)
 
     @property
     def num_tiles(self) -> int:
@@ -93,18 +92,16 @@ class TileConfig:
 
     def kernel_name(self, loads_residual: bool, nd: int = 2) -> str:
         return (f"conv{nd}d_fprop_sm90_tma_{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
-                + (f"_c{self.cluster}" if self.cluster > 1 else "") + ("_pp" if self.pingpong else "")
-                + ("_res" if loads_residual else ""))
+                + (f"_c{self.cluster}" if self.cluster > 1 else "") + ("_res" if loads_residual else ""))
 
     def defines(self, dtype: str, loads_residual: bool, nd: int = 2) -> dict:
         return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BN": self.block_n,
-                "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": self.cluster,
-                "SM90_PINGPONG": int(self.pingpong)}
+                "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": self.cluster}
 
 
 @functools.lru_cache(maxsize=None)
 def _env_settings() -> tuple:
-    """(cluster, BN, ping-pong) from ``CUCONV_SM90_CLUSTER`` / ``_BN`` / ``_PINGPONG``, read once per process (the
+    """(cluster, BN) from ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_BN``, read once per process (the
     hot path must not pay for environment lookups on every call); :func:`tile_settings` overrides."""
     c = os.environ.get("CUCONV_SM90_CLUSTER", "1").strip()
     if c not in ("1", "2"):
@@ -116,29 +113,23 @@ def _env_settings() -> tuple:
         bn = int(b)
     else:
         raise ValueError(f"CUCONV_SM90_BN: expected 'auto' or one of {sorted(STAGES)}, got {b!r}")
-    p = os.environ.get("CUCONV_SM90_PINGPONG", "auto").strip()
-    if p not in ("", "auto", "0", "1"):
-        raise ValueError(f"CUCONV_SM90_PINGPONG: expected 'auto', 0 or 1, got {p!r}")
-    return int(c), bn, (None if p in ("", "auto") else p == "1")
+    return int(c), bn
 
 
-_override: list = []  # the stack of tile_settings() blocks: (cluster, bn, pingpong) triples
+_override: list = []  # the stack of tile_settings() blocks: (cluster, bn) pairs
 
 
 @contextlib.contextmanager
-def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None, pingpong: Optional[bool] = None):
-    """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys), CTA cluster
-    size (1 or 2) and/or consumer schedule (``pingpong``: True / False) inside a ``with`` block;
-    None keeps the current value. For tests and tuning; the process-wide defaults come from
-    ``CUCONV_SM90_BN`` / ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_PINGPONG``."""
+def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None):
+    """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys) and/or CTA
+    cluster size (1 or 2) inside a ``with`` block; None keeps the current value. For tests and
+    tuning; the process-wide defaults come from ``CUCONV_SM90_BN`` / ``CUCONV_SM90_CLUSTER``."""
     if block_n is not None and block_n not in STAGES:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)} or None, got {block_n!r}")
     if cluster is not None and cluster not in (1, 2):
         raise ValueError(f"cluster: expected 1, 2 or None, got {cluster!r}")
-    if pingpong is not None and not isinstance(pingpong, bool):
-        raise ValueError(f"pingpong: expected True, False or None, got {pingpong!r}")
-    cur_cluster, cur_bn, cur_pp = _current_settings()
-    _override.append((cluster or cur_cluster, block_n or cur_bn, cur_pp if pingpong is None else pingpong))
+    cur_cluster, cur_bn = _current_settings()
+    _override.append((cluster or cur_cluster, block_n or cur_bn))
     try:
         yield
     finally:
@@ -155,10 +146,6 @@ def _cluster_setting() -> int:
 
 def _bn_setting() -> Optional[int]:
     return _current_settings()[1]
-
-
-def _pingpong_setting() -> Optional[bool]:
-    return _current_settings()[2]
 
 
 def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
@@ -186,7 +173,7 @@ def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
 
 
 def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None,
-                       block_n: Optional[int] = None, pingpong: Optional[bool] = None) -> TileConfig:
+                       block_n: Optional[int] = None) -> TileConfig:
     """Pick BN and the cluster size for a GEMM of ``gemm_m`` x ``gemm_n`` (pure: no device access).
 
     * BN starts from :func:`_bn_rule` (64, 128 or 256). A BN of 96, 160 or 192 replaces it when
@@ -216,27 +203,15 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     cl = _cluster_setting() if cluster is None else cluster
     cl = cl if m_tiles >= 2 else 1
     units = -(-m_tiles // cl) * n_tiles
-    grid = cl * max(1, min(units, sm_count // cl))
-    pp = _pingpong_setting() if pingpong is None else pingpong
-    if pp is None:  # automatic: see PINGPONG_RULE
-        pp = _pingpong_pays(bn, units, grid)
-    pp = bool(pp) and cl == 1 and bn <= 128
     return TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=STAGES[bn], consumers=BLOCK_M // 64,
-                      m_tiles=m_tiles, n_tiles=n_tiles, grid=grid, cluster=cl, pingpong=pp)
-
-
-def _pingpong_pays(bn: int, units: int, grid: int) -> bool:
-    """Ping-pong consumers (possible for BN <= 128 and single CTAs) when each CTA gets at least two
-    tiles: a CTA's epilogue can only hide behind the MMA of its next tile."""
-    return bn <= 128 and units >= 2 * grid
+                      m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl)
 
 
 #: Every (source, defines, arch) this module may launch, for the CPU compile test.
 COMPILE_VARIANTS = [
     (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BN": bn, "SM90_STAGES": st, "SM90_HAS_RESIDUAL": res,
-               "SM90_CLUSTER": cl, "SM90_PINGPONG": pp}, _ARCH)
-    for nd in (2, 3) for cl in (1, 2) for pp in (0, 1) for dt in (0, 1) for bn, st in STAGES.items() for res in (0, 1)
-    if not pp or (cl == 1 and bn <= 128)
+               "SM90_CLUSTER": cl}, _ARCH)
+    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bn, st in STAGES.items() for res in (0, 1)
 ]
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
@@ -318,10 +293,8 @@ class Sm90TmaKernel(Kernel):
         unit = "tile" if cfg.cluster == 1 else "pair of tiles (CTA pairs multicast the filter tile)"
         grid = (f"persistent grid {cfg.grid} CTAs over {cfg.num_units} units of one {unit}" if cfg.persistent
                 else f"grid {cfg.grid} CTAs, one {unit} per {'CTA' if cfg.cluster == 1 else 'pair'}")
-        consumers = (f"{cfg.consumers} ping-pong consumer warpgroups (alternate tiles)" if cfg.pingpong
-                     else f"{cfg.consumers} consumer warpgroups")
         return (f"{cfg.kernel_name(res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.stages}-stage ring, "
-                f"{consumers}, {grid}, "
+                f"{cfg.consumers} consumer warpgroups, {grid}, "
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
 
     def run(self, problem, x, w, bias, residual, out):
@@ -407,9 +380,9 @@ _LAUNCHES: "OrderedDict" = OrderedDict()
 def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res: bool, nd: int):
     from ..device import _gpu_info
     dev = _gpu_info(dev_index)
-    bn, stages, cluster, pingpong = cfg_key
+    bn, stages, cluster = cfg_key
     cfg = TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=stages, consumers=BLOCK_M // 64,
-                     m_tiles=1, n_tiles=1, grid=1, cluster=cluster, pingpong=pingpong)
+                     m_tiles=1, n_tiles=1, grid=1, cluster=cluster)
     mod = load_cuda_module(_SOURCE, dev, cfg.defines(dtype, res, nd))
     fn = mod.get_function(cfg.kernel_name(res, nd))
     smem = cfg.smem_bytes(res)
@@ -419,7 +392,7 @@ def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res:
 
 def _function(dev, cfg: TileConfig, dtype: str, res: bool, nd: int):
     """The loaded kernel of a variant with its dynamic shared-memory limit raised (once per device)."""
-    return _function_cached(dev.index, dev.arch, (cfg.block_n, cfg.stages, cfg.cluster, cfg.pingpong), dtype, res, nd)
+    return _function_cached(dev.index, dev.arch, (cfg.block_n, cfg.stages, cfg.cluster), dtype, res, nd)
 
 
 _ACTIVE_CLUSTERS: dict = {}

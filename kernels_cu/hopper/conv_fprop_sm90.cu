@@ -43,7 +43,7 @@
 // remote arrivals. L2->SM traffic per slot drops from (BM + BN) x BK to (BM + BN/2) x BK elements.
 //
 // Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BN (64/96/128/160/192/256),
-// SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER (1/2), SM90_PINGPONG (0/1, tag _pp). The kernel's name spells them out, e.g.
+// SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER (1/2). The kernel's name spells them out, e.g.
 // conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_c2_res (3-D, pair, residual).
 #include "common/epilogue_math.cuh"
 #include "common/types.cuh"
@@ -69,9 +69,6 @@
 #ifndef SM90_CLUSTER
 #define SM90_CLUSTER 1
 #endif
-#ifndef SM90_PINGPONG
-#define SM90_PINGPONG 0
-#endif
 #if SM90_NDIM != 2 && SM90_NDIM != 3
 #error "SM90_NDIM must be 2 (NHWC, 4-D im2col boxes) or 3 (NDHWC, 5-D im2col boxes)"
 #endif
@@ -83,12 +80,6 @@ constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
 constexpr int C_STAGES = 2;
 constexpr int CLUSTER = SM90_CLUSTER;  // CTAs per cluster sharing (multicasting) the filter tile
-// Ping-pong: each consumer warpgroup computes whole tiles (all BM rows, RB = 2 row blocks), the two
-// taking alternate tiles of the CTA's sequence, so one's epilogue overlaps the other's mainloop.
-// Cooperative (default): both warpgroups share every tile, 64 rows each, and the epilogue stalls MMA.
-constexpr bool PINGPONG = SM90_PINGPONG != 0;
-constexpr int RB = PINGPONG ? BM / 64 : 1;           // 64-row blocks per consumer warpgroup
-constexpr int SLOT_READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups reading each ring slot
 
 // Shared-memory budget per ring slot and in total (dynamic smem is re-aligned to 1024 bytes, the
 // 128B-swizzle atom, which costs up to 1 KiB of slack).
@@ -108,12 +99,11 @@ constexpr int B_SHARE_BYTES = B_SHARE_ROWS * BK * 2;
 // Register budget per role (setmaxnreg): the register file is 64 K 32-bit registers.
 constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
-constexpr int ACC_REGS = RB * BN / 2;  // fp32 accumulators per consumer thread
+constexpr int ACC_REGS = BN / 2;  // fp32 accumulators per consumer thread
 
 static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
               "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256");
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
-static_assert(!PINGPONG || (CLUSTER == 1 && BN <= 128), "ping-pong: single CTAs, BN <= 128 (128 x BN accumulators)");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
 static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and MMA");
 static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared-memory budget exceeded");
@@ -153,16 +143,9 @@ struct Sm90ConvParams {
 #define CUCONV_SM90_CLUSTER_TAG
 #define CUCONV_SM90_CLUSTER_ATTR
 #endif
-#if SM90_PINGPONG
-#define CUCONV_SM90_PP_TAG _pp
-#else
-#define CUCONV_SM90_PP_TAG
-#endif
 #define CUCONV_SM90_KERNEL                                                                              \
-  CUCONV_XCAT8(conv, SM90_NDIM, d_fprop_sm90_tma_128x, SM90_BN, x64_s, SM90_STAGES,                    \
-               CUCONV_SM90_CAT(CUCONV_SM90_CLUSTER_TAG, CUCONV_SM90_PP_TAG), CUCONV_SM90_SUFFIX)
-#define CUCONV_SM90_CAT_(a, b) a##b
-#define CUCONV_SM90_CAT(a, b) CUCONV_SM90_CAT_(a, b)
+  CUCONV_XCAT8(conv, SM90_NDIM, d_fprop_sm90_tma_128x, SM90_BN, x64_s, SM90_STAGES, CUCONV_SM90_CLUSTER_TAG, \
+               CUCONV_SM90_SUFFIX)
 
 namespace sm90 = cuconv::sm90;
 using Scheduler = sm90::TileScheduler<cfg::CLUSTER>;
@@ -257,11 +240,11 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   if (threadIdx.x == 0) {
     for (int s = 0; s < cfg::STAGES; ++s) {
       sm90::mbar_init(full_bar + 8 * s, 1);
-      sm90::mbar_init(empty_bar + 8 * s, 4 * cfg::SLOT_READERS * cfg::CLUSTER);  // its readers' warps, every CTA
+      sm90::mbar_init(empty_bar + 8 * s, 4 * cfg::CONSUMERS * cfg::CLUSTER);  // consumer warps of every CTA
     }
     for (int s = 0; s < cfg::C_STAGES; ++s) {
       sm90::mbar_init(c_full_bar + 8 * s, 1);
-      sm90::mbar_init(c_empty_bar + 8 * s, 4 * cfg::SLOT_READERS);
+      sm90::mbar_init(c_empty_bar + 8 * s, 4 * cfg::CONSUMERS);
     }
     sm90::mbar_init(load_order_bar, 1);
     sm90::mbar_init_fence();
@@ -293,28 +276,19 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(cfg::CONSUMER_REGS));
-    const int consumer = warpgroup - 1;  // cooperative: owns tile rows [64 * consumer, +64); ping-pong: tiles j % 2
+    const int consumer = warpgroup - 1;                 // owns tile rows [64 * consumer, +64)
     const int warp_in_group = warp % 4;
-    const int row0 = cfg::PINGPONG ? 0 : 64 * consumer;  // first tile row of this warpgroup
-    const uint32_t a_rows = a_base + row0 * 128;         // its rows of each A box
-    const int row_base = row0 + 16 * warp_in_group + lane / 4;
+    const uint32_t a_rows = a_base + consumer * 64 * 128;  // its 64 rows of each A box
+    const int row_base = 64 * consumer + 16 * warp_in_group + lane / 4;
     const int col_lane = 2 * (lane % 4);
     const int k_iters = g.T * g.R * g.S * g.c_blocks;
-    constexpr int C_CHUNKS = (cfg::BN + 63) / 64;  // C ring slots per tile
     sm90::RingState<cfg::STAGES> ring;
     sm90::RingState<cfg::C_STAGES> cring;
-    float acc[cfg::RB][cfg::BN / 2];
-    int j = 0;  // position of the tile in this CTA's sequence
-    for (int t = sched.first(); sched.valid(t); t = sched.next(t), ++j) {
-      if (cfg::PINGPONG && (j & 1) != consumer) {  // the other warpgroup's tile: step over its slots
-        ring.skip(k_iters);
-        if (cfg::HAS_RESIDUAL) cring.skip(C_CHUNKS);
-        continue;
-      }
-      sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER,
-                              cfg::RB>(acc, ring, k_iters, g.c_blocks, g.last_k16, a_rows, b_base, full_bar,
-                                       empty_bar);
-      sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::RB>(
+    float acc[cfg::ACC_REGS];
+    for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+      sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
+          acc, ring, k_iters, g.c_blocks, g.last_k16, a_rows, b_base, full_bar, empty_bar);
+      sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
           acc, sched.m_tile(t) * cfg::BM, sched.n_tile(t) * cfg::BN, g.M, g.K, out, bias, ep, cring, c_base,
           c_full_bar, c_empty_bar, row_base, col_lane, lane == 0);
     }

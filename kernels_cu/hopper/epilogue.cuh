@@ -50,9 +50,8 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, 
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
-// row_base: this thread's first tile row (16 * warp_in_group + lane / 4, + 64 * warpgroup when the
-// two consumer warpgroups split the tile); col_lane: 2 * (lane % 4). RB row blocks of 64: acc[rb]
-// holds rows row_base + 64 rb (+ 8).
+// row_base: this thread's first tile row (16 * warp_in_group + lane / 4 + 64 * warpgroup);
+// col_lane: 2 * (lane % 4).
 //
 // Stores: the four lanes of a quad hold the 16 bytes of columns 8 jj .. 8 jj + 7 of a row, two
 // each. A 4 x 4 transpose inside the quad (four shuffle rounds per group of four jj) hands lane t
@@ -64,9 +63,9 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, 
 // four activations (erf and exp inlined 2 * BN times), and the executed path then spans a body
 // larger than the instruction cache: measured as instruction-fetch stalls dominating the
 // memory-bound 1x1 convolutions, whose tiles have a single K block and are mostly epilogue.
-template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, int ACT, int RB>
-__device__ __forceinline__ void consumer_epilogue(const float (&acc)[RB][BN / 2], int m0, int n0, long long M,
-                                                  int K, T* out, const T* bias, const EpilogueParams& ep,
+template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, int ACT>
+__device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], int m0, int n0, long long M, int K,
+                                                  T* out, const T* bias, const EpilogueParams& ep,
                                                   RingState<C_STAGES>& cring, uint32_t c_base,
                                                   uint32_t c_full_bar, uint32_t c_empty_bar, int row_base,
                                                   int col_lane, bool lane_leader) {
@@ -78,94 +77,83 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[RB][BN / 2]
     // 8-column blocks in this chunk: 8, or 4 for the half chunk that ends a BN = 96 / 160 tile (its
     // C box is still 64 channels wide: the extra columns are loaded and not read).
     const int blocks = (BN - 64 * chunk) >= 64 ? 8 : 4;
-    uint32_t buf = 0;
+    uint32_t cpair[2][8];
     if constexpr (HAS_RESIDUAL) {
       mbar_wait(c_full_bar + 8 * cring.stage, cring.phase);
-      buf = c_base + cring.stage * C_CHUNK_BYTES;
-    }
+      const uint32_t buf = c_base + cring.stage * C_CHUNK_BYTES;
 #pragma unroll
-    for (int rb = 0; rb < RB; ++rb) {
-      // This row block's C values (the slot is released after the last row block has read its own).
-      uint32_t cpair[2][8];
-      if constexpr (HAS_RESIDUAL) {
+      for (int i = 0; i < 2; ++i) {
+        const int row = row_base + 8 * i;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int row = row_base + 64 * rb + 8 * i;
-#pragma unroll
-          for (int jj = 0; jj < blocks; ++jj) {
-            cpair[i][jj] = ld_shared_u32(buf + row * 128 + ((jj ^ (row & 7)) << 4) + col_lane * 2);
-          }
-        }
-        if (rb == RB - 1) {
-          fence_proxy_async_smem();
-          __syncwarp();
-          if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
-          cring.advance();
+        for (int jj = 0; jj < blocks; ++jj) {
+          cpair[i][jj] = ld_shared_u32(buf + row * 128 + ((jj ^ (row & 7)) << 4) + col_lane * 2);
         }
       }
-      // Groups of four 8-column blocks: act(alpha * acc + bias + beta * C) for this thread's pairs,
-      // packed to 2 x 16 bit, then the quad transpose and 16-byte stores (all lanes shuffle; only the
-      // stores are masked). A group at a time keeps 8 packed registers live, not 16.
+      fence_proxy_async_smem();
+      __syncwarp();
+      if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
+      cring.advance();
+    }
+    // act(alpha * acc + bias + beta * C) for this thread's pairs, packed to 2 x 16 bit.
+    uint32_t packed[2][8];
 #pragma unroll
-      for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
-        uint32_t packed[2][4];
+    for (int jj = 0; jj < blocks; ++jj) {
+      const int col = n0 + chunk * 64 + jj * 8 + col_lane;
+      float b0 = 0.f, b1 = 0.f;
+      if (ep.has_bias && col < K) {
+        const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
+        b0 = lo_to_float<T>(bp);
+        b1 = hi_to_float<T>(bp);
+      }
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int jj = jj0 + q;
-          const int col = n0 + chunk * 64 + jj * 8 + col_lane;
-          float b0 = 0.f, b1 = 0.f;
-          if (ep.has_bias && col < K) {
-            const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
-            b0 = lo_to_float<T>(bp);
-            b1 = hi_to_float<T>(bp);
-          }
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int a = (chunk * 8 + jj) * 4 + 2 * i;
-            float v0 = ep.alpha * acc[rb][a] + b0;
-            float v1 = ep.alpha * acc[rb][a + 1] + b1;
-            if constexpr (HAS_RESIDUAL) {
-              v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
-              v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
-            }
-            packed[i][q] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
-          }
+      for (int i = 0; i < 2; ++i) {
+        const int a = (chunk * 8 + jj) * 4 + 2 * i;
+        float v0 = ep.alpha * acc[a] + b0;
+        float v1 = ep.alpha * acc[a + 1] + b1;
+        if constexpr (HAS_RESIDUAL) {
+          v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
+          v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
         }
+        packed[i][jj] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
+      }
+    }
+    // Quad transpose and 16-byte stores (all lanes shuffle; only the stores are masked).
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          uint32_t got[4];
+    for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            // Round r: lane s sends its pair of block jj0 + (s + r) % 4 and receives from lane
-            // (t - r) % 4 that lane's pair of block jj0 + t, i.e. columns 2 * ((t - r) % 4) + {0, 1}.
-            const uint32_t send =
-                select4(packed[i][0], packed[i][1], packed[i][2], packed[i][3], (t + r) & 3);
-            got[r] = shfl_idx(send, (lane & ~3) | ((t - r) & 3));
-          }
-          // word k of the 16-byte vector = the pair from lane k, received in round (t - k) % 4.
-          const uint32_t w0 = select4(got[0], got[1], got[2], got[3], (t - 0) & 3);
-          const uint32_t w1 = select4(got[0], got[1], got[2], got[3], (t - 1) & 3);
-          const uint32_t w2 = select4(got[0], got[1], got[2], got[3], (t - 2) & 3);
-          const uint32_t w3 = select4(got[0], got[1], got[2], got[3], (t - 3) & 3);
-          const long long m = (long long)m0 + row_base + 64 * rb + 8 * i;
-          const int col = n0 + chunk * 64 + (jj0 + t) * 8;
-          if (m < M && col < K) st_global_v4(out + m * K + col, w0, w1, w2, w3);
+      for (int i = 0; i < 2; ++i) {
+        uint32_t got[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          // Round r: lane s sends its pair of block jj0 + (s + r) % 4 and receives from lane
+          // (t - r) % 4 that lane's pair of block jj0 + t, i.e. columns 2 * ((t - r) % 4) + {0, 1}.
+          const uint32_t send = select4(packed[i][jj0], packed[i][jj0 + 1], packed[i][jj0 + 2],
+                                        packed[i][jj0 + 3], (t + r) & 3);
+          got[r] = shfl_idx(send, (lane & ~3) | ((t - r) & 3));
         }
+        // word k of the 16-byte vector = the pair from lane k, received in round (t - k) % 4.
+        const uint32_t w0 = select4(got[0], got[1], got[2], got[3], (t - 0) & 3);
+        const uint32_t w1 = select4(got[0], got[1], got[2], got[3], (t - 1) & 3);
+        const uint32_t w2 = select4(got[0], got[1], got[2], got[3], (t - 2) & 3);
+        const uint32_t w3 = select4(got[0], got[1], got[2], got[3], (t - 3) & 3);
+        const long long m = (long long)m0 + row_base + 8 * i;
+        const int col = n0 + chunk * 64 + (jj0 + t) * 8;
+        if (m < M && col < K) st_global_v4(out + m * K + col, w0, w1, w2, w3);
       }
     }
   }
 }
 
 // The epilogue for the runtime activation code ep.activation (one switch per tile).
-template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, int RB>
-__device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[RB][BN / 2], int m0, int n0, long long M,
+template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES>
+__device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], int m0, int n0, long long M,
                                                       int K, T* out, const T* bias, const EpilogueParams& ep,
                                                       RingState<C_STAGES>& cring, uint32_t c_base,
                                                       uint32_t c_full_bar, uint32_t c_empty_bar, int row_base,
                                                       int col_lane, bool lane_leader) {
 #define CUCONV_SM90_EPILOGUE_CASE(code)                                                                      \
   case code:                                                                                                 \
-    consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code, RB>(                               \
+    consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code>(                                   \
         acc, m0, n0, M, K, out, bias, ep, cring, c_base, c_full_bar, c_empty_bar, row_base, col_lane, lane_leader); \
     break;
   switch (ep.activation) {

@@ -117,13 +117,6 @@ struct RingState {
       phase ^= 1u;
     }
   }
-  // Step over n slots without touching them (the slots of another consumer's tiles).
-  __device__ __forceinline__ void skip(int n) {
-    const int s = stage + n;
-    const int wraps = s / STAGES;
-    stage = s - wraps * STAGES;
-    phase ^= (uint32_t)(wraps & 1);
-  }
 };
 
 }  // namespace sm90

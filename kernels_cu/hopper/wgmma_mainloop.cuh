@@ -142,11 +142,8 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
 // The accumulator is overwritten (scale_d = 0 on the first k16 step), so no zeroing pass.
 // CLUSTER > 1: a slot is released to the producers of every CTA of the cluster (each filled half of
 // its filter tile by multicast).
-// RB = row blocks of 64 this warpgroup computes from each A box: 1 (cooperative: the two consumer
-// warpgroups split the 128 tile rows) or 2 (ping-pong: one warpgroup computes the whole 128-row tile,
-// acc[rb] for rows 64 rb .. 64 rb + 63, reading A at a_base + rb * 64 rows).
-template <int BN, int STAGES, int BK, int A_STAGE_BYTES, int B_STAGE_BYTES, int CLUSTER, int RB>
-__device__ __forceinline__ void consumer_mainloop(float (&acc)[RB][BN / 2], RingState<STAGES>& ring, int k_iters,
+template <int BN, int STAGES, int BK, int A_STAGE_BYTES, int B_STAGE_BYTES, int CLUSTER>
+__device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingState<STAGES>& ring, int k_iters,
                                                   int c_blocks, int last_k16, uint32_t a_base, uint32_t b_base,
                                                   uint32_t full_bar, uint32_t empty_bar) {
   static_assert(BK == 64, "one 128-byte swizzled row per tile row: BK must be 64 16-bit elements");
@@ -159,30 +156,22 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[RB][BN / 2], Ring
     const uint64_t db = smem_desc_sw128(b_base + ring.stage * B_STAGE_BYTES);
     const int steps = (cb == c_blocks - 1) ? last_k16 : BK / 16;
     cb = (cb + 1 == c_blocks) ? 0 : cb + 1;
-#pragma unroll
-    for (int rb = 0; rb < RB; ++rb) fence_accumulators(acc[rb]);
+    fence_accumulators(acc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
-      // +32 bytes per k16 step = +2 in the descriptor's 16-byte address units; the next 64 rows of
-      // the A box start 64 x 128 bytes = 512 units further.
-      if (kk < steps) {
-#pragma unroll
-        for (int rb = 0; rb < RB; ++rb)
-          wgmma_m64k16<BN>(acc[rb], da + 512 * rb + 2 * kk, db + 2 * kk, (k > 0 || kk > 0) ? 1u : 0u);
-      }
+      // +32 bytes per k16 step = +2 in the descriptor's 16-byte address units.
+      if (kk < steps) wgmma_m64k16<BN>(acc, da + 2 * kk, db + 2 * kk, (k > 0 || kk > 0) ? 1u : 0u);
     }
     wgmma_commit();
     wgmma_wait<1>();  // the previous slot's wgmmas have retired: it may be refilled
-#pragma unroll
-    for (int rb = 0; rb < RB; ++rb) fence_accumulators(acc[rb]);
+    fence_accumulators(acc);
     if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
     prev_stage = ring.stage;
     ring.advance();
   }
   wgmma_wait<0>();
-#pragma unroll
-  for (int rb = 0; rb < RB; ++rb) fence_accumulators(acc[rb]);
+  fence_accumulators(acc);
   if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
 }
 
