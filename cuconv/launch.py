@@ -101,6 +101,8 @@ class PackedLaunch:
             ctypes.memmove(base + off, b, len(b))
         self._table = (ctypes.c_void_p * len(blobs))(*[base + off for off in offsets])
         self._table_ptr = ctypes.addressof(self._table)
+        from cupy.cuda import driver, get_current_stream  # looked up once, not per launch
+        self._launch_kernel, self._current_stream = driver.launchKernel, get_current_stream
         self._slot = None
         if slot >= 0:
             if len(blobs[slot]) != 8:
@@ -109,8 +111,7 @@ class PackedLaunch:
 
     def __call__(self, pointer: int = 0) -> None:
         """Launch on the current CuPy stream, with ``pointer`` in the mutable slot (if any)."""
-        from cupy.cuda import driver, get_current_stream
         if self._slot is not None:
             self._slot.value = pointer
-        driver.launchKernel(self._function, self._grid, 1, 1, self._block, 1, 1, self._smem,
-                            get_current_stream().ptr, self._table_ptr, 0)
+        self._launch_kernel(self._function, self._grid, 1, 1, self._block, 1, 1, self._smem,
+                            self._current_stream().ptr, self._table_ptr, 0)

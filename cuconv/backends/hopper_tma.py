@@ -308,7 +308,7 @@ class Sm90TmaKernel(Kernel):
         """
         import cupy as cp
 
-        dev_id = cp.cuda.Device().id
+        dev_id = cp.cuda.runtime.getDevice()
         key = (problem, dev_id, x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
                0 if residual is None else residual.data.ptr, self.settings())
         launch = _LAUNCHES.get(key)
