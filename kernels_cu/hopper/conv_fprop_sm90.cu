@@ -223,7 +223,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
                        const Sm90ConvParams g, const cuconv::EpilogueParams ep) {
   extern __shared__ uint8_t smem_raw[];
   // Carve the dynamic shared memory: [A ring | B ring | C ring | barriers], 1024-aligned.
-  const uint32_t raw = sm90::smem_addr(smem_raw);
+  const uint32_t raw = cuconv::smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t a_base = base;
   const uint32_t b_base = a_base + cfg::STAGES * cfg::A_STAGE_BYTES;

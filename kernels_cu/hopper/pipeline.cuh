@@ -11,16 +11,11 @@
 //   consumers wait `full[stage]` with parity phase.
 #pragma once
 
+#include "common/smem.cuh"
 #include "common/types.cuh"
 
 namespace cuconv {
 namespace sm90 {
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  uint64_t a;
-  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-  return static_cast<uint32_t>(a);
-}
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");

@@ -71,7 +71,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
 
   float acc[Mainloop::MI][Mainloop::NI][4];
   const int k_tiles = (geo.k_gemm + cs::kBK - 1) / cs::kBK;
-  Mainloop::run(la, lb, m_offset, n_offset, k_tiles, cs::smem_u32(smem), acc);
+  Mainloop::run(la, lb, m_offset, n_offset, k_tiles, cuconv::smem_u32(smem), acc);
 
   const cs::OutputView o{out, residual, bias, geo.M, Kg, (long long)Kg * (geo.C / geo.Cg), group * Kg, pair_ok};
   cs::store_accumulators<Mainloop::MI, Mainloop::NI, cs::kWarpsM, Mainloop::kWarpM, Mainloop::kWarpN>(
@@ -86,7 +86,7 @@ CUCONV_CAT(CUCONV_KERNEL_NAME, _stage_a)(const elem_t* __restrict__ x, cs::Im2co
   extern __shared__ __align__(128) unsigned char smem[];
   const LoaderA la = make_loader_a(x, geo, group, m_offset, smem);
   __syncthreads();
-  la.load_tile(cs::smem_u32(smem), m_offset, k_offset);
+  la.load_tile(cuconv::smem_u32(smem), m_offset, k_offset);
   cs::cp_async_commit();
   cs::cp_async_wait<0>();
   __syncthreads();

@@ -105,7 +105,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const uint32_t* __restrict__ fr
   const int taps = g.R * g.S;
   const int n_super = (g.C + cs::kGmSuper - 1) / cs::kGmSuper;
   const int sb0 = blockIdx.y * cs::kGmSbs;
-  const uint32_t fr = cs::smem_u32(smem);
+  const uint32_t fr = cuconv::smem_u32(smem);
 
   // Stage the slab's fragments: smem [tap][j < SBS][f][lane] x 16 bytes (superblocks past the end: 0).
   constexpr int kVecPerTapSb = cs::kGmWordsPerTapSb / 4;  // 128 x 16 bytes

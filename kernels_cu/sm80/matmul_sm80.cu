@@ -35,7 +35,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ a, const elem_t* __restrict__ b, c
   const LoaderA la{a, M, K, K};
   const LoaderB lb{b, N, K, N};
   float acc[Mainloop::MI][Mainloop::NI][4];
-  Mainloop::run(la, lb, m_offset, n_offset, (K + cs::kBK - 1) / cs::kBK, cs::smem_u32(smem), acc);
+  Mainloop::run(la, lb, m_offset, n_offset, (K + cs::kBK - 1) / cs::kBK, cuconv::smem_u32(smem), acc);
 
   const cs::OutputView o{out, residual, bias, M, N, N, 0, pair_ok};
   cs::store_accumulators<Mainloop::MI, Mainloop::NI, cs::kWarpsM, Mainloop::kWarpM, Mainloop::kWarpN>(

@@ -1,21 +1,15 @@
 // cuconv sm80: the handful of PTX instructions the sm_80+ kernels are built from.
 //
 // NVRTC compiles these kernels with no CUDA headers, so every non-trivial instruction is inline
-// PTX: shared-address conversion, cp.async (with zero-fill), ldmatrix (plain and .trans),
-// mma.sync m16n8k16 (fp16 / bf16 in, fp32 accumulate) and the 16-bit scalar moves used where
-// cp.async cannot go (sources not aligned to 4 bytes).
+// PTX: cp.async (with zero-fill), ldmatrix (plain and .trans), mma.sync m16n8k16 (fp16 / bf16 in,
+// fp32 accumulate) and the 16-bit scalar moves used where cp.async cannot go (sources not aligned
+// to 4 bytes). Shared addresses come from common/smem.cuh.
 #pragma once
+#include "common/smem.cuh"
 #include "common/types.cuh"
 
 namespace cuconv {
 namespace sm80 {
-
-// Generic pointer into shared memory -> 32-bit shared-window address (what cp.async/ldmatrix take).
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  uint32_t a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
 
 // cp.async of BYTES (4, 8 or 16) with zero-fill: when `valid` is false the source size is 0, so the
 // hardware writes BYTES zeros and reads nothing. The caller still passes an in-bounds `src` (the
