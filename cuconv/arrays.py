@@ -36,11 +36,6 @@ def as_array(obj, name: str):
     cp = cupy_or_none()
     if cp is not None and isinstance(obj, cp.ndarray):
         return obj
-    return _view_foreign(obj, name, cp)
-
-
-def _view_foreign(obj, name: str, cp):
-    """A DLPack / CUDA-array-interface object viewed as CuPy (GPU) or NumPy (CPU)."""
     # DLPack first: it carries bfloat16 as a real type code, where __cuda_array_interface__ can only
     # say "<V2" (torch does exactly that for bfloat16 tensors).
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):

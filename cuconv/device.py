@@ -9,6 +9,8 @@ import functools
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from .problem import cached_fields_hash, fields_state
+
 __all__ = ["DeviceInfo", "cupy_or_none", "gpu_available", "device_of", "CPU"]
 
 
@@ -55,15 +57,8 @@ class DeviceInfo:
     def is_hopper(self) -> bool:
         return self.kind == "cuda" and self.cc == (9, 0)
 
-    def __hash__(self) -> int:  # a dictionary key on every call (kernel selection): hash once
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash((self.kind, self.index, self.name, self.cc, self.arch, self.sm_count, self.smem_per_block_optin))
-            object.__setattr__(self, "_hash", h)
-        return h
-
-    def __getstate__(self) -> dict:  # string hashes differ between processes: never pickle the cached one
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+    __hash__ = cached_fields_hash  # a dictionary key on every call (kernel selection): hashed once
+    __getstate__ = fields_state
 
     def describe(self) -> str:
         if self.kind == "cpu":

@@ -120,11 +120,11 @@ def normalize_padding(padding, nd: int, in_spatial: Ints, filt: Ints, stride: In
     return lo, hi
 
 
-def _cached_hash(self) -> int:
-    """Hash of a frozen dataclass's fields, computed once per instance.
+def cached_fields_hash(self) -> int:
+    """Hash of a frozen dataclass's fields, computed once per instance (use as ``__hash__``).
 
-    Problems are dictionary keys on every call (problem memo, kernel selection, launch records);
-    the generated dataclass hash would rebuild the field tuple each time.
+    Problems and devices are dictionary keys on every call (problem memo, kernel selection, launch
+    records); the generated dataclass hash would rebuild the field tuple each time.
     """
     h = self.__dict__.get("_hash")
     if h is None:
@@ -133,8 +133,8 @@ def _cached_hash(self) -> int:
     return h
 
 
-def _state_without_caches(self) -> dict:
-    """Pickled state: the fields only (string hashes differ between processes, so a cached hash
+def fields_state(self) -> dict:
+    """Pickled state (use as ``__getstate__``): the fields only (string hashes differ between processes, so a cached hash
     must not travel; cached derived shapes are recomputed)."""
     return {f.name: getattr(self, f.name) for f in fields(self)}
 
@@ -153,8 +153,8 @@ class Epilogue:
     has_residual: bool = False
     activation: Optional[str] = None
 
-    __hash__ = _cached_hash
-    __getstate__ = _state_without_caches
+    __hash__ = cached_fields_hash
+    __getstate__ = fields_state
 
     @property
     def loads_residual(self) -> bool:
@@ -191,8 +191,8 @@ class ConvProblem:
     out_spatial: Ints
     epilogue: Epilogue = Epilogue()
 
-    __hash__ = _cached_hash
-    __getstate__ = _state_without_caches
+    __hash__ = cached_fields_hash
+    __getstate__ = fields_state
 
     # ------------------------------------------------------------------ construction
     @classmethod
