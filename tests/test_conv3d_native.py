@@ -137,6 +137,18 @@ def test_native_edge_cases(cp, name, dtype):
 
 @gpu
 @needs_hopper
+@pytest.mark.parametrize("name", ["no_temporal_pad", "stride2_all", "causal_pad_front", "c_not_multiple_of_block",
+                                  "tile_spans_planes_and_images", "fp16_full_epilogue"])
+def test_native_split_tail(cp, name):
+    """Tiles split in two along the (t, r, s, channel block) reduction (forced: a half starts mid-tap,
+    in the middle of the temporal filter axis); the finishing half runs the fused epilogue."""
+    from cuconv.backends.hopper_tma import tile_settings
+    with tile_settings(split=True):
+        check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
+
+
+@gpu
+@needs_hopper
 @pytest.mark.parametrize("bn", [96, 192])
 @pytest.mark.parametrize("name", ["no_temporal_pad", "c_not_multiple_of_block", "k192_bn256_heuristic",
                                   "fp16_full_epilogue"])

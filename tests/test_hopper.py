@@ -48,6 +48,7 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
     assert report.functions, report.log
     assert report.spills == 0 and all(f.stack_frame == 0 for f in report.functions), report.log
     assert "C7508" not in report.log, "setmaxnreg ignored by ptxas:\n" + report.log
+    assert "C7519" not in report.log and "serialized" not in report.log, "wgmma serialised by ptxas:\n" + report.log
     exe = find_cuobjdump()
     if exe is None:
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
@@ -194,6 +195,54 @@ def test_tile_width_forced(monkeypatch):
         hopper_tma._env_settings.cache_clear()
 
 
+@pytest.mark.parametrize("m,n,k_iters,split,bn,units,grid", [
+    (64 * 14 * 14, 256, 16, 64, 128, 196 + 64, 132),  # 1x1 1024->256: 196 tiles = 132 + a tail of 64
+    (64 * 14 * 14, 256, 36, 64, 128, 196 + 64, 132),  # 3x3 256->256: the same tiles, longer reduction
+    (64 * 7 * 7, 256, 36, 0, 96, 75, 75),              # no full wave before the tail: not split
+    (64 * 7 * 7, 512, 72, 0, 128, 100, 100),           # 512->512 at 7x7: 100 tiles, more than half the SMs
+    (64 * 14 * 14, 256, 4, 0, 128, 196, 132),          # too short a reduction to halve
+    (64 * 28 * 28, 128, 18, 0, 128, 392, 132),         # tail of 128 tiles: splitting would need 256 SMs
+    (4 * 64 * 64, 512, 72, 0, 256, 256, 132),          # tail of 124 tiles
+    (132 * 128, 64, 9, 0, 64, 132, 132),               # exactly one full wave: no tail
+])
+def test_split_tail_rule(m, n, k_iters, split, bn, units, grid):
+    cfg = choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters)
+    assert (cfg.block_n, cfg.split_tiles, cfg.num_units, cfg.grid) == (bn, split, units, grid)
+    assert cfg.dp_tiles == cfg.num_tiles - split and cfg.k_split == k_iters // 2
+    # the split halves are the last 2 * split units, after every whole tile
+    assert cfg.dp_tiles + 2 * cfg.split_tiles == cfg.num_units
+    assert choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters, split=False).split_tiles == 0
+    assert choose_tile_config(m, n, 132, cluster=2, k_iters=k_iters).split_tiles == 0, "no split with CTA pairs"
+
+
+def test_split_tail_forced_and_env(monkeypatch):
+    from cuconv.backends import hopper_tma
+    # forced: even a 2-step reduction is halved (1 + 1), and a problem with no full wave, but never
+    # past what the SMs take at once
+    assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=2, split=True).split_tiles == 64
+    assert choose_tile_config(64 * 7 * 7, 256, 132, cluster=1, k_iters=36, block_n=128, split=True).split_tiles == 50
+    assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=1, split=True).split_tiles == 0
+    assert choose_tile_config(64 * 28 * 28, 128, 132, cluster=1, k_iters=18, split=True).split_tiles == 0
+    with tile_settings(split=False):
+        assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=16).split_tiles == 0
+        with tile_settings(block_n=64):  # nested blocks keep the outer split setting
+            assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=16).split_tiles == 0
+    with pytest.raises(ValueError, match="split"):
+        with tile_settings(split="yes"):
+            pass
+    monkeypatch.setenv("CUCONV_SM90_SPLIT", "maybe")
+    hopper_tma._env_settings.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="CUCONV_SM90_SPLIT"):
+            choose_tile_config(1000, 64, 132)
+        monkeypatch.setenv("CUCONV_SM90_SPLIT", "0")
+        hopper_tma._env_settings.cache_clear()
+        assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=16).split_tiles == 0
+    finally:
+        monkeypatch.delenv("CUCONV_SM90_SPLIT")
+        hopper_tma._env_settings.cache_clear()
+
+
 # ----------------------------------------------------------------------------------------- GPU
 gpu = pytest.mark.gpu
 
@@ -210,7 +259,10 @@ def _coverage_cases(**kw):
 @settings(max_examples=60)
 @given(_coverage_cases())
 def test_sm90_property(cp, case):
-    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+    # whole tiles only (small problems would otherwise mostly take the split tail: see the
+    # test_sm90_split_tail* tests)
+    with tile_settings(split=False):
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 
 @gpu
@@ -300,6 +352,54 @@ def test_sm90_tile_widths(cp, bn, name, cluster):
     with tile_settings(block_n=bn, cluster=cluster):
         assert f"128x{bn}x64" in cuconv.explain(*_explain_args(cp, case), kernel="sm90_tma").detail
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+SPLIT_CASES = {
+    # 136 tiles of 64: one full wave of 132 and a tail of 4, split automatically (9 steps: 4 + 5);
+    # the finishing halves run the full epilogue, the residual read in place
+    "mixed_whole_and_split": _case(N=4, H=64, W=68, C=64, K=64,
+                                   ep=dict(residual=True, beta=1.0, bias=True, activation="relu")),
+    # forced on small problems (every tile is in the one, partial, wave)
+    "m_not_multiple_of_tile": EDGE_CASES["m_not_multiple_of_tile"],
+    "k_not_multiple_of_tile": EDGE_CASES["k_not_multiple_of_tile"],
+    "c72": EDGE_CASES["c72"],                          # the last channel block's short k16 steps
+    "pointwise": EDGE_CASES["pointwise"],              # 4 steps: 2 + 2, each half starting mid-tap
+    "large_k_bn256": EDGE_CASES["large_k_bn256"],     # 32 x 2 tiles of 256 (forced BN below)
+    "fp16_full_epilogue": EDGE_CASES["fp16_full_epilogue"],
+    "stride2_pad_asym": EDGE_CASES["stride2_pad_asym"],
+    "dilation2": EDGE_CASES["dilation2"],
+}
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_sm90_split_tail(cp, name):
+    """Tiles cut in two along the reduction (a PARTIAL half hands fp32 sums to a FINISH half)."""
+    case = SPLIT_CASES[name]
+    with tile_settings(split=None if name == "mixed_whole_and_split" else True,
+                       block_n=256 if name == "large_k_bn256" else None):
+        e = cuconv.explain(*_explain_args(cp, case), stride=case.stride, padding=case.padding,
+                           dilation=case.dilation, kernel="sm90_tma")
+        assert "split in two" in e.detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)  # the flags were put back to 0
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=30)
+@given(_coverage_cases())
+def test_sm90_split_tail_property(cp, case):
+    with tile_settings(split=True):
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+def test_sm90_split_tail_in_place_residual(cp):
+    case = SPLIT_CASES["mixed_whole_and_split"]
+    check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
 
 
 def _explain_args(cp, case):

@@ -67,6 +67,8 @@ class TileConfig:
     n_tiles: int
     grid: int               # CTAs launched (persistent when grid / cluster < units)
     cluster: int = 1        # CTAs per cluster sharing the filter tile by multicast (1 or 2)
+    split_tiles: int = 0    # tiles of the last wave cut in two along the reduction (scheduler.cuh)
+    k_iters: int = 0        # reduction steps (ring slots) of a whole tile, when known
 
     @property
     def num_tiles(self) -> int:
@@ -74,8 +76,19 @@ class TileConfig:
 
     @property
     def num_units(self) -> int:
-        """Scheduling units (cluster tiles: ``cluster`` vertically adjacent tiles), scheduler.cuh."""
-        return -(-self.m_tiles // self.cluster) * self.n_tiles
+        """Scheduling units (cluster tiles: ``cluster`` vertically adjacent tiles; each split tile
+        counts twice, once per half), scheduler.cuh."""
+        return -(-self.m_tiles // self.cluster) * self.n_tiles + self.split_tiles
+
+    @property
+    def dp_tiles(self) -> int:
+        """Units that are whole tiles: the first ``num_units - 2 * split_tiles``."""
+        return self.num_units - 2 * self.split_tiles
+
+    @property
+    def k_split(self) -> int:
+        """Reduction steps of the first (PARTIAL) half of a split tile."""
+        return self.k_iters // 2
 
     @property
     def persistent(self) -> bool:
@@ -99,10 +112,14 @@ class TileConfig:
                 "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": self.cluster}
 
 
+_SPLIT_WORDS = {"auto": None, "": None, "0": False, "1": True}
+
+
 @functools.lru_cache(maxsize=None)
 def _env_settings() -> tuple:
-    """(cluster, BN) from ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_BN``, read once per process (the
-    hot path must not pay for environment lookups on every call); :func:`tile_settings` overrides."""
+    """(cluster, BN, split) from ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_BN`` / ``CUCONV_SM90_SPLIT``,
+    read once per process (the hot path must not pay for environment lookups on every call);
+    :func:`tile_settings` overrides."""
     c = os.environ.get("CUCONV_SM90_CLUSTER", "1").strip()
     if c not in ("1", "2"):
         raise ValueError(f"CUCONV_SM90_CLUSTER: expected 1 or 2, got {c!r}")
@@ -113,23 +130,30 @@ def _env_settings() -> tuple:
         bn = int(b)
     else:
         raise ValueError(f"CUCONV_SM90_BN: expected 'auto' or one of {sorted(STAGES)}, got {b!r}")
-    return int(c), bn
+    sp = os.environ.get("CUCONV_SM90_SPLIT", "auto").strip()
+    if sp not in _SPLIT_WORDS:
+        raise ValueError(f"CUCONV_SM90_SPLIT: expected 'auto', '0' or '1', got {sp!r}")
+    return int(c), bn, _SPLIT_WORDS[sp]
 
 
-_override: list = []  # the stack of tile_settings() blocks: (cluster, bn) pairs
+_override: list = []  # the stack of tile_settings() blocks: (cluster, bn, split) triples
 
 
 @contextlib.contextmanager
-def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None):
-    """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys) and/or CTA
-    cluster size (1 or 2) inside a ``with`` block; None keeps the current value. For tests and
-    tuning; the process-wide defaults come from ``CUCONV_SM90_BN`` / ``CUCONV_SM90_CLUSTER``."""
+def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None, split: Optional[bool] = None):
+    """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys), CTA cluster
+    size (1 or 2) and/or the split tail (``split``: True = split every tile of the last wave that the
+    SMs can take twice, False = never; see :func:`choose_tile_config`) inside a ``with`` block; None
+    keeps the current value. For tests and tuning; the process-wide defaults come from
+    ``CUCONV_SM90_BN`` / ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_SPLIT`` (auto, 0 or 1)."""
     if block_n is not None and block_n not in STAGES:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)} or None, got {block_n!r}")
     if cluster is not None and cluster not in (1, 2):
         raise ValueError(f"cluster: expected 1, 2 or None, got {cluster!r}")
-    cur_cluster, cur_bn = _current_settings()
-    _override.append((cluster or cur_cluster, block_n or cur_bn))
+    if split not in (None, True, False):
+        raise ValueError(f"split: expected True, False or None, got {split!r}")
+    cur_cluster, cur_bn, cur_split = _current_settings()
+    _override.append((cluster or cur_cluster, block_n or cur_bn, cur_split if split is None else split))
     try:
         yield
     finally:
@@ -146,6 +170,38 @@ def _cluster_setting() -> int:
 
 def _bn_setting() -> Optional[int]:
     return _current_settings()[1]
+
+
+def _split_setting() -> Optional[bool]:
+    return _current_settings()[2]
+
+
+#: The split tail needs this many reduction steps per tile (each half >= 4 slots) unless forced.
+_SPLIT_MIN_K_ITERS = 8
+
+
+def _split_tiles(tiles: int, sm_count: int, k_iters: int, cluster: int, split: Optional[bool]) -> int:
+    """How many tiles of the last wave to cut in two along the reduction (kernels_cu/hopper/scheduler.cuh).
+
+    The last wave holds ``tail = tiles % sm_count`` tiles (all of them when there are fewer tiles
+    than SMs). When ``2 * tail <= sm_count`` at least half of the SMs would idle through it; cutting
+    each tail tile into two halves on two SMs makes that wave take half a tile's time, for one fp32
+    write and read of the tile through L2. E.g. 196 tiles on 132 SMs: 2 tile-times -> 1.5.
+
+    Automatic (``split=None``) only after at least one full wave and with ``k_iters >= 8``; measured
+    on an H100 (docs/bench/README.md): 3x3 256->256 at 14x14, N=64 (196 tiles of 128) 33.7 -> 31.5 us;
+    with no full wave (3x3 256->256 at 7x7: 50 tiles -> 100 halves) it gained nothing (16.0 -> 16.4 us),
+    the halves being bound by L2->SM traffic like the whole tiles. ``split=True`` needs only
+    ``k_iters >= 2``. Never with clusters.
+    """
+    if split is False or cluster != 1 or k_iters < 2:
+        return 0
+    tail = tiles % sm_count
+    if tail == 0 or 2 * tail > sm_count:
+        return 0
+    if split is None and (k_iters < _SPLIT_MIN_K_ITERS or tiles < sm_count):
+        return 0
+    return tail
 
 
 def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
@@ -173,8 +229,9 @@ def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
 
 
 def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None,
-                       block_n: Optional[int] = None) -> TileConfig:
-    """Pick BN and the cluster size for a GEMM of ``gemm_m`` x ``gemm_n`` (pure: no device access).
+                       block_n: Optional[int] = None, k_iters: int = 0, split: Optional[bool] = None) -> TileConfig:
+    """Pick BN, the cluster size and the split tail for a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles
+    take ``k_iters`` reduction steps (pure: no device access).
 
     * BN starts from :func:`_bn_rule` (64, 128 or 256). A BN of 96, 160 or 192 replaces it when
       :func:`_modelled_cost` (waves x per-tile time) predicts at least 12% less time: it covers N
@@ -185,6 +242,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     * ``block_n`` (default: :func:`tile_settings` / ``CUCONV_SM90_BN``, unset = automatic) forces BN.
     * Pairs of CTAs sharing the filter tile (cluster 2) when asked for and there are at least two
       row tiles (``cluster`` overrides; default: :func:`tile_settings` / ``CUCONV_SM90_CLUSTER``, 1).
+    * The split tail (:func:`_split_tiles`) when the last wave would leave half of the SMs idle
+      (``split`` overrides; default: :func:`tile_settings` / ``CUCONV_SM90_SPLIT``, automatic).
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
     units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
@@ -192,6 +251,9 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     bn = _bn_setting() if block_n is None else block_n
     if bn not in STAGES and bn is not None:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)}, got {bn!r}")
+    cl = _cluster_setting() if cluster is None else cluster
+    cl = cl if m_tiles >= 2 else 1
+    split = _split_setting() if split is None else split
     if bn is None:
         bn = _bn_rule(m_tiles, gemm_n, sm_count)
         base_cost = _modelled_cost(m_tiles, gemm_n, bn, sm_count)
@@ -200,11 +262,11 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * base_cost:
             bn = best
     n_tiles = -(-gemm_n // bn)
-    cl = _cluster_setting() if cluster is None else cluster
-    cl = cl if m_tiles >= 2 else 1
-    units = -(-m_tiles // cl) * n_tiles
+    sp = _split_tiles(m_tiles * n_tiles, sm_count, k_iters, cl, split)
+    units = -(-m_tiles // cl) * n_tiles + sp
     return TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=STAGES[bn], consumers=BLOCK_M // 64,
-                      m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl)
+                      m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
+                      split_tiles=sp, k_iters=k_iters)
 
 
 #: Every (source, defines, arch) this module may launch, for the CPU compile test.
@@ -216,7 +278,19 @@ COMPILE_VARIANTS = [
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
-    "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units")]
+    "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "k_split")]
+
+
+def _k_iters(problem) -> int:
+    """Reduction steps (ring slots) of one tile: filter taps x 64-channel blocks."""
+    taps = 1
+    for f in problem.filter_spatial:
+        taps *= f
+    return taps * -(-problem.channels // BLOCK_K)
+
+
+def _tile_config(problem, sm_count: int) -> TileConfig:
+    return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, k_iters=_k_iters(problem))
 
 
 def _last_k16(channels: int) -> int:
@@ -239,7 +313,8 @@ def _params(problem, cfg: TileConfig):
     vals = dict(M=problem.gemm_m, K=problem.out_channels, O=O, P=P, Q=Q, T=T, R=R, S=S, stride_d=sd, stride_h=sh,
                 stride_w=sw, dil_d=dd, dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw,
                 c_blocks=-(-problem.channels // BLOCK_K), last_k16=_last_k16(problem.channels),
-                n_tiles=cfg.n_tiles, num_units=cfg.num_units)
+                n_tiles=cfg.n_tiles, num_units=cfg.num_units, dp_tiles=cfg.dp_tiles, k_iters=_k_iters(problem),
+                k_split=cfg.k_split)
     return c_struct(fields, vals)
 
 
@@ -280,7 +355,7 @@ class Sm90TmaKernel(Kernel):
         why = tma_limits_violation(problem)
         if why:
             return False, why
-        cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, device.sm_count or 132)
+        cfg = _tile_config(problem, device.sm_count)
         need = cfg.smem_bytes(problem.epilogue.loads_residual)
         if device.smem_per_block_optin and need > device.smem_per_block_optin:
             return False, f"needs {need} bytes of shared memory per block, the device allows {device.smem_per_block_optin}"
@@ -288,13 +363,15 @@ class Sm90TmaKernel(Kernel):
 
     @staticmethod
     def _describe_uncached(problem, device):
-        cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, device.sm_count or 132)
+        cfg = _tile_config(problem, device.sm_count)
         res = problem.epilogue.loads_residual
         unit = "tile" if cfg.cluster == 1 else "pair of tiles (CTA pairs multicast the filter tile)"
         grid = (f"persistent grid {cfg.grid} CTAs over {cfg.num_units} units of one {unit}" if cfg.persistent
                 else f"grid {cfg.grid} CTAs, one {unit} per {'CTA' if cfg.cluster == 1 else 'pair'}")
+        split = (f", last wave's {cfg.split_tiles} tiles split in two along the reduction "
+                 f"({cfg.k_split} + {cfg.k_iters - cfg.k_split} steps)" if cfg.split_tiles else "")
         return (f"{cfg.kernel_name(res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.stages}-stage ring, "
-                f"{cfg.consumers} consumer warpgroups, {grid}, "
+                f"{cfg.consumers} consumer warpgroups, {grid}{split}, "
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
 
     def run(self, problem, x, w, bias, residual, out):
@@ -309,8 +386,9 @@ class Sm90TmaKernel(Kernel):
         import cupy as cp
 
         dev_id = cp.cuda.runtime.getDevice()
+        # The stream is in the key because a split-tail launch owns a workspace per (device, stream).
         key = (problem, dev_id, x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
-               0 if residual is None else residual.data.ptr, self.settings())
+               0 if residual is None else residual.data.ptr, self.settings(), cp.cuda.get_current_stream().ptr)
         launch = _LAUNCHES.get(key)
         keep = None
         if launch is not None:
@@ -335,7 +413,7 @@ class Sm90TmaKernel(Kernel):
         from ..device import device_of
         from ..tensormap import encode_im2col_x, encode_tiled_c, encode_tiled_w, placeholder_descriptor
         dev = device_of(x)
-        cfg = choose_tile_config(problem.gemm_m, problem.gemm_n, dev.sm_count or 132)
+        cfg = _tile_config(problem, dev.sm_count)
         res = problem.epilogue.loads_residual
         fn, smem = _function(dev, cfg, problem.dtype, res, problem.nd)
         grid_ctas = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, dev))
@@ -354,9 +432,37 @@ class Sm90TmaKernel(Kernel):
         tmap_x = encode_im2col_x(problem, xa.data.ptr)
         tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
-        args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, _params(problem, cfg), epilogue_params(problem.epilogue))
+        partials, flags = _split_workspace(cfg)
+        args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, _params(problem, cfg), epilogue_params(problem.epilogue),
+                np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
         launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slot=3)  # slot 3: the output pointer
+        launch.workspace = (partials, flags)  # lives as long as the launch record
         return launch, cacheable, (xa, wa, ra, ba)
+
+
+_WORKSPACES: dict = {}
+
+
+def _split_workspace(cfg: TileConfig):
+    """(partials, flags) for a split-tail launch on the current device and stream (a 16-byte and a
+    4-byte placeholder when nothing is split).
+
+    ``partials`` holds one fp32 accumulator tile per split tile; ``flags`` one int per consumer
+    warp per split tile, zero between launches (each finishing warp puts its flag back, see
+    kernels_cu/hopper/split_reduce.cuh). One buffer per (device, stream), grown when a launch needs
+    more: launches on one stream run in order, so they can share it; a launch record keeps the
+    buffer it was built with alive, so a record made before a growth stays valid.
+    """
+    import cupy as cp
+    nflt = cfg.split_tiles * cfg.block_m * cfg.block_n
+    nflag = cfg.split_tiles * 4 * cfg.consumers
+    key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
+    have = _WORKSPACES.get(key)
+    if have is None or have[0].size < max(nflt, 4) or have[1].size < max(nflag, 1):
+        size_f = max(nflt, 4, have[0].size if have else 0)
+        size_i = max(nflag, 1, have[1].size if have else 0)
+        have = _WORKSPACES[key] = (cp.empty(size_f, dtype=cp.float32), cp.zeros(size_i, dtype=cp.int32))
+    return have
 
 
 @functools.lru_cache(maxsize=1024)

@@ -51,6 +51,7 @@
 #include "hopper/epilogue_load.cuh"
 #include "hopper/pipeline.cuh"
 #include "hopper/scheduler.cuh"
+#include "hopper/split_reduce.cuh"
 #include "hopper/tma_im2col_loader.cuh"
 #include "hopper/wgmma_mainloop.cuh"
 
@@ -126,7 +127,10 @@ struct Sm90ConvParams {
   int c_blocks;     // ceil(C / BK)
   int last_k16;     // k16 steps holding real channels in the last channel block: ceil((C - (c_blocks-1) BK) / 16)
   int n_tiles;      // ceil(K / BN)
-  int num_units;    // ceil(ceil(M / BM) / CLUSTER) * n_tiles (see scheduler.cuh)
+  int num_units;    // ceil(ceil(M / BM) / CLUSTER) * n_tiles + split tiles (see scheduler.cuh)
+  int dp_tiles;     // units that are whole tiles (= num_units when no tile is split)
+  int k_iters;      // reduction steps of a whole tile: T * R * S * c_blocks
+  int k_split;      // reduction steps of the first half of a split tile
 };
 
 #define CUCONV_CAT8(a, b, c, d, e, f, g, h) a##b##c##d##e##f##g##h
@@ -148,15 +152,15 @@ struct Sm90ConvParams {
                CUCONV_SM90_SUFFIX)
 
 namespace sm90 = cuconv::sm90;
-using Scheduler = sm90::TileScheduler<cfg::CLUSTER>;
+using Scheduler = sm90::TileScheduler<cfg::CLUSTER, Sm90ConvParams>;
 
 __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x, const sm90::TmaDescriptor& tmap_w,
                                                const Sm90ConvParams& g, const Scheduler& sched,
                                                uint32_t a_base, uint32_t b_base, uint32_t full_bar,
                                                uint32_t empty_bar, uint32_t load_order_bar) {
   sm90::RingState<cfg::STAGES> ring;
-  bool order_signalled = !cfg::HAS_RESIDUAL;
-  int issued = 0;
+  // Slots still to issue before the load-order barrier is signalled (0: done, or no residual).
+  int before_order = cfg::HAS_RESIDUAL ? cfg::STAGES : 0;
   const int pq = g.P * g.Q;
   const int opq = g.O * pq;
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
@@ -172,46 +176,53 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
     const int d0 = z * g.stride_d - g.pad_d;
     const int h0 = p * g.stride_h - g.pad_h;
     const int w0 = q * g.stride_w - g.pad_w;
+    // The unit's reduction steps [k_begin, k_end) (a whole tile: all of them), step k = the
+    // channel block cb of tap (ft, r, s) with k = ((ft * R + r) * S + s) * c_blocks + cb; the
+    // counters start from k_begin's decomposition and then advance like nested loops.
+    const int k_begin = sched.k_begin(t);
+    const int k_end = sched.k_end(t);
+    const int tap0 = k_begin / g.c_blocks;
+    int cb = k_begin - tap0 * g.c_blocks;
+    int s = tap0 % g.S;
+    int r = (tap0 / g.S) % g.R;
+    int ft = tap0 / (g.S * g.R);
 #pragma unroll 1
-    for (int ft = 0; ft < g.T; ++ft) {
-#pragma unroll 1
-      for (int r = 0; r < g.R; ++r) {
-#pragma unroll 1
-        for (int s = 0; s < g.S; ++s) {
-          const int tap = (ft * g.R + r) * g.S + s;
-#pragma unroll 1
-          for (int cb = 0; cb < g.c_blocks; ++cb) {
-            const uint32_t full = full_bar + 8 * ring.stage;
-            const uint32_t a_dst = a_base + ring.stage * cfg::A_STAGE_BYTES;
-            sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
-            sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
+    for (int k = k_begin; k < k_end; ++k) {
+      const uint32_t full = full_bar + 8 * ring.stage;
+      const uint32_t a_dst = a_base + ring.stage * cfg::A_STAGE_BYTES;
+      sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
+      sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
 #if SM90_NDIM == 3
-            sm90::tma_load_im2col_5d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
-                                     (uint16_t)(r * g.dil_h), (uint16_t)(ft * g.dil_d));
+      sm90::tma_load_im2col_5d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
+                               (uint16_t)(r * g.dil_h), (uint16_t)(ft * g.dil_d));
 #else
-            sm90::tma_load_im2col_4d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
-                                     (uint16_t)(r * g.dil_h));
+      sm90::tma_load_im2col_4d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
+                               (uint16_t)(r * g.dil_h));
 #endif
-            const uint32_t b_dst = b_base + ring.stage * cfg::B_STAGE_BYTES;
-            if constexpr (cfg::CLUSTER == 1) {
-              sm90::tma_load_tile_3d(b_dst, tmap_w, full, cb * cfg::BK, tap, n0);
-            } else {  // this CTA's share of the filter tile, to the same slot of every CTA of the pair
-              sm90::tma_load_tile_3d_multicast(b_dst + sched.rank * cfg::B_SHARE_BYTES, tmap_w, full, cb * cfg::BK,
-                                               tap, n0 + sched.rank * cfg::B_SHARE_ROWS,
-                                               (uint16_t)((1u << cfg::CLUSTER) - 1u));
-            }
-            ring.advance();
-            if (!order_signalled && ++issued == cfg::STAGES) {
-              sm90::mbar_arrive(load_order_bar);
-              order_signalled = true;
-            }
+      const uint32_t b_dst = b_base + ring.stage * cfg::B_STAGE_BYTES;
+      const int tap = (ft * g.R + r) * g.S + s;
+      if constexpr (cfg::CLUSTER == 1) {
+        sm90::tma_load_tile_3d(b_dst, tmap_w, full, cb * cfg::BK, tap, n0);
+      } else {  // this CTA's share of the filter tile, to the same slot of every CTA of the pair
+        sm90::tma_load_tile_3d_multicast(b_dst + sched.rank * cfg::B_SHARE_BYTES, tmap_w, full, cb * cfg::BK, tap,
+                                         n0 + sched.rank * cfg::B_SHARE_ROWS, (uint16_t)((1u << cfg::CLUSTER) - 1u));
+      }
+      ring.advance();
+      if (before_order > 0 && --before_order == 0) sm90::mbar_arrive(load_order_bar);
+      if (++cb == g.c_blocks) {  // next tap
+        cb = 0;
+        if (++s == g.S) {
+          s = 0;
+          if (++r == g.R) {
+            r = 0;
+            ++ft;
           }
         }
       }
     }
-    if (!order_signalled) {  // the first tile was shorter than the ring
+    if (before_order > 0) {  // the first tile was shorter than the ring
       sm90::mbar_arrive(load_order_bar);
-      order_signalled = true;
+      before_order = 0;
     }
   }
 }
@@ -220,7 +231,8 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     CUCONV_SM90_KERNEL(const __grid_constant__ sm90::TmaDescriptor tmap_x,
                        const __grid_constant__ sm90::TmaDescriptor tmap_w,
                        const __grid_constant__ sm90::TmaDescriptor tmap_c, elem_t* out, const elem_t* bias,
-                       const Sm90ConvParams g, const cuconv::EpilogueParams ep) {
+                       const __grid_constant__ Sm90ConvParams g, const cuconv::EpilogueParams ep, float4* partials,
+                       int* partial_flags) {
   extern __shared__ uint8_t smem_raw[];
   // Carve the dynamic shared memory: [A ring | B ring | C ring | barriers], 1024-aligned.
   const uint32_t raw = cuconv::smem_u32(smem_raw);
@@ -260,7 +272,9 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     __syncthreads();
   }
 
-  const Scheduler sched{g.n_tiles, g.num_units, cfg::CLUSTER > 1 ? (int)sm90::cluster_ctarank() : 0};
+  // The scheduler reads its counts from the parameter bank (g is __grid_constant__): values held in
+  // registers here would stay live across setmaxnreg into every role, and ptxas spills them there.
+  const Scheduler sched{g, cfg::CLUSTER > 1 ? (int)sm90::cluster_ctarank() : 0};
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cfg::PRODUCER_REGS));
@@ -281,13 +295,27 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     const uint32_t a_rows = a_base + consumer * 64 * 128;  // its 64 rows of each A box
     const int row_base = 64 * consumer + 16 * warp_in_group + lane / 4;
     const int col_lane = 2 * (lane % 4);
-    const int k_iters = g.T * g.R * g.S * g.c_blocks;
     sm90::RingState<cfg::STAGES> ring;
     sm90::RingState<cfg::C_STAGES> cring;
     float acc[cfg::ACC_REGS];
     for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+      const int part = sched.part(t);
+      const int k_begin = sched.k_begin(t);
       sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
-          acc, ring, k_iters, g.c_blocks, g.last_k16, a_rows, b_base, full_bar, empty_bar);
+          acc, ring, sched.k_end(t) - k_begin, k_begin % g.c_blocks, g.c_blocks, g.last_k16, a_rows, b_base,
+          full_bar, empty_bar);
+      if (part != sm90::UNIT_WHOLE) {  // a split tile's halves meet in the workspace (split_reduce.cuh)
+        const int split = sched.split_index(t);
+        // 0 .. 128 * CONSUMERS - 1, read here (volatile) so that it and the values derived from it
+        // are not hoisted out of the tile loop: kept live, they spill at BN = 256 with a residual.
+        const int consumer_thread = (int)sm90::thread_index_volatile() - 128;
+        int* flag = partial_flags + split * (4 * cfg::CONSUMERS) + consumer_thread / 32;
+        if (part == sm90::UNIT_PARTIAL) {
+          sm90::store_partial<cfg::ACC_REGS, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+          continue;  // the FINISH half of this tile runs the epilogue
+        }
+        sm90::add_partial<cfg::ACC_REGS, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+      }
       sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
           acc, sched.m_tile(t) * cfg::BM, sched.n_tile(t) * cfg::BN, g.M, g.K, out, bias, ep, cring, c_base,
           c_full_bar, c_empty_bar, row_base, col_lane, lane == 0);

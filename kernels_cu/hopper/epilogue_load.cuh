@@ -24,6 +24,7 @@ __device__ __forceinline__ void epilogue_load_warp(const TmaDescriptor& tmap_c, 
   mbar_wait(load_order_bar, 0);
   RingState<C_STAGES> ring;
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+    if (!sched.stores(t)) continue;  // the PARTIAL half of a split tile has no epilogue
     const int m0 = sched.m_tile(t) * BM;
     const int n0 = sched.n_tile(t) * BN;
 #pragma unroll 1

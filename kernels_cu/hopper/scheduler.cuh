@@ -1,4 +1,4 @@
-// cuconv hopper: which output tile a CTA works on next.
+// cuconv hopper: which output tile, and which part of its reduction, a CTA works on next.
 //
 // Tiles are numbered m-major: tile (m_tile, n_tile) covers GEMM rows [m_tile * BM, +BM) and
 // columns [n_tile * BN, +BN), so CTAs resident at the same time share their activation rows (the
@@ -13,22 +13,45 @@
 // tile (and on the filter tile they share) without talking to each other. A CTA whose m_tile lies
 // past the last tile (odd m_tiles) still runs its unit, on rows >= M that TMA reads as zeros and
 // the epilogue never stores: its share of the multicast filter load is what its peer waits for.
+//
+// Split tail (CLUSTER == 1 only; the host decides, cuconv/backends/hopper_tma.py): when the last
+// wave of tiles would leave at least half of the SMs idle, its tiles are each cut in two along the
+// reduction. Tiles [0, dp_tiles) stay whole (units 0 .. dp_tiles - 1); split tile j = dp_tiles + i
+// becomes units dp_tiles + 2i (PARTIAL: steps [0, k_split), fp32 partial sums to a workspace) and
+// dp_tiles + 2i + 1 (FINISH: steps [k_split, k_iters), adds the partial, runs the epilogue). The two
+// halves land on different CTAs of the same round, so the last round takes half a tile's time.
 #pragma once
 
 namespace cuconv {
 namespace sm90 {
 
-template <int CLUSTER>
+enum UnitPart : int { UNIT_WHOLE = 0, UNIT_PARTIAL = 1, UNIT_FINISH = 2 };
+
+// Params: the kernel's parameter struct (a __grid_constant__ kernel parameter, so the reference
+// reads the parameter bank and the scheduler costs no registers), with fields n_tiles (tiles along
+// the GEMM N), num_units (ceil(m_tiles / CLUSTER) * n_tiles, plus one per split tile), dp_tiles
+// (units below this are whole tiles), k_iters (reduction steps of a whole tile) and k_split (steps
+// of the PARTIAL half of a split tile).
+template <int CLUSTER, typename Params>
 struct TileScheduler {
-  int n_tiles;    // tiles along the GEMM N (output channels)
-  int num_units;  // ceil(m_tiles / CLUSTER) * n_tiles
-  int rank;       // this CTA's rank in its cluster
+  const Params& p;
+  int rank;  // this CTA's rank in its cluster
 
   __device__ __forceinline__ int first() const { return blockIdx.x / CLUSTER; }
   __device__ __forceinline__ int next(int u) const { return u + gridDim.x / CLUSTER; }
-  __device__ __forceinline__ bool valid(int u) const { return u < num_units; }
-  __device__ __forceinline__ int m_tile(int u) const { return (u / n_tiles) * CLUSTER + rank; }
-  __device__ __forceinline__ int n_tile(int u) const { return u - (u / n_tiles) * n_tiles; }
+  __device__ __forceinline__ bool valid(int u) const { return u < p.num_units; }
+  // The (cluster) tile a unit works on, and the index of its split pair (units >= dp_tiles).
+  __device__ __forceinline__ int tile(int u) const { return u < p.dp_tiles ? u : p.dp_tiles + ((u - p.dp_tiles) >> 1); }
+  __device__ __forceinline__ int split_index(int u) const { return (u - p.dp_tiles) >> 1; }
+  __device__ __forceinline__ int part(int u) const {
+    return u < p.dp_tiles ? UNIT_WHOLE : (((u - p.dp_tiles) & 1) ? UNIT_FINISH : UNIT_PARTIAL);
+  }
+  __device__ __forceinline__ int k_begin(int u) const { return part(u) == UNIT_FINISH ? p.k_split : 0; }
+  __device__ __forceinline__ int k_end(int u) const { return part(u) == UNIT_PARTIAL ? p.k_split : p.k_iters; }
+  // Units whose epilogue stores (and, with a residual, reads C): all but the PARTIAL halves.
+  __device__ __forceinline__ bool stores(int u) const { return part(u) != UNIT_PARTIAL; }
+  __device__ __forceinline__ int m_tile(int u) const { return (tile(u) / p.n_tiles) * CLUSTER + rank; }
+  __device__ __forceinline__ int n_tile(int u) const { return tile(u) - (tile(u) / p.n_tiles) * p.n_tiles; }
 };
 
 }  // namespace sm90

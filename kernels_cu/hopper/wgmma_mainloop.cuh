@@ -133,8 +133,9 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
   }
 }
 
-// One output tile's reduction: k_iters ring slots, each BK = 64 deep, walked as taps x c_blocks
-// channel blocks. The last channel block of each tap holds only last_k16 (1..4) k16 steps of real
+// One output tile's reduction (or a split tile's half, see scheduler.cuh): k_iters ring slots, each
+// BK = 64 deep, walked as taps x c_blocks channel blocks, the first slot holding channel block
+// first_cb. The last channel block of each tap holds only last_k16 (1..4) k16 steps of real
 // channels when C is not a multiple of 64 (TMA zero-filled the rest): only those wgmmas are issued,
 // e.g. C = 96 runs 4 + 2 instead of 4 + 4 steps per tap (a quarter less MMA work).
 //   a_rows_addr(stage) = shared address of this warpgroup's 64 rows of the A box in that slot
@@ -144,12 +145,12 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
 // its filter tile by multicast).
 template <int BN, int STAGES, int BK, int A_STAGE_BYTES, int B_STAGE_BYTES, int CLUSTER>
 __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingState<STAGES>& ring, int k_iters,
-                                                  int c_blocks, int last_k16, uint32_t a_base, uint32_t b_base,
-                                                  uint32_t full_bar, uint32_t empty_bar) {
+                                                  int first_cb, int c_blocks, int last_k16, uint32_t a_base,
+                                                  uint32_t b_base, uint32_t full_bar, uint32_t empty_bar) {
   static_assert(BK == 64, "one 128-byte swizzled row per tile row: BK must be 64 16-bit elements");
   const int lane = threadIdx.x % 32;
   int prev_stage = -1;
-  int cb = 0;  // channel block of slot k (k % c_blocks, kept as a counter)
+  int cb = first_cb;  // channel block of slot k (kept as a counter)
   for (int k = 0; k < k_iters; ++k) {
     mbar_wait(full_bar + 8 * ring.stage, ring.phase);
     const uint64_t da = smem_desc_sw128(a_base + ring.stage * A_STAGE_BYTES);
