@@ -14,6 +14,7 @@ Data flow of one call::
     w (K, [T,] R, S, C)  --TMA tile box (K, taps, C) per (tile, tap, c-block)-->  smem ring
     residual (M, K)  --epilogue-load warp, TMA 64-channel chunks-->  smem C ring  (beta != 0 only)
     regs --act(alpha*acc + bias + beta*C), cast--> out (M, K)
+    (split tail: the first half of a split tile's reduction --fp32--> workspace --> added by the second half)
 
 Clusters (opt-in): with ``CUCONV_SM90_CLUSTER=2`` in the environment (read once per process) or
 inside ``tile_settings(cluster=2)`` and at least two row tiles, the kernel runs as pairs of CTAs (``__cluster_dims__(2, 1, 1)``)

@@ -35,6 +35,11 @@
 //   c_empty[j]  count 4*CONSUMERS    consumer warps arrive after reading C chunk j; the epilogue
 //                                    load waits on it before refilling.
 //
+// Split tail (scheduler.cuh, split_reduce.cuh): a unit is a whole tile or half of a split one. Every
+// role walks the same units; the main load issues only the unit's reduction steps, the consumers of a
+// PARTIAL half hand their fp32 sums to the FINISH half through `partials` / `partial_flags` and skip
+// the epilogue (so the epilogue-load warp skips those units too).
+//
 // Clusters (SM90_CLUSTER = 2): the two CTAs of a cluster compute vertically adjacent tiles (same
 // filter columns, see scheduler.cuh), so they need the same B tile in every slot. Each main-load
 // warp loads its half (BN/2 filter rows) once and multicasts it into the slot of both CTAs; the
