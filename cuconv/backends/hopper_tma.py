@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -282,12 +283,14 @@ _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "k_split")]
 
 
+def _c_blocks(channels: int) -> int:
+    """64-channel blocks per filter tap (the last one possibly partial)."""
+    return -(-channels // BLOCK_K)
+
+
 def _k_iters(problem) -> int:
     """Reduction steps (ring slots) of one tile: filter taps x 64-channel blocks."""
-    taps = 1
-    for f in problem.filter_spatial:
-        taps *= f
-    return taps * -(-problem.channels // BLOCK_K)
+    return math.prod(problem.filter_spatial) * _c_blocks(problem.channels)
 
 
 def _tile_config(problem, sm_count: int) -> TileConfig:
@@ -297,7 +300,7 @@ def _tile_config(problem, sm_count: int) -> TileConfig:
 def _last_k16(channels: int) -> int:
     """k16 steps of the last channel block that hold real channels (the kernel skips the others:
     their A and B columns are TMA's zero fill). C = 96 -> 2, C = 72 -> 1, C = 128 -> 4."""
-    rest = channels - (-(-channels // BLOCK_K) - 1) * BLOCK_K
+    rest = channels - (_c_blocks(channels) - 1) * BLOCK_K
     return -(-rest // 16)
 
 
@@ -313,8 +316,8 @@ def _params(problem, cfg: TileConfig):
     pd, ph, pw = (0,) * lead + tuple(problem.pad_lo)
     vals = dict(M=problem.gemm_m, K=problem.out_channels, O=O, P=P, Q=Q, T=T, R=R, S=S, stride_d=sd, stride_h=sh,
                 stride_w=sw, dil_d=dd, dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw,
-                c_blocks=-(-problem.channels // BLOCK_K), last_k16=_last_k16(problem.channels),
-                n_tiles=cfg.n_tiles, num_units=cfg.num_units, dp_tiles=cfg.dp_tiles, k_iters=_k_iters(problem),
+                c_blocks=_c_blocks(problem.channels), last_k16=_last_k16(problem.channels),
+                n_tiles=cfg.n_tiles, num_units=cfg.num_units, dp_tiles=cfg.dp_tiles, k_iters=cfg.k_iters,
                 k_split=cfg.k_split)
     return c_struct(fields, vals)
 
