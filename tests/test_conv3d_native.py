@@ -161,6 +161,17 @@ def test_native_tile_widths(cp, bn, name):
 
 @gpu
 @needs_hopper
+@pytest.mark.parametrize("name", ["no_temporal_pad", "stride2_all", "causal_pad_front", "c_not_multiple_of_block",
+                                  "tile_spans_planes_and_images", "fp16_full_epilogue", "bf16_gelu_bias"])
+def test_native_tall_tiles(cp, name):
+    """256-row tiles (forced; automatic for the conv3d K = 96 video-VAE layer)."""
+    from cuconv.backends.hopper_tma import tile_settings
+    with tile_settings(block_m=256, block_n=96 if EDGE_CASES[name].out_channels > 64 else 64):
+        check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
+
+
+@gpu
+@needs_hopper
 def test_native_strategy_and_auto_choice(cp):
     x = cp.ones((1, 5, 8, 8, 64), dtype=cp.bfloat16 if hasattr(cp, "bfloat16") else cp.float16)
     w = cp.ones((64, 3, 3, 3, 64), dtype=x.dtype)

@@ -135,13 +135,16 @@ def test_check_accepts_and_dispatch_prefers_it():
                                      (8 * 64 * 64, 320, 132), (64 * 196, 256, 132), (10 ** 7, 4096, 132)])
 def test_tile_heuristic(m, n, sms):
     cfg = choose_tile_config(m, n, sms)
-    assert cfg.block_n in (64, 96, 128, 160, 192, 256) and cfg.block_m == 128 and cfg.stages >= 3
+    assert cfg.block_n in (64, 96, 128, 160, 192, 256) and cfg.block_m in (128, 256) and cfg.stages >= 3
+    assert cfg.block_m == 128 or (cfg.block_n in (64, 96) and cfg.cluster == 1 and cfg.consumers == 4)
     assert cfg.n_tiles * cfg.block_n >= n and (cfg.n_tiles - 1) * cfg.block_n < n
     assert cfg.cluster in (1, 2) and cfg.grid % cfg.cluster == 0
     assert cfg.cluster == 1 or cfg.m_tiles >= 2, "a pair needs two row tiles"
     assert cfg.num_units * cfg.cluster >= cfg.num_tiles > (cfg.num_units - cfg.n_tiles) * cfg.cluster
     assert 1 <= cfg.grid <= min(sms, cfg.cluster * cfg.num_units)
-    assert cfg.smem_bytes(True) <= 227 * 1024
+    assert cfg.smem_bytes(False) <= 227 * 1024
+    with_c = choose_tile_config(m, n, sms, loads_residual=True)  # a residual ring costs ring slots at BM 256
+    assert with_c.smem_bytes(True) <= 227 * 1024 and with_c.stages >= 3
     assert choose_tile_config(m, n, sms) == cfg  # pure
     single = choose_tile_config(m, n, sms, cluster=1)
     assert single.cluster == 1 and single.grid == min(sms, single.num_tiles)
@@ -161,6 +164,54 @@ def test_tile_heuristic(m, n, sms):
 ])
 def test_tile_width_choice(m, n, bn):
     assert choose_tile_config(m, n, 132, cluster=1).block_n == bn
+
+
+@pytest.mark.parametrize("m,n,bm,stages", [
+    (64 * 56 * 56, 64, 256, 5),       # ResNet 64->64 at 56x56: 784 tiles of 256 rows, 6 waves (12 of 128)
+    (4 * 240 * 416, 96, 256, 5),      # conv3d 96->96 at 240x416: B's share of L2->SM traffic halved
+    (140 * 256, 64, 128, 8),          # 140 tiles of 256 = 2 waves; 280 of 128 = 3: the tall tile costs a wave
+    (64 * 56 * 56, 128, 128, 6),      # BN = 128: too wide for four 112-register consumer warpgroups
+    (2 * 512 * 512, 128, 128, 6),
+    (1000, 64, 128, 8),               # one tile either way: keep two consumer warpgroups
+    (4 * 64 * 68, 64, 128, 8),        # 68 tall tiles would leave half the SMs idle (136 short: split tail)
+])
+def test_tall_tile_rule(m, n, bm, stages):
+    cfg = choose_tile_config(m, n, 132, cluster=1)
+    assert (cfg.block_m, cfg.stages, cfg.consumers, cfg.threads) == (bm, stages, bm // 64, 128 * (1 + bm // 64))
+    assert cfg.m_tiles == -(-m // bm)
+    if bm == 256:
+        res = choose_tile_config(m, n, 132, cluster=1, loads_residual=True)
+        assert res.block_m == 128, "a residual keeps 128-row tiles (the 256-row C ring leaves 3-4 slots)"
+        res = choose_tile_config(m, n, 132, cluster=1, loads_residual=True, block_m=256)
+        assert res.block_m == 256 and res.stages == {64: 4, 96: 3}[n] and res.smem_bytes(True) <= 227 * 1024
+        assert choose_tile_config(m, n, 132, cluster=2).block_m == 128, "no 256-row tiles in CTA pairs"
+        assert choose_tile_config(m, n, 132, cluster=1, block_m=128).block_m == 128
+
+
+def test_tall_tile_forced(monkeypatch):
+    from cuconv.backends import hopper_tma
+    with tile_settings(block_m=256):
+        assert choose_tile_config(1000, 64, 132, cluster=1).block_m == 256
+        assert choose_tile_config(1000, 64, 132, cluster=1).m_tiles == 4
+        assert choose_tile_config(1000, 128, 132, cluster=1, block_n=128).block_m == 128  # too wide
+        with tile_settings(block_n=96):  # nested blocks keep the outer block_m
+            assert choose_tile_config(1000, 64, 132, cluster=1).block_m == 256
+    with pytest.raises(ValueError, match="block_m"):
+        with tile_settings(block_m=192):
+            pass
+    with pytest.raises(ValueError, match="block_m"):
+        choose_tile_config(1000, 64, 132, block_m=64)
+    monkeypatch.setenv("CUCONV_SM90_BM", "512")
+    hopper_tma._env_settings.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="CUCONV_SM90_BM"):
+            choose_tile_config(1000, 64, 132)
+        monkeypatch.setenv("CUCONV_SM90_BM", "128")
+        hopper_tma._env_settings.cache_clear()
+        assert choose_tile_config(64 * 56 * 56, 64, 132, cluster=1).block_m == 128
+    finally:
+        monkeypatch.delenv("CUCONV_SM90_BM")
+        hopper_tma._env_settings.cache_clear()
 
 
 @pytest.mark.parametrize("c,steps", [(8, 1), (16, 1), (24, 2), (64, 4), (72, 1), (96, 2), (128, 4), (200, 1), (320, 4)])
@@ -309,6 +360,8 @@ EDGE_CASES = {
     "relu_residual_beta0": _case(C=16, K=16, ep=dict(residual=True, beta=0.0, activation="relu")),
     # 8*40*40 = 12800 rows x 512 channels = 100 x 2 tiles > 132 SMs: CTAs loop over tiles
     "persistent_many_tiles": _case(N=8, H=40, W=40, C=64, K=512, ep=dict(residual=True, beta=1.0)),
+    # 8*72*72 = 41472 rows = 162 tiles of 256 (automatic for BN 96 there: 2 waves vs 3 of 128)
+    "persistent_tall": _case(N=8, H=72, W=72, C=64, K=96, ep=dict(residual=True, beta=1.0, bias=True)),
 }
 
 
@@ -352,6 +405,41 @@ def test_sm90_tile_widths(cp, bn, name, cluster):
     with tile_settings(block_n=bn, cluster=cluster):
         assert f"128x{bn}x64" in cuconv.explain(*_explain_args(cp, case), kernel="sm90_tma").detail
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+TALL_CASES = ["m_and_k_below_one_tile", "m_not_multiple_of_tile", "c8", "c72", "image_boundaries_in_tile",
+               "stride2_pad_asym", "dilation2", "fp16_full_epilogue", "relu_residual_beta0", "persistent_tall"]
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("name", TALL_CASES)
+def test_sm90_tall_tiles(cp, name, split):
+    """256-row tiles (four consumer warpgroups, forced): partial row tiles, boundaries, the residual
+    ring of 256-row chunks, a persistent grid, and split halves handing over 256-row partial sums."""
+    case = EDGE_CASES[name]
+    with tile_settings(block_m=256, split=split):
+        e = cuconv.explain(*_explain_args(cp, case), stride=case.stride, padding=case.padding,
+                           dilation=case.dilation, kernel="sm90_tma")
+        assert "256x" in e.detail and "4 consumer warpgroups" in e.detail, e.detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=30)
+@given(_coverage_cases())
+def test_sm90_tall_tiles_property(cp, case):
+    with tile_settings(block_m=256, block_n=64 if case.out_channels <= 64 else 96, split=False):
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+def test_sm90_tall_tiles_in_place_residual(cp):
+    with tile_settings(block_m=256):
+        check_case(EDGE_CASES["persistent_tall"], xp=cp, kernel="sm90_tma", in_place=True)
 
 
 SPLIT_CASES = {

@@ -46,14 +46,31 @@ _SOURCE = "hopper/conv_fprop_sm90.cu"
 _ARCH = "sm_90a"
 BLOCK_M = 128
 BLOCK_K = 64
-#: Ring depth per BN: as many slots as fit next to a 2-slot C ring in 227 KiB (at most 8).
+#: Ring depth per BN at BM = 128: as many slots as fit next to a 2-slot C ring in 227 KiB (at most 8).
 STAGES = {64: 8, 96: 6, 128: 6, 160: 5, 192: 4, 256: 4}
+#: BN that a 256-row tile (four consumer warpgroups of 112 registers) can hold: wider accumulators
+#: spill (ptxas, BN = 128 with a residual).
+WIDE_M_BN = (64, 96)
 #: BN of the long-standing rule (see :func:`choose_tile_config`); the others fit channel counts
 #: such as 96, 160 (320 = 2 x 160), 192 and 1280 (8 x 160) without padding.
 _BASE_BN = (64, 128, 256)
-_C_RING_BYTES = 2 * BLOCK_M * 64 * 2
 _BARRIER_BYTES = 256
 _ALIGN_SLACK = 1024
+_SMEM_LIMIT = 227 * 1024
+
+
+def _c_ring_bytes(block_m: int) -> int:
+    """The residual ring: two slots of BM rows x 64 channels."""
+    return 2 * block_m * 64 * 2
+
+
+def _stages(block_m: int, block_n: int, loads_residual: bool) -> int:
+    """Ring depth: :data:`STAGES` at BM = 128 (the same with or without a residual, as measured);
+    at BM = 256 as many slots as fit next to the C ring when there is one (3 or 5 of 40-44 KiB)."""
+    if block_m == BLOCK_M:
+        return STAGES[block_n]
+    free = _SMEM_LIMIT - _ALIGN_SLACK - _BARRIER_BYTES - (_c_ring_bytes(block_m) if loads_residual else 0)
+    return min(8, free // ((block_m + block_n) * BLOCK_K * 2))
 
 
 @dataclass(frozen=True)
@@ -103,14 +120,15 @@ class TileConfig:
     def smem_bytes(self, loads_residual: bool) -> int:
         """Dynamic shared memory, the same sum as cfg::SMEM_BYTES in the kernel source."""
         per_stage = (self.block_m + self.block_n) * self.block_k * 2
-        return _ALIGN_SLACK + self.stages * per_stage + (_C_RING_BYTES if loads_residual else 0) + _BARRIER_BYTES
+        ring = _c_ring_bytes(self.block_m) if loads_residual else 0
+        return _ALIGN_SLACK + self.stages * per_stage + ring + _BARRIER_BYTES
 
     def kernel_name(self, loads_residual: bool, nd: int = 2) -> str:
         return (f"conv{nd}d_fprop_sm90_tma_{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
                 + (f"_c{self.cluster}" if self.cluster > 1 else "") + ("_res" if loads_residual else ""))
 
     def defines(self, dtype: str, loads_residual: bool, nd: int = 2) -> dict:
-        return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BN": self.block_n,
+        return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BM": self.block_m, "SM90_BN": self.block_n,
                 "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": self.cluster}
 
 
@@ -119,8 +137,8 @@ _SPLIT_WORDS = {"auto": None, "": None, "0": False, "1": True}
 
 @functools.lru_cache(maxsize=None)
 def _env_settings() -> tuple:
-    """(cluster, BN, split) from ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_BN`` / ``CUCONV_SM90_SPLIT``,
-    read once per process (the hot path must not pay for environment lookups on every call);
+    """(cluster, BN, split, BM) from ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_BN`` / ``CUCONV_SM90_SPLIT``
+    / ``CUCONV_SM90_BM``, read once per process (the hot path must not pay for environment lookups on every call);
     :func:`tile_settings` overrides."""
     c = os.environ.get("CUCONV_SM90_CLUSTER", "1").strip()
     if c not in ("1", "2"):
@@ -135,27 +153,35 @@ def _env_settings() -> tuple:
     sp = os.environ.get("CUCONV_SM90_SPLIT", "auto").strip()
     if sp not in _SPLIT_WORDS:
         raise ValueError(f"CUCONV_SM90_SPLIT: expected 'auto', '0' or '1', got {sp!r}")
-    return int(c), bn, _SPLIT_WORDS[sp]
+    m = os.environ.get("CUCONV_SM90_BM", "auto").strip()
+    if m not in ("", "auto", "128", "256"):
+        raise ValueError(f"CUCONV_SM90_BM: expected 'auto', '128' or '256', got {m!r}")
+    return int(c), bn, _SPLIT_WORDS[sp], (int(m) if m.isdigit() else None)
 
 
-_override: list = []  # the stack of tile_settings() blocks: (cluster, bn, split) triples
+_override: list = []  # the stack of tile_settings() blocks: (cluster, bn, split, bm) tuples
 
 
 @contextlib.contextmanager
-def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None, split: Optional[bool] = None):
-    """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys), CTA cluster
-    size (1 or 2) and/or the split tail (``split``: True = split every tile of the last wave that the
-    SMs can take twice, False = never; see :func:`choose_tile_config`) inside a ``with`` block; None
-    keeps the current value. For tests and tuning; the process-wide defaults come from
-    ``CUCONV_SM90_BN`` / ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_SPLIT`` (auto, 0 or 1)."""
+def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None, split: Optional[bool] = None,
+                  block_m: Optional[int] = None):
+    """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys), tile height
+    (``block_m``: 128, or 256 where BN is one of :data:`WIDE_M_BN`), CTA cluster size (1 or 2) and/or
+    the split tail (``split``: True = split every tile of the last wave that the SMs can take twice,
+    False = never; see :func:`choose_tile_config`) inside a ``with`` block; None keeps the current
+    value. For tests and tuning; the process-wide defaults come from ``CUCONV_SM90_BN`` /
+    ``CUCONV_SM90_BM`` / ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_SPLIT`` (auto, 0 or 1)."""
     if block_n is not None and block_n not in STAGES:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)} or None, got {block_n!r}")
+    if block_m not in (None, 128, 256):
+        raise ValueError(f"block_m: expected 128, 256 or None, got {block_m!r}")
     if cluster is not None and cluster not in (1, 2):
         raise ValueError(f"cluster: expected 1, 2 or None, got {cluster!r}")
     if split not in (None, True, False):
         raise ValueError(f"split: expected True, False or None, got {split!r}")
-    cur_cluster, cur_bn, cur_split = _current_settings()
-    _override.append((cluster or cur_cluster, block_n or cur_bn, cur_split if split is None else split))
+    cur_cluster, cur_bn, cur_split, cur_bm = _current_settings()
+    _override.append((cluster or cur_cluster, block_n or cur_bn, cur_split if split is None else split,
+                      block_m or cur_bm))
     try:
         yield
     finally:
@@ -176,6 +202,10 @@ def _bn_setting() -> Optional[int]:
 
 def _split_setting() -> Optional[bool]:
     return _current_settings()[2]
+
+
+def _bm_setting() -> Optional[int]:
+    return _current_settings()[3]
 
 
 #: The split tail needs this many reduction steps per tile (each half >= 4 slots) unless forced.
@@ -222,6 +252,22 @@ def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
     return 256 if (pad256 <= pad128 and tiles256 >= sm_count) else 128
 
 
+def _tall_tiles(gemm_m: int, n_tiles: int, sm_count: int, loads_residual: bool) -> bool:
+    """Whether 256-row tiles (four consumer warpgroups) beat 128-row ones, for BN of 64 or 96.
+
+    A 256-row tile loads each filter slot once for twice the rows, which halves the filter's share
+    of the L2->SM traffic; narrow tiles are where that share is large (BN = 96: B is 43% of a
+    128-row slot). Measured on the H100 (bf16, queued GPU time): conv3d 3x3x3 96->96 at 240x416
+    632 -> 500 us, 1x1 64->64 at 56x56 (N=64) 26.0 -> 24.6 us, 3x3 64->64 there 48.0 -> 46.7 us.
+    Taken when the tall tiles fill at least one wave and do not cost one (twice the rows per tile
+    must not need more than twice the waves), and without a residual: its 256-row ring leaves 3-4
+    slots (3x3 64->64 with beta = 1: 53.2 us at BM 256 vs 50.9 at BM 128). Never with CTA pairs:
+    ptxas serialises the wgmmas of that variant (C7519)."""
+    tall = -(-gemm_m // 256) * n_tiles
+    short = -(-gemm_m // BLOCK_M) * n_tiles
+    return not loads_residual and tall >= sm_count and 2 * -(-tall // sm_count) <= -(-short // sm_count)
+
+
 def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
     """Relative time of a BN choice: waves of tiles x per-tile time, the latter taken as
     proportional to BN + 32 (the MMA columns plus a fixed share per k-block: the A box load and
@@ -231,7 +277,8 @@ def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
 
 
 def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None,
-                       block_n: Optional[int] = None, k_iters: int = 0, split: Optional[bool] = None) -> TileConfig:
+                       block_n: Optional[int] = None, k_iters: int = 0, split: Optional[bool] = None,
+                       block_m: Optional[int] = None, loads_residual: bool = False) -> TileConfig:
     """Pick BN, the cluster size and the split tail for a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles
     take ``k_iters`` reduction steps (pure: no device access).
 
@@ -249,12 +296,14 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
     units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
-    m_tiles = -(-gemm_m // BLOCK_M)
     bn = _bn_setting() if block_n is None else block_n
     if bn not in STAGES and bn is not None:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)}, got {bn!r}")
+    bm = _bm_setting() if block_m is None else block_m
+    if bm not in (None, 128, 256):
+        raise ValueError(f"block_m: expected 128 or 256, got {bm!r}")
+    m_tiles = -(-gemm_m // BLOCK_M)
     cl = _cluster_setting() if cluster is None else cluster
-    cl = cl if m_tiles >= 2 else 1
     split = _split_setting() if split is None else split
     if bn is None:
         bn = _bn_rule(m_tiles, gemm_n, sm_count)
@@ -263,19 +312,26 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
                    key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
         if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * base_cost:
             bn = best
+    if bn not in WIDE_M_BN or cl != 1:  # see WIDE_M_BN; pairs of 256-row tiles: C7519 (see _tall_tiles)
+        bm = BLOCK_M
+    elif bm is None:
+        bm = 256 if _tall_tiles(gemm_m, -(-gemm_n // bn), sm_count, loads_residual) else BLOCK_M
+    m_tiles = -(-gemm_m // bm)
+    cl = cl if m_tiles >= 2 else 1
     n_tiles = -(-gemm_n // bn)
     sp = _split_tiles(m_tiles * n_tiles, sm_count, k_iters, cl, split)
     units = -(-m_tiles // cl) * n_tiles + sp
-    return TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=STAGES[bn], consumers=BLOCK_M // 64,
-                      m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
-                      split_tiles=sp, k_iters=k_iters)
+    return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=_stages(bm, bn, loads_residual),
+                      consumers=bm // 64, m_tiles=m_tiles, n_tiles=n_tiles,
+                      grid=cl * max(1, min(units, sm_count // cl)), cluster=cl, split_tiles=sp, k_iters=k_iters)
 
 
 #: Every (source, defines, arch) this module may launch, for the CPU compile test.
 COMPILE_VARIANTS = [
-    (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BN": bn, "SM90_STAGES": st, "SM90_HAS_RESIDUAL": res,
-               "SM90_CLUSTER": cl}, _ARCH)
-    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bn, st in STAGES.items() for res in (0, 1)
+    (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn,
+               "SM90_STAGES": _stages(bm, bn, bool(res)), "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl}, _ARCH)
+    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in (128, 256) for bn in STAGES for res in (0, 1)
+    if bm == BLOCK_M or (bn in WIDE_M_BN and cl == 1)
 ]
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
@@ -294,7 +350,8 @@ def _k_iters(problem) -> int:
 
 
 def _tile_config(problem, sm_count: int) -> TileConfig:
-    return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, k_iters=_k_iters(problem))
+    return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, k_iters=_k_iters(problem),
+                              loads_residual=problem.epilogue.loads_residual)
 
 
 def _last_k16(channels: int) -> int:
@@ -428,12 +485,12 @@ class Sm90TmaKernel(Kernel):
         ra = residual
         if res:
             ra = _aligned(residual)
-            tmap_c = encode_tiled_c(problem, ra.data.ptr, BLOCK_M)
+            tmap_c = encode_tiled_c(problem, ra.data.ptr, cfg.block_m)
         else:
             tmap_c = placeholder_descriptor()
         ba = _aligned(bias, 4) if bias is not None else None
         cacheable = xa is x and wa is w and ra is residual and ba is bias
-        tmap_x = encode_im2col_x(problem, xa.data.ptr)
+        tmap_x = encode_im2col_x(problem, xa.data.ptr, tma_box_params(problem, pixels_per_column=cfg.block_m))
         tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
         partials, flags = _split_workspace(cfg)
@@ -490,8 +547,8 @@ _LAUNCHES: "OrderedDict" = OrderedDict()
 def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res: bool, nd: int):
     from ..device import _gpu_info
     dev = _gpu_info(dev_index)
-    bn, stages, cluster = cfg_key
-    cfg = TileConfig(block_m=BLOCK_M, block_n=bn, block_k=BLOCK_K, stages=stages, consumers=BLOCK_M // 64,
+    bm, bn, stages, cluster = cfg_key
+    cfg = TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages, consumers=bm // 64,
                      m_tiles=1, n_tiles=1, grid=1, cluster=cluster)
     mod = load_cuda_module(_SOURCE, dev, cfg.defines(dtype, res, nd))
     fn = mod.get_function(cfg.kernel_name(res, nd))
@@ -502,7 +559,7 @@ def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res:
 
 def _function(dev, cfg: TileConfig, dtype: str, res: bool, nd: int):
     """The loaded kernel of a variant with its dynamic shared-memory limit raised (once per device)."""
-    return _function_cached(dev.index, dev.arch, (cfg.block_n, cfg.stages, cfg.cluster), dtype, res, nd)
+    return _function_cached(dev.index, dev.arch, (cfg.block_m, cfg.block_n, cfg.stages, cfg.cluster), dtype, res, nd)
 
 
 _ACTIVE_CLUSTERS: dict = {}

@@ -60,6 +60,9 @@
 #include "hopper/tma_im2col_loader.cuh"
 #include "hopper/wgmma_mainloop.cuh"
 
+#ifndef SM90_BM
+#define SM90_BM 128
+#endif
 #ifndef SM90_BN
 #define SM90_BN 256
 #endif
@@ -80,7 +83,7 @@
 #endif
 
 namespace cfg {
-constexpr int BM = 128, BN = SM90_BN, BK = 64, STAGES = SM90_STAGES;
+constexpr int BM = SM90_BM, BN = SM90_BN, BK = 64, STAGES = SM90_STAGES;
 constexpr int CONSUMERS = BM / 64;  // one warpgroup per 64 tile rows
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
@@ -102,11 +105,16 @@ constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;  // with a cluster
 constexpr int B_SHARE_ROWS = BN / CLUSTER;                     // filter rows each CTA of a cluster loads
 constexpr int B_SHARE_BYTES = B_SHARE_ROWS * BK * 2;
 
-// Register budget per role (setmaxnreg): the register file is 64 K 32-bit registers.
-constexpr int PRODUCER_REGS = 40;
-constexpr int CONSUMER_REGS = 232;
+// Register budget per role (setmaxnreg). The CTA is launched with LAUNCH_REGS per thread (what
+// __launch_bounds__(THREADS, 1) allows of the 64 K register file, in steps of 8); setmaxnreg only
+// moves registers inside that allocation - an increase that the decreases do not cover waits
+// forever. BM = 128: 384 x 168 = 128 x 40 + 256 x 232; BM = 256: 640 x 96 = 128 x 32 + 512 x 112.
+constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
+constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : 32;
+constexpr int CONSUMER_REGS = ((LAUNCH_REGS * THREADS - 128 * PRODUCER_REGS) / (128 * CONSUMERS)) / 8 * 8;
 constexpr int ACC_REGS = BN / 2;  // fp32 accumulators per consumer thread
 
+static_assert(BM == 128 || BM == 256, "BM: 128 (two consumer warpgroups) or 256 (four)");
 static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
               "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256");
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
@@ -116,7 +124,8 @@ static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared-memory budget exceeded");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0 && C_CHUNK_BYTES % 1024 == 0,
               "every tile must start on a 1024-byte (128B-swizzle atom) boundary");
 static_assert(2 * STAGES + 2 * C_STAGES + 1 <= BARRIER_BYTES / 8, "barrier area too small");
-static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "register file exceeded");
+static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= LAUNCH_REGS * THREADS,
+              "setmaxnreg: the roles' registers exceed the CTA's launch allocation");
 static_assert(ACC_REGS + 64 <= CONSUMER_REGS, "consumers need room beyond their accumulators");
 static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 }  // namespace cfg
@@ -138,8 +147,8 @@ struct Sm90ConvParams {
   int k_split;      // reduction steps of the first half of a split tile
 };
 
-#define CUCONV_CAT8(a, b, c, d, e, f, g, h) a##b##c##d##e##f##g##h
-#define CUCONV_XCAT8(a, b, c, d, e, f, g, h) CUCONV_CAT8(a, b, c, d, e, f, g, h)
+#define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
+#define CUCONV_XCAT10(a, b, c, d, e, f, g, h, i, j) CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j)
 #if SM90_HAS_RESIDUAL
 #define CUCONV_SM90_SUFFIX _res
 #else
@@ -153,8 +162,8 @@ struct Sm90ConvParams {
 #define CUCONV_SM90_CLUSTER_ATTR
 #endif
 #define CUCONV_SM90_KERNEL                                                                              \
-  CUCONV_XCAT8(conv, SM90_NDIM, d_fprop_sm90_tma_128x, SM90_BN, x64_s, SM90_STAGES, CUCONV_SM90_CLUSTER_TAG, \
-               CUCONV_SM90_SUFFIX)
+  CUCONV_XCAT10(conv, SM90_NDIM, d_fprop_sm90_tma_, SM90_BM, x, SM90_BN, x64_s, SM90_STAGES,                \
+                CUCONV_SM90_CLUSTER_TAG, CUCONV_SM90_SUFFIX)
 
 namespace sm90 = cuconv::sm90;
 using Scheduler = sm90::TileScheduler<cfg::CLUSTER, Sm90ConvParams>;
