@@ -12,6 +12,7 @@ conftest.TOLERANCE (the one table).
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 
 import numpy as np
@@ -188,8 +189,21 @@ def test_tall_tile_rule(m, n, bm, stages):
         assert choose_tile_config(m, n, 132, cluster=1, block_m=128).block_m == 128
 
 
-def test_tall_tile_forced(monkeypatch):
+@contextlib.contextmanager
+def _sm90_env(monkeypatch, name: str, value: str):
+    """``name`` set to ``value`` for the block; the once-per-process reading of the CUCONV_SM90_*
+    settings is redone on entry and on exit."""
     from cuconv.backends import hopper_tma
+    monkeypatch.setenv(name, value)
+    hopper_tma._env_settings.cache_clear()
+    try:
+        yield
+    finally:
+        monkeypatch.delenv(name)
+        hopper_tma._env_settings.cache_clear()
+
+
+def test_tall_tile_forced(monkeypatch):
     with tile_settings(block_m=256):
         assert choose_tile_config(1000, 64, 132, cluster=1).block_m == 256
         assert choose_tile_config(1000, 64, 132, cluster=1).m_tiles == 4
@@ -201,17 +215,11 @@ def test_tall_tile_forced(monkeypatch):
             pass
     with pytest.raises(ValueError, match="block_m"):
         choose_tile_config(1000, 64, 132, block_m=64)
-    monkeypatch.setenv("CUCONV_SM90_BM", "512")
-    hopper_tma._env_settings.cache_clear()
-    try:
+    with _sm90_env(monkeypatch, "CUCONV_SM90_BM", "512"):
         with pytest.raises(ValueError, match="CUCONV_SM90_BM"):
             choose_tile_config(1000, 64, 132)
-        monkeypatch.setenv("CUCONV_SM90_BM", "128")
-        hopper_tma._env_settings.cache_clear()
+    with _sm90_env(monkeypatch, "CUCONV_SM90_BM", "128"):
         assert choose_tile_config(64 * 56 * 56, 64, 132, cluster=1).block_m == 128
-    finally:
-        monkeypatch.delenv("CUCONV_SM90_BM")
-        hopper_tma._env_settings.cache_clear()
 
 
 @pytest.mark.parametrize("c,steps", [(8, 1), (16, 1), (24, 2), (64, 4), (72, 1), (96, 2), (128, 4), (200, 1), (320, 4)])
@@ -222,7 +230,6 @@ def test_last_channel_block_steps(c, steps):
 
 
 def test_tile_width_forced(monkeypatch):
-    from cuconv.backends import hopper_tma
     with tile_settings(block_n=192):
         assert choose_tile_config(1000, 64, 132, cluster=1).block_n == 192
         assert choose_tile_config(1000, 64, 132, cluster=1, block_n=96).block_n == 96
@@ -233,17 +240,11 @@ def test_tile_width_forced(monkeypatch):
         with tile_settings(block_n=100):
             pass
     # the environment's defaults, read once per process
-    monkeypatch.setenv("CUCONV_SM90_BN", "100")
-    hopper_tma._env_settings.cache_clear()
-    try:
+    with _sm90_env(monkeypatch, "CUCONV_SM90_BN", "100"):
         with pytest.raises(ValueError, match="CUCONV_SM90_BN"):
             choose_tile_config(1000, 64, 132)
-        monkeypatch.setenv("CUCONV_SM90_BN", "160")
-        hopper_tma._env_settings.cache_clear()
+    with _sm90_env(monkeypatch, "CUCONV_SM90_BN", "160"):
         assert choose_tile_config(1000, 64, 132).block_n == 160
-    finally:
-        monkeypatch.delenv("CUCONV_SM90_BN")
-        hopper_tma._env_settings.cache_clear()
 
 
 @pytest.mark.parametrize("m,n,k_iters,split,bn,units,grid", [
@@ -267,7 +268,6 @@ def test_split_tail_rule(m, n, k_iters, split, bn, units, grid):
 
 
 def test_split_tail_forced_and_env(monkeypatch):
-    from cuconv.backends import hopper_tma
     # forced: even a 2-step reduction is halved (1 + 1), and a problem with no full wave, but never
     # past what the SMs take at once
     assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=2, split=True).split_tiles == 64
@@ -281,17 +281,11 @@ def test_split_tail_forced_and_env(monkeypatch):
     with pytest.raises(ValueError, match="split"):
         with tile_settings(split="yes"):
             pass
-    monkeypatch.setenv("CUCONV_SM90_SPLIT", "maybe")
-    hopper_tma._env_settings.cache_clear()
-    try:
+    with _sm90_env(monkeypatch, "CUCONV_SM90_SPLIT", "maybe"):
         with pytest.raises(ValueError, match="CUCONV_SM90_SPLIT"):
             choose_tile_config(1000, 64, 132)
-        monkeypatch.setenv("CUCONV_SM90_SPLIT", "0")
-        hopper_tma._env_settings.cache_clear()
+    with _sm90_env(monkeypatch, "CUCONV_SM90_SPLIT", "0"):
         assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=16).split_tiles == 0
-    finally:
-        monkeypatch.delenv("CUCONV_SM90_SPLIT")
-        hopper_tma._env_settings.cache_clear()
 
 
 # ----------------------------------------------------------------------------------------- GPU
@@ -403,7 +397,7 @@ def test_sm90_tile_widths(cp, bn, name, cluster):
     32-wide last epilogue chunk with a residual, persistent grids and CTA pairs."""
     case = EDGE_CASES[name]
     with tile_settings(block_n=bn, cluster=cluster):
-        assert f"128x{bn}x64" in cuconv.explain(*_explain_args(cp, case), kernel="sm90_tma").detail
+        assert f"128x{bn}x64" in _sm90_detail(cp, case)
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 
@@ -420,9 +414,8 @@ def test_sm90_tall_tiles(cp, name, split):
     ring of 256-row chunks, a persistent grid, and split halves handing over 256-row partial sums."""
     case = EDGE_CASES[name]
     with tile_settings(block_m=256, split=split):
-        e = cuconv.explain(*_explain_args(cp, case), stride=case.stride, padding=case.padding,
-                           dilation=case.dilation, kernel="sm90_tma")
-        assert "256x" in e.detail and "4 consumer warpgroups" in e.detail, e.detail
+        detail = _sm90_detail(cp, case)
+        assert "256x" in detail and "4 consumer warpgroups" in detail, detail
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 
@@ -467,9 +460,7 @@ def test_sm90_split_tail(cp, name):
     case = SPLIT_CASES[name]
     with tile_settings(split=None if name == "mixed_whole_and_split" else True,
                        block_n=256 if name == "large_k_bn256" else None):
-        e = cuconv.explain(*_explain_args(cp, case), stride=case.stride, padding=case.padding,
-                           dilation=case.dilation, kernel="sm90_tma")
-        assert "split in two" in e.detail
+        assert "split in two" in _sm90_detail(cp, case)
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)  # the flags were put back to 0
 
@@ -490,10 +481,12 @@ def test_sm90_split_tail_in_place_residual(cp):
     check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
 
 
-def _explain_args(cp, case):
+def _sm90_detail(cp, case):
+    """What ``cuconv.explain`` says of the sm90 kernel for the case's geometry (tile, grid, split)."""
     x = cp.zeros((case.batch, *case.spatial, case.channels), dtype=cp.float16)
     w = cp.zeros((case.out_channels, *case.filt, case.channels), dtype=cp.float16)
-    return x, w
+    return cuconv.explain(x, w, stride=case.stride, padding=case.padding, dilation=case.dilation,
+                          kernel="sm90_tma").detail
 
 
 @gpu

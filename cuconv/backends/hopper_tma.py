@@ -81,13 +81,17 @@ class TileConfig:
     block_n: int
     block_k: int
     stages: int
-    consumers: int          # consumer warpgroups (one per 64 tile rows)
     m_tiles: int
     n_tiles: int
     grid: int               # CTAs launched (persistent when grid / cluster < units)
     cluster: int = 1        # CTAs per cluster sharing the filter tile by multicast (1 or 2)
     split_tiles: int = 0    # tiles of the last wave cut in two along the reduction (scheduler.cuh)
     k_iters: int = 0        # reduction steps (ring slots) of a whole tile, when known
+
+    @property
+    def consumers(self) -> int:
+        """Consumer warpgroups: one per 64 tile rows (cfg::CONSUMERS in the kernel)."""
+        return self.block_m // 64
 
     @property
     def num_tiles(self) -> int:
@@ -322,7 +326,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     sp = _split_tiles(m_tiles * n_tiles, sm_count, k_iters, cl, split)
     units = -(-m_tiles // cl) * n_tiles + sp
     return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=_stages(bm, bn, loads_residual),
-                      consumers=bm // 64, m_tiles=m_tiles, n_tiles=n_tiles,
+                      m_tiles=m_tiles, n_tiles=n_tiles,
                       grid=cl * max(1, min(units, sm_count // cl)), cluster=cl, split_tiles=sp, k_iters=k_iters)
 
 
@@ -397,7 +401,7 @@ class Sm90TmaKernel(Kernel):
         return _describe_cached(problem, device, self.settings())
 
     def settings(self):
-        """The run-time tile overrides (cluster, BN): :func:`tile_settings` or the environment."""
+        """The run-time tile overrides (cluster, BN, split, BM): :func:`tile_settings` or the environment."""
         return _current_settings()
 
     @staticmethod
@@ -534,8 +538,8 @@ def _check_cached(problem, device):
 
 @functools.lru_cache(maxsize=1024)
 def _describe_cached(problem, device, settings):
-    """``describe`` memoised; ``settings`` (CUCONV_SM90_CLUSTER, CUCONV_SM90_BN) are in the key
-    because the description names the tile config, which depends on them."""
+    """``describe`` memoised; ``settings`` (the :func:`tile_settings` / ``CUCONV_SM90_*`` overrides) are
+    in the key because the description names the tile config, which depends on them."""
     return Sm90TmaKernel._describe_uncached(problem, device)
 
 
@@ -548,8 +552,8 @@ def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res:
     from ..device import _gpu_info
     dev = _gpu_info(dev_index)
     bm, bn, stages, cluster = cfg_key
-    cfg = TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages, consumers=bm // 64,
-                     m_tiles=1, n_tiles=1, grid=1, cluster=cluster)
+    cfg = TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages, m_tiles=1, n_tiles=1, grid=1,
+                     cluster=cluster)
     mod = load_cuda_module(_SOURCE, dev, cfg.defines(dtype, res, nd))
     fn = mod.get_function(cfg.kernel_name(res, nd))
     smem = cfg.smem_bytes(res)

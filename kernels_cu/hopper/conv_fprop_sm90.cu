@@ -47,9 +47,10 @@
 // when the consumers of *both* CTAs are done with it, hence the doubled empty count and the
 // remote arrivals. L2->SM traffic per slot drops from (BM + BN) x BK to (BM + BN/2) x BK elements.
 //
-// Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BN (64/96/128/160/192/256),
-// SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER (1/2). The kernel's name spells them out, e.g.
-// conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_c2_res (3-D, pair, residual).
+// Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, or 256: four
+// consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
+// (1/2). The kernel's name spells them out, e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) /
+// conv3d_..._s4_c2_res (3-D, pair, residual) / conv2d_fprop_sm90_tma_256x96x64_s5 (256-row tile).
 #include "common/epilogue_math.cuh"
 #include "common/types.cuh"
 #include "hopper/epilogue.cuh"
