@@ -3,7 +3,8 @@
 On the GPU (CuPy, float16 / bfloat16, sm_80+) it runs the sm80 implicit-GEMM mainloop with two linear
 loaders (``kernels_cu/sm80/matmul_sm80.cu``): the same cp.async ring, ldmatrix and mma.sync as
 ``sm80_igemm``. NumPy arrays compute on the CPU (a float32 matmul, then the epilogue in float32);
-CuPy float32 arrays (or GPUs older than sm_80) use ``cupy.matmul`` in float32 and the same epilogue.
+CuPy float32 arrays, GPUs older than sm_80 and K or N above 8,388,607 (the kernel's loaders use 32-bit
+in-tile offsets) use ``cupy.matmul`` in float32 and the same epilogue.
 """
 
 from __future__ import annotations
@@ -130,14 +131,14 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
     from .device import device_of
     dev = device_of(a)
     with a.device:
-        if dtype == "float32" or dev.cc < (8, 0):
+        from .backends.sm80 import MAX_LD, run_matmul
+        if dtype == "float32" or dev.cc < (8, 0) or max(K, N) > MAX_LD:
             acc = cp.matmul(a.astype(cp.float32), b.astype(cp.float32))
             res = _epilogue_xp(cp, acc, e, bias, residual).astype(a.dtype)
             if out is None:
                 return res
             out[...] = res
             return out_given
-        from .backends.sm80 import run_matmul
         a_c, b_c = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
         bias_c = None if bias is None else cp.ascontiguousarray(bias)
         direct = out is not None and out.flags.c_contiguous

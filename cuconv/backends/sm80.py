@@ -227,6 +227,9 @@ def conv_variant(problem: ConvProblem, subpath: str, x_ptr: Optional[int] = None
     cfg = conv_config(problem)
     vec_a = _vec(extents=(problem.channels, problem.channels_per_group), pointer=x_ptr)
     vec_b = _vec(extents=(problem.gemm_k,), pointer=w_ptr)
+    if cfg.min_blocks > 1 and 1 in (vec_a, vec_b):
+        # the 2-byte loader's values in flight plus the two fragment sets spill at 128 registers
+        cfg = dataclasses.replace(cfg, min_blocks=1)
     name = (f"conv2d_fprop_sm80_{subpath}_{_DTYPE_TAG[problem.dtype]}_{cfg.name}_va{vec_a}_vb{vec_b}")
     defines = dict(cfg.defines(), CUCONV_DTYPE=dtype_code(problem.dtype), CUCONV_SUBPATH=_SUBPATH_CODE[subpath],
                    CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b, CUCONV_KERNEL_NAME=name)
@@ -305,6 +308,20 @@ def _function(source: str, device, defines: dict, name: str, smem: int):
 
 
 _INT32_MAX = 2**31 - 1
+#: Largest leading dimension (elements) of an operand the linear loader reads: its in-tile offset
+#: row * ld + col (rows < 256) is a 32-bit int.
+MAX_LD = _INT32_MAX // 256
+
+
+def out_vec(ld: int, col_step: int, *pointers: Optional[int]) -> int:
+    """Widest output access of the epilogue (``out_vec`` of ``kernels_cu/sm80/epilogue.cuh``): 8
+    elements (16 bytes) when the row pitch ``ld``, the group's column step and every pointer
+    (out, and residual / bias when present) allow it, else 2 (4 bytes), else 1."""
+    ptrs = [p for p in pointers if p is not None]
+    for vec in (8, 2):
+        if ld % vec == 0 and col_step % vec == 0 and all(p % (2 * vec) == 0 for p in ptrs):
+            return vec
+    return 1
 
 
 # ----------------------------------------------------------------------------- the conv kernel
@@ -325,6 +342,9 @@ class Sm80IgemmKernel(Kernel):
                   problem.batch * np.prod(problem.in_spatial))
         if big > _INT32_MAX:
             return False, f"an extent exceeds the kernel's 32-bit index range ({big})"
+        if max(problem.channels, problem.gemm_k) > MAX_LD:
+            return False, (f"C = {problem.channels} / R*S*C/groups = {problem.gemm_k} exceeds {MAX_LD}: the loaders' "
+                           f"in-tile offsets (256 rows x that leading dimension) are 32-bit")
         subpath, why = choose_subpath(problem)
         if subpath is None:
             return False, why
@@ -380,15 +400,16 @@ def _run_igemm(problem, subpath, x, w, bias, residual, out, dev):
     fn = _function(CONV_SOURCE, dev, defines, name, smem)
     ep = problem.epilogue
     K, Kg = problem.out_channels, problem.gemm_n
-    pair_ok = int(K % 2 == 0 and Kg % 2 == 0 and out.data.ptr % 4 == 0)
     n_tiles = -(-Kg // cfg.bn)
     m_tiles = -(-problem.gemm_m // cfg.bm)
     gy, gz = _m_grid(m_tiles)
     bias_arg = bias if bias is not None else out  # never read when absent
     res_arg = residual if (residual is not None and ep.loads_residual) else out
+    vec = out_vec(K, Kg, out.data.ptr, None if bias is None else bias.data.ptr,
+                  res_arg.data.ptr if ep.loads_residual and residual is not None else None)
     fn((n_tiles * problem.groups, gy, gz), (cfg.threads,),
        (x, w, bias_arg, res_arg, out, im2col_geometry(problem), np.int32(Kg), np.int32(n_tiles),
-        np.int32(m_tiles), np.int32(pair_ok), epilogue_params(ep)), shared_mem=smem)
+        np.int32(m_tiles), np.int32(vec), epilogue_params(ep)), shared_mem=smem)
 
 
 def _pad_channels(problem, x, w, dev):
@@ -465,8 +486,8 @@ def stage_a_tile(x, problem: ConvProblem, m_offset: int, k_offset: int, group: i
 def run_matmul(a, b, bias, residual, out, epilogue: Epilogue) -> None:
     """``out = act(alpha * a @ b + bias + beta * residual)`` on the GPU with the sm80 kernel.
 
-    All CuPy, C-contiguous, one 16-bit dtype; ``a (M, K)``, ``b (K, N)``, ``out (M, N)``;
-    ``residual`` may be ``out``. Validation is :func:`cuconv.matmul`'s job.
+    All CuPy, C-contiguous, one 16-bit dtype; ``a (M, K)``, ``b (K, N)``, ``out (M, N)`` with K and
+    N at most :data:`MAX_LD`; ``residual`` may be ``out``. Validation is :func:`cuconv.matmul`'s job.
     """
     from ..arrays import dtype_name
     from ..device import device_of
@@ -478,11 +499,12 @@ def run_matmul(a, b, bias, residual, out, epilogue: Epilogue) -> None:
     fn = _function(MATMUL_SOURCE, device_of(a), defines, name, smem)
     m_tiles = -(-M // cfg.bm)
     gy, gz = _m_grid(m_tiles)
-    pair_ok = int(N % 2 == 0 and out.data.ptr % 4 == 0)
     bias_arg = bias if bias is not None else out
-    res_arg = residual if (residual is not None and epilogue.loads_residual) else out
+    loads_res = residual is not None and epilogue.loads_residual
+    res_arg = residual if loads_res else out
+    vec = out_vec(N, N, out.data.ptr, None if bias is None else bias.data.ptr, residual.data.ptr if loads_res else None)
     fn((-(-N // cfg.bn), gy, gz), (cfg.threads,),
-       (a, b, bias_arg, res_arg, out, np.int64(M), np.int32(N), np.int32(K), np.int32(m_tiles), np.int32(pair_ok),
+       (a, b, bias_arg, res_arg, out, np.int64(M), np.int32(N), np.int32(K), np.int32(m_tiles), np.int32(vec),
         epilogue_params(epilogue)), shared_mem=smem)
 
 

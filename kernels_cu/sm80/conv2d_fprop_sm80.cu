@@ -5,10 +5,10 @@
 //              stride-1 unpadded conv, LinearLoader over x viewed as [M][C] (CUCONV_SUBPATH 0/1/2)
 //   loader B   weights w[K][R*S*Cg]: LinearLoader, the group's Kg rows
 //   mainloop   MmaMainloop: STAGES-deep cp.async ring, ldmatrix, mma.sync m16n8k16, fp32 acc
-//   epilogue   act(alpha * acc + bias + beta * residual) straight from registers to out[m][g*Kg + n]
+//   epilogue   act(alpha * acc + bias + beta * residual) -> out[m][g*Kg + n], 16-byte stores (epilogue.cuh)
 // Barriers: one __syncthreads after setup_rows (RowInfo in shared memory), then per K tile the
-// ring's wait_stage (cp.async.wait_group STAGES-2 + __syncthreads: tile kt landed, the stage of
-// kt-1 is free). No barrier in the epilogue: each thread owns its output elements.
+// ring's wait_tiles (cp.async.wait_group + __syncthreads, see pipeline_cp_async.cuh). No CTA barrier
+// in the epilogue: each warp re-shapes its own tile in its own part of the drained ring.
 // Grid: x = n_tiles * groups (consecutive CTAs share an m tile, so its activations stay in L2),
 //       y * z = m tiles (z only when there are more than 65535).
 #include "sm80/config.cuh"
@@ -38,6 +38,9 @@ constexpr int kRowInfoBytes = LoaderA::kRowInfoBytes;
 constexpr int kSmemBytes = Mainloop::Ring::kBytes + kRowInfoBytes;
 static_assert(kSmemBytes <= cs::kSmemBudgetBytes, "ring + row table exceed the shared-memory budget");
 static_assert(Mainloop::kThreads == cs::kThreads, "one thread count for loaders and mainloop");
+constexpr int kWarps = cs::kWarpsM * cs::kWarpsN;
+static_assert(cs::EpilogueStaging<Mainloop::kWarpN, kWarps>::kBytes <= Mainloop::Ring::kBytes,
+              "the epilogue re-shapes the tile through the ring");
 
 // The A loader of group `group` for the CTA whose tile starts at m_offset (row table filled;
 // the caller must __syncthreads before the first load_tile).
@@ -57,7 +60,7 @@ __device__ __forceinline__ LoaderA make_loader_a(const elem_t* x, const cs::Im2c
 extern "C" __global__ void __launch_bounds__(cs::kThreads, CUCONV_MIN_BLOCKS)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
                    const elem_t* residual, elem_t* out, cs::Im2colGeometry geo, int Kg, int n_tiles,
-                   int m_tiles, int pair_ok, cuconv::EpilogueParams ep) {
+                   int m_tiles, int out_vec, cuconv::EpilogueParams ep) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int group = blockIdx.x / n_tiles;
   const long long n_offset = (long long)(blockIdx.x % n_tiles) * cs::kBN;
@@ -73,9 +76,9 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const int k_tiles = (geo.k_gemm + cs::kBK - 1) / cs::kBK;
   Mainloop::run(la, lb, m_offset, n_offset, k_tiles, cuconv::smem_u32(smem), acc);
 
-  const cs::OutputView o{out, residual, bias, geo.M, Kg, (long long)Kg * (geo.C / geo.Cg), group * Kg, pair_ok};
-  cs::store_accumulators<Mainloop::MI, Mainloop::NI, cs::kWarpsM, Mainloop::kWarpM, Mainloop::kWarpN>(
-      acc, o, ep, m_offset, n_offset);
+  const cs::OutputView o{out, residual, bias, geo.M, Kg, (long long)Kg * (geo.C / geo.Cg), group * Kg, out_vec};
+  cs::store_accumulators<Mainloop::MI, Mainloop::NI, cs::kWarpsM, Mainloop::kWarpM, Mainloop::kWarpN, kWarps>(
+      acc, o, ep, m_offset, n_offset, reinterpret_cast<float*>(smem));
 }
 
 // Debug entry: run loader A once for (m_offset, k_offset) of `group` and copy the staged tile,

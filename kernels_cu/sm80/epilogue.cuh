@@ -1,10 +1,19 @@
 // cuconv sm80: accumulator -> out, with act(alpha * acc + bias + beta * residual).
 //
-// mma.sync m16n8k16 accumulator layout, per thread: acc[e] with e = 2 * half + j at
-//   row = 16 mi + lane / 4 + 8 half,  col = 8 ni + 2 (lane % 4) + j.
-// Each element is read (residual) and written (out) by the same thread, so `residual` may be
-// `out` itself. Column pairs are stored as one 32-bit word when `pair_ok` (the host checked that
-// ldo, col_base and the pointers are even / 4-byte aligned).
+// mma.sync m16n8k16 accumulator layout, per thread: acc[mi][ni][e] with e = 2 * half + j at
+//   row = 16 mi + lane / 4 + 8 half,  col = 8 ni + 2 (lane % 4) + j      (inside the warp tile)
+// That layout scatters a row over four lanes, two elements each, so storing straight from it
+// writes 4-byte pieces. Instead each warp re-shapes its tile through shared memory (the operand
+// ring, free once the mainloop has drained), one 16-row block at a time and without any CTA
+// barrier: the warp writes acc[mi] as fp32 rows, then every lane takes 8 consecutive columns of a
+// row, applies the epilogue and stores them as one 16-byte vector (8 lanes = one 128-byte row
+// segment). The per-element work sits in one loop body, not unrolled over the whole tile, which
+// keeps the kernel's code small (the fully unrolled version had ~40 K instructions and stalled on
+// instruction fetch).
+//
+// Each output element is read (residual) and written (out) by the same lane, so `residual` may
+// be `out` itself. `out_vec` (host-checked alignment of out / residual / bias, row pitch and column
+// base) is the widest access allowed: 8 elements (16 bytes), 2 (4 bytes) or 1.
 #pragma once
 #include "common/epilogue_math.cuh"
 #include "common/types.cuh"
@@ -20,44 +29,100 @@ struct OutputView {
   int cols;                  // valid columns of this CTA's group (Kg or N)
   long long ldo;
   int col_base;              // g * Kg for a grouped conv, 0 otherwise
-  int pair_ok;
+  int out_vec;               // 8, 2 or 1 elements per access (alignment, see above)
 };
 
-template <int MI, int NI, int WARPS_M, int WARP_M, int WARP_N>
+// Shared memory the staging needs: one 16-row fp32 block per warp, rows padded by 8 floats so
+// that the fragment writes of the eight rows of a half-warp hit different banks.
+template <int WARP_N, int WARPS>
+struct EpilogueStaging {
+  static constexpr int kPitch = WARP_N + 8;  // floats
+  static constexpr int kWarpFloats = 16 * kPitch;
+  static constexpr int kBytes = WARPS * kWarpFloats * 4;
+};
+
+// Epilogue of 8 consecutive columns [col, col + 8) of one output row, from shared memory.
+__device__ __forceinline__ void store_row8(const float* src, const OutputView& o, const EpilogueParams& ep,
+                                           long long row, long long col) {
+  if (row >= o.rows || col >= o.cols) return;
+  const long long idx = row * o.ldo + o.col_base + col;
+  const float4 lo = *reinterpret_cast<const float4*>(src);
+  const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+  float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  if (o.out_vec == 8 && col + 8 <= o.cols) {
+    float r[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (ep.has_residual) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(o.residual + idx);
+      const elem_t* re = reinterpret_cast<const elem_t*>(&raw);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) r[j] = to_float(re[j]);
+    }
+    uint32_t packed[4];
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+      const float b0 = ep.has_bias ? to_float(o.bias[o.col_base + col + j]) : 0.f;
+      const float b1 = ep.has_bias ? to_float(o.bias[o.col_base + col + j + 1]) : 0.f;
+      packed[j / 2] = pack2<elem_t>(apply_epilogue(v[j], b0, r[j], ep), apply_epilogue(v[j + 1], b1, r[j + 1], ep));
+    }
+    *reinterpret_cast<uint4*>(o.out + idx) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    return;
+  }
+  // Row end, or an output that is not 16-byte aligned: pairs (4-byte aligned) or single elements.
+#pragma unroll
+  for (int j = 0; j < 8; j += 2) {
+    if (col + j >= o.cols) break;
+    const bool two = col + j + 1 < o.cols;
+    float e[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (i == 1 && !two) break;
+      const float b = ep.has_bias ? to_float(o.bias[o.col_base + col + j + i]) : 0.f;
+      const float r = ep.has_residual ? to_float(o.residual[idx + j + i]) : 0.f;
+      e[i] = apply_epilogue(v[j + i], b, r, ep);
+    }
+    if (two && o.out_vec >= 2) {
+      *reinterpret_cast<uint32_t*>(o.out + idx + j) = pack2<elem_t>(e[0], e[1]);
+    } else {
+      o.out[idx + j] = from_float<elem_t>(e[0]);
+      if (two) o.out[idx + j + 1] = from_float<elem_t>(e[1]);
+    }
+  }
+}
+
+// All warps call this after the mainloop (the ring drained: every cp.async landed, every warp past
+// its last shared-memory read). `staging` = the shared-memory ring (>= EpilogueStaging::kBytes).
+template <int MI, int NI, int WARPS_M, int WARP_M, int WARP_N, int WARPS>
 __device__ __forceinline__ void store_accumulators(const float (&acc)[MI][NI][4], const OutputView& o,
-                                                   const EpilogueParams& ep, long long m_offset, long long n_offset) {
+                                                   const EpilogueParams& ep, long long m_offset, long long n_offset,
+                                                   float* staging) {
+  using Staging = EpilogueStaging<WARP_N, WARPS>;
+  static_assert(WARP_N % 8 == 0 && 32 % (WARP_N / 8) == 0, "a warp tile row is 8-column pieces, <= 32 of them");
+  constexpr int kLanesPerRow = WARP_N / 8;
+  constexpr int kRowsPerIter = 32 / kLanesPerRow;
+  constexpr int kIters = (16 + kRowsPerIter - 1) / kRowsPerIter;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const long long row0 = m_offset + (warp % WARPS_M) * WARP_M + (lane >> 2);
-  const long long col0 = n_offset + (warp / WARPS_M) * WARP_N + 2 * (lane & 3);
+  float* mine = staging + warp * Staging::kWarpFloats;
+  const long long row0 = m_offset + (warp % WARPS_M) * WARP_M;
+  const long long col0 = n_offset + (warp / WARPS_M) * WARP_N;
+  const int lane_row = lane / kLanesPerRow;
+  const int lane_col = (lane % kLanesPerRow) * 8;
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const long long row = row0 + mi * 16 + half * 8;
-      if (row >= o.rows) continue;
+    for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        const long long col = col0 + ni * 8;
-        if (col >= o.cols) continue;
-        const long long idx = row * o.ldo + o.col_base + col;
-        const bool two = col + 1 < o.cols;
-        float v[2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          if (j == 1 && !two) break;
-          const float b = ep.has_bias ? to_float(o.bias[o.col_base + col + j]) : 0.f;
-          const float r = ep.has_residual ? to_float(o.residual[idx + j]) : 0.f;
-          v[j] = apply_epilogue(acc[mi][ni][2 * half + j], b, r, ep);
-        }
-        if (two && o.pair_ok) {
-          *reinterpret_cast<uint32_t*>(o.out + idx) = pack2<elem_t>(v[0], v[1]);
-        } else {
-          o.out[idx] = from_float<elem_t>(v[0]);
-          if (two) o.out[idx + 1] = from_float<elem_t>(v[1]);
-        }
-      }
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<float2*>(mine + (lane / 4 + 8 * half) * Staging::kPitch + 8 * ni + 2 * (lane % 4)) =
+            make_float2(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]);
+    __syncwarp();
+#pragma unroll 1
+    for (int it = 0; it < kIters; ++it) {
+      const int r = it * kRowsPerIter + lane_row;
+      if (kRowsPerIter * kIters == 16 || r < 16)
+        store_row8(mine + r * Staging::kPitch + lane_col, o, ep, row0 + mi * 16 + r, col0 + lane_col);
     }
+    __syncwarp();  // the block is read before the next one overwrites it
   }
 }
 

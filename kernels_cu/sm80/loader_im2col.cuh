@@ -105,7 +105,7 @@ struct Im2colLoader {
       c = (int)(k_offset - (long long)tap * g.Cg) + col;
       r = tap / g.S;
       s = tap - r * g.S;
-      k_valid = true;                                   // k_gemm is a multiple of K_TILE here
+      k_valid = k_offset < g.k_gemm;                    // k_gemm is a multiple of K_TILE here
     } else {
       const int k = (int)k_offset + col;                // per lane
       const int tap = k / g.Cg;

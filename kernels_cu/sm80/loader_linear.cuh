@@ -10,7 +10,9 @@
 // Each thread moves VEC contiguous elements per copy (cp.async of 2*VEC bytes; VEC = 1 is a
 // synchronous 16-bit copy). The host picks VEC so that ld, the column offset and the contiguous
 // extent are multiples of VEC and the base is 2*VEC-byte aligned: a chunk is then entirely inside
-// or entirely outside the matrix, and lanes predicated off read nothing (src clamped to base).
+// or entirely outside the matrix, and lanes predicated off read nothing (src clamped to base). The
+// host also guarantees ld * 256 < 2^31 (the in-tile offset row * ld + col of the cp.async copies is
+// 32-bit).
 #pragma once
 #include "sm80/ptx_sm80.cuh"
 #include "sm80/smem_tile.cuh"
@@ -36,6 +38,12 @@ struct LinearLoader {
   long long mn_limit;   // valid rows along M (or N)
   long long k_limit;    // valid columns along K
   long long ld;         // leading dimension of the source, in elements
+
+  // Rows (or columns) of the operand from a tile origin on, as an int: negative past the end,
+  // capped where it exceeds any tile.
+  __device__ __forceinline__ static int clamp_extent(long long left) {
+    return left < 0 ? -1 : (left > (1 << 30) ? (1 << 30) : (int)left);
+  }
 
   // Source address and predicate of pass `pass` for this thread; row/col are smem tile coordinates.
   __device__ __forceinline__ const elem_t* source(int pass, long long mn_offset, long long k_offset, int& row,
@@ -71,13 +79,22 @@ struct LinearLoader {
         }
       }
     } else {
+      // 64-bit arithmetic once per tile (its origin and how many rows / columns of it exist), 32-bit
+      // per copy: the host guarantees ld * max(tile rows) < 2^31, so row * ld + col fits an int.
+      const elem_t* tile = base + (K_CONTIG ? mn_offset * ld + k_offset : k_offset * ld + mn_offset);
+      const int mn_left = clamp_extent(mn_limit - mn_offset);
+      const int k_left = clamp_extent(k_limit - k_offset);
+      const int ld32 = (int)ld;
 #pragma unroll kUnroll
       for (int pass = 0; pass < kPasses; ++pass) {
-        if (kChunks % NTHREADS != 0 && threadIdx.x + pass * NTHREADS >= kChunks) break;
-        int row, col;
-        bool valid;
-        const elem_t* src = source(pass, mn_offset, k_offset, row, col, valid);
-        copy_vec_zfill<VEC>(stage + Tile::elem_offset(row, col), src, valid);
+        const int idx = threadIdx.x + pass * NTHREADS;
+        if (kChunks % NTHREADS != 0 && idx >= kChunks) break;
+        const int row = idx / kChunksPerRow;
+        const int col = (idx % kChunksPerRow) * VEC;
+        const bool valid = (K_CONTIG ? row : col) < mn_left && (K_CONTIG ? col : row) < k_left;
+        // Off-tensor chunks keep their computed address: a zero-size cp.async reads nothing, and a
+        // select against `base` would reload the parameter (LDC) on every copy.
+        copy_vec_zfill<VEC>(stage + Tile::elem_offset(row, col), tile + (row * ld32 + col), valid);
       }
     }
   }

@@ -1,12 +1,15 @@
 // cuconv sm80: the shared-memory ring of STAGES operand stages, filled by cp.async.
 //
 // Protocol (every thread is both producer and consumer; there are no mbarriers on sm_80):
-//   prologue   stages 0 .. STAGES-2 are issued, one cp.async group each (empty groups past the end
-//              keep the count regular).
-//   iteration  wait_stage(): cp.async.wait_group(STAGES-2) -> this thread's copies of tile kt have
-//              landed; __syncthreads -> everybody's have, and everybody finished computing on
-//              tile kt-1, whose stage ((kt-1) % STAGES == (kt+STAGES-1) % STAGES) is therefore free
-//              and is refilled with tile kt+STAGES-1 before tile kt is computed.
+//   prologue   tiles 0 .. STAGES-2 are issued, one cp.async group each; wait_tiles<STAGES-2>() ->
+//              tile 0 has landed everywhere.
+//   tile kt    wait_tiles<STAGES-3>() first: tile kt+1 has landed everywhere and every warp is past
+//              its reads of tile kt-1 (it holds step 0 of tile kt in registers already); the stage
+//              of tile kt-1 is then refilled with tile kt+STAGES-1 while tile kt is computed, one
+//              group per tile. See MmaMainloop::run. Tiles past the end are issued with every copy
+//              predicated off (zero-fill, no read), which keeps the group count regular.
+//   wait_tiles<N>: cp.async.wait_group N (at most N of this thread's groups still in flight), then
+//              __syncthreads (everybody's copies have landed, everybody is past its last read).
 // Synchronous 16-bit copies (VEC = 1 loaders) store to shared memory before the same barrier, so
 // they obey the same protocol.
 #pragma once
@@ -17,7 +20,7 @@ namespace sm80 {
 
 template <int STAGES, int STAGE_BYTES>
 struct CpAsyncRing {
-  static_assert(STAGES >= 3, "at least three stages: one computing, one landing, one in flight");
+  static_assert(STAGES >= 3, "at least three stages: one computed, one being refilled, one landed");
   static_assert(STAGE_BYTES % 128 == 0, "stages stay 128-byte aligned for the swizzle");
   static constexpr int kBytes = STAGES * STAGE_BYTES;
 
@@ -25,8 +28,9 @@ struct CpAsyncRing {
 
   __device__ __forceinline__ uint32_t stage(int tile) const { return base + (uint32_t)((tile % STAGES) * STAGE_BYTES); }
   __device__ __forceinline__ static void commit() { cp_async_commit(); }
-  __device__ __forceinline__ static void wait_stage() {
-    cp_async_wait<STAGES - 2>();
+  template <int PENDING>
+  __device__ __forceinline__ static void wait_tiles() {
+    cp_async_wait<PENDING>();
     __syncthreads();
   }
   __device__ __forceinline__ static void drain() {
