@@ -7,7 +7,10 @@
 //
 // The rows of a CTA's tile never change along the K loop, so `setup_rows(m_offset)` decomposes
 // each tile row m -> (n, p, q) once into a RowInfo {n * H * W * C, p * stride_h - pad_h,
-// q * stride_w - pad_w} kept in shared memory; rows >= M get h0 = -2^30 (always out of bounds).
+// q * stride_w - pad_w}; rows >= M get h0 = -2^30 (always out of bounds). With copies of 2+
+// elements every thread stages the same few rows in every tile and keeps theirs in registers
+// (as the element offset of the window origin plus h0 / w0 for the halo test); the 2-byte path
+// shares one table of M_TILE rows in shared memory.
 // `load_tile` then only adds the filter tap of its column. Compile-time sub-paths:
 //
 //   SUBPATH_UNIFORM   Cg % K_TILE == 0: a K tile lies inside one filter tap, so (r, s, c_base) is
@@ -50,7 +53,8 @@ struct Im2colLoader {
   static constexpr int kChunksPerRow = K_TILE / VEC;
   static constexpr int kRowsPerPass = NTHREADS / kChunksPerRow;
   static constexpr int kPasses = M_TILE / kRowsPerPass;
-  static constexpr int kRowInfoBytes = M_TILE * (int)sizeof(RowInfo);
+  static constexpr bool kRowsInRegisters = VEC > 1;
+  static constexpr int kRowInfoBytes = kRowsInRegisters ? 0 : M_TILE * (int)sizeof(RowInfo);
   static constexpr int kBatch = kPasses % 4 == 0 ? 4 : kPasses;  // 2-byte copies in flight per thread
   static_assert(SUBPATH == SUBPATH_UNIFORM || SUBPATH == SUBPATH_PER_LANE, "pointwise uses LinearLoader");
   static_assert(NTHREADS % kChunksPerRow == 0, "a thread keeps one K column for all of its rows");
@@ -59,38 +63,58 @@ struct Im2colLoader {
   const elem_t* x;       // the whole NHWC tensor
   Im2colGeometry g;
   int c_group;           // g * Cg: first channel of this CTA's group
-  const RowInfo* rows;   // M_TILE entries in shared memory, filled by setup_rows
+  const RowInfo* rows;   // M_TILE entries in shared memory, filled by setup_rows (2-byte copies)
+  // This thread's rows (copies of 2+ elements), filled by setup_rows.
+  long long reg_origin[kRowsInRegisters ? kPasses : 1];
+  int reg_h0[kRowsInRegisters ? kPasses : 1];
+  int reg_w0[kRowsInRegisters ? kPasses : 1];
 
-  // Once per CTA (all threads; a __syncthreads must follow before load_tile).
-  __device__ __forceinline__ void setup_rows(RowInfo* rows_smem, long long m_offset) {
-    for (int i = threadIdx.x; i < M_TILE; i += NTHREADS) {
-      const long long m = m_offset + i;
-      RowInfo ri;
-      if (m < g.M) {
-        long long n;
-        int p, q;
-        if (g.M <= 0x7fffffffLL) {  // 32-bit divisions are a few instructions, 64-bit ones a call
-          const int nq = (int)m / g.Q;
-          q = (int)m - nq * g.Q;
-          n = nq / g.P;
-          p = nq - (int)n * g.P;
-        } else {
-          const long long nq = m / g.Q;
-          q = (int)(m - nq * g.Q);
-          n = nq / g.P;
-          p = (int)(nq - n * g.P);
-        }
-        ri.pixel_base = n * (long long)g.H * g.W * g.C;
-        ri.h0 = p * g.stride_h - g.pad_h;
-        ri.w0 = q * g.stride_w - g.pad_w;
+  // Tile row m -> its RowInfo (rows >= M: never in bounds).
+  __device__ __forceinline__ RowInfo decompose(long long m) const {
+    RowInfo ri;
+    if (m < g.M) {
+      long long n;
+      int p, q;
+      if (g.M <= 0x7fffffffLL) {  // 32-bit divisions are a few instructions, 64-bit ones a call
+        const int nq = (int)m / g.Q;
+        q = (int)m - nq * g.Q;
+        n = nq / g.P;
+        p = nq - (int)n * g.P;
       } else {
-        ri.pixel_base = 0;
-        ri.h0 = -(1 << 30);
-        ri.w0 = 0;
+        const long long nq = m / g.Q;
+        q = (int)(m - nq * g.Q);
+        n = nq / g.P;
+        p = (int)(nq - n * g.P);
       }
-      rows_smem[i] = ri;
+      ri.pixel_base = n * (long long)g.H * g.W * g.C;
+      ri.h0 = p * g.stride_h - g.pad_h;
+      ri.w0 = q * g.stride_w - g.pad_w;
+    } else {
+      ri.pixel_base = 0;
+      ri.h0 = -(1 << 30);
+      ri.w0 = 0;
     }
-    rows = rows_smem;
+    return ri;
+  }
+
+  // Once per CTA (all threads; a __syncthreads must follow before load_tile). With copies of 2+
+  // elements a thread stages the same kPasses rows in every tile, so it keeps their window origins
+  // in registers (origin = element offset of pixel (h0, w0), possibly outside the image); 2-byte
+  // copies have too many rows per thread for that and share a table in shared memory.
+  __device__ __forceinline__ void setup_rows(RowInfo* rows_smem, long long m_offset) {
+    if constexpr (kRowsInRegisters) {
+      const int row0 = threadIdx.x / kChunksPerRow;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const RowInfo ri = decompose(m_offset + row0 + pass * kRowsPerPass);
+        reg_h0[pass] = ri.h0;
+        reg_w0[pass] = ri.w0;
+        reg_origin[pass] = ri.pixel_base + ((long long)ri.h0 * g.W + ri.w0) * g.C;
+      }
+    } else {
+      for (int i = threadIdx.x; i < M_TILE; i += NTHREADS) rows_smem[i] = decompose(m_offset + i);
+      rows = rows_smem;
+    }
   }
 
   // m_offset is the one given to setup_rows (the per-row decomposition is cached there).
@@ -134,14 +158,15 @@ struct Im2colLoader {
           store_u16(stage + Tile::elem_offset(row0 + (p0 + j) * kRowsPerPass, col), v[j]);
       }
     } else {
-#pragma unroll 4
+      // Per copy: the row's origin plus this thread's tap offset; halo lanes keep the computed
+      // address (a zero-size cp.async reads nothing).
+      const long long tap_offset = (long long)(dh * g.W + dw) * g.C;
+#pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
-        const int row = row0 + pass * kRowsPerPass;
-        const RowInfo ri = rows[row];
-        const int h = ri.h0 + dh, w = ri.w0 + dw;
+        const int h = reg_h0[pass] + dh, w = reg_w0[pass] + dw;
         const bool valid = k_valid && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W;
-        const elem_t* src = valid ? xc + ri.pixel_base + ((long long)h * g.W + w) * g.C : x;
-        copy_vec_zfill<VEC>(stage + Tile::elem_offset(row, col), src, valid);
+        copy_vec_zfill<VEC>(stage + Tile::elem_offset(row0 + pass * kRowsPerPass, col),
+                            xc + reg_origin[pass] + tap_offset, valid);
       }
     }
   }
