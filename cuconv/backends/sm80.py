@@ -222,11 +222,13 @@ def _vec(*, extents, pointer: Optional[int]) -> int:
     return 1
 
 
-def conv_variant(problem: ConvProblem, subpath: str, x_ptr: Optional[int] = None, w_ptr: Optional[int] = None):
-    """``(kernel name, TileConfig, defines)`` of the conv kernel for ``problem`` on ``subpath``."""
+def conv_variant(problem: ConvProblem, subpath: str, x_ptr: Optional[int] = None, w_ptr: Optional[int] = None,
+                 w_ld: Optional[int] = None):
+    """``(kernel name, TileConfig, defines)`` of the conv kernel for ``problem`` on ``subpath``; ``w_ld``
+    is the row pitch of the filters (default ``R*S*C/groups``; larger only with zeroed padding)."""
     cfg = conv_config(problem)
     vec_a = _vec(extents=(problem.channels, problem.channels_per_group), pointer=x_ptr)
-    vec_b = _vec(extents=(problem.gemm_k,), pointer=w_ptr)
+    vec_b = _vec(extents=(w_ld or problem.gemm_k,), pointer=w_ptr)
     if cfg.min_blocks > 1 and 1 in (vec_a, vec_b):
         # the 2-byte loader's values in flight plus the two fragment sets spill at 128 registers
         cfg = dataclasses.replace(cfg, min_blocks=1)
@@ -366,7 +368,7 @@ class Sm80IgemmKernel(Kernel):
         if subpath == "pad_channels":
             cp_ = padded_channels(problem)
             padded = dataclasses.replace(problem, channels=cp_)
-            name, cfg, d = conv_variant(padded, "per_lane")
+            name, cfg, d = conv_variant(padded, "per_lane", w_ld=padded_w_ld(padded))
             return (f"{name}: {why} path, pre-pass pads C {problem.channels} -> {cp_} into a scratch NHWC copy of x "
                     f"({problem.batch * int(np.prod(problem.in_spatial)) * cp_ * 2} bytes, its time counts) and of w, "
                     f"then the per_lane loader, tile {cfg.bm}x{cfg.bn}x{cfg.bk}, copies of {d['CUCONV_VEC_A']} (A) / "
@@ -386,16 +388,18 @@ class Sm80IgemmKernel(Kernel):
         if subpath == "grouped_mma":
             _run_grouped(problem, x, w, bias, residual, out, dev)
         elif subpath == "pad_channels":
-            xp, wp = _pad_channels(problem, x, w, dev)
-            _run_igemm(dataclasses.replace(problem, channels=padded_channels(problem)), "per_lane", xp, wp, bias,
-                       residual, out, dev)
+            padded = dataclasses.replace(problem, channels=padded_channels(problem))
+            xp, wp = _pad_channels(problem, padded, x, w, dev)
+            _run_igemm(padded, "per_lane", xp, wp, bias, residual, out, dev, w_ld=padded_w_ld(padded))
         else:
             _run_igemm(problem, subpath, x, w, bias, residual, out, dev)
 
 
-def _run_igemm(problem, subpath, x, w, bias, residual, out, dev):
-    """Launch the implicit-GEMM kernel on ``subpath`` (pointwise / uniform / per_lane)."""
-    name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr)
+def _run_igemm(problem, subpath, x, w, bias, residual, out, dev, w_ld=None):
+    """Launch the implicit-GEMM kernel on ``subpath`` (pointwise / uniform / per_lane); the filters'
+    rows are ``w_ld`` elements apart (default ``R*S*C/groups``)."""
+    w_ld = w_ld or problem.gemm_k
+    name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr, w_ld)
     smem = cfg.smem_bytes(row_table=subpath != "pointwise")
     fn = _function(CONV_SOURCE, dev, defines, name, smem)
     ep = problem.epilogue
@@ -408,22 +412,33 @@ def _run_igemm(problem, subpath, x, w, bias, residual, out, dev):
     vec = out_vec(K, Kg, out.data.ptr, None if bias is None else bias.data.ptr,
                   res_arg.data.ptr if ep.loads_residual and residual is not None else None)
     fn((n_tiles * problem.groups, gy, gz), (cfg.threads,),
-       (x, w, bias_arg, res_arg, out, im2col_geometry(problem), np.int32(Kg), np.int32(n_tiles),
+       (x, w, bias_arg, res_arg, out, im2col_geometry(problem), np.int32(Kg), np.int32(w_ld), np.int32(n_tiles),
         np.int32(m_tiles), np.int32(vec), epilogue_params(ep)), shared_mem=smem)
 
 
-def _pad_channels(problem, x, w, dev):
-    """The pad_channels pre-pass: scratch copies of x ``[N, H, W, CP]`` and w ``[K, R, S, CP]`` with
-    channels C .. CP-1 zero (one launch for both). The caller's arrays are only read."""
+def padded_w_ld(padded: ConvProblem) -> int:
+    """Row pitch of the pad_channels path's filter copy: ``R*S*CP`` rounded up to a multiple of 8, so
+    that the weights move in 16-byte copies (the gap is zero)."""
+    return -(-padded.gemm_k // 8) * 8
+
+
+def _pad_channels(problem, padded, x, w, dev):
+    """The pad_channels pre-pass: scratch copies of x ``[N, H, W, CP]`` and w ``[K, R*S*CP]`` (rows
+    :func:`padded_w_ld` apart) with channels C .. CP-1 and the row gap zero (one launch for both).
+    The caller's arrays are only read."""
     import cupy as cp
-    cp_ = padded_channels(problem)
+    cp_ = padded.channels
+    taps = int(np.prod(problem.filter_spatial))
+    w_ld = padded_w_ld(padded)
     xp = cp.empty((*problem.x_shape[:-1], cp_), dtype=x.dtype)
-    wp = cp.empty((*problem.w_shape[:-1], cp_), dtype=w.dtype)
-    rows0, rows1 = xp.size // cp_, wp.size // cp_
+    wp = cp.zeros((problem.out_channels, w_ld), dtype=w.dtype) if w_ld != taps * cp_ else \
+        cp.empty((problem.out_channels, w_ld), dtype=w.dtype)
+    rows0, rows1 = xp.size // cp_, problem.out_channels * taps
     name, defines = pad_variant(cp_)
     fn = _function(PAD_SOURCE, dev, defines, name, 0)
     blocks = max(1, min(-(-(rows0 + rows1) // 256), 65535 * 4))
-    fn((blocks,), (256,), (x, xp, np.int64(rows0), w, wp, np.int64(rows1), np.int32(problem.channels)))
+    fn((blocks,), (256,), (x, xp, np.int64(rows0), w, wp, np.int64(rows1), np.int32(problem.channels),
+                           np.int32(taps), np.int32(w_ld // cp_)))
     return xp, wp
 
 
@@ -526,14 +541,15 @@ def _compile_variants():
         return ConvProblem.create(nd=2, batch=2, in_spatial=(16, 16), channels=c, out_channels=c, filter_spatial=filt,
                                   stride=1, dilation=1, padding=1, groups=groups, dtype=dtype, layout="NHWC")
 
+    stem4 = dataclasses.replace(ConvProblem.create(
+        nd=2, batch=2, in_spatial=(16, 16), channels=3, out_channels=64, filter_spatial=(7, 7), stride=2, dilation=1,
+        padding=3, groups=1, dtype="bfloat16", layout="NHWC"), channels=4)
     defs = [(CONV_SOURCE, conv(64, 256, (3, 3), 1)),               # uniform, 128x256
             (CONV_SOURCE, conv(3, 64, (7, 7), 3)),                 # per-lane, 2-byte copies (stem)
             (CONV_SOURCE, conv(128, 128, (3, 3), 1, groups=32)),   # per-lane, 8-byte copies, 128x16
             (CONV_SOURCE, conv(64, 128, (1, 1), 0, "float16")),    # pointwise, fp16
-            (CONV_SOURCE, conv_variant(dataclasses.replace(          # pad_channels: stem on C padded to 4
-                ConvProblem.create(nd=2, batch=2, in_spatial=(16, 16), channels=3, out_channels=64,
-                                   filter_spatial=(7, 7), stride=2, dilation=1, padding=3, groups=1,
-                                   dtype="bfloat16", layout="NHWC"), channels=4), "per_lane")[2]),
+            # pad_channels: the stem on C padded to 4, filter rows padded to a multiple of 8
+            (CONV_SOURCE, conv_variant(stem4, "per_lane", w_ld=padded_w_ld(stem4))[2]),
             (PAD_SOURCE, pad_variant(4)[1]),
             (PAD_SOURCE, pad_variant(8)[1]),
             (GROUPED_SOURCE, grouped_variant(grouped(128, 32))[2]),            # ResNeXt 32x4d, 2 superblocks

@@ -3,7 +3,7 @@
 // Roles (every warp plays all of them; sm_80 has no warp specialisation worth its registers here):
 //   loader A   activations: Im2colLoader (uniform / per-lane sub-path) or, for a pointwise 1x1
 //              stride-1 unpadded conv, LinearLoader over x viewed as [M][C] (CUCONV_SUBPATH 0/1/2)
-//   loader B   weights w[K][R*S*Cg]: LinearLoader, the group's Kg rows
+//   loader B   weights w[K][R*S*Cg] (rows w_ld apart): LinearLoader, the group's Kg rows
 //   mainloop   MmaMainloop: STAGES-deep cp.async ring, ldmatrix, mma.sync m16n8k16, fp32 acc
 //   epilogue   act(alpha * acc + bias + beta * residual) -> out[m][g*Kg + n], 16-byte stores (epilogue.cuh)
 // Barriers: one __syncthreads after setup_rows (RowInfo in shared memory), then per K tile the
@@ -59,7 +59,7 @@ __device__ __forceinline__ LoaderA make_loader_a(const elem_t* x, const cs::Im2c
 
 extern "C" __global__ void __launch_bounds__(cs::kThreads, CUCONV_MIN_BLOCKS)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
-                   const elem_t* residual, elem_t* out, cs::Im2colGeometry geo, int Kg, int n_tiles,
+                   const elem_t* residual, elem_t* out, cs::Im2colGeometry geo, int Kg, int w_ld, int n_tiles,
                    int m_tiles, int out_vec, cuconv::EpilogueParams ep) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int group = blockIdx.x / n_tiles;
@@ -69,7 +69,9 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const long long m_offset = m_tile * cs::kBM;
 
   const LoaderA la = make_loader_a(x, geo, group, m_offset, smem);
-  const LoaderB lb{w + (long long)group * Kg * geo.k_gemm, Kg, geo.k_gemm, geo.k_gemm};
+  // w rows are w_ld >= R*S*Cg elements apart (the pad_channels path pads them to a multiple of 8,
+  // zero-filled, so that B moves in 16-byte copies).
+  const LoaderB lb{w + (long long)group * Kg * w_ld, Kg, geo.k_gemm, w_ld};
   __syncthreads();  // row table visible
 
   float acc[Mainloop::MI][Mainloop::NI][4];
