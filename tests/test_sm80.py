@@ -186,7 +186,7 @@ def test_stage_a_tile_matches_numpy_model(cp, subpath, c, groups, filt, stride, 
     p = ConvProblem.create(nd=2, batch=n, in_spatial=(h, w_), channels=c, out_channels=8 * groups,
                            filter_spatial=filt, stride=stride, dilation=1, padding=pad, groups=groups,
                            dtype="bfloat16", layout="NHWC")
-    cfg = conv_config(p)
+    cfg = conv_config(p, subpath)
     xg = cp.asarray(x)
     m_offsets = [0, cfg.bm, max(0, p.gemm_m - cfg.bm // 2)]      # first, second, ragged last tile
     k_offsets = sorted({0, BLOCK_K * ((p.gemm_k - 1) // BLOCK_K)})  # first and last K tile
@@ -323,6 +323,7 @@ def test_pad_channels_stem_leaves_inputs_alone(cp):
     xg, wg = cp.asarray(x), cp.asarray(w)
     e = cuconv.explain(xg, wg, padding=3, stride=2, kernel="sm80_igemm")
     assert "pad_channels" in e.detail and "3 -> 4" in e.detail
+    assert "tile 64x64x32" in e.detail  # the short-reduction config (sm80.SHORT_K_CONFIG)
     got = cuconv.conv2d(xg, wg, cp.asarray(b), padding=3, stride=2, activation="relu", kernel="sm80_igemm")
     assert_close(got, cuconv.reference.conv2d(x, w, b, padding=3, stride=2, activation="relu"), "bfloat16")
     np.testing.assert_array_equal(cp.asnumpy(xg).view(np.uint16), x.view(np.uint16))

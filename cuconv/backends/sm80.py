@@ -116,10 +116,19 @@ CONFIGS = {
 }
 
 
-def conv_config(problem: ConvProblem) -> TileConfig:
+#: Short-reduction per-lane convs (the stem on padded channels: R*S*C <= 256, K <= 64): 64x64 tiles
+#: of 4 warps, 4 CTAs per SM, so one CTA's prologue and epilogue overlap the others' few K tiles
+#: (H100, stem: 0.266 vs 0.285 ms per call for 128x64).
+SHORT_K_CONFIG = TileConfig(64, 64, 4, 2, 2, 4)
+
+
+def conv_config(problem: ConvProblem, subpath: Optional[str] = None) -> TileConfig:
     """Heuristic: the narrowest N tile that covers ``K/groups`` (up to 256), so grouped and narrow
-    convolutions waste little of the MMA."""
+    convolutions waste little of the MMA; :data:`SHORT_K_CONFIG` for the per-lane sub-path with a
+    short reduction."""
     kg = problem.gemm_n
+    if subpath == "per_lane" and problem.groups == 1 and 32 < kg <= 64 and problem.gemm_k <= 256:
+        return SHORT_K_CONFIG
     for bn in (16, 32, 64, 128):
         if kg <= bn:
             return CONFIGS[bn]
@@ -226,7 +235,7 @@ def conv_variant(problem: ConvProblem, subpath: str, x_ptr: Optional[int] = None
                  w_ld: Optional[int] = None):
     """``(kernel name, TileConfig, defines)`` of the conv kernel for ``problem`` on ``subpath``; ``w_ld``
     is the row pitch of the filters (default ``R*S*C/groups``; larger only with zeroed padding)."""
-    cfg = conv_config(problem)
+    cfg = conv_config(problem, subpath)
     vec_a = _vec(extents=(problem.channels, problem.channels_per_group), pointer=x_ptr)
     vec_b = _vec(extents=(w_ld or problem.gemm_k,), pointer=w_ptr)
     if cfg.min_blocks > 1 and 1 in (vec_a, vec_b):
