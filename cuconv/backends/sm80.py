@@ -118,7 +118,7 @@ CONFIGS = {
 
 #: Short-reduction per-lane convs (the stem on padded channels: R*S*C <= 256, K <= 64): 64x64 tiles
 #: of 4 warps, 4 CTAs per SM, so one CTA's prologue and epilogue overlap the others' few K tiles
-#: (H100, stem: 0.266 vs 0.285 ms per call for 128x64).
+#: (H100, stem: 0.266 vs 0.285 ms per call for 128x64). Not with 2-byte copies (conv_variant).
 SHORT_K_CONFIG = TileConfig(64, 64, 4, 2, 2, 4)
 
 
@@ -238,9 +238,12 @@ def conv_variant(problem: ConvProblem, subpath: str, x_ptr: Optional[int] = None
     cfg = conv_config(problem, subpath)
     vec_a = _vec(extents=(problem.channels, problem.channels_per_group), pointer=x_ptr)
     vec_b = _vec(extents=(w_ld or problem.gemm_k,), pointer=w_ptr)
-    if cfg.min_blocks > 1 and 1 in (vec_a, vec_b):
-        # the 2-byte loader's values in flight plus the two fragment sets spill at 128 registers
-        cfg = dataclasses.replace(cfg, min_blocks=1)
+    if 1 in (vec_a, vec_b):
+        if cfg is SHORT_K_CONFIG:  # 2-byte copies: 128x64 measured faster (H100 stem: 0.62 vs 0.73 ms)
+            cfg = conv_config(problem)
+        if cfg.min_blocks > 1:
+            # the 2-byte loader's values in flight plus the two fragment sets spill at 128 registers
+            cfg = dataclasses.replace(cfg, min_blocks=1)
     name = (f"conv2d_fprop_sm80_{subpath}_{_DTYPE_TAG[problem.dtype]}_{cfg.name}_va{vec_a}_vb{vec_b}")
     defines = dict(cfg.defines(), CUCONV_DTYPE=dtype_code(problem.dtype), CUCONV_SUBPATH=_SUBPATH_CODE[subpath],
                    CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b, CUCONV_KERNEL_NAME=name)
