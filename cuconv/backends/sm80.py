@@ -98,7 +98,8 @@ class TileConfig:
         return self.stages * (self.bm + self.bn) * self.bk * 2
 
     def smem_bytes(self, row_table: bool) -> int:
-        """Dynamic shared memory: the ring, plus the 16-byte RowInfo per tile row for im2col."""
+        """Dynamic shared memory: the ring, plus the 16-byte RowInfo per tile row of the im2col loader's
+        2-byte path (copies of 2+ elements keep their rows in registers)."""
         return self.ring_bytes() + (16 * self.bm if row_table else 0)
 
     def defines(self) -> dict:
@@ -118,21 +119,21 @@ CONFIGS = {
 
 #: Short-reduction per-lane convs (the stem on padded channels: R*S*C <= 256, K <= 64): 64x64 tiles
 #: of 4 warps, 4 CTAs per SM, so one CTA's prologue and epilogue overlap the others' few K tiles
-#: (H100, stem: 0.266 vs 0.285 ms per call for 128x64). Not with 2-byte copies (conv_variant).
+#: (H100, stem: 0.266 vs 0.285 ms per call for 128x64). Not with 2-byte copies (conv_config).
 SHORT_K_CONFIG = TileConfig(64, 64, 4, 2, 2, 4)
 
 
-def conv_config(problem: ConvProblem, subpath: Optional[str] = None) -> TileConfig:
+def conv_config(problem: ConvProblem, subpath: Optional[str] = None, two_byte: bool = False) -> TileConfig:
     """Heuristic: the narrowest N tile that covers ``K/groups`` (up to 256), so grouped and narrow
     convolutions waste little of the MMA; :data:`SHORT_K_CONFIG` for the per-lane sub-path with a
-    short reduction."""
+    short reduction, unless a loader moves 2-byte copies (``two_byte``; there 128x64 measured faster,
+    H100 stem 0.62 vs 0.73 ms), which also run one CTA per SM (their values in flight plus the two
+    fragment sets spill at the 128 registers of two)."""
     kg = problem.gemm_n
-    if subpath == "per_lane" and problem.groups == 1 and 32 < kg <= 64 and problem.gemm_k <= 256:
+    if subpath == "per_lane" and not two_byte and problem.groups == 1 and 32 < kg <= 64 and problem.gemm_k <= 256:
         return SHORT_K_CONFIG
-    for bn in (16, 32, 64, 128):
-        if kg <= bn:
-            return CONFIGS[bn]
-    return CONFIGS[256] if kg >= 256 else CONFIGS[128]
+    cfg = next((CONFIGS[bn] for bn in (16, 32, 64, 128) if kg <= bn), CONFIGS[256] if kg >= 256 else CONFIGS[128])
+    return dataclasses.replace(cfg, min_blocks=1) if two_byte else cfg
 
 
 def matmul_config(m: int, n: int) -> TileConfig:
@@ -235,15 +236,9 @@ def conv_variant(problem: ConvProblem, subpath: str, x_ptr: Optional[int] = None
                  w_ld: Optional[int] = None):
     """``(kernel name, TileConfig, defines)`` of the conv kernel for ``problem`` on ``subpath``; ``w_ld``
     is the row pitch of the filters (default ``R*S*C/groups``; larger only with zeroed padding)."""
-    cfg = conv_config(problem, subpath)
     vec_a = _vec(extents=(problem.channels, problem.channels_per_group), pointer=x_ptr)
     vec_b = _vec(extents=(w_ld or problem.gemm_k,), pointer=w_ptr)
-    if 1 in (vec_a, vec_b):
-        if cfg is SHORT_K_CONFIG:  # 2-byte copies: 128x64 measured faster (H100 stem: 0.62 vs 0.73 ms)
-            cfg = conv_config(problem)
-        if cfg.min_blocks > 1:
-            # the 2-byte loader's values in flight plus the two fragment sets spill at 128 registers
-            cfg = dataclasses.replace(cfg, min_blocks=1)
+    cfg = conv_config(problem, subpath, two_byte=1 in (vec_a, vec_b))
     name = (f"conv2d_fprop_sm80_{subpath}_{_DTYPE_TAG[problem.dtype]}_{cfg.name}_va{vec_a}_vb{vec_b}")
     defines = dict(cfg.defines(), CUCONV_DTYPE=dtype_code(problem.dtype), CUCONV_SUBPATH=_SUBPATH_CODE[subpath],
                    CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b, CUCONV_KERNEL_NAME=name)
@@ -412,7 +407,7 @@ def _run_igemm(problem, subpath, x, w, bias, residual, out, dev, w_ld=None):
     rows are ``w_ld`` elements apart (default ``R*S*C/groups``)."""
     w_ld = w_ld or problem.gemm_k
     name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr, w_ld)
-    smem = cfg.smem_bytes(row_table=subpath != "pointwise")
+    smem = cfg.smem_bytes(row_table=subpath != "pointwise" and defines["CUCONV_VEC_A"] == 1)
     fn = _function(CONV_SOURCE, dev, defines, name, smem)
     ep = problem.epilogue
     K, Kg = problem.out_channels, problem.gemm_n
@@ -501,7 +496,7 @@ def stage_a_tile(x, problem: ConvProblem, m_offset: int, k_offset: int, group: i
     elif subpath not in SUBPATHS or not subpath_ok(problem, subpath, BLOCK_K):
         raise ValueError(f"subpath: {subpath!r} cannot serve {problem.describe()}")
     name, cfg, defines = conv_variant(problem, subpath, x.data.ptr)
-    smem = cfg.smem_bytes(row_table=True)
+    smem = cfg.smem_bytes(row_table=subpath != "pointwise" and defines["CUCONV_VEC_A"] == 1)
     fn = _function(CONV_SOURCE, device_of(x), defines, name + "_stage_a", smem)
     tile = cp.empty((cfg.bm, cfg.bk), dtype=x.dtype)
     fn((1,), (cfg.threads,), (x, im2col_geometry(problem), np.int32(group), np.int64(m_offset),

@@ -6,8 +6,6 @@
 //   CUCONV_WARPS_M/N      warp grid; the warp tile is (BM / WARPS_M) x (BN / WARPS_N)
 //   CUCONV_MIN_BLOCKS     __launch_bounds__ occupancy hint (CTAs per SM)
 //   CUCONV_VEC_A/B        elements per copy of the A / B loader (8, 4, 2: cp.async 16/8/4 B; 1: u16)
-//   CUCONV_SMEM_BUDGET    dynamic shared memory one CTA may use, bytes (the host passes the GPU's
-//                         opt-in maximum; default 99 KiB, the smallest sm_80+ part: sm_86/89)
 //   CUCONV_KERNEL_NAME    the extern "C" name, chosen by the host so that it encodes the variant
 #pragma once
 
@@ -47,10 +45,6 @@
 #define CUCONV_VEC_B 8
 #endif
 
-#ifndef CUCONV_SMEM_BUDGET
-#define CUCONV_SMEM_BUDGET (99 * 1024)
-#endif
-
 #define CUCONV_CAT_(a, b) a##b
 #define CUCONV_CAT(a, b) CUCONV_CAT_(a, b)
 
@@ -60,10 +54,10 @@ constexpr int kBM = CUCONV_BM, kBN = CUCONV_BN, kBK = CUCONV_BK, kStages = CUCON
 constexpr int kWarpsM = CUCONV_WARPS_M, kWarpsN = CUCONV_WARPS_N;
 constexpr int kThreads = 32 * kWarpsM * kWarpsN;
 constexpr int kVecA = CUCONV_VEC_A, kVecB = CUCONV_VEC_B;
-// Budget: the dynamic shared memory of one CTA (99 KiB on sm_86/89, 163 KiB on sm_80, 227 KiB on
-// sm_90).
-constexpr int kSmemBudgetBytes = CUCONV_SMEM_BUDGET;
-static_assert(kBK == 32 || kBK == 64, "K tiles of 64 or 128 bytes per row (the two swizzles of smem_tile.cuh)");
+// Budget: the dynamic shared memory of one CTA on the smallest sm_80+ part we serve (sm_86/89:
+// 99 KiB opt-in per block).
+constexpr int kSmemBudgetBytes = 99 * 1024;
+static_assert(kBK == 32, "the 64-byte row swizzle and loaders are tuned for BK = 32");
 static_assert(kThreads == 128 || kThreads == 256, "4 or 8 warps");
 }  // namespace sm80
 }  // namespace cuconv

@@ -20,8 +20,9 @@
 //                     Cg % VEC == 0 so a chunk never straddles two taps.
 //   (pointwise 1x1 / stride 1 / pad 0 is not here: it is LinearLoader over x viewed as [M][C].)
 //
-// Lanes whose element is in the halo (or past M / K) issue a zero-filling copy from the tensor
-// base, never an address outside x.
+// Lanes whose element is in the halo (or past M / K) issue a zero-filling copy that reads nothing:
+// cp.async copies keep their computed address (possibly outside x) with a zero source size, 2-byte
+// copies skip the load.
 #pragma once
 #include "sm80/ptx_sm80.cuh"
 #include "sm80/smem_tile.cuh"

@@ -10,8 +10,9 @@
 // Each thread moves VEC contiguous elements per copy (cp.async of 2*VEC bytes; VEC = 1 is a
 // synchronous 16-bit copy). The host picks VEC so that ld, the column offset and the contiguous
 // extent are multiples of VEC and the base is 2*VEC-byte aligned: a chunk is then entirely inside
-// or entirely outside the matrix, and lanes predicated off read nothing (src clamped to base). The
-// host also guarantees ld * 256 < 2^31 (the in-tile offset row * ld + col of the cp.async copies is
+// or entirely outside the matrix, and lanes predicated off read nothing (cp.async copies keep their
+// computed address with a zero source size; 2-byte copies read from `base` instead). The host also
+// guarantees ld * 256 < 2^31 (the in-tile offset row * ld + col of the cp.async copies is
 // 32-bit).
 #pragma once
 #include "sm80/ptx_sm80.cuh"

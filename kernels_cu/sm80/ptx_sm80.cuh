@@ -12,8 +12,8 @@ namespace cuconv {
 namespace sm80 {
 
 // cp.async of BYTES (4, 8 or 16) with zero-fill: when `valid` is false the source size is 0, so the
-// hardware writes BYTES zeros and reads nothing from `src` (which may then point anywhere: the
-// linear loader passes the chunk's computed address, past the end of the operand).
+// hardware writes BYTES zeros and reads nothing from `src` (which may then point anywhere: both
+// loaders pass the chunk's computed address, past the end of the operand or in the halo).
 template <int BYTES>
 __device__ __forceinline__ void cp_async_zfill(uint32_t dst, const void* src, bool valid) {
   static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async moves 4, 8 or 16 bytes");
