@@ -91,19 +91,83 @@ def test_copy_widths_follow_channels_and_alignment():
 def test_new_paths_variants_and_explain_text():
     p = _problem(128, 128, (3, 3), 1, groups=32)
     name, sbs, d = sm80.grouped_variant(p)
-    assert sbs == 2 and name == "conv2d_fprop_sm80_grouped_mma_bf16_sb2" and d["CUCONV_SBS"] == 2
-    assert sm80.grouped_variant(_problem(8, 8, (7, 7), 3, groups=8))[1] == 1
-    assert 9 * sbs * sm80.GROUPED_FRAG_BYTES <= sm80.SMEM_BUDGET
+    assert sbs == 1 and name == "conv2d_fprop_sm80_grouped_mma_bf16_sb1_o4" and d["CUCONV_OCTETS"] == 4
+    assert d["CUCONV_GM_MIN_BLOCKS"] == 2
+    assert 49 * sbs * sm80.GROUPED_FRAG_BYTES <= sm80.SMEM_BUDGET
+    assert sm80.fast_divisor(1) == (1, 0) and sm80.fast_divisor(56) == (((1 << 32) * 8) // 56 + 1, 6)
     assert sm80.padded_channels(_problem(3, 64, (7, 7), 3)) == 4
     assert sm80.padded_channels(_problem(5, 64, (7, 7), 3)) == 8
     k = sm80.Sm80IgemmKernel()
     detail = k.describe(_problem(3, 64, (7, 7), 3, stride=2), None)
-    assert "pad_channels" in detail and "3 -> 4" in detail and "per_lane" in detail and "va4" in detail
+    assert "pad_channels" in detail and "3 -> 4" in detail and "per_lane" in detail and "va8" in detail
+    assert "folded 2 pixels -> 1 of 8 channels" in detail
     assert "grouped_mma" in k.describe(p, None) and "32 groups of 4" in k.describe(p, None)
-    g = sm80.grouped_geometry(p, True)
-    assert g["C"] == 128 and g["Cg"] == 4 and g["out_vec"] == 1 and g["M"] == 2 * 16 * 16
+    g = sm80.grouped_geometry(p, 8)
+    assert g["C"] == 128 and g["Cg"] == 4 and g["out_vec"] == 8 and g["M"] == 2 * 16 * 16
     with pytest.raises(ValueError, match="subpath"):
         sm80.sm80_subpath_ok(p, "bogus")
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 7, 56, 112, 3136, 12544, 2**20 + 1, 2**31 - 1])
+def test_fast_divisor_divides_every_31_bit_index(d):
+    """The grouped kernel's m / Q and m / (P*Q) splits: (umulhi(x, mul) + x) >> shr == x // d."""
+    mul, shr = sm80.fast_divisor(d)
+    assert 0 < mul < 2**32
+    rng = np.random.default_rng(d)
+    xs = np.concatenate([np.arange(0, min(4 * d + 5, 50000)), rng.integers(0, 2**31, 20000), [2**31 - 1, 2**31 - 1 - d]])
+    xs = [int(v) for v in xs if v < 2**31]
+    assert all(((((x * mul) >> 32) + x) >> shr) == x // d for x in xs)
+    with pytest.raises(ValueError, match="d"):
+        sm80.fast_divisor(0)
+
+
+def pad_plan_model(x, w, plan):
+    """NumPy model of the pad_channels pre-pass: the copies of x and w that the kernel reads."""
+    N, H, W, C = x.shape
+    K, R, S, _ = w.shape
+    xp = np.zeros((N, H, plan.width, plan.cp))
+    cols = np.arange(plan.width) - plan.pad_w
+    keep = (cols >= 0) & (cols < W)
+    xp[:, :, keep, :C] = x[:, :, cols[keep], :]
+    if plan.fold > 1:
+        wp = np.zeros((K, R, plan.taps_w, plan.cp))
+        wp[:, :, :S, :C] = w
+    else:
+        wp = np.zeros((K, R * S, plan.cp))
+        wp[:, :, :C] = w.reshape(K, R * S, C)
+    wp = np.concatenate([wp.reshape(K, -1), np.zeros((K, plan.w_ld - wp[0].size))], axis=1)
+    return xp, wp
+
+
+@pytest.mark.parametrize("c,hw,filt,stride,pad,dil", [
+    (3, (20, 20), (7, 7), 2, 3, 1),        # the stem: folded 2 -> 1, 8 channels
+    (3, (17, 13), (3, 5), (1, 2), ((1, 0), (2, 1)), 1),
+    (1, (16, 16), (4, 4), 4, 0, 1),        # a 4x4 stride-4 patchify: folded 4 -> 1
+    (5, (15, 12), (3, 3), 2, 1, 1),        # C 5 -> 8, folded 2 -> 1 of 16 channels
+    (3, (15, 15), (7, 7), 1, 3, 1),        # stride 1: channels only, filter rows padded to 8
+    (3, (18, 18), (3, 3), 2, 1, 2),        # W dilation: no folding
+    (7, (12, 12), (1, 3), (1, 3), (0, 1), 1),
+])
+def test_pad_plan_reproduces_the_conv(c, hw, filt, stride, pad, dil):
+    """The conv the pad_channels kernel runs (``plan.kernel_problem``) on the pre-pass's copies equals
+    the caller's conv: checked with the float64 reference on a NumPy model of the copies."""
+    rng = np.random.default_rng(c + hw[0])
+    p = ConvProblem.create(nd=2, batch=2, in_spatial=hw, channels=c, out_channels=6, filter_spatial=filt,
+                           stride=stride, dilation=dil, padding=pad, groups=1, dtype="bfloat16", layout="NHWC")
+    plan = sm80.pad_plan(p)
+    kp = plan.kernel_problem
+    x = rng.standard_normal((2, *hw, c))
+    w = rng.standard_normal((6, *filt, c))
+    xp, wp = pad_plan_model(x, w, plan)
+    assert kp.out_spatial == p.out_spatial and kp.groups == 1 and wp.shape == (6, plan.w_ld)
+    assert plan.w_ld % 8 == 0 and kp.channels % 4 == 0 and kp.gemm_k <= plan.w_ld
+    assert (plan.fold > 1) == (p.stride[1] > 1 and dil == 1 and p.stride[1] <= filt[1])
+    folded_x = xp.reshape(2, hw[0], plan.width // plan.fold, kp.channels)
+    folded_w = wp[:, :kp.gemm_k].reshape(6, *kp.filter_spatial, kp.channels)
+    kpad = tuple(zip(kp.pad_lo, kp.pad_hi))
+    got = cuconv.reference.conv2d(folded_x, folded_w, stride=kp.stride, padding=kpad, dilation=kp.dilation)
+    want = cuconv.reference.conv2d(x, w, stride=p.stride, padding=tuple(zip(p.pad_lo, p.pad_hi)), dilation=dil)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def grouped_frags_model(w, C, Cg):

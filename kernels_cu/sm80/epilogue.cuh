@@ -41,29 +41,50 @@ struct EpilogueStaging {
   static constexpr int kBytes = WARPS * kWarpFloats * 4;
 };
 
-// Epilogue of 8 consecutive columns [col, col + 8) of one output row, from shared memory.
-__device__ __forceinline__ void store_row8(const float* src, const OutputView& o, const EpilogueParams& ep,
-                                           long long row, long long col) {
+// act() of 8 values, the activation switch taken once for all of them.
+__device__ __forceinline__ void activate8(float (&v)[8], int act) {
+  switch (act) {
+    case ACT_NONE: break;
+    case ACT_RELU:
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = v[j] > 0.f ? v[j] : 0.f;
+      break;
+    case ACT_SILU:
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = activate(v[j], ACT_SILU);
+      break;
+    case ACT_GELU:
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = activate(v[j], ACT_GELU);
+      break;
+    default: break;
+  }
+}
+
+// Epilogue of 8 consecutive columns [col, col + 8) of one output row, accumulators in v.
+__device__ __forceinline__ void store8(const float (&acc)[8], const OutputView& o, const EpilogueParams& ep,
+                                       long long row, long long col) {
   if (row >= o.rows || col >= o.cols) return;
   const long long idx = row * o.ldo + o.col_base + col;
-  const float4 lo = *reinterpret_cast<const float4*>(src);
-  const float4 hi = *reinterpret_cast<const float4*>(src + 4);
-  float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
   if (o.out_vec == 8 && col + 8 <= o.cols) {
-    float r[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    // Whole vector: bias and residual gathered once, then branch-free arithmetic.
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = ep.alpha * acc[j];
+    if (ep.has_bias) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] += to_float(o.bias[o.col_base + col + j]);
+    }
     if (ep.has_residual) {
       const uint4 raw = *reinterpret_cast<const uint4*>(o.residual + idx);
       const elem_t* re = reinterpret_cast<const elem_t*>(&raw);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) r[j] = to_float(re[j]);
+      for (int j = 0; j < 8; ++j) v[j] += ep.beta * to_float(re[j]);
     }
+    activate8(v, ep.activation);
     uint32_t packed[4];
 #pragma unroll
-    for (int j = 0; j < 8; j += 2) {
-      const float b0 = ep.has_bias ? to_float(o.bias[o.col_base + col + j]) : 0.f;
-      const float b1 = ep.has_bias ? to_float(o.bias[o.col_base + col + j + 1]) : 0.f;
-      packed[j / 2] = pack2<elem_t>(apply_epilogue(v[j], b0, r[j], ep), apply_epilogue(v[j + 1], b1, r[j + 1], ep));
-    }
+    for (int j = 0; j < 8; j += 2) packed[j / 2] = pack2<elem_t>(v[j], v[j + 1]);
     *reinterpret_cast<uint4*>(o.out + idx) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     return;
   }
@@ -78,7 +99,7 @@ __device__ __forceinline__ void store_row8(const float* src, const OutputView& o
       if (i == 1 && !two) break;
       const float b = ep.has_bias ? to_float(o.bias[o.col_base + col + j + i]) : 0.f;
       const float r = ep.has_residual ? to_float(o.residual[idx + j + i]) : 0.f;
-      e[i] = apply_epilogue(v[j + i], b, r, ep);
+      e[i] = apply_epilogue(acc[j + i], b, r, ep);
     }
     if (two && o.out_vec >= 2) {
       *reinterpret_cast<uint32_t*>(o.out + idx + j) = pack2<elem_t>(e[0], e[1]);
@@ -87,6 +108,16 @@ __device__ __forceinline__ void store_row8(const float* src, const OutputView& o
       if (two) o.out[idx + j + 1] = from_float<elem_t>(e[1]);
     }
   }
+}
+
+// The same, accumulators from shared memory (8 floats at src, 16-byte aligned).
+__device__ __forceinline__ void store_row8(const float* src, const OutputView& o, const EpilogueParams& ep,
+                                           long long row, long long col) {
+  if (row >= o.rows || col >= o.cols) return;
+  const float4 lo = *reinterpret_cast<const float4*>(src);
+  const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+  const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  store8(v, o, ep, row, col);
 }
 
 // All warps call this after the mainloop (the ring drained: every cp.async landed, every warp past

@@ -13,20 +13,35 @@
 // because k and the output rows are only labels; the permutations are folded into the A fragments:
 //   input  channel of label k in k-step ks:   8*((k&7)>>1) + 4*ks + 2*(k>>3) + (k&1)
 //   output channel of row rho in m-tile mt:   4*(rho&7) + 2*mt + (rho>>3)
-// so each lane also owns 4 consecutive output channels (4g..4g+3) of pixels 2t and 2t+1 (8-byte stores).
+// so each lane also owns 4 consecutive output channels (4g..4g+3) of pixels 2t and 2t+1; the epilogue
+// swaps halves with lane g^1 to hold 8 channels of one pixel (16-byte stores).
 // A (the weights) never changes along the pixels: `<name>_frags` (a prep kernel) writes every
 // (tap, superblock) as ready fragments, frags[tap][sb][f = 2*mt+ks][lane][4] (u32), once per call.
 //
 // Roles: every warp loads its pixels' channels (ld.global.nc, L1 keeps the R*S-fold reuse), runs the
-// mmas and the epilogue act(alpha*acc + bias + beta*residual) from its registers.
+// mmas and the epilogue act(alpha*acc + bias + beta*residual) from its registers. Per tap the address
+// work is one 64-bit add and a bounds test per pixel (pointers to each pixel's window origin are
+// computed once per pixel block), so the loop is mostly loads and mmas.
 // Shared memory: the CTA's slab of fragments (SBS superblocks x taps x 2 KiB). Barrier: one
 // __syncthreads after staging it. Grid: x = pixel blocks (grid-stride loop), y = channel slabs.
+//
+// Shape (host: sm80.grouped_variant): SBS = 1 superblock per CTA, 4 octets (32 pixels) per warp, 2
+// CTAs per SM. Per 32-channel tap a warp then issues 4 LDS.128 of fragments for 32 pixels; L1/shared
+// wavefronts are what bounds this kernel (~79% of peak on the H100), and 2 superblocks x 2 octets
+// (the same registers) read twice the fragments per pixel: ResNeXt 32x4d 0.096 vs 0.085 ms.
 #include "sm80/config.cuh"
 #include "sm80/ptx_sm80.cuh"
 #include "common/epilogue_math.cuh"
+#include "sm80/epilogue.cuh"
 
 #ifndef CUCONV_SBS
-#define CUCONV_SBS 4
+#define CUCONV_SBS 1
+#endif
+#ifndef CUCONV_OCTETS
+#define CUCONV_OCTETS 4
+#endif
+#ifndef CUCONV_GM_MIN_BLOCKS
+#define CUCONV_GM_MIN_BLOCKS 2
 #endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME conv2d_fprop_sm80_grouped_mma
@@ -41,15 +56,17 @@ struct GroupedGeometry {
   int P, Q, R, S;
   int Cg;
   int stride_h, stride_w, dil_h, dil_w, pad_h, pad_w;
-  int out_vec;     // out and residual 8-byte aligned: 4-channel stores / loads
+  int out_vec;     // widest output access, 8 / 2 / 1 elements (OutputView::out_vec)
+  unsigned q_mul, q_shr, p_mul, p_shr;  // m / Q and (m / Q) / P as multiply-shift (host: fast_divisor)
 };
 
 constexpr int kGmSuper = 32;                  // channels per superblock
 constexpr int kGmWarps = 8;
 constexpr int kGmThreads = 32 * kGmWarps;
-constexpr int kGmOctets = 2;                  // 8-pixel mma columns per warp and iteration
+constexpr int kGmOctets = CUCONV_OCTETS;      // 8-pixel mma columns per warp and iteration
 constexpr int kGmSbs = CUCONV_SBS;            // superblocks per CTA (its channel slab)
 constexpr int kGmWordsPerTapSb = 4 * 32 * 4;  // f x lane x reg
+
 // Budget: the fragment slab for a 7x7 filter must fit the 99 KiB opt-in shared memory with SBS = 1.
 static_assert(kGmSbs == 1 || kGmSbs == 2 || kGmSbs == 4, "SBS is 1, 2 or 4 superblocks");
 static_assert(49 * kGmWordsPerTapSb * 4 <= kSmemBudgetBytes, "a 7x7 slab of one superblock fits");
@@ -64,6 +81,11 @@ __device__ __forceinline__ void ld_shared_v4(uint32_t (&r)[4], uint32_t addr) {
 }
 __device__ __forceinline__ void st_shared_v4(uint32_t addr, const uint32_t (&r)[4]) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]));
+}
+
+// x / d for 32-bit x < 2^31 as (umulhi(x, mul) + x) >> shr, mul and shr from the host (fast_divisor).
+__device__ __forceinline__ unsigned fast_div(unsigned x, unsigned mul, unsigned shr) {
+  return (__umulhi(x, mul) + x) >> shr;
 }
 
 }  // namespace sm80
@@ -98,7 +120,7 @@ CUCONV_CAT(CUCONV_KERNEL_NAME, _frags)(const elem_t* __restrict__ w, uint32_t* _
   }
 }
 
-extern "C" __global__ void __launch_bounds__(cs::kGmThreads, 1)
+extern "C" __global__ void __launch_bounds__(cs::kGmThreads, CUCONV_GM_MIN_BLOCKS)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const uint32_t* __restrict__ frags, const elem_t* bias,
                    const elem_t* residual, elem_t* out, cs::GroupedGeometry g, cuconv::EpilogueParams ep) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -122,29 +144,31 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const uint32_t* __restrict__ fr
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gq = lane >> 2, t = lane & 3;
   const int c_lane = sb0 * cs::kGmSuper + 8 * t;  // + 32 j: this lane's 8 input channels of superblock j
+  bool c_ok[cs::kGmSbs];
+#pragma unroll
+  for (int j = 0; j < cs::kGmSbs; ++j) c_ok[j] = c_lane + j * cs::kGmSuper < g.C;  // C % 8 == 0
   constexpr int kPixelsPerWarp = 8 * cs::kGmOctets;
   const long long blocks = (g.M + cs::kGmWarps * kPixelsPerWarp - 1) / (cs::kGmWarps * kPixelsPerWarp);
+  const long long row_elems = (long long)g.W * g.C;
+  const long long tap_step = 2ll * g.dil_w * g.C;                                  // bytes to the next tap
+  const long long row_step = 2ll * g.dil_h * row_elems - (long long)(g.S - 1) * tap_step;  // and filter row
+  const cuconv::sm80::OutputView view{out, residual, bias, g.M, g.C, g.C, 0, g.out_vec};
 
   for (long long blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
     const long long m_warp = (blk * cs::kGmWarps + warp) * kPixelsPerWarp;
-    // the pixel this lane loads (mma column gq) in each octet
-    long long pix_base[cs::kGmOctets];
+    // The pixel this lane loads (mma column gq) in each octet: its window origin, and the byte address
+    // of its channels there (outside the image when padded; dereferenced only inside it).
+    unsigned long long px[cs::kGmOctets];
     int h0[cs::kGmOctets], w0[cs::kGmOctets];
 #pragma unroll
     for (int o = 0; o < cs::kGmOctets; ++o) {
-      const long long m = m_warp + o * 8 + gq;
-      pix_base[o] = 0;
-      h0[o] = -(1 << 30);
-      w0[o] = 0;
-      if (m < g.M) {
-        const long long nq = m / g.Q;
-        const int q = (int)(m - nq * g.Q);
-        const long long n = nq / g.P;
-        const int p = (int)(nq - n * g.P);
-        pix_base[o] = n * g.H * g.W * (long long)g.C;
-        h0[o] = p * g.stride_h - g.pad_h;
-        w0[o] = q * g.stride_w - g.pad_w;
-      }
+      const long long m = m_warp + o * 8 + gq;  // < 2^31 (host gate)
+      const unsigned nq = cs::fast_div((unsigned)m, g.q_mul, g.q_shr), n = cs::fast_div(nq, g.p_mul, g.p_shr);
+      const int q = (int)((unsigned)m - nq * (unsigned)g.Q), p = (int)(nq - n * (unsigned)g.P);
+      h0[o] = m < g.M ? p * g.stride_h - g.pad_h : -(1 << 30);  // rows past M: every tap out of the image
+      w0[o] = q * g.stride_w - g.pad_w;
+      px[o] = reinterpret_cast<unsigned long long>(x) +
+              2ull * (unsigned long long)(((long long)n * g.H + h0[o]) * row_elems + (long long)w0[o] * g.C + c_lane);
     }
 
     float acc[cs::kGmOctets][cs::kGmSbs][2][4];
@@ -157,28 +181,35 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const uint32_t* __restrict__ fr
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[o][j][mt][e] = 0.f;
 
-#pragma unroll 1
-    for (int tap = 0; tap < taps; ++tap) {
-      const int r = tap / g.S, s = tap - (tap / g.S) * g.S;
-      uint32_t b[cs::kGmOctets][cs::kGmSbs][4];  // {ks0: b0 b1, ks1: b0 b1}
+    // this lane's activation chunks of every octet and superblock at the tap (dh, dw), `off` bytes
+    // from the window origin (zero outside the image)
+    auto load_tap = [&](uint32_t (&b)[cs::kGmOctets][cs::kGmSbs][4], int dh, int dw, long long off) {
 #pragma unroll
       for (int o = 0; o < cs::kGmOctets; ++o) {
-        const int h = h0[o] + r * g.dil_h, wc = w0[o] + s * g.dil_w;
-        const bool in = (unsigned)h < (unsigned)g.H && (unsigned)wc < (unsigned)g.W;
-        const elem_t* px = x + pix_base[o] + ((long long)h * g.W + wc) * g.C;
+        const bool in = (unsigned)(h0[o] + dh) < (unsigned)g.H && (unsigned)(w0[o] + dw) < (unsigned)g.W;
 #pragma unroll
-        for (int j = 0; j < cs::kGmSbs; ++j) {
-          const int c = c_lane + j * cs::kGmSuper;
-          const bool ok = in && c < g.C;
-          cs::ld_global_nc_v4(b[o][j], ok ? (const void*)(px + c) : (const void*)x, ok);
-        }
+        for (int j = 0; j < cs::kGmSbs; ++j)
+          cs::ld_global_nc_v4(b[o][j], reinterpret_cast<const void*>(px[o] + off + j * cs::kGmSuper * 2),
+                              in && c_ok[j]);
       }
+    };
+    uint32_t b[cs::kGmOctets][cs::kGmSbs][4];  // {ks0: b0 b1, ks1: b0 b1}
+    int s = 0, dh = 0, dw = 0;
+    long long off = 0;  // bytes: (dh * W + dw) * C * 2
+#pragma unroll 1
+    for (int tap = 0; tap < taps; ++tap) {
+      load_tap(b, dh, dw, off);
+      const bool wrap = ++s == g.S;  // next filter row
+      s = wrap ? 0 : s;
+      dw = wrap ? 0 : dw + g.dil_w;
+      dh = wrap ? dh + g.dil_h : dh;
+      off += wrap ? row_step : tap_step;
+      const uint32_t fr_tap = fr + (uint32_t)(tap * cs::kGmSbs * cs::kGmWordsPerTapSb * 4 + lane * 16);
 #pragma unroll
       for (int j = 0; j < cs::kGmSbs; ++j) {
         uint32_t a[4][4];
 #pragma unroll
-        for (int f = 0; f < 4; ++f)
-          cs::ld_shared_v4(a[f], fr + (uint32_t)((((tap * cs::kGmSbs + j) * 4 + f) * 32 + lane) * 16));
+        for (int f = 0; f < 4; ++f) cs::ld_shared_v4(a[f], fr_tap + (uint32_t)((j * 4 + f) * 32 * 16));
 #pragma unroll
         for (int o = 0; o < cs::kGmOctets; ++o) {
           const uint32_t b0[2] = {b[o][j][0], b[o][j][1]};
@@ -192,33 +223,25 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const uint32_t* __restrict__ fr
       }
     }
 
-    // Epilogue: lane owns channels 4 gq .. 4 gq + 3 of superblock j at pixels 2t and 2t + 1.
+    // Epilogue: lane (gq, t) holds channels 4 gq .. 4 gq + 3 of superblock j at pixels 2t and 2t + 1
+    // of each octet. Lanes gq and gq ^ 1 swap halves (one shuffle per value) so that each holds 8
+    // consecutive channels 8 (gq / 2) .. + 7 of one pixel, 2t + (gq & 1), for the shared epilogue
+    // and one 16-byte store (4 lanes write a pixel's 64-byte superblock segment).
+    const int odd = gq & 1;
 #pragma unroll
     for (int o = 0; o < cs::kGmOctets; ++o) {
+      const long long m = m_warp + o * 8 + 2 * t + odd;
 #pragma unroll
-      for (int pp = 0; pp < 2; ++pp) {
-        const long long m = m_warp + o * 8 + 2 * t + pp;
-        if (m >= g.M) continue;
+      for (int j = 0; j < cs::kGmSbs; ++j) {
+        float v[8];
 #pragma unroll
-        for (int j = 0; j < cs::kGmSbs; ++j) {
-          const int c = (sb0 + j) * cs::kGmSuper + 4 * gq;
-          if (c >= g.C) continue;  // C % 8 == 0: the 4 channels are all in or all out
-          const long long idx = m * g.C + c;
-          float v[4] = {acc[o][j][0][pp], acc[o][j][0][2 + pp], acc[o][j][1][pp], acc[o][j][1][2 + pp]};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float bv = ep.has_bias ? cuconv::to_float(bias[c + e]) : 0.f;
-            const float rv = ep.has_residual ? cuconv::to_float(residual[idx + e]) : 0.f;
-            v[e] = cuconv::apply_epilogue(v[e], bv, rv, ep);
-          }
-          if (g.out_vec) {
-            const uint32_t lo = cuconv::pack2<elem_t>(v[0], v[1]), hi = cuconv::pack2<elem_t>(v[2], v[3]);
-            asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(out + idx), "r"(lo), "r"(hi) : "memory");
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) out[idx + e] = cuconv::from_float<elem_t>(v[e]);
-          }
+        for (int e = 0; e < 4; ++e) {  // channel 4 gq + e of pixel 2t + pp: acc[o][j][e / 2][2 (e % 2) + pp]
+          const float p0 = acc[o][j][e >> 1][2 * (e & 1)], p1 = acc[o][j][e >> 1][2 * (e & 1) + 1];
+          const float other = __shfl_xor_sync(0xffffffffu, odd ? p0 : p1, 4);
+          v[e] = odd ? other : p0;
+          v[4 + e] = odd ? p1 : other;
         }
+        cuconv::sm80::store8(v, view, ep, m, (long long)(sb0 + j) * cs::kGmSuper + 8 * (gq >> 1));
       }
     }
   }

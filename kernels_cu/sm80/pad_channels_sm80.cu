@@ -1,13 +1,15 @@
-// cuconv: the channel-pad pre-pass of the sm80 "pad_channels" path (stems: C = 1, 3, 5, 7).
+// cuconv: the pad pre-pass of the sm80 "pad_channels" path (stems: C = 1, 3, 5, 7).
 //
-// src[rows][C] -> dst[rows][CP] with channels C .. CP-1 set to zero, CP = 4 or 8 (CUCONV_PAD_CP).
-// The conv then runs the per-lane im2col loader on dst with CP-element (8 / 16-byte) cp.async copies
-// instead of synchronous 2-byte ones. One thread per row: C 2-byte loads (a warp reads 32*C
-// contiguous elements), one CP*2-byte store (a warp writes 32*CP*2 contiguous bytes).
-// Two tensors per launch (x and the weights, both [rows][C] in NHWC / KRSC), no barriers. The
-// weights' rows come in groups of R*S (one filter); each group starts dst1_group_rows * CP elements
-// after the previous one, so the host can give the padded filters a row pitch that is a multiple
-// of 8 elements (the gap is zeroed by the host).
+// Copies two tensors of 2-byte rows of C elements (x in NHWC, w in KRSC) into scratch tensors of rows
+// of CP = 4 or 8 elements (CUCONV_PAD_CP), channels C .. CP-1 zero. Each tensor is viewed as
+// [outer][inner] rows; the copy has [outer][inner_dst] rows and destination row j of a block takes
+// source row j - lo when that is in 0 .. inner_src-1, else zeros. That one rule serves:
+//   * x with its W axis padded (outer = N*H, inner = W -> Wp, lo = left padding), which lets the host
+//     fold pairs of W pixels into one pixel of 2*CP channels for stride-2 convs (sm80.py, fold_plan);
+//   * w with its filter rows padded (outer = K*R, inner = S -> S', or outer = K, inner = R*S -> a row
+//     pitch that is a multiple of 8 elements) so the weights move in 16-byte copies.
+// One thread per destination row: up to C 2-byte loads (a warp reads 32*C contiguous elements), one
+// CP*2-byte store (a warp writes 32*CP*2 contiguous bytes). No barriers.
 #include "common/types.cuh"
 
 #ifndef CUCONV_PAD_CP
@@ -18,16 +20,27 @@
 #endif
 static_assert(CUCONV_PAD_CP == 4 || CUCONV_PAD_CP == 8, "pad to 4 or 8 channels (one 8- or 16-byte store)");
 
-__device__ __forceinline__ void pad_row(const uint16_t* __restrict__ src, uint16_t* __restrict__ dst, long long row,
-                                        long long dst_row, int C) {
+struct PadBlock {             // one tensor of the pre-pass
+  const uint16_t* src;
+  uint16_t* dst;
+  long long outer;            // blocks of rows
+  int inner_src, inner_dst;   // rows per block in src / dst
+  int lo;                     // dst row j of a block copies src row j - lo
+};
+
+__device__ __forceinline__ void pad_row(const PadBlock& t, long long i, int C) {
+  const long long o = i / t.inner_dst;
+  const int j = (int)(i - o * t.inner_dst) - t.lo;
+  const bool in = (unsigned)j < (unsigned)t.inner_src;
+  const uint16_t* src = t.src + (o * t.inner_src + j) * C;
   uint32_t words[CUCONV_PAD_CP / 2];
 #pragma unroll
-  for (int i = 0; i < CUCONV_PAD_CP / 2; ++i) {
-    const uint32_t lo = 2 * i < C ? (uint32_t)src[row * C + 2 * i] : 0u;
-    const uint32_t hi = 2 * i + 1 < C ? (uint32_t)src[row * C + 2 * i + 1] : 0u;
-    words[i] = lo | (hi << 16);
+  for (int k = 0; k < CUCONV_PAD_CP / 2; ++k) {
+    const uint32_t lo = in && 2 * k < C ? (uint32_t)src[2 * k] : 0u;
+    const uint32_t hi = in && 2 * k + 1 < C ? (uint32_t)src[2 * k + 1] : 0u;
+    words[k] = lo | (hi << 16);
   }
-  uint16_t* d = dst + dst_row * CUCONV_PAD_CP;
+  uint16_t* d = t.dst + i * CUCONV_PAD_CP;
   if constexpr (CUCONV_PAD_CP == 4) {
     asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(d), "r"(words[0]), "r"(words[1]) : "memory");
   } else {
@@ -37,16 +50,13 @@ __device__ __forceinline__ void pad_row(const uint16_t* __restrict__ src, uint16
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-CUCONV_KERNEL_NAME(const uint16_t* __restrict__ src0, uint16_t* __restrict__ dst0, long long rows0,
-                   const uint16_t* __restrict__ src1, uint16_t* __restrict__ dst1, long long rows1, int C,
-                   int rows1_per_group, int dst1_group_rows) {
+CUCONV_KERNEL_NAME(PadBlock t0, PadBlock t1, int C) {
+  const long long rows0 = t0.outer * t0.inner_dst, rows = rows0 + t1.outer * t1.inner_dst;
   const long long stride = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < rows0 + rows1; i += stride) {
-    if (i < rows0) {
-      pad_row(src0, dst0, i, i, C);
-    } else {  // the second tensor's groups of rows (a filter's taps) start dst1_group_rows rows apart
-      const long long j = i - rows0, grp = j / rows1_per_group;
-      pad_row(src1, dst1, j, grp * dst1_group_rows + (j - grp * rows1_per_group), C);
-    }
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += stride) {
+    if (i < rows0)
+      pad_row(t0, i, C);
+    else
+      pad_row(t1, i - rows0, C);
   }
 }
