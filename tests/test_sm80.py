@@ -303,16 +303,31 @@ def test_grouped_mma_misaligned_views(cp):
 
 @settings(max_examples=25, deadline=None)
 @given(c=st.sampled_from([1, 3, 5, 7]), k=st.integers(1, 70), hw=st.tuples(st.integers(1, 13), st.integers(1, 13)),
-       filt=st.tuples(st.integers(1, 7), st.integers(2, 7)), stride=st.tuples(st.integers(1, 3), st.integers(1, 2)),
+       filt=st.tuples(st.integers(1, 7), st.integers(2, 7)), stride=st.tuples(st.integers(1, 3), st.integers(1, 4)),
        pads=st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
        dilation=st.sampled_from([1, 1, 2]), n=st.integers(1, 3), dtype=st.sampled_from(["bfloat16", "float16"]),
        ep=epilogues, seed=st.integers(0, 2**31 - 1))
 def test_pad_channels_drawn(cp, c, k, hw, filt, stride, pads, dilation, n, dtype, ep, seed):
+    # W strides 2..4 with W dilation 1 and S >= stride take the folded layout (sm80.pad_plan)
     padding = ((pads[0], pads[1]), (pads[2], pads[3]))
     for size, f, (lo, hi) in zip(hw, filt, padding):
         assume(size + lo + hi >= (f - 1) * dilation + 1)
     run_conv(cp, subpath="pad_channels", n=n, hw=hw, c=c, k=k, filt=filt, stride=stride, padding=padding,
              dilation=dilation, dtype=dtype, seed=seed, **ep)
+
+
+@pytest.mark.parametrize("c,hw,filt,stride,padding,fold", [
+    (3, (32, 32), (4, 4), 4, 0, 4),            # ViT-style 4x4 stride-4 patchify: 4 pixels -> 16 channels
+    (5, (21, 19), (3, 5), 2, (1, 2), 2),       # C 5 -> 8: 2 pixels -> 16 channels, odd S, asymmetric W halo
+    (1, (17, 30), (7, 7), (1, 3), 3, 3),       # W stride 3: 3 pixels -> 12 channels (4-byte copies)
+    (3, (15, 16), (3, 3), 2, 1, 2),            # W + 2*pad not a multiple of the fold
+])
+def test_pad_channels_folded_layouts(cp, c, hw, filt, stride, padding, fold):
+    p = ConvProblem.create(nd=2, batch=2, in_spatial=hw, channels=c, out_channels=24, filter_spatial=filt,
+                           stride=stride, dilation=1, padding=padding, groups=1, dtype="bfloat16", layout="NHWC")
+    assert sm80.pad_plan(p).fold == fold
+    run_conv(cp, subpath="pad_channels", n=2, hw=hw, c=c, k=24, filt=filt, stride=stride, padding=padding,
+             seed=51 + fold, bias=True, residual=True, beta=0.5, activation="gelu")
 
 
 def test_pad_channels_stem_leaves_inputs_alone(cp):
@@ -322,7 +337,7 @@ def test_pad_channels_stem_leaves_inputs_alone(cp):
     b = random_array(rng, (64,), "bfloat16")
     xg, wg = cp.asarray(x), cp.asarray(w)
     e = cuconv.explain(xg, wg, padding=3, stride=2, kernel="sm80_igemm")
-    assert "pad_channels" in e.detail and "3 -> 4" in e.detail
+    assert "pad_channels" in e.detail and "3 -> 4" in e.detail and "folded 2 pixels -> 1 of 8 channels" in e.detail
     assert "tile 64x64x32" in e.detail  # the short-reduction config (sm80.SHORT_K_CONFIG)
     got = cuconv.conv2d(xg, wg, cp.asarray(b), padding=3, stride=2, activation="relu", kernel="sm80_igemm")
     assert_close(got, cuconv.reference.conv2d(x, w, b, padding=3, stride=2, activation="relu"), "bfloat16")
