@@ -463,7 +463,7 @@ def pad_plan(problem: ConvProblem) -> PadPlan:
     out to match, zero past S), so the stem (3 -> 4 channels, stride 2) moves 16-byte copies, each
     two taps, instead of 8-byte copies of one."""
     cp_ = 4 if problem.channels <= 3 else 8
-    (R, S), (H, W), (P, Q) = problem.filter_spatial, problem.in_spatial, problem.out_spatial
+    (R, S), (H, W), Q = problem.filter_spatial, problem.in_spatial, problem.out_spatial[1]
     u, dil_w = problem.stride[1], problem.dilation[1]
     if 2 <= u <= S and dil_w == 1 and u * cp_ <= 32:
         taps_w = -(-S // u)                     # folded filter columns
