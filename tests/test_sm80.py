@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cuconv
-from cuconv.backends.sm80 import BLOCK_K, conv_config, forced_subpath, stage_a_tile
+from cuconv.backends.sm80 import BLOCK_K, conv_config, forced_subpath, pad_plan, stage_a_tile
 from cuconv.device import gpu_available
 from cuconv.models.loader import loader_tile
 from cuconv.problem import ConvProblem
@@ -325,7 +325,7 @@ def test_pad_channels_drawn(cp, c, k, hw, filt, stride, pads, dilation, n, dtype
 def test_pad_channels_folded_layouts(cp, c, hw, filt, stride, padding, fold):
     p = ConvProblem.create(nd=2, batch=2, in_spatial=hw, channels=c, out_channels=24, filter_spatial=filt,
                            stride=stride, dilation=1, padding=padding, groups=1, dtype="bfloat16", layout="NHWC")
-    assert sm80.pad_plan(p).fold == fold
+    assert pad_plan(p).fold == fold
     run_conv(cp, subpath="pad_channels", n=2, hw=hw, c=c, k=24, filt=filt, stride=stride, padding=padding,
              seed=51 + fold, bias=True, residual=True, beta=0.5, activation="gelu")
 
