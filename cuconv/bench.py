@@ -25,7 +25,10 @@ also times ``beta=1`` with a residual against ``beta=0`` and prints the overhead
 writes every number (the format :func:`cuconv.plot.plot_bench` reads); ``--plot FILE.png``
 draws the roofline and per-shape chart (``--plot-from JSON``: of an earlier run, running nothing).
 
-Suites are module-level data (:data:`SUITES`): add a list to extend the benchmark.
+Suites are module-level data (:data:`SUITES`): add a list to extend the benchmark. Two suites run
+their own module (:data:`MODULE_SUITES`): ``sm80`` (:mod:`cuconv.bench_sm80`: stem, ResNeXt grouped,
+depthwise, ``cuconv.matmul``, dense ResNet-50 forced onto ``sm80_igemm``) and ``conv3d``
+(:mod:`cuconv.bench_conv3d`: each conv3d strategy on the video-VAE shapes).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -78,6 +82,12 @@ SUITES: Dict[str, List[Shape]] = {
         (4, 512, 64, 64, 512, 3, 1, 1), (4, 512, 128, 128, 512, 3, 1, 1), (4, 256, 256, 256, 256, 3, 1, 1),
         (2, 128, 512, 512, 128, 3, 1, 1), (8, 320, 64, 64, 320, 3, 1, 1), (8, 1280, 16, 16, 1280, 3, 1, 1)]],
 }
+
+#: Suites with their own module (own shapes, columns and JSON file), run by ``--suite NAME`` and in the
+#: default run after the conv2d suites: the sm_80+ kernel's cases (ResNet stem, ResNeXt grouped 3x3,
+#: depthwise, ``cuconv.matmul`` 8192^3, dense ResNet-50 forced onto it) and the conv3d strategies on the
+#: video-VAE shapes. With ``--json FILE.json`` each writes ``FILE_<name>.json``.
+MODULE_SUITES = {"sm80": "cuconv.bench_sm80", "conv3d": "cuconv.bench_conv3d"}
 
 #: Suites whose shapes also get the residual (beta=1 vs beta=0) comparison by default.
 RESIDUAL_SUITES = ("vae_unet",)
@@ -377,7 +387,8 @@ def _summary_line(rec: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cuconv.bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--suite", action="append", choices=sorted(SUITES), help="suite(s) to run (default: all)")
+    ap.add_argument("--suite", action="append", choices=sorted(SUITES) + sorted(MODULE_SUITES),
+                    help="suite(s) to run (default: all); sm80 and conv3d run cuconv.bench_sm80 / cuconv.bench_conv3d")
     ap.add_argument("--dtype", action="append", choices=["bfloat16", "float16"], help="dtype(s) (default: both)")
     ap.add_argument("--json", metavar="FILE", help="write every number to FILE")
     ap.add_argument("--quick", action="store_true", help="fewer timed runs (20) and no generic_gpu comparison")
@@ -399,7 +410,7 @@ def main(argv=None) -> int:
         plot_bench(args.plot_from, args.plot)
         print(f"wrote {args.plot}")
         return 0
-    suites = args.suite or list(SUITES)
+    suites = args.suite or list(SUITES) + list(MODULE_SUITES)
     dtypes = args.dtype or ["bfloat16", "float16"]
     runs = max(20, 20 if args.quick else args.runs)
 
@@ -415,9 +426,13 @@ def main(argv=None) -> int:
     print("host work per call (back-to-back calls of a tiny conv, microseconds): "
           + ", ".join(f"{k} {v:.1f}" for k, v in host.items()))
     records = []
+    module_status = 0
     t0 = time.time()
     for suite in suites:
         print(f"== suite {suite}")
+        if suite in MODULE_SUITES:
+            module_status |= _run_module_suite(suite, args, dtypes, runs)
+            continue
         for s in SUITES[suite]:
             for dt in dtypes:
                 with_res = args.residual == "all" or (args.residual == "auto" and suite in RESIDUAL_SUITES)
@@ -444,7 +459,23 @@ def main(argv=None) -> int:
         plot_bench({"device": dev.describe(), "ceilings": {"tflops": CEILING_TFLOPS, "tbps": CEILING_TBPS},
                     "records": records}, args.plot)
         print(f"wrote {args.plot}")
-    return 0 if all(r.get("check_ok") for r in records) else 1
+    return 0 if all(r.get("check_ok") for r in records) and not module_status else 1
+
+
+def _run_module_suite(name: str, args, dtypes, runs: int) -> int:
+    """Run one of :data:`MODULE_SUITES` with this run's runs, dtypes, torch and JSON choices."""
+    import importlib
+    mod = importlib.import_module(MODULE_SUITES[name])
+    root = os.path.splitext(args.json)[0] if args.json else None
+    if name == "sm80":  # that module runs one dtype at a time (and finds torch by itself)
+        status = 0
+        for dt in dtypes:
+            tag = f"_{name}" if len(dtypes) == 1 else f"_{name}_{dt}"
+            status |= mod.main(["--runs", str(runs), "--dtype", dt] + (["--json", root + tag + ".json"] if root else []))
+        return status
+    argv = ["--runs", str(runs)] + [a for dt in dtypes for a in ("--dtype", dt)]
+    argv += (["--no-torch"] if args.no_torch else []) + (["--json", f"{root}_{name}.json"] if root else [])
+    return mod.main(argv)
 
 
 if __name__ == "__main__":
