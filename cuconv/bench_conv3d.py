@@ -120,6 +120,7 @@ def bench_shape3d(s: Shape3d, dtype: str, runs: int = 20, with_torch: bool = Tru
     if with_torch:
         try:
             import torch
+            torch.backends.cudnn.benchmark = True  # let cuDNN time its algorithms, as cuconv.bench does
             tx = [torch.from_dlpack(x).permute(0, 4, 1, 2, 3) for x in xs]  # NCDHW view, channels_last_3d
             tw = torch.from_dlpack(w).permute(0, 4, 1, 2, 3)
             f = lambda i: torch.nn.functional.conv3d(tx[i], tw, padding=(0, 1, 1))  # noqa: E731

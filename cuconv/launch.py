@@ -8,6 +8,7 @@ reproduces C's member alignment and trailing padding).
 from __future__ import annotations
 
 import ctypes
+from typing import Tuple
 
 import numpy as np
 
@@ -30,6 +31,28 @@ def c_struct(fields, values) -> np.void:
     for name, _ in fields:
         arr[name] = values[name]
     return arr[()]
+
+
+def fast_divisor(d: int) -> Tuple[int, int]:
+    """``(mul, shr)`` with ``x // d == (umulhi(x, mul) + x) >> shr`` for every ``0 <= x < 2**31``: the
+    ``FastDivisor`` of kernels_cu/common/fast_div.cuh (a rounded-up reciprocal, shr = ceil(log2 d))."""
+    if not 1 <= d < 2**31:
+        raise ValueError(f"d: a divisor in [1, 2**31) expected, got {d}")
+    shr = (d - 1).bit_length()
+    return ((1 << 32) * ((1 << shr) - d)) // d + 1, shr
+
+
+def divisor_fields(*names: str) -> list:
+    """``c_struct`` fields of ``FastDivisor`` members ``names`` (each two uint32: mul, shr)."""
+    return [(f"{n}_{part}", np.uint32) for n in names for part in ("mul", "shr")]
+
+
+def divisor_values(**divisors: int) -> dict:
+    """``c_struct`` values of ``FastDivisor`` members: ``name=divisor`` -> ``name_mul``, ``name_shr``."""
+    out = {}
+    for n, d in divisors.items():
+        out[f"{n}_mul"], out[f"{n}_shr"] = fast_divisor(int(d))
+    return out
 
 
 _GEOMETRY_FIELDS = [(n, np.int64) for n in ("N", "D", "H", "W", "C", "Z", "P", "Q", "T", "R", "S", "Cg", "G", "Kg")] + \

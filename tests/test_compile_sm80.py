@@ -13,6 +13,7 @@ import pytest
 
 import cuconv
 from cuconv.backends import sm80
+from cuconv.launch import fast_divisor
 from cuconv.problem import ConvProblem
 
 from conftest import find_cuobjdump, nvrtc_available
@@ -94,7 +95,7 @@ def test_new_paths_variants_and_explain_text():
     assert sbs == 1 and name == "conv2d_fprop_sm80_grouped_mma_bf16_sb1_o4" and d["CUCONV_OCTETS"] == 4
     assert d["CUCONV_GM_MIN_BLOCKS"] == 2
     assert 49 * sbs * sm80.GROUPED_FRAG_BYTES <= sm80.SMEM_BUDGET
-    assert sm80.fast_divisor(1) == (1, 0) and sm80.fast_divisor(56) == (((1 << 32) * 8) // 56 + 1, 6)
+    assert fast_divisor(1) == (1, 0) and fast_divisor(56) == (((1 << 32) * 8) // 56 + 1, 6)
     assert sm80.padded_channels(_problem(3, 64, (7, 7), 3)) == 4
     assert sm80.padded_channels(_problem(5, 64, (7, 7), 3)) == 8
     k = sm80.Sm80IgemmKernel()
@@ -111,14 +112,14 @@ def test_new_paths_variants_and_explain_text():
 @pytest.mark.parametrize("d", [1, 2, 3, 7, 56, 112, 3136, 12544, 2**20 + 1, 2**31 - 1])
 def test_fast_divisor_divides_every_31_bit_index(d):
     """The grouped kernel's m / Q and m / (P*Q) splits: (umulhi(x, mul) + x) >> shr == x // d."""
-    mul, shr = sm80.fast_divisor(d)
+    mul, shr = fast_divisor(d)
     assert 0 < mul < 2**32
     rng = np.random.default_rng(d)
     xs = np.concatenate([np.arange(0, min(4 * d + 5, 50000)), rng.integers(0, 2**31, 20000), [2**31 - 1, 2**31 - 1 - d]])
     xs = [int(v) for v in xs if v < 2**31]
     assert all(((((x * mul) >> 32) + x) >> shr) == x // d for x in xs)
     with pytest.raises(ValueError, match="d"):
-        sm80.fast_divisor(0)
+        fast_divisor(0)
 
 
 def pad_plan_model(x, w, plan):

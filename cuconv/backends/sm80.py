@@ -49,7 +49,7 @@ import numpy as np
 
 from ..compiler import load_cuda_module
 from ..dispatch import Kernel, register
-from ..launch import c_struct, dtype_code, epilogue_params
+from ..launch import c_struct, divisor_fields, divisor_values, dtype_code, epilogue_params
 from ..models.loader import SUBPATHS, subpath_ok
 from ..problem import ConvProblem, Epilogue
 
@@ -279,7 +279,8 @@ def pad_variant(cp_: int):
 
 # ----------------------------------------------------------------------------- launch helpers
 _GEOMETRY_FIELDS = [("M", np.int64)] + [(n, np.int32) for n in (
-    "H", "W", "C", "P", "Q", "R", "S", "Cg", "k_gemm", "stride_h", "stride_w", "dil_h", "dil_w", "pad_h", "pad_w")]
+    "H", "W", "C", "P", "Q", "R", "S", "Cg", "k_gemm", "stride_h", "stride_w", "dil_h", "dil_w", "pad_h", "pad_w")] + \
+    divisor_fields("div_q", "div_p", "div_cg", "div_s")
 
 
 def im2col_geometry(p: ConvProblem) -> np.void:
@@ -288,21 +289,12 @@ def im2col_geometry(p: ConvProblem) -> np.void:
     return c_struct(_GEOMETRY_FIELDS, dict(
         M=p.gemm_m, H=H, W=W, C=p.channels, P=P, Q=Q, R=R, S=S, Cg=p.channels_per_group, k_gemm=p.gemm_k,
         stride_h=p.stride[0], stride_w=p.stride[1], dil_h=p.dilation[0], dil_w=p.dilation[1],
-        pad_h=p.pad_lo[0], pad_w=p.pad_lo[1]))
+        pad_h=p.pad_lo[0], pad_w=p.pad_lo[1], **divisor_values(div_q=Q, div_p=P, div_cg=p.channels_per_group, div_s=S)))
 
 
 _GROUPED_FIELDS = [("M", np.int64)] + [(n, np.int32) for n in (
     "H", "W", "C", "P", "Q", "R", "S", "Cg", "stride_h", "stride_w", "dil_h", "dil_w", "pad_h", "pad_w", "out_vec")] + \
-    [(n, np.uint32) for n in ("q_mul", "q_shr", "p_mul", "p_shr")]
-
-
-def fast_divisor(d: int) -> Tuple[int, int]:
-    """``(mul, shr)`` with ``x // d == (umulhi(x, mul) + x) >> shr`` for every ``0 <= x < 2**31``
-    (a round-up reciprocal; ``fast_div`` of kernels_cu/sm80/grouped_mma_sm80.cu)."""
-    if not 1 <= d < 2**31:
-        raise ValueError(f"d: a divisor in [1, 2**31) expected, got {d}")
-    shr = (d - 1).bit_length()
-    return ((1 << 32) * ((1 << shr) - d)) // d + 1, shr
+    divisor_fields("div_q", "div_p")
 
 
 def grouped_geometry(p: ConvProblem, vec: int) -> np.void:
@@ -311,8 +303,7 @@ def grouped_geometry(p: ConvProblem, vec: int) -> np.void:
     return c_struct(_GROUPED_FIELDS, dict(
         M=p.gemm_m, H=H, W=W, C=p.channels, P=P, Q=Q, R=R, S=S, Cg=p.channels_per_group,
         stride_h=p.stride[0], stride_w=p.stride[1], dil_h=p.dilation[0], dil_w=p.dilation[1],
-        pad_h=p.pad_lo[0], pad_w=p.pad_lo[1], out_vec=int(vec), **dict(zip(
-            ("q_mul", "q_shr", "p_mul", "p_shr"), fast_divisor(Q) + fast_divisor(P)))))
+        pad_h=p.pad_lo[0], pad_w=p.pad_lo[1], out_vec=int(vec), **divisor_values(div_q=Q, div_p=P)))
 
 
 def _m_grid(m_tiles: int) -> Tuple[int, int]:

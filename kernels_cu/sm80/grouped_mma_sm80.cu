@@ -32,6 +32,7 @@
 #include "sm80/config.cuh"
 #include "sm80/ptx_sm80.cuh"
 #include "common/epilogue_math.cuh"
+#include "common/fast_div.cuh"
 #include "sm80/epilogue.cuh"
 
 #ifndef CUCONV_SBS
@@ -57,7 +58,7 @@ struct GroupedGeometry {
   int Cg;
   int stride_h, stride_w, dil_h, dil_w, pad_h, pad_w;
   int out_vec;     // widest output access, 8 / 2 / 1 elements (OutputView::out_vec)
-  unsigned q_mul, q_shr, p_mul, p_shr;  // m / Q and (m / Q) / P as multiply-shift (host: fast_divisor)
+  cuconv::FastDivisor div_q, div_p;  // m / Q and (m / Q) / P as multiply-shift
 };
 
 constexpr int kGmSuper = 32;                  // channels per superblock
@@ -81,11 +82,6 @@ __device__ __forceinline__ void ld_shared_v4(uint32_t (&r)[4], uint32_t addr) {
 }
 __device__ __forceinline__ void st_shared_v4(uint32_t addr, const uint32_t (&r)[4]) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]));
-}
-
-// x / d for 32-bit x < 2^31 as (umulhi(x, mul) + x) >> shr, mul and shr from the host (fast_divisor).
-__device__ __forceinline__ unsigned fast_div(unsigned x, unsigned mul, unsigned shr) {
-  return (__umulhi(x, mul) + x) >> shr;
 }
 
 }  // namespace sm80
@@ -163,7 +159,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const uint32_t* __restrict__ fr
 #pragma unroll
     for (int o = 0; o < cs::kGmOctets; ++o) {
       const long long m = m_warp + o * 8 + gq;  // < 2^31 (host gate)
-      const unsigned nq = cs::fast_div((unsigned)m, g.q_mul, g.q_shr), n = cs::fast_div(nq, g.p_mul, g.p_shr);
+      const unsigned nq = cuconv::fast_div((unsigned)m, g.div_q), n = cuconv::fast_div(nq, g.div_p);
       const int q = (int)((unsigned)m - nq * (unsigned)g.Q), p = (int)(nq - n * (unsigned)g.P);
       h0[o] = m < g.M ? p * g.stride_h - g.pad_h : -(1 << 30);  // rows past M: every tap out of the image
       w0[o] = q * g.stride_w - g.pad_w;

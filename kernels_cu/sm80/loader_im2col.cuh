@@ -24,6 +24,7 @@
 // cp.async copies keep their computed address (possibly outside x) with a zero source size, 2-byte
 // copies skip the load.
 #pragma once
+#include "common/fast_div.cuh"
 #include "sm80/ptx_sm80.cuh"
 #include "sm80/smem_tile.cuh"
 
@@ -40,6 +41,7 @@ struct Im2colGeometry {
   int R, S, Cg;         // filter, channels per group
   int k_gemm;           // R * S * Cg
   int stride_h, stride_w, dil_h, dil_w, pad_h, pad_w;
+  FastDivisor div_q, div_p, div_cg, div_s;  // / Q, / P, / Cg, / S as multiply-shift (for values < 2^31)
 };
 
 struct RowInfo {
@@ -76,10 +78,10 @@ struct Im2colLoader {
     if (m < g.M) {
       long long n;
       int p, q;
-      if (g.M <= 0x7fffffffLL) {  // 32-bit divisions are a few instructions, 64-bit ones a call
-        const int nq = (int)m / g.Q;
+      if (g.M <= 0x7fffffffLL) {  // multiply-shift divisions; 64-bit ones are a call
+        const int nq = (int)fast_div((uint32_t)m, g.div_q);
         q = (int)m - nq * g.Q;
-        n = nq / g.P;
+        n = (int)fast_div((uint32_t)nq, g.div_p);
         p = nq - (int)n * g.P;
       } else {
         const long long nq = m / g.Q;
@@ -125,14 +127,16 @@ struct Im2colLoader {
     const int row0 = tid / kChunksPerRow;
     int r, s, c;
     bool k_valid;
-    if (SUBPATH == SUBPATH_UNIFORM) {
-      const int tap = (int)(k_offset / g.Cg);          // once per tile
-      c = (int)(k_offset - (long long)tap * g.Cg) + col;
-      r = tap / g.S;
+    if (SUBPATH == SUBPATH_UNIFORM) {  // k_offset < k_gemm + a few tiles < 2^31: multiply-shift applies
+      const int tap = (int)fast_div((uint32_t)k_offset, g.div_cg);  // once per tile
+      c = (int)k_offset - tap * g.Cg + col;
+      r = (int)fast_div((uint32_t)tap, g.div_s);
       s = tap - r * g.S;
       k_valid = k_offset < g.k_gemm;                    // k_gemm is a multiple of K_TILE here
     } else {
-      const int k = (int)k_offset + col;                // per lane
+      // per lane (plain divisions: the multiply-shift ones keep 4 more registers live in the loop,
+      // which spills the 128x16 variant at 128 registers)
+      const int k = (int)k_offset + col;
       const int tap = k / g.Cg;
       c = k - tap * g.Cg;
       r = tap / g.S;
