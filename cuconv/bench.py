@@ -159,9 +159,14 @@ def _time_graph(fn, sets: int, runs: int) -> float:
     """Median milliseconds of replaying a CUDA graph that captured ``fn(i)``: the GPU time alone.
 
     cuconv's per-call Python work (argument checks, dispatch, launch) is left out, which is what
-    the call time above adds on shapes where it exceeds the kernel's time.
+    the call time above adds on shapes where it exceeds the kernel's time. Each replay is queued
+    behind the 256 MiB memset of :func:`_time`, the same conditions as the queued numbers (cuDNN's
+    included): L2 flushed, and the GPU busy right before, so its clocks are those of a GPU under
+    load. (Replays that start on an idle GPU read up to ~15% slower on short multi-kernel calls
+    such as the padded stem.)
     """
     import cupy as cp
+    flush = _flush_buffer()
     stream = cp.cuda.Stream(non_blocking=True)
     graphs = []
     with stream:
@@ -172,12 +177,14 @@ def _time_graph(fn, sets: int, runs: int) -> float:
             stream.begin_capture()
             fn(i)
             graphs.append(stream.end_capture())
-        for i in range(3):
+        for i in range(10):
+            flush.fill(0)
             graphs[i % sets].launch(stream)
         stream.synchronize()
         times = []
         for i in range(runs):
             a, b = cp.cuda.Event(), cp.cuda.Event()
+            flush.fill(0)
             a.record(stream)
             graphs[i % sets].launch(stream)
             b.record(stream)
