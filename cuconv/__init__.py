@@ -13,8 +13,9 @@ from .api import conv2d, conv3d, explain
 from .dispatch import Explanation, KernelDeclined, kernels
 from .matmul import matmul
 from .problem import ConvProblem, Epilogue
+from .scratch import release_scratch
 
 __version__ = "0.1.0"
 
-__all__ = ["conv2d", "conv3d", "explain", "matmul", "reference", "ConvProblem", "Epilogue", "Explanation",
+__all__ = ["conv2d", "conv3d", "explain", "matmul", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
            "KernelDeclined", "kernels", "__version__"]

@@ -343,3 +343,28 @@ def test_pad_channels_stem_leaves_inputs_alone(cp):
     assert_close(got, cuconv.reference.conv2d(x, w, b, padding=3, stride=2, activation="relu"), "bfloat16")
     np.testing.assert_array_equal(cp.asnumpy(xg).view(np.uint16), x.view(np.uint16))
     np.testing.assert_array_equal(cp.asnumpy(wg).view(np.uint16), w.view(np.uint16))
+
+
+def test_scratch_buffers_are_reused_per_stream_and_released(cp):
+    # the pad_channels copies live in per-stream scratch buffers (cuconv.scratch), reused by later calls
+    from cuconv import scratch
+    rng = np.random.default_rng(60)
+    x = random_array(rng, (2, 30, 30, 3), "bfloat16")
+    w = random_array(rng, (16, 7, 7, 3), "bfloat16", scale=1 / 12)
+    ref = cuconv.reference.conv2d(x, w, padding=3, stride=2)
+    xg, wg = cp.asarray(x), cp.asarray(w)
+    cuconv.release_scratch()
+    assert scratch.scratch_bytes() == 0
+    first = cuconv.conv2d(xg, wg, padding=3, stride=2, kernel="sm80_igemm")
+    held = scratch.scratch_bytes()
+    assert held > 0
+    again = cuconv.conv2d(xg, wg, padding=3, stride=2, kernel="sm80_igemm")
+    assert scratch.scratch_bytes() == held  # reused, not grown
+    with cp.cuda.Stream(non_blocking=True) as s:
+        other = cuconv.conv2d(xg, wg, padding=3, stride=2, kernel="sm80_igemm")
+        s.synchronize()
+    assert scratch.scratch_bytes() == 2 * held  # a second stream gets its own buffers
+    for got in (first, again, other):
+        assert_close(got, ref, "bfloat16")
+    cuconv.release_scratch()
+    assert scratch.scratch_bytes() == 0

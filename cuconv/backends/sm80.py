@@ -52,6 +52,7 @@ from ..dispatch import Kernel, register
 from ..launch import c_struct, divisor_fields, divisor_values, dtype_code, epilogue_params
 from ..models.loader import SUBPATHS, subpath_ok
 from ..problem import ConvProblem, Epilogue
+from ..scratch import scratch
 
 __all__ = ["Sm80IgemmKernel", "TileConfig", "SM80_SUBPATHS", "forced_subpath", "choose_subpath", "conv_config",
            "matmul_config", "stage_a_tile", "run_matmul", "conv_variant", "matmul_variant", "grouped_variant",
@@ -478,14 +479,14 @@ def _pad_block(src, dst, outer: int, inner_src: int, inner_dst: int, lo: int) ->
 
 
 def _pad_channels(problem: ConvProblem, plan: PadPlan, x, w, dev):
-    """The pad_channels pre-pass (one launch): scratch copies of x ``[N, H, plan.width, CP]`` and of w
-    (``[K][R][plan.taps_w][CP]`` folded, else ``[K][R*S*CP]`` rows ``plan.w_ld`` apart), every padded
-    element zero. The caller's arrays are only read."""
-    import cupy as cp
+    """The pad_channels pre-pass (one launch): copies of x ``[N, H, plan.width, CP]`` and of w
+    (``[K][R][plan.taps_w][CP]`` folded, else ``[K][R*S*CP]`` rows ``plan.w_ld`` apart) in the
+    stream's scratch buffers (:mod:`cuconv.scratch`), every padded element written as zero. The
+    caller's arrays are only read."""
     (R, S), (H, W) = problem.filter_spatial, problem.in_spatial
     N, K, cp_ = problem.batch, problem.out_channels, plan.cp
-    xp = cp.empty((N, H, plan.width, cp_), dtype=x.dtype)
-    wp = cp.empty((K, plan.w_ld), dtype=w.dtype)
+    xp = scratch("sm80.pad_channels.x", (N, H, plan.width, cp_), x.dtype)
+    wp = scratch("sm80.pad_channels.w", (K, plan.w_ld), w.dtype)
     tx = _pad_block(x, xp, N * H, W, plan.width, plan.pad_w)
     if plan.fold > 1:   # each filter row (k, r): S taps -> taps_w taps
         tw = _pad_block(w, wp, K * R, S, plan.taps_w, 0)
@@ -506,7 +507,7 @@ def _run_grouped(problem, x, w, bias, residual, out, dev):
     name, sbs, defines = grouped_variant(problem)
     taps = int(np.prod(problem.filter_spatial))
     n_super = -(-problem.channels // GROUPED_SUPER)
-    frags = cp.empty(taps * n_super * GROUPED_FRAG_BYTES // 4, dtype=cp.uint32)
+    frags = scratch("sm80.grouped_mma.frags", (taps * n_super * GROUPED_FRAG_BYTES // 4,), cp.uint32)
     prep = _function(GROUPED_SOURCE, dev, defines, name + "_frags", 0)
     prep((max(1, min(-(-frags.size // 256), 4096)),), (256,),
          (w, frags, np.int32(taps), np.int32(problem.channels), np.int32(problem.channels_per_group),
