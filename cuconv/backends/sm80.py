@@ -284,8 +284,10 @@ _GEOMETRY_FIELDS = [("M", np.int64)] + [(n, np.int32) for n in (
     divisor_fields("div_q", "div_p", "div_cg", "div_s")
 
 
+@functools.lru_cache(maxsize=256)
 def im2col_geometry(p: ConvProblem) -> np.void:
-    """The ``Im2colGeometry`` struct of kernels_cu/sm80/loader_im2col.cuh."""
+    """The ``Im2colGeometry`` struct of kernels_cu/sm80/loader_im2col.cuh (memoised: a pure function
+    of the problem, built on every call otherwise; callers pass it by value and never modify it)."""
     (H, W), (P, Q), (R, S) = p.in_spatial, p.out_spatial, p.filter_spatial
     return c_struct(_GEOMETRY_FIELDS, dict(
         M=p.gemm_m, H=H, W=W, C=p.channels, P=P, Q=Q, R=R, S=S, Cg=p.channels_per_group, k_gemm=p.gemm_k,
@@ -443,6 +445,7 @@ class PadPlan:
     kernel_problem: ConvProblem
 
 
+@functools.lru_cache(maxsize=256)
 def pad_plan(problem: ConvProblem) -> PadPlan:
     """The ``pad_channels`` layout for ``problem`` (groups 1, odd C < 8).
 
@@ -469,13 +472,13 @@ def pad_plan(problem: ConvProblem) -> PadPlan:
 
 
 _PAD_BLOCK_FIELDS = [("src", np.uint64), ("dst", np.uint64), ("outer", np.int64), ("inner_src", np.int32),
-                     ("inner_dst", np.int32), ("lo", np.int32)]
+                     ("inner_dst", np.int32), ("lo", np.int32)] + divisor_fields("div_inner_dst")
 
 
 def _pad_block(src, dst, outer: int, inner_src: int, inner_dst: int, lo: int) -> np.void:
     """The ``PadBlock`` struct of kernels_cu/sm80/pad_channels_sm80.cu."""
     return c_struct(_PAD_BLOCK_FIELDS, dict(src=src.data.ptr, dst=dst.data.ptr, outer=outer, inner_src=inner_src,
-                                            inner_dst=inner_dst, lo=lo))
+                                            inner_dst=inner_dst, lo=lo, **divisor_values(div_inner_dst=inner_dst)))
 
 
 def _pad_channels(problem: ConvProblem, plan: PadPlan, x, w, dev):

@@ -10,6 +10,7 @@
 //     pitch that is a multiple of 8 elements) so the weights move in 16-byte copies.
 // One thread per destination row: up to C 2-byte loads (a warp reads 32*C contiguous elements), one
 // CP*2-byte store (a warp writes 32*CP*2 contiguous bytes). No barriers.
+#include "common/fast_div.cuh"
 #include "common/types.cuh"
 
 #ifndef CUCONV_PAD_CP
@@ -26,10 +27,12 @@ struct PadBlock {             // one tensor of the pre-pass
   long long outer;            // blocks of rows
   int inner_src, inner_dst;   // rows per block in src / dst
   int lo;                     // dst row j of a block copies src row j - lo
+  cuconv::FastDivisor div_inner_dst;
 };
 
 __device__ __forceinline__ void pad_row(const PadBlock& t, long long i, int C) {
-  const long long o = i / t.inner_dst;
+  // i / inner_dst: multiply-shift below 2^31 rows (a 64-bit division is a ~70-instruction call)
+  const long long o = i < 0x7fffffffLL ? (long long)cuconv::fast_div((uint32_t)i, t.div_inner_dst) : i / t.inner_dst;
   const int j = (int)(i - o * t.inner_dst) - t.lo;
   const bool in = (unsigned)j < (unsigned)t.inner_src;
   const uint16_t* src = t.src + (o * t.inner_src + j) * C;
