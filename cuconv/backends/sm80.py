@@ -71,6 +71,9 @@ GROUPED_SBS, GROUPED_OCTETS = 1, 4  # superblocks per CTA, 8-pixel mma columns p
 GROUPED_MAX_M = 2**31 - 4096        # output pixels: the kernel splits pixel indices with 32-bit divisions
 SMEM_BUDGET = 99 * 1024             # kernels_cu/sm80/config.cuh kSmemBudgetBytes
 BLOCK_K = 32
+#: A group's filters up to this size are copied with L1 allocation (``_bl1`` variants): every CTA
+#: reads the whole filter, so the CTAs of an SM then find it in L1 instead of each reading it from L2.
+B_L1_MAX_BYTES = 64 * 1024
 _SUBPATH_CODE = {"pointwise": 0, "uniform": 1, "per_lane": 2}
 _DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16"}
 _MAX_GRID_Y = 65535
@@ -242,9 +245,11 @@ def conv_variant(problem: ConvProblem, subpath: str, x_ptr: Optional[int] = None
     vec_a = _vec(extents=(problem.channels, problem.channels_per_group), pointer=x_ptr)
     vec_b = _vec(extents=(w_ld or problem.gemm_k,), pointer=w_ptr)
     cfg = conv_config(problem, subpath, two_byte=1 in (vec_a, vec_b))
-    name = (f"conv2d_fprop_sm80_{subpath}_{_DTYPE_TAG[problem.dtype]}_{cfg.name}_va{vec_a}_vb{vec_b}")
+    b_l1 = int(vec_b == 8 and problem.gemm_n * (w_ld or problem.gemm_k) * 2 <= B_L1_MAX_BYTES)
+    name = (f"conv2d_fprop_sm80_{subpath}_{_DTYPE_TAG[problem.dtype]}_{cfg.name}_va{vec_a}_vb{vec_b}"
+            + ("_bl1" if b_l1 else ""))
     defines = dict(cfg.defines(), CUCONV_DTYPE=dtype_code(problem.dtype), CUCONV_SUBPATH=_SUBPATH_CODE[subpath],
-                   CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b, CUCONV_KERNEL_NAME=name)
+                   CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b, CUCONV_B_L1=b_l1, CUCONV_KERNEL_NAME=name)
     return name, cfg, defines
 
 

@@ -27,7 +27,12 @@
 namespace cs = cuconv::sm80;
 
 using Mainloop = cs::MmaMainloop<cs::kBM, cs::kBN, cs::kBK, cs::kStages, cs::kWarpsM, cs::kWarpsN, true>;
-using LoaderB = cs::LinearLoader<cs::kBN, cs::kBK, cs::kVecB, true, cs::kThreads>;
+#ifndef CUCONV_B_L1
+#define CUCONV_B_L1 0
+#endif
+// CUCONV_B_L1 (host: the group's filters fit sm80.B_L1_MAX_BYTES): the weight copies allocate in L1,
+// so the CTAs of an SM share them there instead of each reading them from L2.
+using LoaderB = cs::LinearLoader<cs::kBN, cs::kBK, cs::kVecB, true, cs::kThreads, CUCONV_B_L1 != 0>;
 #if CUCONV_SUBPATH == 0
 using LoaderA = cs::LinearLoader<cs::kBM, cs::kBK, cs::kVecA, true, cs::kThreads>;
 constexpr int kRowInfoBytes = 0;

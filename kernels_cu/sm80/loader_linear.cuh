@@ -21,7 +21,8 @@
 namespace cuconv {
 namespace sm80 {
 
-template <int MN_TILE, int K_TILE, int VEC, bool K_CONTIG, int NTHREADS>
+// L1: the copies also allocate in L1 (cp_async_zfill), for a small operand every CTA re-reads.
+template <int MN_TILE, int K_TILE, int VEC, bool K_CONTIG, int NTHREADS, bool L1 = false>
 struct LinearLoader {
   static constexpr int kTileRows = K_CONTIG ? MN_TILE : K_TILE;
   static constexpr int kTileCols = K_CONTIG ? K_TILE : MN_TILE;
@@ -95,7 +96,7 @@ struct LinearLoader {
         const bool valid = (K_CONTIG ? row : col) < mn_left && (K_CONTIG ? col : row) < k_left;
         // Off-tensor chunks keep their computed address: a zero-size cp.async reads nothing, and a
         // select against `base` would reload the parameter (LDC) on every copy.
-        copy_vec_zfill<VEC>(stage + Tile::elem_offset(row, col), tile + (row * ld32 + col), valid);
+        copy_vec_zfill<VEC, L1>(stage + Tile::elem_offset(row, col), tile + (row * ld32 + col), valid);
       }
     }
   }

@@ -14,11 +14,15 @@ namespace sm80 {
 // cp.async of BYTES (4, 8 or 16) with zero-fill: when `valid` is false the source size is 0, so the
 // hardware writes BYTES zeros and reads nothing from `src` (which may then point anywhere: both
 // loaders pass the chunk's computed address, past the end of the operand or in the halo).
-template <int BYTES>
+// L1 = true keeps 16-byte copies in L1 too (.ca): for a small operand that every CTA of an SM reads
+// again (a short conv's whole filter), so that those reads stop at L1 instead of all going to L2.
+template <int BYTES, bool L1 = false>
 __device__ __forceinline__ void cp_async_zfill(uint32_t dst, const void* src, bool valid) {
   static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async moves 4, 8 or 16 bytes");
   const int src_bytes = valid ? BYTES : 0;
-  if constexpr (BYTES == 16) {
+  if constexpr (BYTES == 16 && L1) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  } else if constexpr (BYTES == 16) {
     // .cg: bypass L1, the tile is used once from shared memory.
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
   } else {
@@ -49,11 +53,11 @@ __device__ __forceinline__ void copy_u16_zfill(uint32_t dst, const void* src, bo
 }
 
 // Elements per copy -> the copy instruction. VEC = 1 is the synchronous fallback.
-template <int VEC>
+template <int VEC, bool L1 = false>
 __device__ __forceinline__ void copy_vec_zfill(uint32_t dst, const void* src, bool valid) {
   static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "VEC is 1, 2, 4 or 8 16-bit elements");
   if constexpr (VEC == 1) copy_u16_zfill(dst, src, valid);
-  else cp_async_zfill<VEC * 2>(dst, src, valid);
+  else cp_async_zfill<VEC * 2, L1>(dst, src, valid);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
