@@ -10,7 +10,8 @@ Cases (bf16 by default; each checked against the reference on its first image be
                  ratio to the Hopper kernel ``sm90_tma`` (when that accepts) and to cuDNN (torch).
 
 Timing is :mod:`cuconv.bench`'s: CUDA events, warm-up, median of >= 20 runs, inputs rotated past L2;
-"kernel" is the median of CUDA-graph replays (GPU time without cuconv's per-call host work).
+"kernel" is the median of CUDA-graph replays (GPU time without cuconv's per-call host work), each queued
+behind the same L2-flushing memset as cuDNN's timed calls. Also run by ``python -m cuconv.bench --suite sm80``.
 """
 
 from __future__ import annotations
