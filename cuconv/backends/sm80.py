@@ -19,8 +19,9 @@ Two more paths serve what the implicit GEMM does badly:
                  32-channel superblocks, weights packed into mma fragments by a prep kernel each call.
 ``pad_channels`` groups 1, odd C < 8, not pointwise (the stem, C = 3): a pre-pass copies x (and w) into a
                  scratch NHWC buffer with C padded to 4 (or 8) zero channels, so the ``per_lane`` loader
-                 moves 8/16-byte cp.async chunks instead of 2-byte synchronous loads. The pre-pass is a
-                 second kernel of the call and its time counts in the call's time.
+                 moves 8/16-byte cp.async chunks instead of 2-byte synchronous loads; with a W stride of
+                 2-4 it also pads W and folds that many pixels into one (:func:`pad_plan`). The pre-pass
+                 is a second kernel of the call and its time counts in the call's time.
 
 The dispatcher picks the first that applies, in the order of :data:`SM80_SUBPATHS`. **Forcing a
 sub-path** (tests, benchmarks): set the environment variable ``CUCONV_SM80_SUBPATH`` (read once per process) to one of
