@@ -6,7 +6,10 @@ time, and inside a CUDA-graph capture it turns into allocations replayed with th
 the H100: the padded stem's replays read 0.206-0.236 ms with per-call allocations, a steady 0.206 ms
 with a reused buffer). So each purpose gets one buffer per device and stream, grown when a call
 needs more and never shrunk. Calls on one stream run in order, so they can share it; different
-streams get different buffers.
+streams get different buffers. At most :data:`MAX_BUFFERS` are kept, the least recently used dropped
+first (a program that cycles through many streams re-allocates rather than piling up buffers of
+streams it has destroyed); a dropped buffer goes back to CuPy's pool, which hands it out again only
+in the order of the stream that used it.
 
 :func:`release_scratch` (also ``cuconv.release_scratch``) drops them (their memory goes back to
 CuPy's pool, from which ``cupy.get_default_memory_pool().free_all_blocks()`` can return it).
@@ -15,10 +18,14 @@ CuPy's pool, from which ``cupy.get_default_memory_pool().free_all_blocks()`` can
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
-__all__ = ["scratch", "release_scratch", "scratch_bytes"]
+__all__ = ["scratch", "release_scratch", "scratch_bytes", "MAX_BUFFERS"]
 
-_BUFFERS: dict = {}
+#: Scratch buffers kept at once (every device, stream and purpose together).
+MAX_BUFFERS = 16
+
+_BUFFERS: "OrderedDict[tuple, object]" = OrderedDict()
 
 
 def scratch(purpose: str, shape, dtype):
@@ -31,6 +38,9 @@ def scratch(purpose: str, shape, dtype):
     buf = _BUFFERS.get(key)
     if buf is None or buf.nbytes < nbytes:
         buf = _BUFFERS[key] = cp.empty(max(nbytes, 256), dtype=cp.uint8)
+    _BUFFERS.move_to_end(key)
+    while len(_BUFFERS) > MAX_BUFFERS:
+        _BUFFERS.popitem(last=False)
     return buf[:nbytes].view(dt).reshape(shape)
 
 

@@ -1,0 +1,55 @@
+"""CPU checks of cuconv.scratch's bookkeeping (one buffer per device, stream and purpose; grown, reused,
+least recently used dropped past MAX_BUFFERS), with a stand-in for CuPy. The GPU side is
+tests/test_sm80.py::test_scratch_buffers_are_reused_per_stream_and_released."""
+
+import sys
+import types
+
+import pytest
+
+from cuconv import scratch
+
+
+class _FakeBuffer:
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+
+    def __getitem__(self, _):
+        return self
+
+    def view(self, _):
+        return self
+
+    def reshape(self, _):
+        return self
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    stream = types.SimpleNamespace(ptr=0)
+    fake = types.SimpleNamespace(
+        dtype=lambda d: types.SimpleNamespace(itemsize=2), uint8="uint8",
+        empty=lambda n, dtype=None: _FakeBuffer(n),
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0),
+                                   get_current_stream=lambda: stream))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    scratch.release_scratch()
+    yield stream
+    scratch.release_scratch()
+
+
+def test_reused_grown_and_bounded(fake_cupy):
+    stream = fake_cupy
+    a = scratch.scratch("x", (1000,), "bfloat16")
+    assert scratch.scratch("x", (10, 10), "bfloat16") is a         # smaller request: the same buffer
+    assert scratch.scratch_bytes() == 2000
+    b = scratch.scratch("x", (3000,), "bfloat16")                  # larger: grown
+    assert b is not a and scratch.scratch_bytes() == 6000
+    scratch.scratch("w", (10,), "bfloat16")                        # another purpose: its own buffer
+    assert scratch.scratch_bytes() == 6000 + 256
+    for i in range(1, 3 * scratch.MAX_BUFFERS):                    # many streams: bounded
+        stream.ptr = i
+        scratch.scratch("x", (100,), "bfloat16")
+    assert len(scratch._BUFFERS) == scratch.MAX_BUFFERS
+    scratch.release_scratch()
+    assert scratch.scratch_bytes() == 0
