@@ -111,7 +111,7 @@ def test_new_paths_variants_and_explain_text():
 
 @pytest.mark.parametrize("d", [1, 2, 3, 7, 56, 112, 3136, 12544, 2**20 + 1, 2**31 - 1])
 def test_fast_divisor_divides_every_31_bit_index(d):
-    """The grouped kernel's m / Q and m / (P*Q) splits: (umulhi(x, mul) + x) >> shr == x // d."""
+    """kernels_cu/common/fast_div.cuh's splits (pixel and tap indices): (umulhi(x, mul) + x) >> shr == x // d."""
     mul, shr = fast_divisor(d)
     assert 0 < mul < 2**32
     rng = np.random.default_rng(d)

@@ -319,7 +319,7 @@ def test_pad_channels_drawn(cp, c, k, hw, filt, stride, pads, dilation, n, dtype
 @pytest.mark.parametrize("c,hw,filt,stride,padding,fold", [
     (3, (32, 32), (4, 4), 4, 0, 4),            # ViT-style 4x4 stride-4 patchify: 4 pixels -> 16 channels
     (5, (21, 19), (3, 5), 2, (1, 2), 2),       # C 5 -> 8: 2 pixels -> 16 channels, odd S, asymmetric W halo
-    (1, (17, 30), (7, 7), (1, 3), 3, 3),       # W stride 3: 3 pixels -> 12 channels (4-byte copies)
+    (1, (17, 30), (7, 7), (1, 3), 3, 3),       # W stride 3: 3 pixels -> 12 channels (8-byte copies)
     (3, (15, 16), (3, 3), 2, 1, 2),            # W + 2*pad not a multiple of the fold
 ])
 def test_pad_channels_folded_layouts(cp, c, hw, filt, stride, padding, fold):

@@ -345,6 +345,21 @@ def out_vec(ld: int, col_step: int, *pointers: Optional[int]) -> int:
     return 1
 
 
+def _epilogue_operands(out, bias, residual, ep: Epilogue):
+    """``(bias_arg, residual_arg, residual_ptr)`` for a launch: absent operands are passed as ``out``
+    (never read: the kernel checks ``has_bias`` / ``has_residual``); ``residual_ptr`` is the
+    residual's address when the epilogue reads it, else None (for :func:`out_vec`)."""
+    loads_res = residual is not None and ep.loads_residual
+    return (bias if bias is not None else out, residual if loads_res else out,
+            residual.data.ptr if loads_res else None)
+
+
+def _conv_smem(cfg: TileConfig, subpath: str, defines: dict) -> int:
+    """Dynamic shared memory of a conv kernel variant: the RowInfo table only for the im2col loader's
+    2-byte copies (:meth:`TileConfig.smem_bytes`)."""
+    return cfg.smem_bytes(row_table=subpath != "pointwise" and defines["CUCONV_VEC_A"] == 1)
+
+
 # ----------------------------------------------------------------------------- the conv kernel
 class Sm80IgemmKernel(Kernel):
     """Implicit GEMM with cp.async im2col loaders and mma.sync, for every sm_80+ NVIDIA GPU."""
@@ -421,17 +436,15 @@ def _run_igemm(problem, subpath, x, w, bias, residual, out, dev, w_ld=None):
     rows are ``w_ld`` elements apart (default ``R*S*C/groups``)."""
     w_ld = w_ld or problem.gemm_k
     name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr, w_ld)
-    smem = cfg.smem_bytes(row_table=subpath != "pointwise" and defines["CUCONV_VEC_A"] == 1)
+    smem = _conv_smem(cfg, subpath, defines)
     fn = _function(CONV_SOURCE, dev, defines, name, smem)
     ep = problem.epilogue
     K, Kg = problem.out_channels, problem.gemm_n
     n_tiles = -(-Kg // cfg.bn)
     m_tiles = -(-problem.gemm_m // cfg.bm)
     gy, gz = _m_grid(m_tiles)
-    bias_arg = bias if bias is not None else out  # never read when absent
-    res_arg = residual if (residual is not None and ep.loads_residual) else out
-    vec = out_vec(K, Kg, out.data.ptr, None if bias is None else bias.data.ptr,
-                  res_arg.data.ptr if ep.loads_residual and residual is not None else None)
+    bias_arg, res_arg, res_ptr = _epilogue_operands(out, bias, residual, ep)
+    vec = out_vec(K, Kg, out.data.ptr, None if bias is None else bias.data.ptr, res_ptr)
     fn((n_tiles * problem.groups, gy, gz), (cfg.threads,),
        (x, w, bias_arg, res_arg, out, im2col_geometry(problem), np.int32(Kg), np.int32(w_ld), np.int32(n_tiles),
         np.int32(m_tiles), np.int32(vec), epilogue_params(ep)), shared_mem=smem)
@@ -524,10 +537,8 @@ def _run_grouped(problem, x, w, bias, residual, out, dev):
     smem = taps * sbs * GROUPED_FRAG_BYTES
     fn = _function(GROUPED_SOURCE, dev, defines, name, smem)
     ep = problem.epilogue
-    res_arg = residual if (residual is not None and ep.loads_residual) else out
-    bias_arg = bias if bias is not None else out
-    vec = out_vec(problem.channels, GROUPED_SUPER, out.data.ptr,
-                  res_arg.data.ptr if ep.loads_residual and residual is not None else None)
+    bias_arg, res_arg, res_ptr = _epilogue_operands(out, bias, residual, ep)
+    vec = out_vec(problem.channels, GROUPED_SUPER, out.data.ptr, res_ptr)  # bias is read per element
     slabs = -(-n_super // sbs)
     pixel_blocks = -(-problem.gemm_m // (64 * GROUPED_OCTETS))  # 8 warps x octets x 8 pixels per CTA iteration
     sms = dev.sm_count or 132
@@ -556,7 +567,7 @@ def stage_a_tile(x, problem: ConvProblem, m_offset: int, k_offset: int, group: i
     elif subpath not in SUBPATHS or not subpath_ok(problem, subpath, BLOCK_K):
         raise ValueError(f"subpath: {subpath!r} cannot serve {problem.describe()}")
     name, cfg, defines = conv_variant(problem, subpath, x.data.ptr)
-    smem = cfg.smem_bytes(row_table=subpath != "pointwise" and defines["CUCONV_VEC_A"] == 1)
+    smem = _conv_smem(cfg, subpath, defines)
     fn = _function(CONV_SOURCE, device_of(x), defines, name + "_stage_a", smem)
     tile = cp.empty((cfg.bm, cfg.bk), dtype=x.dtype)
     fn((1,), (cfg.threads,), (x, im2col_geometry(problem), np.int32(group), np.int64(m_offset),
@@ -581,10 +592,8 @@ def run_matmul(a, b, bias, residual, out, epilogue: Epilogue) -> None:
     fn = _function(MATMUL_SOURCE, device_of(a), defines, name, smem)
     m_tiles = -(-M // cfg.bm)
     gy, gz = _m_grid(m_tiles)
-    bias_arg = bias if bias is not None else out
-    loads_res = residual is not None and epilogue.loads_residual
-    res_arg = residual if loads_res else out
-    vec = out_vec(N, N, out.data.ptr, None if bias is None else bias.data.ptr, residual.data.ptr if loads_res else None)
+    bias_arg, res_arg, res_ptr = _epilogue_operands(out, bias, residual, epilogue)
+    vec = out_vec(N, N, out.data.ptr, None if bias is None else bias.data.ptr, res_ptr)
     fn((-(-N // cfg.bn), gy, gz), (cfg.threads,),
        (a, b, bias_arg, res_arg, out, np.int64(M), np.int32(N), np.int32(K), np.int32(m_tiles), np.int32(vec),
         epilogue_params(epilogue)), shared_mem=smem)

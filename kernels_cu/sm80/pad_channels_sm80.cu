@@ -5,7 +5,7 @@
 // [outer][inner] rows; the copy has [outer][inner_dst] rows and destination row j of a block takes
 // source row j - lo when that is in 0 .. inner_src-1, else zeros. That one rule serves:
 //   * x with its W axis padded (outer = N*H, inner = W -> Wp, lo = left padding), which lets the host
-//     fold pairs of W pixels into one pixel of 2*CP channels for stride-2 convs (sm80.py, fold_plan);
+//     fold u adjacent W pixels into one pixel of u*CP channels for W-stride-u convs (sm80.pad_plan);
 //   * w with its filter rows padded (outer = K*R, inner = S -> S', or outer = K, inner = R*S -> a row
 //     pitch that is a multiple of 8 elements) so the weights move in 16-byte copies.
 // One thread per destination row: up to C 2-byte loads (a warp reads 32*C contiguous elements), one
