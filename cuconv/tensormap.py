@@ -9,6 +9,10 @@ Three descriptors per call (see kernels_cu/hopper/tma_im2col_loader.cuh for how 
 * weights ``w`` (K, [T,] R, S, C) viewed as (K, taps, C): tiled, box {channels, 1 tap, BN filters}.
 * residual ``C`` (M, K): tiled, box {64 channels, BM pixels}.
 
+Halo tiles (stride-1 convolutions, kernels_cu/hopper/halo_loader.cuh) replace two of them:
+:func:`encode_halo_x` (x as (N, D, H, W, C), tiled, one box = the window of a tile's output rows
+plus the filter's halo) and :func:`encode_halo_c` (the residual as (N*O*P, Q, K), box {64, 64, rows}).
+
 All use the 128-byte swizzle and zero out-of-bounds fill. A descriptor reaches the kernel as a
 128-byte NumPy void scalar (CuPy passes NumPy scalars as raw bytes), matching the kernel's
 ``const __grid_constant__ TmaDescriptor`` (alignas(64) 16 x uint64) parameter.
@@ -30,7 +34,7 @@ from .models.tma import ConvBoxParams, conv_box_params
 from .problem import ConvProblem
 
 __all__ = ["TmaBoxParams", "tma_box_params", "tma_limits_violation", "encode_im2col_x", "encode_tiled_w",
-           "encode_tiled_c", "DESCRIPTOR_DTYPE"]
+           "encode_tiled_c", "encode_halo_x", "encode_halo_c", "DESCRIPTOR_DTYPE"]
 
 #: NumPy layout of one CUtensorMap as a kernel argument (128 opaque bytes, 16 x uint64).
 DESCRIPTOR_DTYPE = np.dtype([("opaque", np.uint64, (16,))], align=True)
@@ -198,6 +202,37 @@ def encode_tiled_c(problem: ConvProblem, ptr: int, block_m: int = 128, chunk_n: 
     return _check(driver.cuTensorMapEncodeTiled(
         _data_type(driver, problem.dtype), 2, ptr, _u64(driver, [K, M]), _u64(driver, [K * es]),
         _u32(driver, [chunk_n, block_m]), _u32(driver, [1, 1]), inter, swz, l2, oob), "cuTensorMapEncodeTiled (residual)")
+
+
+def encode_halo_x(problem: ConvProblem, ptr: int, cols: int, rows: int, block_k: int = 64) -> np.void:
+    """Tiled descriptor of the activations viewed as (N, D, H, W, C) (D = 1 for conv2d); box
+    {BK channels, ``cols`` pixels, ``rows`` rows, 1, 1}: a halo tile's input window. Coordinates may
+    be negative or run past the edges (padding): those pixels arrive as zeros."""
+    driver = _driver()
+    N, *spatial, C = problem.x_shape
+    D, H, W = (1,) * (3 - problem.nd) + tuple(spatial)
+    es = problem.itemsize
+    inter, swz, l2, oob = _enums(driver)
+    return _check(driver.cuTensorMapEncodeTiled(
+        _data_type(driver, problem.dtype), 5, ptr, _u64(driver, [C, W, H, D, N]),
+        _u64(driver, [C * es, W * C * es, H * W * C * es, D * H * W * C * es]),
+        _u32(driver, [block_k, cols, rows, 1, 1]), _u32(driver, [1, 1, 1, 1, 1]), inter, swz, l2, oob),
+        "cuTensorMapEncodeTiled (activations, halo window)")
+
+
+def encode_halo_c(problem: ConvProblem, ptr: int, rows: int, chunk_n: int = 64) -> np.void:
+    """Tiled descriptor of the residual viewed as (N*O*P, Q, K); box {64 channels, 64 columns,
+    ``rows`` output rows}: the C chunk of a halo tile, in its tile-row order."""
+    driver = _driver()
+    *planes, Q = problem.out_spatial
+    rows_total = problem.batch * math.prod(planes)
+    K = problem.out_channels
+    es = problem.itemsize
+    inter, swz, l2, oob = _enums(driver)
+    return _check(driver.cuTensorMapEncodeTiled(
+        _data_type(driver, problem.dtype), 3, ptr, _u64(driver, [K, Q, rows_total]), _u64(driver, [K * es, Q * K * es]),
+        _u32(driver, [chunk_n, 64, rows]), _u32(driver, [1, 1, 1]), inter, swz, l2, oob),
+        "cuTensorMapEncodeTiled (residual, halo tile)")
 
 
 def placeholder_descriptor() -> np.void:

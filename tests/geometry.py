@@ -136,3 +136,24 @@ def check_case(case: Case, xp=None, kernel=None, poison=False, in_place=False):
     assert got.dtype == x.dtype and tuple(got.shape) == ref.shape
     assert_close(got, ref, case.dtype, context=repr(case))
     return rel_error(got, ref)
+
+
+@st.composite
+def halo_cases(draw, nd=2, max_width=150, max_channels=80):
+    """A conv that the Hopper kernel's halo tiles can serve: H/W stride 1 and a window reach
+    (filter extent - 1) x dilation of at most 2 along H and W, widths from 1 to ``max_width`` (several
+    64-column tiles, a partial last one), C and K multiples of 8; depth (conv3d) unrestricted."""
+    base = draw(cases(nd=nd, dtypes=("bfloat16", "float16"), layouts=(("NHWC", "NCHW") if nd == 2 else
+                                                                        ("NDHWC", "NCDHW")),
+                      groups=False, channel_multiple=8, max_spatial=8, max_channels=max_channels, allow_same=False))
+    # (extent, dilation) per H/W dim with (extent - 1) * dilation <= 2
+    hw = [draw(st.sampled_from([(1, 1), (2, 1), (3, 1), (2, 2), (3, 1)])) for _ in range(2)]
+    filt = tuple(base.filt[:nd - 2]) + tuple(f for f, _ in hw)
+    dilation = tuple(base.dilation[:nd - 2]) + tuple(d for _, d in hw)
+    stride = tuple(base.stride[:nd - 2]) + (1, 1)
+    spatial = tuple(base.spatial[:nd - 2]) + (draw(st.integers(1, 12)), draw(st.integers(1, max_width)))
+    padding = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(nd))
+    for n, f, s, d, (lo, hi) in zip(spatial, filt, stride, dilation, padding):
+        assume(output_size(n, f, s, d, lo, hi) >= 1)
+    return Case(**{**base.__dict__, "spatial": spatial, "filt": filt, "dilation": dilation, "stride": stride,
+                   "padding": padding, "batch": draw(st.integers(1, 2))})

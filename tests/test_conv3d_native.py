@@ -7,7 +7,8 @@ replay through the NumPy TMA model in ``test_descriptor_params_reproduce_explici
 
 GPU part (``gpu`` marker, Hopper only): forced onto the kernel, hypothesis vs the float64
 reference over drawn 3-D geometry inside its coverage (any stride, dilation, padding including
-temporal), named edge cases, in-place residual, and the auto choice.
+temporal), named edge cases, in-place residual, and the auto choice; the same with halo tiles forced
+(any depth stride, dilation and padding; H/W stride 1 and 3x3-or-smaller windows).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from cuconv.device import DeviceInfo
 from cuconv.problem import ConvProblem, Epilogue
 
 from conftest import needs_hopper
-from geometry import Case, cases, check_case
+from geometry import Case, cases, check_case, halo_cases
 
 H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
                   smem_per_block_optin=232448)
@@ -168,6 +169,37 @@ def test_native_tall_tiles(cp, name):
     from cuconv.backends.hopper_tma import tile_settings
     with tile_settings(block_m=256, block_n=96 if EDGE_CASES[name].out_channels > 64 else 64):
         check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
+
+
+HALO_NAMES = ["no_temporal_pad", "temporal_pad_both", "causal_pad_front", "stride_depth_only", "dilation_depth",
+              "filter_1x3x3", "tile_spans_planes_and_images", "c_not_multiple_of_block", "k192_bn256_heuristic",
+              "large_k_bn256", "fp16_full_epilogue", "bf16_gelu_bias"]
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("name", HALO_NAMES)
+def test_native_halo_tiles(cp, name):
+    """Halo tiles (forced): one window per (t, channel block), shared by the 3x3 (r, s) taps."""
+    from cuconv.backends.hopper_tma import tile_settings
+    with tile_settings(halo=True):
+        x = cp.zeros((1, *EDGE_CASES[name].spatial, EDGE_CASES[name].channels), dtype=cp.float16)
+        w = cp.zeros((EDGE_CASES[name].out_channels, *EDGE_CASES[name].filt, EDGE_CASES[name].channels),
+                     dtype=cp.float16)
+        c = EDGE_CASES[name]
+        assert "_halo" in cuconv.explain(x, w, stride=c.stride, padding=c.padding, dilation=c.dilation,
+                                         kernel="conv3d_native").detail
+        check_case(c, xp=cp, kernel="conv3d_native", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=30)
+@given(halo_cases(nd=3, max_width=100, max_channels=72))
+def test_native_halo_property(cp, case):
+    from cuconv.backends.hopper_tma import tile_settings
+    with tile_settings(halo=True):
+        check_case(case, xp=cp, kernel="conv3d_native", poison=True)
 
 
 @gpu

@@ -27,7 +27,7 @@ from cuconv.device import DeviceInfo
 from cuconv.problem import ConvProblem, Epilogue
 
 from conftest import find_cuobjdump, needs_hopper, nvrtc_available
-from geometry import Case, cases, check_case
+from geometry import Case, cases, check_case, halo_cases
 
 H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
                   smem_per_block_optin=232448)
@@ -55,7 +55,10 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
     sass = subprocess.run([exe, "-sass", path], capture_output=True, text=True, check=True).stdout
     assert "HGMMA" in sass, "no wgmma (HGMMA) in the SASS"
-    assert "UTMALDG" in sass and "IM2COL" in sass, "no TMA im2col load (UTMALDG...IM2COL) in the SASS"
+    if defines["SM90_HALO"]:  # halo tiles: the window is a tiled 5-D box, no im2col box at all
+        assert "UTMALDG.5D" in sass and "IM2COL" not in sass, "halo variant without its 5-D tiled window load"
+    else:
+        assert "UTMALDG" in sass and "IM2COL" in sass, "no TMA im2col load (UTMALDG...IM2COL) in the SASS"
     if defines["SM90_CLUSTER"] > 1:
         assert "UTMALDG.3D.MULTICAST" in sass, "cluster variant without a multicast filter load"
         assert "UCGABAR" in sass, "cluster variant without a cluster barrier"
@@ -288,6 +291,94 @@ def test_split_tail_forced_and_env(monkeypatch):
         assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=16).split_tiles == 0
 
 
+# ---- halo tiles (kernels_cu/hopper/halo_loader.cuh)
+def _geom(p):
+    from cuconv.backends.hopper_tma import _halo_geometry
+    return _halo_geometry(p)
+
+
+@pytest.mark.parametrize("kwargs,reason", [
+    (dict(stride=2), "stride"),
+    (dict(stride=(1, 2)), "stride"),
+    (dict(R=5, S=5, padding=2), "reach"),
+    (dict(dilation=2, padding=2), "reach"),
+])
+def test_halo_declines_with_reason(kwargs, reason):
+    from cuconv.backends.hopper_tma import _halo_decline
+    p = _problem(**kwargs)
+    assert _geom(p) is None and reason in _halo_decline(p)
+
+
+@pytest.mark.parametrize("kwargs,taps", [(dict(), 9), (dict(R=1, S=3, padding=((0, 0), (1, 1))), 3),
+                                         (dict(R=2, S=2, dilation=2), 4), (dict(R=1, S=1, padding=0), 1)])
+def test_halo_geometry(kwargs, taps):
+    p = _problem(N=3, H=20, W=70, **kwargs)
+    P, Q = p.out_spatial
+    assert _geom(p) == (3, P, Q, taps)
+
+
+@pytest.mark.parametrize("Q,taps,want", [
+    (416, 9, True),    # 448 columns computed, 7.7% padding (conv3d 96->96 at 240x416: 502 -> 317 us)
+    (56, 9, True),     # 14%: ResNet 3x3 64->64 at 56x56 (45.6 -> 40.7 us)
+    (64, 9, True), (512, 9, True),
+    (208, 9, False),   # 23%: conv3d 192->192 at 120x208 measured 266 -> 322 us
+    (104, 9, False),   # 23%: conv3d 384->384 at 60x104, 254 -> 314 us
+    (28, 9, False), (7, 9, False),
+    (512, 1, False),   # a 1x1 filter: nothing to share
+])
+def test_halo_rule(Q, taps, want):
+    from cuconv.backends.hopper_tma import _halo_rule
+    assert _halo_rule(4, 60, Q, taps) is want
+
+
+def test_halo_tile_config():
+    geom = (4, 240, 416, 9)  # conv3d 96->96 at 240x416, D 6 -> 4 planes
+    m = 4 * 240 * 416
+    cfg = choose_tile_config(m, 96, 132, cluster=1, k_iters=54, halo_geometry=geom)
+    assert cfg.halo and (cfg.block_m, cfg.block_n, cfg.split_tiles, cfg.cluster) == (256, 96, 0, 1)
+    assert cfg.m_tiles == 4 * 60 * 7 and cfg.num_units == cfg.m_tiles and cfg.grid == 132
+    assert cfg.stages == 8 and cfg.smem_bytes(False) <= 227 * 1024 and "_halo" in cfg.kernel_name(False, 3)
+    res = choose_tile_config(m, 96, 132, cluster=1, k_iters=54, halo_geometry=geom, loads_residual=True)
+    assert res.halo and res.stages >= 3 and res.smem_bytes(True) <= 227 * 1024
+    assert res.kernel_name(True, 3).endswith("_halo_res")
+    wide = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9))
+    assert wide.halo and wide.block_m == 128 and wide.m_tiles == 2 * 256 * 8
+    few = choose_tile_config(4 * 64, 64, 132, cluster=1, halo_geometry=(1, 4, 64, 9))
+    assert few.halo and few.block_m == 128, "too few tiles for four row warpgroups"
+    # declined by the rule, switched off, or CTA pairs: im2col boxes
+    assert not choose_tile_config(m, 96, 132, cluster=1, halo_geometry=(4, 120, 208, 9)).halo
+    assert not choose_tile_config(m, 96, 132, cluster=1, halo_geometry=geom, halo=False).halo
+    assert not choose_tile_config(m, 96, 132, cluster=2, halo_geometry=geom).halo
+    assert not choose_tile_config(m, 96, 132, cluster=1, halo=True).halo, "no geometry: not eligible"
+    assert choose_tile_config(m, 96, 132, cluster=1, halo_geometry=(4, 120, 208, 9), halo=True).halo
+
+
+def test_halo_forced_and_env(monkeypatch):
+    geom = (4, 120, 208, 9)
+    with tile_settings(halo=True):
+        assert choose_tile_config(100000, 96, 132, cluster=1, halo_geometry=geom).halo
+        with tile_settings(block_n=192):  # nested blocks keep the outer halo setting
+            assert choose_tile_config(100000, 96, 132, cluster=1, halo_geometry=geom).halo
+    with pytest.raises(ValueError, match="halo"):
+        with tile_settings(halo="yes"):
+            pass
+    with _sm90_env(monkeypatch, "CUCONV_SM90_HALO", "maybe"):
+        with pytest.raises(ValueError, match="CUCONV_SM90_HALO"):
+            choose_tile_config(1000, 64, 132)
+    with _sm90_env(monkeypatch, "CUCONV_SM90_HALO", "0"):
+        assert not choose_tile_config(100000, 96, 132, cluster=1, halo_geometry=(4, 240, 416, 9)).halo
+
+
+def test_explain_names_halo_choice():
+    from cuconv import dispatch
+    _, e = dispatch.select(_problem(N=2, H=20, W=416, C=64, K=64), H100)
+    assert "_halo" in e.detail and "halo tiles" in e.detail
+    _, e = dispatch.select(_problem(N=2, H=20, W=208, C=64, K=64), H100)
+    assert "_halo" not in e.detail and "pad to 256" in e.detail
+    _, e = dispatch.select(_problem(N=2, H=20, W=416, C=64, K=64, stride=2), H100)
+    assert "not halo tiles: H/W stride (2, 2)" in e.detail
+
+
 # ----------------------------------------------------------------------------------------- GPU
 gpu = pytest.mark.gpu
 
@@ -517,3 +608,65 @@ def test_sm90_launch_record_reused_across_outputs(cp):
         assert_close(y, ref, "float16")
     odd = cp.empty(2 * 9 * 9 * 32 + 1, dtype=cp.float16)[1:].reshape(2, 9, 9, 32)  # 2-byte aligned out
     assert_close(cuconv.conv2d(x, w, padding=1, out=odd), ref, "float16")
+
+
+HALO_CASES = {
+    # several 64-column tiles, the last one partial (Q = 150); rows not a multiple of the tile's rows
+    "columns_partial_last_tile": _case(N=2, H=7, W=150, C=64, K=64),
+    "asymmetric_padding": _case(N=1, H=9, W=70, C=32, K=48, padding=((2, 0), (0, 2))),
+    "valid_no_padding": _case(N=2, H=8, W=66, C=16, K=16, padding=0),
+    "c72_partial_block": _case(N=1, H=6, W=80, C=72, K=40),
+    "k200_partial_n_tile": _case(N=2, H=5, W=64, C=32, K=200),
+    "filter_1x3": _case(N=1, H=5, W=100, C=64, K=64, R=1, S=3, padding=((0, 0), (1, 1))),
+    "filter_2x2_dilation2": _case(N=1, H=9, W=70, C=32, K=32, R=2, S=2, dilation=2, padding=1),
+    "narrow_image": _case(N=3, H=5, W=9, C=16, K=24),
+    "fp16_full_epilogue": _case(N=2, H=6, W=90, C=32, K=64, dtype="float16",
+                                ep=dict(bias=True, residual=True, beta=0.5, alpha=-1.25, activation="silu")),
+    "residual_bn256": _case(N=1, H=6, W=70, C=64, K=512, ep=dict(residual=True, beta=1.0, activation="gelu")),
+    # 8 x 10 x 3 row tiles of 4 rows > 132 SMs: a persistent grid of 256-row halo tiles
+    "persistent_tall": _case(N=8, H=40, W=150, C=64, K=96, ep=dict(residual=True, beta=1.0, bias=True)),
+}
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", list(HALO_CASES))
+def test_sm90_halo_edge_cases(cp, name, dtype):
+    """Halo tiles (forced): partial column and row tiles, padding on any side, short channel blocks,
+    1x3 / dilated 2x2 filters, the fused epilogue and residual ring in halo-tile order."""
+    case = Case(**{**HALO_CASES[name].__dict__, "dtype": dtype})
+    with tile_settings(halo=True):
+        assert "_halo" in _sm90_detail(cp, case)
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("bn,bm", [(96, 256), (96, 128), (160, 128), (192, 128)])
+@pytest.mark.parametrize("name", ["columns_partial_last_tile", "fp16_full_epilogue", "k200_partial_n_tile"])
+def test_sm90_halo_tile_shapes(cp, bn, bm, name):
+    case = HALO_CASES[name]
+    with tile_settings(halo=True, block_n=bn, block_m=bm):
+        assert f"{bm}x{bn}x64" in _sm90_detail(cp, case) and "_halo" in _sm90_detail(cp, case)
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=40)
+@given(halo_cases(nd=2))
+def test_sm90_halo_property(cp, case):
+    with tile_settings(halo=True):
+        assert "_halo" in _sm90_detail(cp, case)
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=15)
+@given(halo_cases(nd=2))
+def test_sm90_halo_in_place_residual(cp, case):
+    case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)
+    with tile_settings(halo=True):
+        check_case(case, xp=cp, kernel="sm90_tma", in_place=True)

@@ -64,6 +64,24 @@ def _c_ring_bytes(block_m: int) -> int:
     return 2 * block_m * 64 * 2
 
 
+#: Halo tiles: window-ring slots, and the window's extra columns/rows the kernel's slot holds
+#: ((S-1) dil_w and (R-1) dil_h at most 2: 3x3 and smaller filters at dilation 1).
+HALO_A_STAGES = 2
+HALO_REACH_MAX = 2
+
+
+def _halo_slot_bytes(block_m: int) -> int:
+    """One window slot: (64 + 2) x (BM/64 + 2) pixel rows of 128 bytes, rounded to 1024 (cfg::A_STAGE_BYTES)."""
+    return -(-(64 + HALO_REACH_MAX) * (block_m // 64 + HALO_REACH_MAX) * 128 // 1024) * 1024
+
+
+def _halo_stages(block_m: int, block_n: int, loads_residual: bool) -> int:
+    """Filter-ring depth next to the two window slots (and the C ring), at most 8."""
+    free = (_SMEM_LIMIT - _ALIGN_SLACK - _BARRIER_BYTES - HALO_A_STAGES * _halo_slot_bytes(block_m)
+            - (_c_ring_bytes(block_m) if loads_residual else 0))
+    return min(8, free // (block_n * BLOCK_K * 2))
+
+
 def _stages(block_m: int, block_n: int, loads_residual: bool) -> int:
     """Ring depth: :data:`STAGES` at BM = 128 (the same with or without a residual, as measured);
     at BM = 256 as many slots as fit next to the C ring when there is one (3 or 5 of 40-44 KiB)."""
@@ -87,6 +105,7 @@ class TileConfig:
     cluster: int = 1        # CTAs per cluster sharing the filter tile by multicast (1 or 2)
     split_tiles: int = 0    # tiles of the last wave cut in two along the reduction (scheduler.cuh)
     k_iters: int = 0        # reduction steps (ring slots) of a whole tile, when known
+    halo: bool = False      # halo tiles: BM/64 output rows x 64 columns, one window per (t, c-block)
 
     @property
     def consumers(self) -> int:
@@ -123,17 +142,21 @@ class TileConfig:
 
     def smem_bytes(self, loads_residual: bool) -> int:
         """Dynamic shared memory, the same sum as cfg::SMEM_BYTES in the kernel source."""
-        per_stage = (self.block_m + self.block_n) * self.block_k * 2
+        b_ring = self.stages * self.block_n * self.block_k * 2
+        a_ring = (HALO_A_STAGES * _halo_slot_bytes(self.block_m) if self.halo
+                  else self.stages * self.block_m * self.block_k * 2)
         ring = _c_ring_bytes(self.block_m) if loads_residual else 0
-        return _ALIGN_SLACK + self.stages * per_stage + ring + _BARRIER_BYTES
+        return _ALIGN_SLACK + a_ring + b_ring + ring + _BARRIER_BYTES
 
     def kernel_name(self, loads_residual: bool, nd: int = 2) -> str:
         return (f"conv{nd}d_fprop_sm90_tma_{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
-                + (f"_c{self.cluster}" if self.cluster > 1 else "") + ("_res" if loads_residual else ""))
+                + (f"_c{self.cluster}" if self.cluster > 1 else "") + ("_halo" if self.halo else "")
+                + ("_res" if loads_residual else ""))
 
     def defines(self, dtype: str, loads_residual: bool, nd: int = 2) -> dict:
         return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BM": self.block_m, "SM90_BN": self.block_n,
-                "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": self.cluster}
+                "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": self.cluster,
+                "SM90_HALO": int(self.halo)}
 
 
 _SPLIT_WORDS = {"auto": None, "": None, "0": False, "1": True}
@@ -141,8 +164,8 @@ _SPLIT_WORDS = {"auto": None, "": None, "0": False, "1": True}
 
 @functools.lru_cache(maxsize=None)
 def _env_settings() -> tuple:
-    """(cluster, BN, split, BM) from ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_BN`` / ``CUCONV_SM90_SPLIT``
-    / ``CUCONV_SM90_BM``, read once per process (the hot path must not pay for environment lookups on every call);
+    """(cluster, BN, split, BM, halo) from ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_BN`` / ``CUCONV_SM90_SPLIT``
+    / ``CUCONV_SM90_BM`` / ``CUCONV_SM90_HALO``, read once per process (the hot path must not pay for environment lookups on every call);
     :func:`tile_settings` overrides."""
     c = os.environ.get("CUCONV_SM90_CLUSTER", "1").strip()
     if c not in ("1", "2"):
@@ -160,21 +183,26 @@ def _env_settings() -> tuple:
     m = os.environ.get("CUCONV_SM90_BM", "auto").strip()
     if m not in ("", "auto", "128", "256"):
         raise ValueError(f"CUCONV_SM90_BM: expected 'auto', '128' or '256', got {m!r}")
-    return int(c), bn, _SPLIT_WORDS[sp], (int(m) if m.isdigit() else None)
+    h = os.environ.get("CUCONV_SM90_HALO", "auto").strip()
+    if h not in _SPLIT_WORDS:
+        raise ValueError(f"CUCONV_SM90_HALO: expected 'auto', '0' or '1', got {h!r}")
+    return int(c), bn, _SPLIT_WORDS[sp], (int(m) if m.isdigit() else None), _SPLIT_WORDS[h]
 
 
-_override: list = []  # the stack of tile_settings() blocks: (cluster, bn, split, bm) tuples
+_override: list = []  # the stack of tile_settings() blocks: (cluster, bn, split, bm, halo) tuples
 
 
 @contextlib.contextmanager
 def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None, split: Optional[bool] = None,
-                  block_m: Optional[int] = None):
+                  block_m: Optional[int] = None, halo: Optional[bool] = None):
     """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys), tile height
     (``block_m``: 128, or 256 where BN is one of :data:`WIDE_M_BN`), CTA cluster size (1 or 2) and/or
     the split tail (``split``: True = split every tile of the last wave that the SMs can take twice,
-    False = never; see :func:`choose_tile_config`) inside a ``with`` block; None keeps the current
-    value. For tests and tuning; the process-wide defaults come from ``CUCONV_SM90_BN`` /
-    ``CUCONV_SM90_BM`` / ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_SPLIT`` (auto, 0 or 1)."""
+    False = never; see :func:`choose_tile_config`) and/or halo tiles (``halo``: True = wherever the
+    problem allows them, False = never; see :func:`_halo_geometry`) inside a ``with`` block; None
+    keeps the current value. For tests and tuning; the process-wide defaults come from
+    ``CUCONV_SM90_BN`` / ``CUCONV_SM90_BM`` / ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_SPLIT`` /
+    ``CUCONV_SM90_HALO`` (auto, 0 or 1)."""
     if block_n is not None and block_n not in STAGES:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)} or None, got {block_n!r}")
     if block_m not in (None, 128, 256):
@@ -183,9 +211,11 @@ def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None, 
         raise ValueError(f"cluster: expected 1, 2 or None, got {cluster!r}")
     if split not in (None, True, False):
         raise ValueError(f"split: expected True, False or None, got {split!r}")
-    cur_cluster, cur_bn, cur_split, cur_bm = _current_settings()
+    if halo not in (None, True, False):
+        raise ValueError(f"halo: expected True, False or None, got {halo!r}")
+    cur_cluster, cur_bn, cur_split, cur_bm, cur_halo = _current_settings()
     _override.append((cluster or cur_cluster, block_n or cur_bn, cur_split if split is None else split,
-                      block_m or cur_bm))
+                      block_m or cur_bm, cur_halo if halo is None else halo))
     try:
         yield
     finally:
@@ -210,6 +240,10 @@ def _split_setting() -> Optional[bool]:
 
 def _bm_setting() -> Optional[int]:
     return _current_settings()[3]
+
+
+def _halo_setting() -> Optional[bool]:
+    return _current_settings()[4]
 
 
 #: The split tail needs this many reduction steps per tile (each half >= 4 slots) unless forced.
@@ -280,9 +314,25 @@ def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
     return -(-tiles // sm_count) * (bn + 32)
 
 
+def _halo_rule(planes: int, P: int, Q: int, taps_hw: int) -> bool:
+    """Whether halo tiles beat im2col boxes on an eligible problem (the automatic choice).
+
+    A halo tile covers 64 output columns, so a row of Q columns costs ceil(Q / 64) * 64 columns of
+    MMA work; in exchange the activations cross L2->SM once per (depth tap, channel block) instead
+    of once per tap. Measured on the H100 (bf16, queued GPU time, im2col -> halo): conv3d 96->96 at
+    240x416 (7.7% padded columns) 502 -> 317 us; 3x3 64->64 at 56x56, N = 64 (14%) 45.6 -> 40.7 us;
+    the VAE/UNet 3x3 layers at 64..512 columns (none) 1-3% faster; but conv3d 192->192 at 120x208
+    and 384->384 at 60x104 (23%) 266 -> 322 and 254 -> 314 us. Hence: at most 1/7 of the columns
+    padded, and a filter with more than one (r, s) tap (a 1x1 layer has nothing to share).
+    """
+    padded = -(-Q // 64) * 64
+    return taps_hw > 1 and 7 * padded <= 8 * Q
+
+
 def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None,
                        block_n: Optional[int] = None, k_iters: int = 0, split: Optional[bool] = None,
-                       block_m: Optional[int] = None, loads_residual: bool = False) -> TileConfig:
+                       block_m: Optional[int] = None, loads_residual: bool = False,
+                       halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None) -> TileConfig:
     """Pick BN, the cluster size and the split tail for a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles
     take ``k_iters`` reduction steps (pure: no device access).
 
@@ -297,6 +347,11 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       row tiles (``cluster`` overrides; default: :func:`tile_settings` / ``CUCONV_SM90_CLUSTER``, 1).
     * The split tail (:func:`_split_tiles`) when the last wave would leave half of the SMs idle
       (``split`` overrides; default: :func:`tile_settings` / ``CUCONV_SM90_SPLIT``, automatic).
+    * Halo tiles when the problem allows them (``halo_geometry`` = (planes, P, Q, R*S) from
+      :func:`_halo_geometry`, else None) and :func:`_halo_rule` or ``halo`` (default:
+      :func:`tile_settings` / ``CUCONV_SM90_HALO``) says so: single CTAs, no split; a tile is BM/64
+      output rows x 64 columns of one plane, 256 rows (BN 64/96 only) when those tiles fill a wave
+      and cost no extra one.
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
     units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
@@ -309,6 +364,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     m_tiles = -(-gemm_m // BLOCK_M)
     cl = _cluster_setting() if cluster is None else cluster
     split = _split_setting() if split is None else split
+    halo = _halo_setting() if halo is None else halo
+    use_halo = halo_geometry is not None and cl == 1 and (_halo_rule(*halo_geometry) if halo is None else halo)
     if bn is None:
         bn = _bn_rule(m_tiles, gemm_n, sm_count)
         base_cost = _modelled_cost(m_tiles, gemm_n, bn, sm_count)
@@ -316,6 +373,20 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
                    key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
         if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * base_cost:
             bn = best
+    if use_halo:
+        planes, P, Q, _ = halo_geometry
+        n_tiles = -(-gemm_n // bn)
+        rows_tiles = {b: planes * -(-P // (b // 64)) * -(-Q // 64) * n_tiles for b in (BLOCK_M, 256)}
+        if bn not in WIDE_M_BN:
+            bm = BLOCK_M
+        elif bm is None:  # four row warpgroups when they fill a wave and cost no extra one (as _tall_tiles)
+            tall, short = rows_tiles[256], rows_tiles[BLOCK_M]
+            bm = 256 if tall >= sm_count and 2 * -(-tall // sm_count) <= -(-short // sm_count) else BLOCK_M
+        m_tiles = rows_tiles[bm] // n_tiles
+        units = m_tiles * n_tiles
+        return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=_halo_stages(bm, bn, loads_residual),
+                          m_tiles=m_tiles, n_tiles=n_tiles, grid=max(1, min(units, sm_count)), k_iters=k_iters,
+                          halo=True)
     if bn not in WIDE_M_BN or cl != 1:  # see WIDE_M_BN; pairs of 256-row tiles: C7519 (see _tall_tiles)
         bm = BLOCK_M
     elif bm is None:
@@ -333,14 +404,22 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
 #: Every (source, defines, arch) this module may launch, for the CPU compile test.
 COMPILE_VARIANTS = [
     (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn,
-               "SM90_STAGES": _stages(bm, bn, bool(res)), "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl}, _ARCH)
+               "SM90_STAGES": _stages(bm, bn, bool(res)), "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl,
+               "SM90_HALO": 0}, _ARCH)
     for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in (128, 256) for bn in STAGES for res in (0, 1)
     if bm == BLOCK_M or (bn in WIDE_M_BN and cl == 1)
+] + [
+    (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn,
+               "SM90_STAGES": _halo_stages(bm, bn, bool(res)), "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": 1,
+               "SM90_HALO": 1}, _ARCH)
+    for nd in (2, 3) for dt in (0, 1) for bm in (128, 256) for bn in STAGES for res in (0, 1)
+    if bm == BLOCK_M or bn in WIDE_M_BN
 ]
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
-    "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "k_split")]
+    "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "k_split", "x_tiles",
+    "y_tiles", "halo_w", "halo_tx")]
 
 
 def _c_blocks(channels: int) -> int:
@@ -353,9 +432,45 @@ def _k_iters(problem) -> int:
     return math.prod(problem.filter_spatial) * _c_blocks(problem.channels)
 
 
+def _halo_decline(problem) -> Optional[str]:
+    """Why halo tiles cannot serve ``problem`` (None when they can): they need H and W stride 1 and a
+    window reach (filter extent - 1) x dilation of at most 2 along H and W."""
+    stride_hw = tuple(problem.stride[-2:])
+    if stride_hw != (1, 1):
+        return f"H/W stride {stride_hw}: halo tiles need stride 1"
+    reach = tuple((f - 1) * d for f, d in zip(problem.filter_spatial[-2:], problem.dilation[-2:]))
+    if max(reach) > HALO_REACH_MAX:
+        return (f"filter reach (extent - 1) x dilation {reach} along H/W: halo windows hold at most "
+                f"{HALO_REACH_MAX} extra rows/columns")
+    return None
+
+
+def _halo_why_not(problem) -> str:
+    """Why a problem runs on im2col boxes rather than halo tiles (for ``explain``)."""
+    why = _halo_decline(problem)
+    if why:
+        return why
+    if _cluster_setting() != 1:
+        return "CTA pairs requested (halo tiles run as single CTAs)"
+    if _halo_setting() is False:
+        return "switched off (tile_settings(halo=False) / CUCONV_SM90_HALO=0)"
+    planes, P, Q, taps = _halo_geometry(problem)
+    if taps == 1:
+        return "one (r, s) tap: no window to share"
+    return f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than 1/7 wasted)"
+
+
+def _halo_geometry(problem) -> Optional[tuple]:
+    """(planes = N*O, P, Q, R*S) when halo tiles can serve ``problem``, else None."""
+    if _halo_decline(problem) is not None:
+        return None
+    *planes, P, Q = problem.out_spatial
+    return problem.batch * math.prod(planes), P, Q, math.prod(problem.filter_spatial[-2:])
+
+
 def _tile_config(problem, sm_count: int) -> TileConfig:
     return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, k_iters=_k_iters(problem),
-                              loads_residual=problem.epilogue.loads_residual)
+                              loads_residual=problem.epilogue.loads_residual, halo_geometry=_halo_geometry(problem))
 
 
 def _last_k16(channels: int) -> int:
@@ -375,11 +490,14 @@ def _params(problem, cfg: TileConfig):
     sd, sh, sw = (1,) * lead + tuple(problem.stride)
     dd, dh, dw = (1,) * lead + tuple(problem.dilation)
     pd, ph, pw = (0,) * lead + tuple(problem.pad_lo)
+    rows = cfg.block_m // 64
+    halo_w, halo_h = 64 + (S - 1) * dw, rows + (R - 1) * dh
     vals = dict(M=problem.gemm_m, K=problem.out_channels, O=O, P=P, Q=Q, T=T, R=R, S=S, stride_d=sd, stride_h=sh,
                 stride_w=sw, dil_d=dd, dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw,
                 c_blocks=_c_blocks(problem.channels), last_k16=_last_k16(problem.channels),
                 n_tiles=cfg.n_tiles, num_units=cfg.num_units, dp_tiles=cfg.dp_tiles, k_iters=cfg.k_iters,
-                k_split=cfg.k_split)
+                k_split=cfg.k_split, x_tiles=-(-Q // 64), y_tiles=-(-P // rows), halo_w=halo_w,
+                halo_tx=halo_w * halo_h * 128 if cfg.halo else 0)
     return c_struct(fields, vals)
 
 
@@ -435,7 +553,13 @@ class Sm90TmaKernel(Kernel):
                 else f"grid {cfg.grid} CTAs, one {unit} per {'CTA' if cfg.cluster == 1 else 'pair'}")
         split = (f", last wave's {cfg.split_tiles} tiles split in two along the reduction "
                  f"({cfg.k_split} + {cfg.k_iters - cfg.k_split} steps)" if cfg.split_tiles else "")
-        return (f"{cfg.kernel_name(res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.stages}-stage ring, "
+        if cfg.halo:
+            loads = (f"halo tiles ({cfg.consumers} output rows x 64 columns; one input window per depth tap and "
+                     f"channel block, {HALO_A_STAGES} window slots, shared by every (r, s) tap; {cfg.stages}-slot filter ring)")
+        else:
+            why = _halo_why_not(problem)
+            loads = f"TMA im2col boxes per tap ({cfg.stages}-stage ring; not halo tiles: {why})"
+        return (f"{cfg.kernel_name(res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{cfg.consumers} consumer warpgroups, {grid}{split}, "
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
 
@@ -476,7 +600,8 @@ class Sm90TmaKernel(Kernel):
         import numpy as np
 
         from ..device import device_of
-        from ..tensormap import encode_im2col_x, encode_tiled_c, encode_tiled_w, placeholder_descriptor
+        from ..tensormap import (encode_halo_c, encode_halo_x, encode_im2col_x, encode_tiled_c, encode_tiled_w,
+                                 placeholder_descriptor)
         dev = device_of(x)
         cfg = _tile_config(problem, dev.sm_count)
         res = problem.epilogue.loads_residual
@@ -489,12 +614,18 @@ class Sm90TmaKernel(Kernel):
         ra = residual
         if res:
             ra = _aligned(residual)
-            tmap_c = encode_tiled_c(problem, ra.data.ptr, cfg.block_m)
+            tmap_c = (encode_halo_c(problem, ra.data.ptr, cfg.consumers) if cfg.halo
+                      else encode_tiled_c(problem, ra.data.ptr, cfg.block_m))
         else:
             tmap_c = placeholder_descriptor()
         ba = _aligned(bias, 4) if bias is not None else None
         cacheable = xa is x and wa is w and ra is residual and ba is bias
-        tmap_x = encode_im2col_x(problem, xa.data.ptr, tma_box_params(problem, pixels_per_column=cfg.block_m))
+        if cfg.halo:
+            R, S = problem.filter_spatial[-2:]
+            dh, dw = problem.dilation[-2:]
+            tmap_x = encode_halo_x(problem, xa.data.ptr, 64 + (S - 1) * dw, cfg.consumers + (R - 1) * dh)
+        else:
+            tmap_x = encode_im2col_x(problem, xa.data.ptr, tma_box_params(problem, pixels_per_column=cfg.block_m))
         tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
         partials, flags = _split_workspace(cfg)
@@ -551,9 +682,9 @@ _LAUNCHES: "OrderedDict" = OrderedDict()
 def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res: bool, nd: int):
     from ..device import _gpu_info
     dev = _gpu_info(dev_index)
-    bm, bn, stages, cluster = cfg_key
+    bm, bn, stages, cluster, halo = cfg_key
     cfg = TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages, m_tiles=1, n_tiles=1, grid=1,
-                     cluster=cluster)
+                     cluster=cluster, halo=halo)
     mod = load_cuda_module(_SOURCE, dev, cfg.defines(dtype, res, nd))
     fn = mod.get_function(cfg.kernel_name(res, nd))
     smem = cfg.smem_bytes(res)
@@ -563,7 +694,8 @@ def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res:
 
 def _function(dev, cfg: TileConfig, dtype: str, res: bool, nd: int):
     """The loaded kernel of a variant with its dynamic shared-memory limit raised (once per device)."""
-    return _function_cached(dev.index, dev.arch, (cfg.block_m, cfg.block_n, cfg.stages, cfg.cluster), dtype, res, nd)
+    return _function_cached(dev.index, dev.arch, (cfg.block_m, cfg.block_n, cfg.stages, cfg.cluster, cfg.halo), dtype,
+                            res, nd)
 
 
 _ACTIVE_CLUSTERS: dict = {}

@@ -47,14 +47,21 @@
 // when the consumers of *both* CTAs are done with it, hence the doubled empty count and the
 // remote arrivals. L2->SM traffic per slot drops from (BM + BN) x BK to (BM + BN/2) x BK elements.
 //
+// Halo tiles (SM90_HALO = 1, stride-1 H and W only; halo_loader.cuh): a tile is BM/64 output rows
+// x 64 output columns of one plane; per (depth tap, channel block) one window of those rows plus
+// the filter's halo is loaded once into an A ring of A_STAGES slots and read by all R x S taps at
+// shifted row starts, while the filter boxes stream through the B ring (full/empty above; the
+// window ring has its own a_full/a_empty). Nine times less activation traffic for 3x3 filters.
+//
 // Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, or 256: four
 // consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
-// (1/2). The kernel's name spells them out, e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) /
+// (1/2), SM90_HALO (0/1). The kernel's name spells them out, e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) /
 // conv3d_..._s4_c2_res (3-D, pair, residual) / conv2d_fprop_sm90_tma_256x96x64_s5 (256-row tile).
 #include "common/epilogue_math.cuh"
 #include "common/types.cuh"
 #include "hopper/epilogue.cuh"
 #include "hopper/epilogue_load.cuh"
+#include "hopper/halo_loader.cuh"
 #include "hopper/pipeline.cuh"
 #include "hopper/scheduler.cuh"
 #include "hopper/split_reduce.cuh"
@@ -79,6 +86,9 @@
 #ifndef SM90_CLUSTER
 #define SM90_CLUSTER 1
 #endif
+#ifndef SM90_HALO
+#define SM90_HALO 0
+#endif
 #if SM90_NDIM != 2 && SM90_NDIM != 3
 #error "SM90_NDIM must be 2 (NHWC, 4-D im2col boxes) or 3 (NDHWC, 5-D im2col boxes)"
 #endif
@@ -90,17 +100,23 @@ constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
 constexpr int C_STAGES = 2;
 constexpr int CLUSTER = SM90_CLUSTER;  // CTAs per cluster sharing (multicasting) the filter tile
+constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead of im2col boxes
+// Halo windows: at most (S-1) dil_w = 2 extra columns and (R-1) dil_h = 2 extra rows (3x3 and
+// smaller filters at dilation 1; the host checks), so a window slot holds (64 + 2) x (BM/64 + 2)
+// pixel rows of 128 bytes, rounded up to the 1024-byte swizzle atom.
+constexpr int HALO_COLS_MAX = 64 + 2, HALO_ROWS_MAX = CONSUMERS + 2;
+constexpr int A_STAGES = HALO ? 2 : STAGES;  // the window ring is separate from the filter ring
 
 // Shared-memory budget per ring slot and in total (dynamic smem is re-aligned to 1024 bytes, the
 // 128B-swizzle atom, which costs up to 1 KiB of slack).
-constexpr int A_STAGE_BYTES = BM * BK * 2;
+constexpr int A_STAGE_BYTES = HALO ? (HALO_COLS_MAX * HALO_ROWS_MAX * 128 + 1023) / 1024 * 1024 : BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
-constexpr int SMEM_PER_STAGE = A_STAGE_BYTES + B_STAGE_BYTES;
 constexpr int C_CHUNK_BYTES = BM * 64 * 2;
 constexpr int C_RING_BYTES = HAS_RESIDUAL ? C_STAGES * C_CHUNK_BYTES : 0;
 constexpr int BARRIER_BYTES = 256;
 constexpr int SMEM_ALIGN_SLACK = 1024;
-constexpr int SMEM_BYTES = SMEM_ALIGN_SLACK + STAGES * SMEM_PER_STAGE + C_RING_BYTES + BARRIER_BYTES;
+constexpr int SMEM_BYTES =
+    SMEM_ALIGN_SLACK + A_STAGES * A_STAGE_BYTES + STAGES * B_STAGE_BYTES + C_RING_BYTES + BARRIER_BYTES;
 constexpr int SMEM_LIMIT = 227 * 1024;  // H100 opt-in maximum per block
 constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;  // with a cluster: own A + every B share
 constexpr int B_SHARE_ROWS = BN / CLUSTER;                     // filter rows each CTA of a cluster loads
@@ -124,7 +140,8 @@ static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and 
 static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared-memory budget exceeded");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0 && C_CHUNK_BYTES % 1024 == 0,
               "every tile must start on a 1024-byte (128B-swizzle atom) boundary");
-static_assert(2 * STAGES + 2 * C_STAGES + 1 <= BARRIER_BYTES / 8, "barrier area too small");
+static_assert(2 * STAGES + 2 * C_STAGES + 1 + (HALO ? 2 * A_STAGES : 0) <= BARRIER_BYTES / 8, "barrier area too small");
+static_assert(!HALO || CLUSTER == 1, "halo tiles run as single CTAs");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= LAUNCH_REGS * THREADS,
               "setmaxnreg: the roles' registers exceed the CTA's launch allocation");
 static_assert(ACC_REGS + 64 <= CONSUMER_REGS, "consumers need room beyond their accumulators");
@@ -146,11 +163,19 @@ struct Sm90ConvParams {
   int dp_tiles;     // units that are whole tiles (= num_units when no tile is split)
   int k_iters;      // reduction steps of a whole tile: T * R * S * c_blocks
   int k_split;      // reduction steps of the first half of a split tile
+  int x_tiles;      // halo tiles: ceil(Q / 64) column tiles per output row
+  int y_tiles;      // halo tiles: ceil(P / (BM / 64)) row tiles per plane
+  int halo_w;       // halo tiles: window width in pixels, 64 + (S - 1) * dil_w
+  int halo_tx;      // halo tiles: bytes of one window box, halo_w * (BM/64 + (R - 1) * dil_h) * 128
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
 #define CUCONV_XCAT10(a, b, c, d, e, f, g, h, i, j) CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j)
-#if SM90_HAS_RESIDUAL
+#if SM90_HALO && SM90_HAS_RESIDUAL
+#define CUCONV_SM90_SUFFIX _halo_res
+#elif SM90_HALO
+#define CUCONV_SM90_SUFFIX _halo
+#elif SM90_HAS_RESIDUAL
 #define CUCONV_SM90_SUFFIX _res
 #else
 #define CUCONV_SM90_SUFFIX
@@ -249,11 +274,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
                        const __grid_constant__ Sm90ConvParams g, const cuconv::EpilogueParams ep, float4* partials,
                        int* partial_flags) {
   extern __shared__ uint8_t smem_raw[];
-  // Carve the dynamic shared memory: [A ring | B ring | C ring | barriers], 1024-aligned.
+  // Carve the dynamic shared memory: [A ring | B ring | C ring | barriers], 1024-aligned. With halo
+  // tiles the A ring holds windows (A_STAGES slots) and full/empty guard the B ring alone.
   const uint32_t raw = cuconv::smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t a_base = base;
-  const uint32_t b_base = a_base + cfg::STAGES * cfg::A_STAGE_BYTES;
+  const uint32_t b_base = a_base + cfg::A_STAGES * cfg::A_STAGE_BYTES;
   const uint32_t c_base = b_base + cfg::STAGES * cfg::B_STAGE_BYTES;
   const uint32_t bar_base = c_base + cfg::C_RING_BYTES;
   const uint32_t full_bar = bar_base;
@@ -261,6 +287,8 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const uint32_t c_full_bar = empty_bar + 8 * cfg::STAGES;
   const uint32_t c_empty_bar = c_full_bar + 8 * cfg::C_STAGES;
   const uint32_t load_order_bar = c_empty_bar + 8 * cfg::C_STAGES;
+  const uint32_t a_full_bar = load_order_bar + 8;  // halo tiles only
+  const uint32_t a_empty_bar = a_full_bar + 8 * cfg::A_STAGES;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -274,6 +302,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
       sm90::mbar_init(c_empty_bar + 8 * s, 4 * cfg::CONSUMERS);
     }
     sm90::mbar_init(load_order_bar, 1);
+    if constexpr (cfg::HALO) {
+      for (int s = 0; s < cfg::A_STAGES; ++s) {
+        sm90::mbar_init(a_full_bar + 8 * s, 1);
+        sm90::mbar_init(a_empty_bar + 8 * s, 4 * cfg::CONSUMERS);
+      }
+    }
     sm90::mbar_init_fence();
   }
   if (warp == 0 && lane == 0) {
@@ -294,13 +328,21 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cfg::PRODUCER_REGS));
     if (warp == 0) {
-      if (lane == 0)
-        main_load_warp(tmap_x, tmap_w, g, sched, a_base, b_base, full_bar, empty_bar, load_order_bar);
+      if (lane == 0) {
+        if constexpr (cfg::HALO) {
+          sm90::halo_load_warp<cfg::CONSUMERS, cfg::BN, cfg::BK, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
+                               cfg::B_STAGE_BYTES, cfg::HAS_RESIDUAL>(tmap_x, tmap_w, g, sched, a_base, b_base,
+                                                                      a_full_bar, a_empty_bar, full_bar, empty_bar,
+                                                                      load_order_bar);
+        } else {
+          main_load_warp(tmap_x, tmap_w, g, sched, a_base, b_base, full_bar, empty_bar, load_order_bar);
+        }
+      }
     } else if (warp == 1) {
       if constexpr (cfg::HAS_RESIDUAL) {
         if (lane == 0)
-          sm90::epilogue_load_warp<cfg::BM, cfg::BN, cfg::C_STAGES, cfg::C_CHUNK_BYTES>(
-              tmap_c, sched, c_base, c_full_bar, c_empty_bar, load_order_bar);
+          sm90::epilogue_load_warp<cfg::BM, cfg::BN, cfg::C_STAGES, cfg::C_CHUNK_BYTES, cfg::HALO>(
+              tmap_c, g, sched, c_base, c_full_bar, c_empty_bar, load_order_bar);
       }
     }
   } else {
@@ -313,27 +355,48 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     sm90::RingState<cfg::STAGES> ring;
     sm90::RingState<cfg::C_STAGES> cring;
     float acc[cfg::ACC_REGS];
-    for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
-      const int part = sched.part(t);
-      const int k_begin = sched.k_begin(t);
-      sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
-          acc, ring, sched.k_end(t) - k_begin, k_begin % g.c_blocks, g.c_blocks, g.last_k16, a_rows, b_base,
-          full_bar, empty_bar);
-      if (part != sm90::UNIT_WHOLE) {  // a split tile's halves meet in the workspace (split_reduce.cuh)
-        const int split = sched.split_index(t);
-        // 0 .. 128 * CONSUMERS - 1, read here (volatile) so that it and the values derived from it
-        // are not hoisted out of the tile loop: kept live, they spill at BN = 256 with a residual.
-        const int consumer_thread = (int)sm90::thread_index_volatile() - 128;
-        int* flag = partial_flags + split * (4 * cfg::CONSUMERS) + consumer_thread / 32;
-        if (part == sm90::UNIT_PARTIAL) {
-          sm90::store_partial<cfg::ACC_REGS, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
-          continue;  // the FINISH half of this tile runs the epilogue
-        }
-        sm90::add_partial<cfg::ACC_REGS, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+    if constexpr (cfg::HALO) {
+      sm90::RingState<cfg::A_STAGES> aring;
+      const int row_in_group = 16 * warp_in_group + lane / 4;  // this thread's first row of its output row
+      for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+        sm90::consumer_mainloop_halo<cfg::BN, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES, cfg::B_STAGE_BYTES>(
+            acc, aring, ring, g, (uint32_t)(consumer * g.halo_w * 128), a_base, b_base, a_full_bar, a_empty_bar,
+            full_bar, empty_bar);
+        // This warpgroup's output row y0 + consumer, columns x0 + row_in_group (+ 8).
+        const sm90::HaloTile ht = sm90::halo_tile<cfg::CONSUMERS>(sched.m_tile(t), g);
+        const int x = ht.x0 + row_in_group;
+        const long long m_row = (long long)(ht.plane_row0 + consumer) * g.Q + x;
+        const int row_limit = (ht.y0 + consumer < g.P) ? g.Q - x : 0;
+        sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
+            acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
+            c_empty_bar, row_base, col_lane, lane == 0);
       }
-      sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
-          acc, sched.m_tile(t) * cfg::BM, sched.n_tile(t) * cfg::BN, g.M, g.K, out, bias, ep, cring, c_base,
-          c_full_bar, c_empty_bar, row_base, col_lane, lane == 0);
+    } else {
+      for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+        const int part = sched.part(t);
+        const int k_begin = sched.k_begin(t);
+        sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
+            acc, ring, sched.k_end(t) - k_begin, k_begin % g.c_blocks, g.c_blocks, g.last_k16, a_rows, b_base,
+            full_bar, empty_bar);
+        if (part != sm90::UNIT_WHOLE) {  // a split tile's halves meet in the workspace (split_reduce.cuh)
+          const int split = sched.split_index(t);
+          // 0 .. 128 * CONSUMERS - 1, read here (volatile) so that it and the values derived from it
+          // are not hoisted out of the tile loop: kept live, they spill at BN = 256 with a residual.
+          const int consumer_thread = (int)sm90::thread_index_volatile() - 128;
+          int* flag = partial_flags + split * (4 * cfg::CONSUMERS) + consumer_thread / 32;
+          if (part == sm90::UNIT_PARTIAL) {
+            sm90::store_partial<cfg::ACC_REGS, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+            continue;  // the FINISH half of this tile runs the epilogue
+          }
+          sm90::add_partial<cfg::ACC_REGS, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+        }
+        const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
+        const long long rows_left = g.M - m_row;
+        const int row_limit = rows_left > 16 ? 16 : (int)rows_left;
+        sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
+            acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
+            c_empty_bar, row_base, col_lane, lane == 0);
+      }
     }
   }
   // A CTA leaves only when its peer is done too: the peer's consumers still release slots here.

@@ -50,8 +50,10 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, 
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
-// row_base: this thread's first tile row (16 * warp_in_group + lane / 4 + 64 * warpgroup);
-// col_lane: 2 * (lane % 4).
+// row_base: this thread's first tile row (16 * warp_in_group + lane / 4 + 64 * warpgroup), the
+// row of the C chunk it reads; col_lane: 2 * (lane % 4). Where the rows go: m_row is the GEMM
+// row (output pixel) of the thread's first row, its second row (8 further) is m_row + 8, and a row
+// i is stored only when 8 * i < row_limit (rows past M, or past the output row of a halo tile).
 //
 // Stores: the four lanes of a quad hold the 16 bytes of columns 8 jj .. 8 jj + 7 of a row, two
 // each. A 4 x 4 transpose inside the quad (four shuffle rounds per group of four jj) hands lane t
@@ -64,7 +66,7 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, 
 // larger than the instruction cache: measured as instruction-fetch stalls dominating the
 // memory-bound 1x1 convolutions, whose tiles have a single K block and are mostly epilogue.
 template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, int ACT>
-__device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], int m0, int n0, long long M, int K,
+__device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], long long m_row, int row_limit, int n0, int K,
                                                   T* out, const T* bias, const EpilogueParams& ep,
                                                   RingState<C_STAGES>& cring, uint32_t c_base,
                                                   uint32_t c_full_bar, uint32_t c_empty_bar, int row_base,
@@ -136,9 +138,8 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
         const uint32_t w1 = select4(got[0], got[1], got[2], got[3], (t - 1) & 3);
         const uint32_t w2 = select4(got[0], got[1], got[2], got[3], (t - 2) & 3);
         const uint32_t w3 = select4(got[0], got[1], got[2], got[3], (t - 3) & 3);
-        const long long m = (long long)m0 + row_base + 8 * i;
         const int col = n0 + chunk * 64 + (jj0 + t) * 8;
-        if (m < M && col < K) st_global_v4(out + m * K + col, w0, w1, w2, w3);
+        if (8 * i < row_limit && col < K) st_global_v4(out + (m_row + 8 * i) * K + col, w0, w1, w2, w3);
       }
     }
   }
@@ -146,15 +147,15 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], in
 
 // The epilogue for the runtime activation code ep.activation (one switch per tile).
 template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES>
-__device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], int m0, int n0, long long M,
-                                                      int K, T* out, const T* bias, const EpilogueParams& ep,
+__device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], long long m_row, int row_limit,
+                                                      int n0, int K, T* out, const T* bias, const EpilogueParams& ep,
                                                       RingState<C_STAGES>& cring, uint32_t c_base,
                                                       uint32_t c_full_bar, uint32_t c_empty_bar, int row_base,
                                                       int col_lane, bool lane_leader) {
 #define CUCONV_SM90_EPILOGUE_CASE(code)                                                                      \
   case code:                                                                                                 \
     consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code>(                                   \
-        acc, m0, n0, M, K, out, bias, ep, cring, c_base, c_full_bar, c_empty_bar, row_base, col_lane, lane_leader); \
+        acc, m_row, row_limit, n0, K, out, bias, ep, cring, c_base, c_full_bar, c_empty_bar, row_base, col_lane, lane_leader); \
     break;
   switch (ep.activation) {
     CUCONV_SM90_EPILOGUE_CASE(ACT_RELU)

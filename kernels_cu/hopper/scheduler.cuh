@@ -20,6 +20,10 @@
 // becomes units dp_tiles + 2i (PARTIAL: steps [0, k_split), fp32 partial sums to a workspace) and
 // dp_tiles + 2i + 1 (FINISH: steps [k_split, k_iters), adds the partial, runs the epilogue). The two
 // halves land on different CTAs of the same round, so the last round takes half a tile's time.
+//
+// Halo tiles (SM90_HALO, halo_loader.cuh): a row tile is BM/64 output rows x 64 output columns of
+// one (image, depth) plane instead of BM consecutive GEMM rows; m_tile numbers them column tile
+// fastest, then row tile, then plane (halo_tile() below). Never split, never clustered.
 #pragma once
 
 namespace cuconv {
@@ -53,6 +57,29 @@ struct TileScheduler {
   __device__ __forceinline__ int m_tile(int u) const { return (tile(u) / p.n_tiles) * CLUSTER + rank; }
   __device__ __forceinline__ int n_tile(int u) const { return tile(u) - (tile(u) / p.n_tiles) * p.n_tiles; }
 };
+
+// Where a halo tile lies: image n_img, output depth z, first output row y0 and column x0, and
+// plane_row0 = (n_img * O + z) * P + y0, the tile's first output row counted over all planes (the
+// residual's row coordinate; GEMM row of pixel (y0 + i, x0 + j) = (plane_row0 + i) * Q + x0 + j).
+// Params: fields x_tiles = ceil(Q / 64), y_tiles = ceil(P / rows), O, P.
+struct HaloTile {
+  int n_img, z, y0, x0, plane_row0;
+};
+
+template <int ROWS, typename Params>
+__device__ __forceinline__ HaloTile halo_tile(int m_tile, const Params& p) {
+  const int xt = m_tile % p.x_tiles;
+  const int rest = m_tile / p.x_tiles;
+  const int yt = rest % p.y_tiles;
+  const int plane = rest / p.y_tiles;  // n_img * O + z
+  HaloTile h;
+  h.n_img = plane / p.O;
+  h.z = plane - h.n_img * p.O;
+  h.y0 = yt * ROWS;
+  h.x0 = xt * 64;
+  h.plane_row0 = plane * p.P + h.y0;
+  return h;
+}
 
 }  // namespace sm90
 }  // namespace cuconv

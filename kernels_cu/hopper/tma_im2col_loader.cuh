@@ -14,6 +14,13 @@
 //                                 k >= K arrive as zeros.
 //   residual C     (M, K)         tiled mode, box {64 channels, BM pixels} (epilogue-load warp).
 //
+// Halo tiles (SM90_HALO, see halo_loader.cuh) read x and C through tiled boxes instead:
+//   activations x  (N, D, H, W, C) tiled mode (a 2-D problem has D = 1), box {64 channels,
+//                                 64 + (S-1) dil_w columns, BM/64 + (R-1) dil_h rows, 1, 1}: the
+//                                 output rows' input window with its halo; out-of-tensor
+//                                 coordinates (negative ones included: padding) arrive as zeros.
+//   residual C     (N*O*P, Q, K)  tiled mode, box {64 channels, 64 columns, BM/64 output rows}.
+//
 // All three use the 128-byte swizzle: each box row is 128 bytes, and 16-byte chunk j of row r is
 // stored at chunk j ^ (r % 8) - the layout wgmma's 128B-swizzle descriptors read, and the one the
 // epilogue un-swizzles when it reads C.
@@ -82,6 +89,17 @@ __device__ __forceinline__ void tma_load_tile_3d_multicast(uint32_t dst, const T
       " [%0], [%1, {%3, %4, %5}], [%2], %6;"
       :
       : "r"(dst), "l"(tma_desc_addr(d)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
+      : "memory");
+}
+
+// A tiled box of a rank-5 tensor (the halo tiles' activations): coordinates innermost first.
+__device__ __forceinline__ void tma_load_tile_5d(uint32_t dst, const TmaDescriptor& d, uint32_t bar, int32_t c0,
+                                                 int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
+      :
+      : "r"(dst), "l"(tma_desc_addr(d)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
       : "memory");
 }
 

@@ -176,5 +176,70 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
   if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
 }
 
+// The same reduction fed by the halo-tile loader (halo_loader.cuh): per (depth tap ft, channel
+// block cb) one window slot of the A ring, read by the R x S taps at shifted row starts, each tap
+// with its own filter slot of the B ring. A window slot is released once the wgmmas of its last tap
+// have retired (after the next tap's wait_group 1, or at the end).
+//   a_rows_off = this warpgroup's first window row in bytes (g * halo_w * 128)
+template <int BN, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES, typename Params>
+__device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], RingState<A_STAGES>& aring,
+                                                       RingState<STAGES>& bring, const Params& g,
+                                                       uint32_t a_rows_off, uint32_t a_base, uint32_t b_base,
+                                                       uint32_t a_full_bar, uint32_t a_empty_bar, uint32_t full_bar,
+                                                       uint32_t empty_bar) {
+  const int lane = threadIdx.x % 32;
+  const uint32_t row_bytes = 128u * g.dil_h * g.halo_w;  // one filter row r further down the window
+  const uint32_t col_bytes = 128u * g.dil_w;             // one filter column s further right
+  const int taps2 = g.R * g.S;
+  int prev_b = -1;
+  int pending_a = -1;  // a window slot whose last tap's wgmmas are still in flight
+  uint32_t scale = 0;  // 0 on the first k16 step: overwrite the accumulators (no zeroing pass)
+#pragma unroll 1
+  for (int ft = 0; ft < g.T; ++ft) {
+#pragma unroll 1
+    for (int cb = 0; cb < g.c_blocks; ++cb) {
+      mbar_wait(a_full_bar + 8 * aring.stage, aring.phase);
+      const uint32_t window = a_base + aring.stage * A_STAGE_BYTES + a_rows_off;
+      const int steps = (cb == g.c_blocks - 1) ? g.last_k16 : 4;
+      uint32_t tap_off = 0;  // window offset of tap (r, s): r * row_bytes + s * col_bytes
+      int s = 0;
+#pragma unroll 1
+      for (int tap2 = 0; tap2 < taps2; ++tap2) {
+        mbar_wait(full_bar + 8 * bring.stage, bring.phase);
+        const uint64_t da = smem_desc_sw128(window + tap_off);
+        const uint64_t db = smem_desc_sw128(b_base + bring.stage * B_STAGE_BYTES);
+        fence_accumulators(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          if (kk < steps) wgmma_m64k16<BN>(acc, da + 2 * kk, db + 2 * kk, (scale | kk) ? 1u : 0u);
+        }
+        scale = 1;
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous tap's wgmmas have retired
+        fence_accumulators(acc);
+        if (prev_b >= 0) mbar_release_slot<1>(empty_bar + 8 * prev_b, lane);
+        if (pending_a >= 0) {
+          mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
+          pending_a = -1;
+        }
+        prev_b = bring.stage;
+        bring.advance();
+        tap_off += col_bytes;
+        if (++s == g.S) {  // next filter row
+          s = 0;
+          tap_off += row_bytes - g.S * col_bytes;
+        }
+      }
+      pending_a = aring.stage;  // its last tap is in flight
+      aring.advance();
+    }
+  }
+  wgmma_wait<0>();
+  fence_accumulators(acc);
+  if (prev_b >= 0) mbar_release_slot<1>(empty_bar + 8 * prev_b, lane);
+  if (pending_a >= 0) mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
+}
+
 }  // namespace sm90
 }  // namespace cuconv

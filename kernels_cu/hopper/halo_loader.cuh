@@ -1,0 +1,80 @@
+// cuconv hopper: the halo-tile loader - one activation box per (depth tap, channel block), shared
+// by every (r, s) tap of a stride-1 convolution.
+//
+// The im2col loader (conv_fprop_sm90.cu, main_load_warp) loads a fresh BM x 64 box for every tap:
+// a 3x3 filter reads each activation nine times from L2. When the H and W strides are 1, the
+// inputs that tap (r, s) needs for a tile of output rows [y0, y0 + ROWS) x columns [x0, x0 + 64)
+// all lie in one window of (ROWS + (R-1) dil_h) x (64 + (S-1) dil_w) input pixels, the tile plus
+// its halo. This loader brings that window in once per (depth tap ft, channel block cb) with a
+// tiled TMA box (zero fill past every edge = the padding) into an A ring of A_STAGES slots, and the
+// filter boxes of the R x S taps into the B ring, as before:
+//
+//   A slot: pixel (i, j) of the window at byte ((i * halo_w) + j) * 128, 128B-swizzled rows
+//   tap (r, s), consumer warpgroup g (output row y0 + g): its 64 A rows are the window pixels
+//   (g + r dil_h, s dil_w + 0..63), i.e. 64 consecutive 128-byte rows starting at
+//   ((g + r dil_h) * halo_w + s dil_w) * 128. wgmma's 128B-swizzle descriptor takes such a start
+//   (any multiple of 128 bytes) with base offset 0: the swizzle is a function of the address
+//   bits, which TMA used to write the slot (measured on the H100).
+//
+// L2->SM traffic per (ft, cb) for a 256-row tile and a 3x3 filter: one 6 x 66 window (50.7 KB)
+// instead of nine 256-row boxes (295 KB). The walk (ft, cb, r, s) differs from the im2col
+// loader's (ft, r, s, cb): only the order of the fp32 sum changes.
+//
+// Barriers: a_full[i] / a_empty[i] for the window ring (1 + tx; 4 arrivals per consumer
+// warpgroup), full[s] / empty[s] for the filter ring (1 + tx; the same). The load-order barrier
+// (residual prefetch) is signalled after the first STAGES filter boxes.
+#pragma once
+
+#include "hopper/pipeline.cuh"
+#include "hopper/scheduler.cuh"
+#include "hopper/tma_im2col_loader.cuh"
+
+namespace cuconv {
+namespace sm90 {
+
+template <int ROWS, int BN, int BK, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES,
+          bool HAS_RESIDUAL, typename Params, typename Scheduler>
+__device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, const TmaDescriptor& tmap_w,
+                                               const Params& g, const Scheduler& sched, uint32_t a_base,
+                                               uint32_t b_base, uint32_t a_full_bar, uint32_t a_empty_bar,
+                                               uint32_t full_bar, uint32_t empty_bar, uint32_t load_order_bar) {
+  RingState<A_STAGES> aring;
+  RingState<STAGES> bring;
+  int before_order = HAS_RESIDUAL ? STAGES : 0;  // filter boxes still to issue before load_order
+  const int taps2 = g.R * g.S;
+  for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+    const HaloTile ht = halo_tile<ROWS>(sched.m_tile(t), g);
+    const int n0 = sched.n_tile(t) * BN;
+    const int w0 = ht.x0 - g.pad_w;
+    const int h0 = ht.y0 - g.pad_h;
+    const int d_base = ht.z * g.stride_d - g.pad_d;
+#pragma unroll 1
+    for (int ft = 0; ft < g.T; ++ft) {
+#pragma unroll 1
+      for (int cb = 0; cb < g.c_blocks; ++cb) {
+        const uint32_t a_full = a_full_bar + 8 * aring.stage;
+        mbar_wait(a_empty_bar + 8 * aring.stage, aring.phase ^ 1u);
+        mbar_arrive_expect_tx(a_full, g.halo_tx);
+        tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, cb * BK, w0, h0,
+                         d_base + ft * g.dil_d, ht.n_img);
+        aring.advance();
+#pragma unroll 1
+        for (int tap2 = 0; tap2 < taps2; ++tap2) {
+          const uint32_t full = full_bar + 8 * bring.stage;
+          mbar_wait(empty_bar + 8 * bring.stage, bring.phase ^ 1u);
+          mbar_arrive_expect_tx(full, B_STAGE_BYTES);
+          tma_load_tile_3d(b_base + bring.stage * B_STAGE_BYTES, tmap_w, full, cb * BK, ft * taps2 + tap2, n0);
+          bring.advance();
+          if (before_order > 0 && --before_order == 0) mbar_arrive(load_order_bar);
+        }
+      }
+    }
+    if (before_order > 0) {  // the first tile had fewer filter boxes than the ring
+      mbar_arrive(load_order_bar);
+      before_order = 0;
+    }
+  }
+}
+
+}  // namespace sm90
+}  // namespace cuconv
