@@ -194,6 +194,16 @@ def test_native_halo_tiles(cp, name):
 
 @gpu
 @needs_hopper
+@pytest.mark.parametrize("name", ["no_temporal_pad", "stride_depth_only", "tile_spans_planes_and_images",
+                                  "fp16_full_epilogue"])
+def test_native_halo_cta_pairs(cp, name):
+    from cuconv.backends.hopper_tma import tile_settings
+    with tile_settings(halo=True, cluster=2):
+        check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
+
+
+@gpu
+@needs_hopper
 @settings(max_examples=30)
 @given(halo_cases(nd=3, max_width=100, max_channels=72))
 def test_native_halo_property(cp, case):

@@ -342,13 +342,26 @@ def test_halo_tile_config():
     assert res.halo and res.stages >= 3 and res.smem_bytes(True) <= 227 * 1024
     assert res.kernel_name(True, 3).endswith("_halo_res")
     wide = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9))
-    assert wide.halo and wide.block_m == 128 and wide.m_tiles == 2 * 256 * 8
+    assert wide.halo and wide.block_m == 256 and wide.m_tiles == 2 * 128 * 8, "BN 128: 256-row halo tiles"
+    wide_res = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9),
+                                  loads_residual=True)
+    assert wide_res.halo and wide_res.block_m == 128, "with a residual BN 128 spills at 256 rows"
+    wider = choose_tile_config(4 * 64 * 64, 256, 132, cluster=1, halo_geometry=(4, 64, 64, 9))
+    assert wider.halo and wider.block_m == 128
     few = choose_tile_config(4 * 64, 64, 132, cluster=1, halo_geometry=(1, 4, 64, 9))
     assert few.halo and few.block_m == 128, "too few tiles for four row warpgroups"
     # declined by the rule, switched off, or CTA pairs: im2col boxes
     assert not choose_tile_config(m, 96, 132, cluster=1, halo_geometry=(4, 120, 208, 9)).halo
     assert not choose_tile_config(m, 96, 132, cluster=1, halo_geometry=geom, halo=False).halo
-    assert not choose_tile_config(m, 96, 132, cluster=2, halo_geometry=geom).halo
+    pair = choose_tile_config(m, 96, 132, cluster=2, halo_geometry=geom)
+    assert pair.halo and pair.cluster == 2 and pair.block_m == 128 and pair.num_units == -(-pair.m_tiles // 2)
+    assert pair.kernel_name(False, 3).endswith("_c2_halo")
+    # a residual at BN = 256 leaves 3 filter slots: im2col tiles (unless forced)
+    big = (4, 64, 64, 9)
+    assert choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big).halo
+    assert not choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True).halo
+    assert choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True, halo=True).halo
+    assert choose_tile_config(m, 96, 132, cluster=1, halo_geometry=geom, loads_residual=True).halo
     assert not choose_tile_config(m, 96, 132, cluster=1, halo=True).halo, "no geometry: not eligible"
     assert choose_tile_config(m, 96, 132, cluster=1, halo_geometry=(4, 120, 208, 9), halo=True).halo
 
@@ -643,7 +656,7 @@ def test_sm90_halo_edge_cases(cp, name, dtype):
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("bn,bm", [(96, 256), (96, 128), (160, 128), (192, 128)])
+@pytest.mark.parametrize("bn,bm", [(96, 256), (96, 128), (128, 256), (160, 128), (192, 128)])
 @pytest.mark.parametrize("name", ["columns_partial_last_tile", "fp16_full_epilogue", "k200_partial_n_tile"])
 def test_sm90_halo_tile_shapes(cp, bn, bm, name):
     case = HALO_CASES[name]
@@ -670,3 +683,17 @@ def test_sm90_halo_in_place_residual(cp, case):
     case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)
     with tile_settings(halo=True):
         check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("name", ["columns_partial_last_tile", "narrow_image", "fp16_full_epilogue", "residual_bn256",
+                                  "persistent_tall", "c72_partial_block"])
+def test_sm90_halo_cta_pairs(cp, name):
+    """Halo tiles in CTA pairs (forced): each CTA multicasts half of every filter box; an odd tile
+    count leaves a ghost CTA that reads zeros and stores nothing (narrow_image: 3 tiles)."""
+    case = HALO_CASES[name]
+    with tile_settings(halo=True, cluster=2):
+        detail = _sm90_detail(cp, case)
+        assert "_c2_halo" in detail, detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)

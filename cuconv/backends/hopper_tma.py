@@ -68,6 +68,17 @@ def _c_ring_bytes(block_m: int) -> int:
 #: ((S-1) dil_w and (R-1) dil_h at most 2: 3x3 and smaller filters at dilation 1).
 HALO_A_STAGES = 2
 HALO_REACH_MAX = 2
+def _halo_wide_m_bn(loads_residual: bool) -> tuple:
+    """BN that a 256-row halo tile can hold: those of :data:`WIDE_M_BN`, and 128 without a residual
+    (the halo mainloop leaves room for 64 accumulators in 112 registers; with the residual's C
+    reads it spills). Measured: 3x3 128->128 at 512x512, N = 2, 246.7 -> 234.4 us (H100, bf16)."""
+    return WIDE_M_BN if loads_residual else WIDE_M_BN + (128,)
+
+
+#: With a residual the C ring takes filter slots: automatic halo tiles need at least this many. At
+#: BN = 256 only 3 remain, and the VAE/UNet layers measured beta = 1 at +14-21% over beta = 0 on
+#: halo tiles (H100), against +4-11% on im2col tiles with 4 slots.
+HALO_MIN_RES_STAGES = 4
 
 
 def _halo_slot_bytes(block_m: int) -> int:
@@ -347,9 +358,10 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       row tiles (``cluster`` overrides; default: :func:`tile_settings` / ``CUCONV_SM90_CLUSTER``, 1).
     * The split tail (:func:`_split_tiles`) when the last wave would leave half of the SMs idle
       (``split`` overrides; default: :func:`tile_settings` / ``CUCONV_SM90_SPLIT``, automatic).
-    * Halo tiles when the problem allows them (``halo_geometry`` = (planes, P, Q, R*S) from
+    * Halo tiles when the problem allows them (with a residual, only where the filter ring keeps
+      :data:`HALO_MIN_RES_STAGES` slots) (``halo_geometry`` = (planes, P, Q, R*S) from
       :func:`_halo_geometry`, else None) and :func:`_halo_rule` or ``halo`` (default:
-      :func:`tile_settings` / ``CUCONV_SM90_HALO``) says so: single CTAs, no split; a tile is BM/64
+      :func:`tile_settings` / ``CUCONV_SM90_HALO``) says so: no split (CTA pairs when asked); a tile is BM/64
       output rows x 64 columns of one plane, 256 rows (BN 64/96 only) when those tiles fill a wave
       and cost no extra one.
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
@@ -365,7 +377,6 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     cl = _cluster_setting() if cluster is None else cluster
     split = _split_setting() if split is None else split
     halo = _halo_setting() if halo is None else halo
-    use_halo = halo_geometry is not None and cl == 1 and (_halo_rule(*halo_geometry) if halo is None else halo)
     if bn is None:
         bn = _bn_rule(m_tiles, gemm_n, sm_count)
         base_cost = _modelled_cost(m_tiles, gemm_n, bn, sm_count)
@@ -373,20 +384,24 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
                    key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
         if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * base_cost:
             bn = best
+    use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry) if halo is None else halo)
+    if use_halo and halo is None and loads_residual and _halo_stages(BLOCK_M, bn, True) < HALO_MIN_RES_STAGES:
+        use_halo = False
     if use_halo:
         planes, P, Q, _ = halo_geometry
         n_tiles = -(-gemm_n // bn)
         rows_tiles = {b: planes * -(-P // (b // 64)) * -(-Q // 64) * n_tiles for b in (BLOCK_M, 256)}
-        if bn not in WIDE_M_BN:
+        if bn not in _halo_wide_m_bn(loads_residual) or cl != 1:  # pairs of 256-row tiles: C7519 (see _tall_tiles)
             bm = BLOCK_M
         elif bm is None:  # four row warpgroups when they fill a wave and cost no extra one (as _tall_tiles)
             tall, short = rows_tiles[256], rows_tiles[BLOCK_M]
             bm = 256 if tall >= sm_count and 2 * -(-tall // sm_count) <= -(-short // sm_count) else BLOCK_M
         m_tiles = rows_tiles[bm] // n_tiles
-        units = m_tiles * n_tiles
+        cl = cl if m_tiles >= 2 else 1
+        units = -(-m_tiles // cl) * n_tiles
         return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=_halo_stages(bm, bn, loads_residual),
-                          m_tiles=m_tiles, n_tiles=n_tiles, grid=max(1, min(units, sm_count)), k_iters=k_iters,
-                          halo=True)
+                          m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
+                          k_iters=k_iters, halo=True)
     if bn not in WIDE_M_BN or cl != 1:  # see WIDE_M_BN; pairs of 256-row tiles: C7519 (see _tall_tiles)
         bm = BLOCK_M
     elif bm is None:
@@ -410,10 +425,10 @@ COMPILE_VARIANTS = [
     if bm == BLOCK_M or (bn in WIDE_M_BN and cl == 1)
 ] + [
     (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn,
-               "SM90_STAGES": _halo_stages(bm, bn, bool(res)), "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": 1,
+               "SM90_STAGES": _halo_stages(bm, bn, bool(res)), "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl,
                "SM90_HALO": 1}, _ARCH)
-    for nd in (2, 3) for dt in (0, 1) for bm in (128, 256) for bn in STAGES for res in (0, 1)
-    if bm == BLOCK_M or bn in WIDE_M_BN
+    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in (128, 256) for bn in STAGES for res in (0, 1)
+    if bm == BLOCK_M or (bn in _halo_wide_m_bn(bool(res)) and cl == 1)
 ]
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
@@ -450,13 +465,14 @@ def _halo_why_not(problem) -> str:
     why = _halo_decline(problem)
     if why:
         return why
-    if _cluster_setting() != 1:
-        return "CTA pairs requested (halo tiles run as single CTAs)"
     if _halo_setting() is False:
         return "switched off (tile_settings(halo=False) / CUCONV_SM90_HALO=0)"
     planes, P, Q, taps = _halo_geometry(problem)
     if taps == 1:
         return "one (r, s) tap: no window to share"
+    if _halo_rule(planes, P, Q, taps):
+        return (f"with a residual, halo tiles of this width keep fewer than {HALO_MIN_RES_STAGES} filter slots "
+                f"next to the C ring")
     return f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than 1/7 wasted)"
 
 

@@ -96,32 +96,35 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
       if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
       cring.advance();
     }
-    // act(alpha * acc + bias + beta * C) for this thread's pairs, packed to 2 x 16 bit.
-    uint32_t packed[2][8];
-#pragma unroll
-    for (int jj = 0; jj < blocks; ++jj) {
-      const int col = n0 + chunk * 64 + jj * 8 + col_lane;
-      float b0 = 0.f, b1 = 0.f;
-      if (ep.has_bias && col < K) {
-        const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
-        b0 = lo_to_float<T>(bp);
-        b1 = hi_to_float<T>(bp);
-      }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int a = (chunk * 8 + jj) * 4 + 2 * i;
-        float v0 = ep.alpha * acc[a] + b0;
-        float v1 = ep.alpha * acc[a + 1] + b1;
-        if constexpr (HAS_RESIDUAL) {
-          v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
-          v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
-        }
-        packed[i][jj] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
-      }
-    }
-    // Quad transpose and 16-byte stores (all lanes shuffle; only the stores are masked).
+    // Per group of four 8-column blocks (32 channels): act(alpha * acc + bias + beta * C) for this
+    // thread's pairs, packed to 2 x 16 bit, then the quad transpose and 16-byte stores (all lanes
+    // shuffle; only the stores are masked). Group by group keeps 8 packed words live, not 16: the
+    // 256 x 128 halo tile (112 registers per consumer thread) spilled with a whole chunk packed.
 #pragma unroll
     for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
+      uint32_t packed[2][4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int jj = jj0 + q;
+        const int col = n0 + chunk * 64 + jj * 8 + col_lane;
+        float b0 = 0.f, b1 = 0.f;
+        if (ep.has_bias && col < K) {
+          const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
+          b0 = lo_to_float<T>(bp);
+          b1 = hi_to_float<T>(bp);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int a = (chunk * 8 + jj) * 4 + 2 * i;
+          float v0 = ep.alpha * acc[a] + b0;
+          float v1 = ep.alpha * acc[a + 1] + b1;
+          if constexpr (HAS_RESIDUAL) {
+            v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
+            v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
+          }
+          packed[i][q] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
+        }
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         uint32_t got[4];
@@ -129,8 +132,7 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
         for (int r = 0; r < 4; ++r) {
           // Round r: lane s sends its pair of block jj0 + (s + r) % 4 and receives from lane
           // (t - r) % 4 that lane's pair of block jj0 + t, i.e. columns 2 * ((t - r) % 4) + {0, 1}.
-          const uint32_t send = select4(packed[i][jj0], packed[i][jj0 + 1], packed[i][jj0 + 2],
-                                        packed[i][jj0 + 3], (t + r) & 3);
+          const uint32_t send = select4(packed[i][0], packed[i][1], packed[i][2], packed[i][3], (t + r) & 3);
           got[r] = shfl_idx(send, (lane & ~3) | ((t - r) & 3));
         }
         // word k of the 16-byte vector = the pair from lane k, received in round (t - k) % 4.

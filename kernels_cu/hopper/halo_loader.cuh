@@ -21,8 +21,11 @@
 // loader's (ft, r, s, cb): only the order of the fp32 sum changes.
 //
 // Barriers: a_full[i] / a_empty[i] for the window ring (1 + tx; 4 arrivals per consumer
-// warpgroup), full[s] / empty[s] for the filter ring (1 + tx; the same). The load-order barrier
-// (residual prefetch) is signalled after the first STAGES filter boxes.
+// warpgroup), full[s] / empty[s] for the filter ring (1 + tx; 4 arrivals per consumer warpgroup of
+// every CTA of the cluster). The load-order barrier (residual prefetch) is signalled after the
+// first STAGES filter boxes. CTA pairs (CLUSTER = 2) work on adjacent halo tiles with the same
+// filter columns: each loads half of every filter box and multicasts it to both, as the im2col
+// loader does; the windows stay per CTA.
 #pragma once
 
 #include "hopper/pipeline.cuh"
@@ -33,7 +36,7 @@ namespace cuconv {
 namespace sm90 {
 
 template <int ROWS, int BN, int BK, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES,
-          bool HAS_RESIDUAL, typename Params, typename Scheduler>
+          bool HAS_RESIDUAL, int CLUSTER, typename Params, typename Scheduler>
 __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, const TmaDescriptor& tmap_w,
                                                const Params& g, const Scheduler& sched, uint32_t a_base,
                                                uint32_t b_base, uint32_t a_full_bar, uint32_t a_empty_bar,
@@ -63,7 +66,15 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
           const uint32_t full = full_bar + 8 * bring.stage;
           mbar_wait(empty_bar + 8 * bring.stage, bring.phase ^ 1u);
           mbar_arrive_expect_tx(full, B_STAGE_BYTES);
-          tma_load_tile_3d(b_base + bring.stage * B_STAGE_BYTES, tmap_w, full, cb * BK, ft * taps2 + tap2, n0);
+          const uint32_t b_dst = b_base + bring.stage * B_STAGE_BYTES;
+          if constexpr (CLUSTER == 1) {
+            tma_load_tile_3d(b_dst, tmap_w, full, cb * BK, ft * taps2 + tap2, n0);
+          } else {  // this CTA's share of the filter box, multicast to the same slot of both CTAs
+            constexpr int SHARE_ROWS = BN / CLUSTER;
+            tma_load_tile_3d_multicast(b_dst + sched.rank * SHARE_ROWS * BK * 2, tmap_w, full, cb * BK,
+                                       ft * taps2 + tap2, n0 + sched.rank * SHARE_ROWS,
+                                       (uint16_t)((1u << CLUSTER) - 1u));
+          }
           bring.advance();
           if (before_order > 0 && --before_order == 0) mbar_arrive(load_order_bar);
         }

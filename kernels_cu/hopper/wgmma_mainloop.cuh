@@ -179,9 +179,10 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
 // The same reduction fed by the halo-tile loader (halo_loader.cuh): per (depth tap ft, channel
 // block cb) one window slot of the A ring, read by the R x S taps at shifted row starts, each tap
 // with its own filter slot of the B ring. A window slot is released once the wgmmas of its last tap
-// have retired (after the next tap's wait_group 1, or at the end).
+// have retired (after the next tap's wait_group 1, or at the end). With CTA pairs a filter slot is
+// released to both CTAs (each filled half of it), a window slot only locally.
 //   a_rows_off = this warpgroup's first window row in bytes (g * halo_w * 128)
-template <int BN, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES, typename Params>
+template <int BN, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES, int CLUSTER, typename Params>
 __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], RingState<A_STAGES>& aring,
                                                        RingState<STAGES>& bring, const Params& g,
                                                        uint32_t a_rows_off, uint32_t a_base, uint32_t b_base,
@@ -218,7 +219,7 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], Rin
         wgmma_commit();
         wgmma_wait<1>();  // the previous tap's wgmmas have retired
         fence_accumulators(acc);
-        if (prev_b >= 0) mbar_release_slot<1>(empty_bar + 8 * prev_b, lane);
+        if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
         if (pending_a >= 0) {
           mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
           pending_a = -1;
@@ -237,7 +238,7 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], Rin
   }
   wgmma_wait<0>();
   fence_accumulators(acc);
-  if (prev_b >= 0) mbar_release_slot<1>(empty_bar + 8 * prev_b, lane);
+  if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
   if (pending_a >= 0) mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
 }
 
