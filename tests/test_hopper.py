@@ -2,11 +2,12 @@
 
 CPU part (runs in CI): every compiled variant builds for sm_90a without spills and its SASS holds
 HGMMA and UTMALDG; the TMA descriptor parameters replayed through the NumPy box-load model give
-the explicit im2col matrix; ``check`` declines with precise reasons; the tile heuristic is sane.
+the explicit im2col matrix, and so do the halo tiles' windows (cuconv.models.halo); ``check`` declines with precise reasons; the tile heuristic is sane.
 
 GPU part (``gpu`` marker; skipped without a Hopper GPU): the kernel forced with
 ``kernel="sm90_tma"`` against the float64 reference, over drawn geometry inside its coverage and
-over named edge cases, outputs NaN-poisoned, in-place residual included. Tolerances come from
+over named edge cases, outputs NaN-poisoned, in-place residual included; the same with halo tiles
+forced (``tile_settings(halo=True)``). Tolerances come from
 conftest.TOLERANCE (the one table).
 """
 
@@ -97,6 +98,49 @@ def test_descriptor_params_reproduce_explicit_im2col(nd, data):
                 rows = a[m0:m0 + pixels, tap * C + c0: tap * C + min(C, c0 + channels)]
                 want[:rows.shape[0], :rows.shape[1]] = rows
                 np.testing.assert_array_equal(box, want, err_msg=f"m0={m0} tap={tap} c0={c0} {p.describe()}")
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_halo_windows_reproduce_explicit_im2col(nd, data):
+    """Halo tiles, replayed by the NumPy model (cuconv.models.halo): every tap's shifted window rows
+    are the explicit A rows of the tile's output pixels, for every tile, depth tap and channel block."""
+    from cuconv.backends.hopper_tma import _halo_geometry
+    from cuconv.models import halo_tap_rows, halo_window, im2col_matrix
+    case = data.draw(halo_cases(nd=nd, max_width=80, max_channels=24), label="case")
+    p = ConvProblem.create(nd=nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+                           out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
+                           dilation=case.dilation, padding=case.padding, groups=1, dtype="float32",
+                           layout="NHWC" if nd == 2 else "NDHWC")
+    assert _halo_geometry(p) is not None
+    rows = data.draw(st.sampled_from([2, 4]), label="rows")
+    x = np.random.default_rng(case.seed).standard_normal(p.x_shape).astype(np.float32)
+    a = im2col_matrix(x, p)
+    *planes_shape, P, Q = p.out_spatial
+    O = planes_shape[0] if planes_shape else 1
+    T = p.filter_spatial[0] if nd == 3 else 1
+    R, S = p.filter_spatial[-2:]
+    C = p.channels
+    for n in range(p.batch):
+        for z in range(O):
+            for y0 in range(0, P, rows):
+                for x0 in range(0, Q, 64):
+                    for t in range(T):
+                        for c0 in range(0, C, 16):
+                            win = halo_window(x, p, n, z, y0, x0, t, c0, rows, channels=16)
+                            for g in range(rows):
+                                if y0 + g >= P:
+                                    continue
+                                valid = min(64, Q - x0)
+                                m = ((n * O + z) * P + y0 + g) * Q + x0
+                                for r in range(R):
+                                    for s_ in range(S):
+                                        tap = (t * R + r) * S + s_
+                                        got = halo_tap_rows(win, p, g, r, s_)[:valid, :min(16, C - c0)]
+                                        want = a[m:m + valid, tap * C + c0: tap * C + min(C, c0 + 16)]
+                                        np.testing.assert_array_equal(got, want, err_msg=f"{p.describe()} n{n} z{z} "
+                                                                      f"y0 {y0} x0 {x0} t{t} c0 {c0} g{g} r{r} s{s_}")
 
 
 def test_box_params_formula():
