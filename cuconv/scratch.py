@@ -1,7 +1,8 @@
 """Scratch buffers that kernels reuse from call to call: one per (device, stream, purpose).
 
 Some paths need temporary device memory on every call (the sm80 ``pad_channels`` path's padded
-copies of x and w, the ``grouped_mma`` path's weight fragments). Allocating it per call costs host
+copies of x and w, the ``grouped_mma`` path's weight fragments, the Hopper split tail's partial sums
+and flags). Allocating it per call costs host
 time, and inside a CUDA-graph capture it turns into allocations replayed with the graph (measured on
 the H100: the padded stem's replays read 0.206-0.236 ms with per-call allocations, a steady 0.206 ms
 with a reused buffer). So each purpose gets one buffer per device and stream, grown when a call
@@ -28,16 +29,19 @@ MAX_BUFFERS = 16
 _BUFFERS: "OrderedDict[tuple, object]" = OrderedDict()
 
 
-def scratch(purpose: str, shape, dtype):
-    """A ``shape`` / ``dtype`` view of the current device and stream's scratch buffer for ``purpose``
-    (contents undefined: the caller's kernels write it before reading)."""
+def scratch(purpose: str, shape, dtype, zeroed: bool = False):
+    """A ``shape`` / ``dtype`` view of the current device and stream's scratch buffer for ``purpose``.
+
+    Contents undefined (the caller's kernels write it before reading), unless ``zeroed``: then a
+    newly allocated buffer starts as zeros, for state that the kernels using it put back to zero
+    themselves (the Hopper split tail's flags)."""
     import cupy as cp
     dt = cp.dtype(dtype)
     nbytes = math.prod(shape) * dt.itemsize
     key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr, purpose)
     buf = _BUFFERS.get(key)
     if buf is None or buf.nbytes < nbytes:
-        buf = _BUFFERS[key] = cp.empty(max(nbytes, 256), dtype=cp.uint8)
+        buf = _BUFFERS[key] = (cp.zeros if zeroed else cp.empty)(max(nbytes, 256), dtype=cp.uint8)
     _BUFFERS.move_to_end(key)
     while len(_BUFFERS) > MAX_BUFFERS:
         _BUFFERS.popitem(last=False)

@@ -11,8 +11,9 @@ from cuconv import scratch
 
 
 class _FakeBuffer:
-    def __init__(self, nbytes):
+    def __init__(self, nbytes, zeroed=False):
         self.nbytes = nbytes
+        self.zeroed = zeroed
 
     def __getitem__(self, _):
         return self
@@ -29,7 +30,7 @@ def fake_cupy(monkeypatch):
     stream = types.SimpleNamespace(ptr=0)
     fake = types.SimpleNamespace(
         dtype=lambda d: types.SimpleNamespace(itemsize=2), uint8="uint8",
-        empty=lambda n, dtype=None: _FakeBuffer(n),
+        empty=lambda n, dtype=None: _FakeBuffer(n), zeros=lambda n, dtype=None: _FakeBuffer(n, zeroed=True),
         cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0),
                                    get_current_stream=lambda: stream))
     monkeypatch.setitem(sys.modules, "cupy", fake)
@@ -53,3 +54,10 @@ def test_reused_grown_and_bounded(fake_cupy):
     assert len(scratch._BUFFERS) == scratch.MAX_BUFFERS
     scratch.release_scratch()
     assert scratch.scratch_bytes() == 0
+
+
+def test_zeroed_buffers_start_as_zeros(fake_cupy):
+    flags = scratch.scratch("flags", (100,), "int32", zeroed=True)
+    assert flags.zeroed and scratch.scratch("flags", (10,), "int32", zeroed=True) is flags  # reused as is
+    assert scratch.scratch("flags", (1000,), "int32", zeroed=True).zeroed                  # grown: zeros again
+    assert not scratch.scratch("other", (100,), "int32").zeroed

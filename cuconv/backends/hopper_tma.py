@@ -652,29 +652,22 @@ class Sm90TmaKernel(Kernel):
         return launch, cacheable, (xa, wa, ra, ba)
 
 
-_WORKSPACES: dict = {}
-
-
 def _split_workspace(cfg: TileConfig):
-    """(partials, flags) for a split-tail launch on the current device and stream (a 16-byte and a
-    4-byte placeholder when nothing is split).
+    """(partials, flags) for a split-tail launch on the current device and stream (small placeholders
+    when nothing is split).
 
     ``partials`` holds one fp32 accumulator tile per split tile; ``flags`` one int per consumer
     warp per split tile, zero between launches (each finishing warp puts its flag back, see
-    kernels_cu/hopper/split_reduce.cuh). One buffer per (device, stream), grown when a launch needs
-    more: launches on one stream run in order, so they can share it; a launch record keeps the
-    buffer it was built with alive, so a record made before a growth stays valid.
+    kernels_cu/hopper/split_reduce.cuh), so its buffer starts zeroed. Both are
+    :mod:`cuconv.scratch` buffers, one per (device, stream): launches on one stream run in order, so
+    they can share them; a launch record keeps the views it was built with (and so their buffers)
+    alive, so a record made before a buffer was grown or dropped stays valid.
     """
-    import cupy as cp
+    from ..scratch import scratch
     nflt = cfg.split_tiles * cfg.block_m * cfg.block_n
     nflag = cfg.split_tiles * 4 * cfg.consumers
-    key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr)
-    have = _WORKSPACES.get(key)
-    if have is None or have[0].size < max(nflt, 4) or have[1].size < max(nflag, 1):
-        size_f = max(nflt, 4, have[0].size if have else 0)
-        size_i = max(nflag, 1, have[1].size if have else 0)
-        have = _WORKSPACES[key] = (cp.empty(size_f, dtype=cp.float32), cp.zeros(size_i, dtype=cp.int32))
-    return have
+    return (scratch("sm90_split_partials", (max(nflt, 4),), "float32"),
+            scratch("sm90_split_flags", (max(nflag, 1),), "int32", zeroed=True))
 
 
 @functools.lru_cache(maxsize=1024)
