@@ -157,3 +157,19 @@ def halo_cases(draw, nd=2, max_width=150, max_channels=80):
         assume(output_size(n, f, s, d, lo, hi) >= 1)
     return Case(**{**base.__dict__, "spatial": spatial, "filt": filt, "dilation": dilation, "stride": stride,
                    "padding": padding, "batch": draw(st.integers(1, 2))})
+
+
+def with_residual(case: Case) -> Case:
+    """``case`` with a residual read (beta kept when it is non-zero, else 1): for the in-place tests."""
+    case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)
+    return case
+
+
+def explain_detail(cp, case: Case, kernel: str) -> str:
+    """What ``cuconv.explain`` says of ``kernel`` for the case's geometry (tile, loader, grid, split),
+    asked with channels-last zero arrays of the case's shapes."""
+    import cuconv
+    x = cp.zeros((case.batch, *case.spatial, case.channels), dtype=cp.float16)
+    w = cp.zeros((case.out_channels, *case.filt, case.channels), dtype=cp.float16)
+    return cuconv.explain(x, w, stride=case.stride, padding=case.padding, dilation=case.dilation,
+                          kernel=kernel).detail

@@ -23,7 +23,7 @@ from cuconv.device import DeviceInfo
 from cuconv.problem import ConvProblem, Epilogue
 
 from conftest import needs_hopper
-from geometry import Case, cases, check_case, halo_cases
+from geometry import Case, cases, check_case, explain_detail, halo_cases, with_residual
 
 H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
                   smem_per_block_optin=232448)
@@ -93,7 +93,7 @@ def test_native_property(cp, case):
 @settings(max_examples=15)
 @given(_coverage_cases())
 def test_native_in_place_residual(cp, case):
-    case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)
+    case = with_residual(case)
     check_case(case, xp=cp, kernel="conv3d_native", in_place=True)
 
 
@@ -182,14 +182,10 @@ HALO_NAMES = ["no_temporal_pad", "temporal_pad_both", "causal_pad_front", "strid
 def test_native_halo_tiles(cp, name):
     """Halo tiles (forced): one window per (t, channel block), shared by the 3x3 (r, s) taps."""
     from cuconv.backends.hopper_tma import tile_settings
+    case = EDGE_CASES[name]
     with tile_settings(halo=True):
-        x = cp.zeros((1, *EDGE_CASES[name].spatial, EDGE_CASES[name].channels), dtype=cp.float16)
-        w = cp.zeros((EDGE_CASES[name].out_channels, *EDGE_CASES[name].filt, EDGE_CASES[name].channels),
-                     dtype=cp.float16)
-        c = EDGE_CASES[name]
-        assert "_halo" in cuconv.explain(x, w, stride=c.stride, padding=c.padding, dilation=c.dilation,
-                                         kernel="conv3d_native").detail
-        check_case(c, xp=cp, kernel="conv3d_native", poison=True)
+        assert "_halo" in explain_detail(cp, case, "conv3d_native")
+        check_case(case, xp=cp, kernel="conv3d_native", poison=True)
 
 
 @gpu

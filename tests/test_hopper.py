@@ -28,7 +28,7 @@ from cuconv.device import DeviceInfo
 from cuconv.problem import ConvProblem, Epilogue
 
 from conftest import find_cuobjdump, needs_hopper, nvrtc_available
-from geometry import Case, cases, check_case, halo_cases
+from geometry import Case, cases, check_case, explain_detail, halo_cases, with_residual
 
 H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
                   smem_per_block_optin=232448)
@@ -463,7 +463,7 @@ def test_sm90_property(cp, case):
 @settings(max_examples=20)
 @given(_coverage_cases())
 def test_sm90_in_place_residual(cp, case):
-    case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)
+    case = with_residual(case)
     check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
 
 
@@ -631,10 +631,7 @@ def test_sm90_split_tail_in_place_residual(cp):
 
 def _sm90_detail(cp, case):
     """What ``cuconv.explain`` says of the sm90 kernel for the case's geometry (tile, grid, split)."""
-    x = cp.zeros((case.batch, *case.spatial, case.channels), dtype=cp.float16)
-    w = cp.zeros((case.out_channels, *case.filt, case.channels), dtype=cp.float16)
-    return cuconv.explain(x, w, stride=case.stride, padding=case.padding, dilation=case.dilation,
-                          kernel="sm90_tma").detail
+    return explain_detail(cp, case, "sm90_tma")
 
 
 @gpu
@@ -724,7 +721,7 @@ def test_sm90_halo_property(cp, case):
 @settings(max_examples=15)
 @given(halo_cases(nd=2))
 def test_sm90_halo_in_place_residual(cp, case):
-    case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)
+    case = with_residual(case)
     with tile_settings(halo=True):
         check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
 

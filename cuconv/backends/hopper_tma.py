@@ -68,6 +68,8 @@ def _c_ring_bytes(block_m: int) -> int:
 #: ((S-1) dil_w and (R-1) dil_h at most 2: 3x3 and smaller filters at dilation 1).
 HALO_A_STAGES = 2
 HALO_REACH_MAX = 2
+
+
 def _halo_wide_m_bn(loads_residual: bool) -> tuple:
     """BN that a 256-row halo tile can hold: those of :data:`WIDE_M_BN`, and 128 without a residual
     (the halo mainloop leaves room for 64 accumulators in 112 registers; with the residual's C
@@ -312,9 +314,13 @@ def _tall_tiles(gemm_m: int, n_tiles: int, sm_count: int, loads_residual: bool) 
     must not need more than twice the waves), and without a residual: its 256-row ring leaves 3-4
     slots (3x3 64->64 with beta = 1: 53.2 us at BM 256 vs 50.9 at BM 128). Never with CTA pairs:
     ptxas serialises the wgmmas of that variant (C7519)."""
-    tall = -(-gemm_m // 256) * n_tiles
-    short = -(-gemm_m // BLOCK_M) * n_tiles
-    return not loads_residual and tall >= sm_count and 2 * -(-tall // sm_count) <= -(-short // sm_count)
+    return not loads_residual and _tall_pays(-(-gemm_m // 256) * n_tiles, -(-gemm_m // BLOCK_M) * n_tiles, sm_count)
+
+
+def _tall_pays(tall: int, short: int, sm_count: int) -> bool:
+    """The wave test of 256-row tiles (``tall`` of them) against 128-row ones (``short``): the tall
+    tiles fill at least one wave and need no more than half the waves (im2col and halo tiles alike)."""
+    return tall >= sm_count and 2 * -(-tall // sm_count) <= -(-short // sm_count)
 
 
 def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
@@ -393,9 +399,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         rows_tiles = {b: planes * -(-P // (b // 64)) * -(-Q // 64) * n_tiles for b in (BLOCK_M, 256)}
         if bn not in _halo_wide_m_bn(loads_residual) or cl != 1:  # pairs of 256-row tiles: C7519 (see _tall_tiles)
             bm = BLOCK_M
-        elif bm is None:  # four row warpgroups when they fill a wave and cost no extra one (as _tall_tiles)
-            tall, short = rows_tiles[256], rows_tiles[BLOCK_M]
-            bm = 256 if tall >= sm_count and 2 * -(-tall // sm_count) <= -(-short // sm_count) else BLOCK_M
+        elif bm is None:  # four row warpgroups when they fill a wave and cost no extra one
+            bm = 256 if _tall_pays(rows_tiles[256], rows_tiles[BLOCK_M], sm_count) else BLOCK_M
         m_tiles = rows_tiles[bm] // n_tiles
         cl = cl if m_tiles >= 2 else 1
         units = -(-m_tiles // cl) * n_tiles
@@ -476,6 +481,13 @@ def _halo_why_not(problem) -> str:
     return f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than 1/7 wasted)"
 
 
+def _halo_window(problem, cfg: TileConfig) -> tuple:
+    """(columns, rows) of a halo tile's input window: 64 + (S-1) dil_w by BM/64 + (R-1) dil_h."""
+    R, S = problem.filter_spatial[-2:]
+    dh, dw = problem.dilation[-2:]
+    return 64 + (S - 1) * dw, cfg.consumers + (R - 1) * dh
+
+
 def _halo_geometry(problem) -> Optional[tuple]:
     """(planes = N*O, P, Q, R*S) when halo tiles can serve ``problem``, else None."""
     if _halo_decline(problem) is not None:
@@ -506,8 +518,8 @@ def _params(problem, cfg: TileConfig):
     sd, sh, sw = (1,) * lead + tuple(problem.stride)
     dd, dh, dw = (1,) * lead + tuple(problem.dilation)
     pd, ph, pw = (0,) * lead + tuple(problem.pad_lo)
-    rows = cfg.block_m // 64
-    halo_w, halo_h = 64 + (S - 1) * dw, rows + (R - 1) * dh
+    rows = cfg.consumers
+    halo_w, halo_h = _halo_window(problem, cfg)
     vals = dict(M=problem.gemm_m, K=problem.out_channels, O=O, P=P, Q=Q, T=T, R=R, S=S, stride_d=sd, stride_h=sh,
                 stride_w=sw, dil_d=dd, dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw,
                 c_blocks=_c_blocks(problem.channels), last_k16=_last_k16(problem.channels),
@@ -637,9 +649,7 @@ class Sm90TmaKernel(Kernel):
         ba = _aligned(bias, 4) if bias is not None else None
         cacheable = xa is x and wa is w and ra is residual and ba is bias
         if cfg.halo:
-            R, S = problem.filter_spatial[-2:]
-            dh, dw = problem.dilation[-2:]
-            tmap_x = encode_halo_x(problem, xa.data.ptr, 64 + (S - 1) * dw, cfg.consumers + (R - 1) * dh)
+            tmap_x = encode_halo_x(problem, xa.data.ptr, *_halo_window(problem, cfg))
         else:
             tmap_x = encode_im2col_x(problem, xa.data.ptr, tma_box_params(problem, pixels_per_column=cfg.block_m))
         tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share

@@ -238,14 +238,9 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
       sm90::tma_load_im2col_4d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
                                (uint16_t)(r * g.dil_h));
 #endif
-      const uint32_t b_dst = b_base + ring.stage * cfg::B_STAGE_BYTES;
-      const int tap = (ft * g.R + r) * g.S + s;
-      if constexpr (cfg::CLUSTER == 1) {
-        sm90::tma_load_tile_3d(b_dst, tmap_w, full, cb * cfg::BK, tap, n0);
-      } else {  // this CTA's share of the filter tile, to the same slot of every CTA of the pair
-        sm90::tma_load_tile_3d_multicast(b_dst + sched.rank * cfg::B_SHARE_BYTES, tmap_w, full, cb * cfg::BK, tap,
-                                         n0 + sched.rank * cfg::B_SHARE_ROWS, (uint16_t)((1u << cfg::CLUSTER) - 1u));
-      }
+      sm90::tma_load_filter_box<cfg::CLUSTER, cfg::BN, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w,
+                                                                full, cb * cfg::BK, (ft * g.R + r) * g.S + s, n0,
+                                                                sched.rank);
       ring.advance();
       if (before_order > 0 && --before_order == 0) sm90::mbar_arrive(load_order_bar);
       if (++cb == g.c_blocks) {  // next tap

@@ -66,15 +66,8 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
           const uint32_t full = full_bar + 8 * bring.stage;
           mbar_wait(empty_bar + 8 * bring.stage, bring.phase ^ 1u);
           mbar_arrive_expect_tx(full, B_STAGE_BYTES);
-          const uint32_t b_dst = b_base + bring.stage * B_STAGE_BYTES;
-          if constexpr (CLUSTER == 1) {
-            tma_load_tile_3d(b_dst, tmap_w, full, cb * BK, ft * taps2 + tap2, n0);
-          } else {  // this CTA's share of the filter box, multicast to the same slot of both CTAs
-            constexpr int SHARE_ROWS = BN / CLUSTER;
-            tma_load_tile_3d_multicast(b_dst + sched.rank * SHARE_ROWS * BK * 2, tmap_w, full, cb * BK,
-                                       ft * taps2 + tap2, n0 + sched.rank * SHARE_ROWS,
-                                       (uint16_t)((1u << CLUSTER) - 1u));
-          }
+          tma_load_filter_box<CLUSTER, BN, BK>(b_base + bring.stage * B_STAGE_BYTES, tmap_w, full, cb * BK,
+                                               ft * taps2 + tap2, n0, sched.rank);
           bring.advance();
           if (before_order > 0 && --before_order == 0) mbar_arrive(load_order_bar);
         }

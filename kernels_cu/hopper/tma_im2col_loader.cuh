@@ -103,6 +103,21 @@ __device__ __forceinline__ void tma_load_tile_5d(uint32_t dst, const TmaDescript
       : "memory");
 }
 
+// The filter box of one ring slot, BN filters x BK channels of tap `tap` from filter n0 on. With a
+// cluster each CTA (rank) loads its BN / CLUSTER filter rows and multicasts them into the same
+// slot of every CTA of the cluster, whose full barrier expects the whole box.
+template <int CLUSTER, int BN, int BK>
+__device__ __forceinline__ void tma_load_filter_box(uint32_t dst, const TmaDescriptor& tmap_w, uint32_t bar, int c,
+                                                    int tap, int n0, int rank) {
+  if constexpr (CLUSTER == 1) {
+    tma_load_tile_3d(dst, tmap_w, bar, c, tap, n0);
+  } else {
+    constexpr int SHARE_ROWS = BN / CLUSTER;
+    tma_load_tile_3d_multicast(dst + rank * SHARE_ROWS * BK * 2, tmap_w, bar, c, tap, n0 + rank * SHARE_ROWS,
+                               (uint16_t)((1u << CLUSTER) - 1u));
+  }
+}
+
 __device__ __forceinline__ void tma_load_tile_2d(uint32_t dst, const TmaDescriptor& d, uint32_t bar,
                                                  int32_t c0, int32_t c1) {
   asm volatile(

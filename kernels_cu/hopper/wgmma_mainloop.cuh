@@ -133,6 +133,24 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
   }
 }
 
+// The wgmmas of one ring slot: `steps` (1..4) k16 steps of A (desc_a) x B (desc_b), +32 bytes (+2 in
+// the descriptors' 16-byte units) per step, committed as one group; waits until the previous
+// slot's group has retired (wait_group 1), so the caller may release that slot. `accumulate`
+// 0 on a tile's first slot: its first step overwrites the accumulators (no zeroing pass).
+template <int BN>
+__device__ __forceinline__ void issue_slot(float (&acc)[BN / 2], uint64_t desc_a, uint64_t desc_b, int steps,
+                                           uint32_t accumulate) {
+  fence_accumulators(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk < steps) wgmma_m64k16<BN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
+  }
+  wgmma_commit();
+  wgmma_wait<1>();
+  fence_accumulators(acc);
+}
+
 // One output tile's reduction (or a split tile's half, see scheduler.cuh): k_iters ring slots, each
 // BK = 64 deep, walked as taps x c_blocks channel blocks, the first slot holding channel block
 // first_cb. The last channel block of each tap holds only last_k16 (1..4) k16 steps of real
@@ -157,16 +175,7 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
     const uint64_t db = smem_desc_sw128(b_base + ring.stage * B_STAGE_BYTES);
     const int steps = (cb == c_blocks - 1) ? last_k16 : BK / 16;
     cb = (cb + 1 == c_blocks) ? 0 : cb + 1;
-    fence_accumulators(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      // +32 bytes per k16 step = +2 in the descriptor's 16-byte address units.
-      if (kk < steps) wgmma_m64k16<BN>(acc, da + 2 * kk, db + 2 * kk, (k > 0 || kk > 0) ? 1u : 0u);
-    }
-    wgmma_commit();
-    wgmma_wait<1>();  // the previous slot's wgmmas have retired: it may be refilled
-    fence_accumulators(acc);
+    issue_slot<BN>(acc, da, db, steps, k > 0 ? 1u : 0u);  // the previous slot's wgmmas have retired: it may be refilled
     if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
     prev_stage = ring.stage;
     ring.advance();
@@ -194,7 +203,7 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], Rin
   const int taps2 = g.R * g.S;
   int prev_b = -1;
   int pending_a = -1;  // a window slot whose last tap's wgmmas are still in flight
-  uint32_t scale = 0;  // 0 on the first k16 step: overwrite the accumulators (no zeroing pass)
+  uint32_t accumulate = 0;  // 0 on the first tap: overwrite the accumulators
 #pragma unroll 1
   for (int ft = 0; ft < g.T; ++ft) {
 #pragma unroll 1
@@ -209,16 +218,8 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], Rin
         mbar_wait(full_bar + 8 * bring.stage, bring.phase);
         const uint64_t da = smem_desc_sw128(window + tap_off);
         const uint64_t db = smem_desc_sw128(b_base + bring.stage * B_STAGE_BYTES);
-        fence_accumulators(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          if (kk < steps) wgmma_m64k16<BN>(acc, da + 2 * kk, db + 2 * kk, (scale | kk) ? 1u : 0u);
-        }
-        scale = 1;
-        wgmma_commit();
-        wgmma_wait<1>();  // the previous tap's wgmmas have retired
-        fence_accumulators(acc);
+        issue_slot<BN>(acc, da, db, steps, accumulate);  // the previous tap's wgmmas have retired
+        accumulate = 1;
         if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
         if (pending_a >= 0) {
           mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
