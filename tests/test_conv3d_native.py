@@ -171,6 +171,21 @@ def test_native_tall_tiles(cp, name):
         check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
 
 
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("halo", [False, True])
+@pytest.mark.parametrize("name", ["no_temporal_pad", "stride2_all", "causal_pad_front", "c_not_multiple_of_block",
+                                  "tile_spans_planes_and_images", "fp16_full_epilogue", "bf16_gelu_bias"])
+def test_native_mid_tiles(cp, name, halo):
+    """192-row tiles (three consumer warpgroups, forced), im2col boxes and (where the stride allows)
+    halo tiles of three output rows."""
+    from cuconv.backends.hopper_tma import tile_settings
+    case = EDGE_CASES[name]
+    with tile_settings(block_m=192, block_n=128, halo=halo):
+        assert "192x128x64" in explain_detail(cp, case, "conv3d_native")
+        check_case(case, xp=cp, kernel="conv3d_native", poison=True)
+
+
 HALO_NAMES = ["no_temporal_pad", "temporal_pad_both", "causal_pad_front", "stride_depth_only", "dilation_depth",
               "filter_1x3x3", "tile_spans_planes_and_images", "c_not_multiple_of_block", "k192_bn256_heuristic",
               "large_k_bn256", "fp16_full_epilogue", "bf16_gelu_bias"]

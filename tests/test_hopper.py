@@ -183,8 +183,9 @@ def test_check_accepts_and_dispatch_prefers_it():
                                      (8 * 64 * 64, 320, 132), (64 * 196, 256, 132), (10 ** 7, 4096, 132)])
 def test_tile_heuristic(m, n, sms):
     cfg = choose_tile_config(m, n, sms)
-    assert cfg.block_n in (64, 96, 128, 160, 192, 256) and cfg.block_m in (128, 256) and cfg.stages >= 3
-    assert cfg.block_m == 128 or (cfg.block_n in (64, 96) and cfg.cluster == 1 and cfg.consumers == 4)
+    assert cfg.block_n in (64, 96, 128, 160, 192, 256) and cfg.block_m in (128, 192, 256) and cfg.stages >= 3
+    assert cfg.block_m == 128 or (cfg.block_n in (64, 96) and cfg.cluster == 1 and cfg.consumers == 4) or (
+        cfg.block_m == 192 and cfg.block_n <= 192 and cfg.cluster == 1 and cfg.consumers == 3)
     assert cfg.n_tiles * cfg.block_n >= n and (cfg.n_tiles - 1) * cfg.block_n < n
     assert cfg.cluster in (1, 2) and cfg.grid % cfg.cluster == 0
     assert cfg.cluster == 1 or cfg.m_tiles >= 2, "a pair needs two row tiles"
@@ -219,9 +220,9 @@ def test_tile_width_choice(m, n, bn):
     (4 * 240 * 416, 96, 256, 5),      # conv3d 96->96 at 240x416: B's share of L2->SM traffic halved
     (140 * 256, 64, 128, 8),          # 140 tiles of 256 = 2 waves; 280 of 128 = 3: the tall tile costs a wave
     (64 * 56 * 56, 128, 128, 6),      # BN = 128: too wide for four 112-register consumer warpgroups
-    (2 * 512 * 512, 128, 128, 6),
+    (2 * 512 * 512, 128, 192, 5),     # ... but 2731 tiles of 192 rows take fewer tile-times (21 waves vs 32)
     (1000, 64, 128, 8),               # one tile either way: keep two consumer warpgroups
-    (4 * 64 * 68, 64, 128, 8),        # 68 tall tiles would leave half the SMs idle (136 short: split tail)
+    (4 * 64 * 68, 64, 192, 7),        # 68 tall tiles would leave half the SMs idle; 91 of 192 rows: one wave
 ])
 def test_tall_tile_rule(m, n, bm, stages):
     cfg = choose_tile_config(m, n, 132, cluster=1)
@@ -234,6 +235,36 @@ def test_tall_tile_rule(m, n, bm, stages):
         assert res.block_m == 256 and res.stages == {64: 4, 96: 3}[n] and res.smem_bytes(True) <= 227 * 1024
         assert choose_tile_config(m, n, 132, cluster=2).block_m == 128, "no 256-row tiles in CTA pairs"
         assert choose_tile_config(m, n, 132, cluster=1, block_m=128).block_m == 128
+
+
+@pytest.mark.parametrize("m,n,k_iters,res,bm,stages", [
+    (64 * 14 * 14, 256, 16, False, 192, 5),   # 1x1 1024->256: 132 tiles of 192 (one wave), 196 of 128 (two)
+    (64 * 14 * 14, 256, 36, False, 192, 5),   # 3x3 256->256 at 14x14: the same tiles
+    (64 * 14 * 14, 256, 16, True, 192, 4),    # ... with a residual (C ring of 192-row chunks: 4 slots)
+    (64 * 28 * 28, 128, 18, False, 128, 6),   # 262 tiles of 192 = 2 waves vs 392 of 128 = 3: a tie keeps 128
+    (64 * 7 * 7, 512, 72, False, 128, 6),     # one wave either way: 1.5 times the work per tile would cost
+    (64 * 14 * 14, 512, 16, False, 128, 4),   # BN = 256: too wide for 160-register consumers
+])
+def test_mid_tile_rule(m, n, k_iters, res, bm, stages):
+    cfg = choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters, loads_residual=res)
+    assert (cfg.block_m, cfg.stages, cfg.consumers, cfg.threads) == (bm, stages, bm // 64, 128 * (1 + bm // 64))
+    assert cfg.m_tiles == -(-m // bm) and cfg.smem_bytes(res) <= 227 * 1024
+    if bm == 192:
+        assert cfg.split_tiles == 0 and cfg.kernel_name(res).startswith("conv2d_fprop_sm90_tma_192x")
+        assert choose_tile_config(m, n, 132, cluster=2, k_iters=k_iters).block_m == 128, "no 192-row tiles in pairs"
+        assert choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters, block_m=128).block_m == 128
+
+
+def test_mid_tile_rule_on_halo_tiles():
+    geom = (2, 512, 512, 9)  # 3x3 128->128 at 512x512, N = 2
+    beta0 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom)
+    assert beta0.halo and beta0.block_m == 256, "without a residual the 256-row halo tile wins"
+    beta1 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom, loads_residual=True)
+    # 2 x 171 x 8 = 2736 tiles of 3 rows (21 waves) vs 4096 of 2 (32): 192 rows, 5 filter slots
+    assert (beta1.halo, beta1.block_m, beta1.m_tiles, beta1.stages) == (True, 192, 2736, 5)
+    vae = choose_tile_config(8 * 64 * 64, 320, 132, cluster=1, k_iters=45, halo_geometry=(8, 64, 64, 9),
+                             loads_residual=True)
+    assert vae.halo and vae.block_m == 128, "352 tiles of 192 (3 waves) vs 512 of 128 (4): not fewer tile-times"
 
 
 @contextlib.contextmanager
@@ -258,7 +289,7 @@ def test_tall_tile_forced(monkeypatch):
         with tile_settings(block_n=96):  # nested blocks keep the outer block_m
             assert choose_tile_config(1000, 64, 132, cluster=1).block_m == 256
     with pytest.raises(ValueError, match="block_m"):
-        with tile_settings(block_m=192):
+        with tile_settings(block_m=320):
             pass
     with pytest.raises(ValueError, match="block_m"):
         choose_tile_config(1000, 64, 132, block_m=64)
@@ -305,19 +336,21 @@ def test_tile_width_forced(monkeypatch):
     (132 * 128, 64, 9, 0, 64, 132, 132),               # exactly one full wave: no tail
 ])
 def test_split_tail_rule(m, n, k_iters, split, bn, units, grid):
-    cfg = choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters)
+    """The split rule on 128-row tiles (the first two shapes run 132 tiles of 192 rows when left
+    automatic, see test_mid_tile_rule)."""
+    cfg = choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters, block_m=128)
     assert (cfg.block_n, cfg.split_tiles, cfg.num_units, cfg.grid) == (bn, split, units, grid)
     assert cfg.dp_tiles == cfg.num_tiles - split and cfg.k_split == k_iters // 2
     # the split halves are the last 2 * split units, after every whole tile
     assert cfg.dp_tiles + 2 * cfg.split_tiles == cfg.num_units
-    assert choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters, split=False).split_tiles == 0
+    assert choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters, block_m=128, split=False).split_tiles == 0
     assert choose_tile_config(m, n, 132, cluster=2, k_iters=k_iters).split_tiles == 0, "no split with CTA pairs"
 
 
 def test_split_tail_forced_and_env(monkeypatch):
     # forced: even a 2-step reduction is halved (1 + 1), and a problem with no full wave, but never
     # past what the SMs take at once
-    assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=2, split=True).split_tiles == 64
+    assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=2, split=True, block_m=128).split_tiles == 64
     assert choose_tile_config(64 * 7 * 7, 256, 132, cluster=1, k_iters=36, block_n=128, split=True).split_tiles == 50
     assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=1, split=True).split_tiles == 0
     assert choose_tile_config(64 * 28 * 28, 128, 132, cluster=1, k_iters=18, split=True).split_tiles == 0
@@ -389,7 +422,7 @@ def test_halo_tile_config():
     assert wide.halo and wide.block_m == 256 and wide.m_tiles == 2 * 128 * 8, "BN 128: 256-row halo tiles"
     wide_res = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9),
                                   loads_residual=True)
-    assert wide_res.halo and wide_res.block_m == 128, "with a residual BN 128 spills at 256 rows"
+    assert wide_res.halo and wide_res.block_m == 192, "with a residual BN 128 spills at 256 rows: 192"
     wider = choose_tile_config(4 * 64 * 64, 256, 132, cluster=1, halo_geometry=(4, 64, 64, 9))
     assert wider.halo and wider.block_m == 128
     few = choose_tile_config(4 * 64, 64, 132, cluster=1, halo_geometry=(1, 4, 64, 9))
@@ -583,6 +616,37 @@ def test_sm90_tall_tiles_in_place_residual(cp):
         check_case(EDGE_CASES["persistent_tall"], xp=cp, kernel="sm90_tma", in_place=True)
 
 
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("bn,split", [(96, False), (128, False), (192, False), (128, True)])
+@pytest.mark.parametrize("name", TALL_CASES)
+def test_sm90_mid_tiles(cp, name, bn, split):
+    """192-row tiles (three consumer warpgroups, forced): the same edge cases as the 256-row tiles,
+    at the widths those can hold and the wider ones only 192 rows can (128, 192)."""
+    case = EDGE_CASES[name]
+    with tile_settings(block_m=192, block_n=bn, split=split):
+        detail = _sm90_detail(cp, case)
+        assert f"192x{bn}x64" in detail and "3 consumer warpgroups" in detail, detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=30)
+@given(_coverage_cases())
+def test_sm90_mid_tiles_property(cp, case):
+    with tile_settings(block_m=192, block_n=64 if case.out_channels <= 64 else 128, split=False):
+        assert "192x" in _sm90_detail(cp, case)
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+def test_sm90_mid_tiles_in_place_residual(cp):
+    with tile_settings(block_m=192, block_n=128):
+        check_case(EDGE_CASES["persistent_tall"], xp=cp, kernel="sm90_tma", in_place=True)
+
+
 SPLIT_CASES = {
     # 136 tiles of 64: one full wave of 132 and a tail of 4, split automatically (9 steps: 4 + 5);
     # the finishing halves run the full epilogue, the residual read in place
@@ -606,7 +670,8 @@ SPLIT_CASES = {
 def test_sm90_split_tail(cp, name):
     """Tiles cut in two along the reduction (a PARTIAL half hands fp32 sums to a FINISH half)."""
     case = SPLIT_CASES[name]
-    with tile_settings(split=None if name == "mixed_whole_and_split" else True,
+    # 128-row tiles (the mixed case's 136 of them would run as 91 tiles of 192 rows, one wave, unsplit)
+    with tile_settings(split=None if name == "mixed_whole_and_split" else True, block_m=128,
                        block_n=256 if name == "large_k_bn256" else None):
         assert "split in two" in _sm90_detail(cp, case)
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
@@ -626,7 +691,9 @@ def test_sm90_split_tail_property(cp, case):
 @needs_hopper
 def test_sm90_split_tail_in_place_residual(cp):
     case = SPLIT_CASES["mixed_whole_and_split"]
-    check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
+    with tile_settings(block_m=128):
+        assert "split in two" in _sm90_detail(cp, case)
+        check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
 
 
 def _sm90_detail(cp, case):
@@ -697,7 +764,8 @@ def test_sm90_halo_edge_cases(cp, name, dtype):
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("bn,bm", [(96, 256), (96, 128), (128, 256), (160, 128), (192, 128)])
+@pytest.mark.parametrize("bn,bm", [(96, 256), (96, 128), (128, 256), (160, 128), (192, 128), (64, 192), (128, 192),
+                                   (192, 192)])
 @pytest.mark.parametrize("name", ["columns_partial_last_tile", "fp16_full_epilogue", "k200_partial_n_tile"])
 def test_sm90_halo_tile_shapes(cp, bn, bm, name):
     case = HALO_CASES[name]

@@ -48,9 +48,14 @@ BLOCK_M = 128
 BLOCK_K = 64
 #: Ring depth per BN at BM = 128: as many slots as fit next to a 2-slot C ring in 227 KiB (at most 8).
 STAGES = {64: 8, 96: 6, 128: 6, 160: 5, 192: 4, 256: 4}
+#: Tile heights: 64 rows per consumer warpgroup (two, three or four of them).
+BLOCK_MS = (128, 192, 256)
 #: BN that a 256-row tile (four consumer warpgroups of 112 registers) can hold: wider accumulators
 #: spill (ptxas, BN = 128 with a residual).
 WIDE_M_BN = (64, 96)
+#: BN that a 192-row tile (three consumer warpgroups of 160 registers) can hold: the accumulators
+#: (BN / 2 registers) plus 48 for the rest.
+MID_M_BN = (64, 96, 128, 160, 192)
 #: BN of the long-standing rule (see :func:`choose_tile_config`); the others fit channel counts
 #: such as 96, 160 (320 = 2 x 160), 192 and 1280 (8 x 160) without padding.
 _BASE_BN = (64, 128, 256)
@@ -194,8 +199,8 @@ def _env_settings() -> tuple:
     if sp not in _SPLIT_WORDS:
         raise ValueError(f"CUCONV_SM90_SPLIT: expected 'auto', '0' or '1', got {sp!r}")
     m = os.environ.get("CUCONV_SM90_BM", "auto").strip()
-    if m not in ("", "auto", "128", "256"):
-        raise ValueError(f"CUCONV_SM90_BM: expected 'auto', '128' or '256', got {m!r}")
+    if m not in ("", "auto") and not (m.isdigit() and int(m) in BLOCK_MS):
+        raise ValueError(f"CUCONV_SM90_BM: expected 'auto', '128', '192' or '256', got {m!r}")
     h = os.environ.get("CUCONV_SM90_HALO", "auto").strip()
     if h not in _SPLIT_WORDS:
         raise ValueError(f"CUCONV_SM90_HALO: expected 'auto', '0' or '1', got {h!r}")
@@ -218,8 +223,8 @@ def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None, 
     ``CUCONV_SM90_HALO`` (auto, 0 or 1)."""
     if block_n is not None and block_n not in STAGES:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)} or None, got {block_n!r}")
-    if block_m not in (None, 128, 256):
-        raise ValueError(f"block_m: expected 128, 256 or None, got {block_m!r}")
+    if block_m is not None and block_m not in BLOCK_MS:
+        raise ValueError(f"block_m: expected 128, 192, 256 or None, got {block_m!r}")
     if cluster is not None and cluster not in (1, 2):
         raise ValueError(f"cluster: expected 1, 2 or None, got {cluster!r}")
     if split not in (None, True, False):
@@ -303,18 +308,51 @@ def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
     return 256 if (pad256 <= pad128 and tiles256 >= sm_count) else 128
 
 
-def _tall_tiles(gemm_m: int, n_tiles: int, sm_count: int, loads_residual: bool) -> bool:
-    """Whether 256-row tiles (four consumer warpgroups) beat 128-row ones, for BN of 64 or 96.
+def _auto_block_m(tiles: dict, block_n: int, cluster: int, loads_residual: bool, sm_count: int, halo: bool) -> int:
+    """The automatic tile height, given ``tiles`` = {BM: tile count} (im2col or halo tiles): 256 rows
+    where they fit (:func:`_bm_fits`) and :func:`_tall_pays`, else 192 where they fit and
+    :func:`_mid_pays`, else 128.
 
-    A 256-row tile loads each filter slot once for twice the rows, which halves the filter's share
-    of the L2->SM traffic; narrow tiles are where that share is large (BN = 96: B is 43% of a
+    256 rows: a tall tile loads each filter slot once for twice the rows, which halves the filter's
+    share of the L2->SM traffic; narrow tiles are where that share is large (BN = 96: B is 43% of a
     128-row slot). Measured on the H100 (bf16, queued GPU time): conv3d 3x3x3 96->96 at 240x416
     632 -> 500 us, 1x1 64->64 at 56x56 (N=64) 26.0 -> 24.6 us, 3x3 64->64 there 48.0 -> 46.7 us.
-    Taken when the tall tiles fill at least one wave and do not cost one (twice the rows per tile
-    must not need more than twice the waves), and without a residual: its 256-row ring leaves 3-4
-    slots (3x3 64->64 with beta = 1: 53.2 us at BM 256 vs 50.9 at BM 128). Never with CTA pairs:
-    ptxas serialises the wgmmas of that variant (C7519)."""
-    return not loads_residual and _tall_pays(-(-gemm_m // 256) * n_tiles, -(-gemm_m // BLOCK_M) * n_tiles, sm_count)
+    On im2col tiles not with a residual: the 256-row C ring leaves 3-4 slots (3x3 64->64 with
+    beta = 1: 53.2 us at BM 256 vs 50.9 at BM 128)."""
+    tall_ok = _tall_pays(tiles[256], tiles[BLOCK_M], sm_count) and (halo or not loads_residual)
+    if tall_ok and _bm_fits(256, block_n, cluster, loads_residual, halo):
+        return 256
+    if _bm_fits(192, block_n, cluster, loads_residual, halo) and _mid_pays(tiles[192], tiles[BLOCK_M], sm_count):
+        return 192
+    return BLOCK_M
+
+
+def _mid_pays(mid: int, short: int, sm_count: int) -> bool:
+    """Whether ``mid`` 192-row tiles beat ``short`` 128-row ones: each does 1.5 times the work, so
+    they must take fewer tile-times (3 x their waves < 2 x the 128-row waves). Ties keep 128 rows.
+
+    Measured on the H100 (bf16, queued GPU time, 128 -> 192 rows): 1x1 1024->256 at 14x14, N = 64
+    (196 -> 132 tiles: 2 waves -> 1) 23.6 -> 20.6 us; 3x3 256->256 there 31.4 -> 27.1 us (with the
+    split tail at 128 rows); 3x3 128->128 at 512x512 with a residual, halo tiles (4096 -> 2736
+    tiles) 272 -> 257-261 us. Ties and losses the rule leaves alone: 3x3 128->128 at 28x28 (3 waves
+    -> 2) 31.6 -> 30.8 us, conv3d 192->192 at 120x208 270.7 -> 264.0 us, conv3d 384->384 at 60x104
+    259.2 -> 263.9 us; 3x3 512->512 at 7x7 (one wave either way) 30.9 -> 41.6 us; 3x3 320->320 at
+    64x64, N = 8 (halo tiles, 4 waves -> 3) 86.8 -> 94.7 us."""
+    return 3 * -(-mid // sm_count) < 2 * -(-short // sm_count)
+
+
+def _bm_fits(block_m: int, block_n: int, cluster: int, loads_residual: bool, halo: bool) -> bool:
+    """Whether a ``block_m``-row tile of width ``block_n`` is a variant the kernel builds without
+    spilling: 128 rows always; 192 (three consumer warpgroups) for :data:`MID_M_BN`; 256 (four) for
+    :data:`WIDE_M_BN` (and BN 128 on halo tiles without a residual, :func:`_halo_wide_m_bn`). Taller
+    tiles never in CTA pairs: ptxas serialises the wgmmas of those variants (C7519)."""
+    if block_m == BLOCK_M:
+        return True
+    if cluster != 1:
+        return False
+    if block_m == 192:
+        return block_n in MID_M_BN
+    return block_n in (_halo_wide_m_bn(loads_residual) if halo else WIDE_M_BN)
 
 
 def _tall_pays(tall: int, short: int, sm_count: int) -> bool:
@@ -377,8 +415,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     if bn not in STAGES and bn is not None:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)}, got {bn!r}")
     bm = _bm_setting() if block_m is None else block_m
-    if bm not in (None, 128, 256):
-        raise ValueError(f"block_m: expected 128 or 256, got {bm!r}")
+    if bm is not None and bm not in BLOCK_MS:
+        raise ValueError(f"block_m: expected 128, 192 or 256, got {bm!r}")
     m_tiles = -(-gemm_m // BLOCK_M)
     cl = _cluster_setting() if cluster is None else cluster
     split = _split_setting() if split is None else split
@@ -396,21 +434,22 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     if use_halo:
         planes, P, Q, _ = halo_geometry
         n_tiles = -(-gemm_n // bn)
-        rows_tiles = {b: planes * -(-P // (b // 64)) * -(-Q // 64) * n_tiles for b in (BLOCK_M, 256)}
-        if bn not in _halo_wide_m_bn(loads_residual) or cl != 1:  # pairs of 256-row tiles: C7519 (see _tall_tiles)
+        rows_tiles = {b: planes * -(-P // (b // 64)) * -(-Q // 64) * n_tiles for b in BLOCK_MS}
+        if bm is None:  # four row warpgroups when they fill a wave and cost no extra one, else three when they save waves
+            bm = _auto_block_m(rows_tiles, bn, cl, loads_residual, sm_count, halo=True)
+        if not _bm_fits(bm, bn, cl, loads_residual, halo=True):
             bm = BLOCK_M
-        elif bm is None:  # four row warpgroups when they fill a wave and cost no extra one
-            bm = 256 if _tall_pays(rows_tiles[256], rows_tiles[BLOCK_M], sm_count) else BLOCK_M
         m_tiles = rows_tiles[bm] // n_tiles
         cl = cl if m_tiles >= 2 else 1
         units = -(-m_tiles // cl) * n_tiles
         return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=_halo_stages(bm, bn, loads_residual),
                           m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
                           k_iters=k_iters, halo=True)
-    if bn not in WIDE_M_BN or cl != 1:  # see WIDE_M_BN; pairs of 256-row tiles: C7519 (see _tall_tiles)
+    if bm is None:
+        bm = _auto_block_m({b: -(-gemm_m // b) * -(-gemm_n // bn) for b in BLOCK_MS}, bn, cl, loads_residual, sm_count,
+                           halo=False)
+    if not _bm_fits(bm, bn, cl, loads_residual, halo=False):
         bm = BLOCK_M
-    elif bm is None:
-        bm = 256 if _tall_tiles(gemm_m, -(-gemm_n // bn), sm_count, loads_residual) else BLOCK_M
     m_tiles = -(-gemm_m // bm)
     cl = cl if m_tiles >= 2 else 1
     n_tiles = -(-gemm_n // bn)
@@ -426,14 +465,14 @@ COMPILE_VARIANTS = [
     (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn,
                "SM90_STAGES": _stages(bm, bn, bool(res)), "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl,
                "SM90_HALO": 0}, _ARCH)
-    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in (128, 256) for bn in STAGES for res in (0, 1)
-    if bm == BLOCK_M or (bn in WIDE_M_BN and cl == 1)
+    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in BLOCK_MS for bn in STAGES for res in (0, 1)
+    if _bm_fits(bm, bn, cl, bool(res), halo=False)
 ] + [
     (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn,
                "SM90_STAGES": _halo_stages(bm, bn, bool(res)), "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl,
                "SM90_HALO": 1}, _ARCH)
-    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in (128, 256) for bn in STAGES for res in (0, 1)
-    if bm == BLOCK_M or (bn in _halo_wide_m_bn(bool(res)) and cl == 1)
+    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in BLOCK_MS for bn in STAGES for res in (0, 1)
+    if _bm_fits(bm, bn, cl, bool(res), halo=True)
 ]
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (

@@ -53,8 +53,8 @@
 // shifted row starts, while the filter boxes stream through the B ring (full/empty above; the
 // window ring has its own a_full/a_empty). Nine times less activation traffic for 3x3 filters.
 //
-// Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, or 256: four
-// consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
+// Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, 192 or 256: two,
+// three or four consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
 // (1/2), SM90_HALO (0/1). The kernel's name spells them out, e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) /
 // conv3d_..._s4_c2_res (3-D, pair, residual) / conv2d_fprop_sm90_tma_256x96x64_s5 (256-row tile).
 #include "common/epilogue_math.cuh"
@@ -125,13 +125,14 @@ constexpr int B_SHARE_BYTES = B_SHARE_ROWS * BK * 2;
 // Register budget per role (setmaxnreg). The CTA is launched with LAUNCH_REGS per thread (what
 // __launch_bounds__(THREADS, 1) allows of the 64 K register file, in steps of 8); setmaxnreg only
 // moves registers inside that allocation - an increase that the decreases do not cover waits
-// forever. BM = 128: 384 x 168 = 128 x 40 + 256 x 232; BM = 256: 640 x 96 = 128 x 32 + 512 x 112.
+// forever. BM = 128: 384 x 168 = 128 x 40 + 256 x 232; BM = 192: 512 x 128 = 128 x 32 + 384 x 160;
+// BM = 256: 640 x 96 = 128 x 32 + 512 x 112.
 constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
 constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : 32;
 constexpr int CONSUMER_REGS = ((LAUNCH_REGS * THREADS - 128 * PRODUCER_REGS) / (128 * CONSUMERS)) / 8 * 8;
 constexpr int ACC_REGS = BN / 2;  // fp32 accumulators per consumer thread
 
-static_assert(BM == 128 || BM == 256, "BM: 128 (two consumer warpgroups) or 256 (four)");
+static_assert(BM == 128 || BM == 192 || BM == 256, "BM: 128, 192 or 256 (two, three or four consumer warpgroups)");
 static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
               "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256");
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
