@@ -162,27 +162,17 @@ def test_native_tile_widths(cp, bn, name):
 
 @gpu
 @needs_hopper
+@pytest.mark.parametrize("bm,halo", [(256, None), (192, False), (192, True)])
 @pytest.mark.parametrize("name", ["no_temporal_pad", "stride2_all", "causal_pad_front", "c_not_multiple_of_block",
                                   "tile_spans_planes_and_images", "fp16_full_epilogue", "bf16_gelu_bias"])
-def test_native_tall_tiles(cp, name):
-    """256-row tiles (forced; automatic for the conv3d K = 96 video-VAE layer)."""
-    from cuconv.backends.hopper_tma import tile_settings
-    with tile_settings(block_m=256, block_n=96 if EDGE_CASES[name].out_channels > 64 else 64):
-        check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
-
-
-@gpu
-@needs_hopper
-@pytest.mark.parametrize("halo", [False, True])
-@pytest.mark.parametrize("name", ["no_temporal_pad", "stride2_all", "causal_pad_front", "c_not_multiple_of_block",
-                                  "tile_spans_planes_and_images", "fp16_full_epilogue", "bf16_gelu_bias"])
-def test_native_mid_tiles(cp, name, halo):
-    """192-row tiles (three consumer warpgroups, forced), im2col boxes and (where the stride allows)
-    halo tiles of three output rows."""
+def test_native_taller_tiles(cp, name, bm, halo):
+    """256-row tiles (BN 64/96; automatic for the conv3d K = 96 video-VAE layer) and 192-row tiles
+    (BN 128; im2col boxes and, where the stride allows, halo tiles of three output rows), forced."""
     from cuconv.backends.hopper_tma import tile_settings
     case = EDGE_CASES[name]
-    with tile_settings(block_m=192, block_n=128, halo=halo):
-        assert "192x128x64" in explain_detail(cp, case, "conv3d_native")
+    bn = 128 if bm == 192 else 96 if case.out_channels > 64 else 64
+    with tile_settings(block_m=bm, block_n=bn, halo=halo):
+        assert f"{bm}x{bn}x64" in explain_detail(cp, case, "conv3d_native")
         check_case(case, xp=cp, kernel="conv3d_native", poison=True)
 
 

@@ -588,62 +588,36 @@ TALL_CASES = ["m_and_k_below_one_tile", "m_not_multiple_of_tile", "c8", "c72", "
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("bm,bn,split", [(256, None, False), (256, None, True), (192, 96, False), (192, 128, False),
+                                         (192, 192, False), (192, 128, True)])
 @pytest.mark.parametrize("name", TALL_CASES)
-def test_sm90_tall_tiles(cp, name, split):
-    """256-row tiles (four consumer warpgroups, forced): partial row tiles, boundaries, the residual
-    ring of 256-row chunks, a persistent grid, and split halves handing over 256-row partial sums."""
+def test_sm90_taller_tiles(cp, name, bm, bn, split):
+    """256-row tiles (four consumer warpgroups, BN 64/96 as the rule picks) and 192-row tiles (three,
+    also at the widths only they can hold, 128 and 192), forced: partial row tiles, boundaries, the
+    residual ring of BM-row chunks, a persistent grid, and split halves handing over BM-row partial sums."""
     case = EDGE_CASES[name]
-    with tile_settings(block_m=256, split=split):
+    with tile_settings(block_m=bm, block_n=bn, split=split):
         detail = _sm90_detail(cp, case)
-        assert "256x" in detail and "4 consumer warpgroups" in detail, detail
+        assert f"{bm}x{bn or ''}" in detail and f"{bm // 64} consumer warpgroups" in detail, detail
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 
 @gpu
 @needs_hopper
+@pytest.mark.parametrize("bm,wide_bn", [(256, 96), (192, 128)])
 @settings(max_examples=30)
-@given(_coverage_cases())
-def test_sm90_tall_tiles_property(cp, case):
-    with tile_settings(block_m=256, block_n=64 if case.out_channels <= 64 else 96, split=False):
+@given(case=_coverage_cases())
+def test_sm90_taller_tiles_property(cp, bm, wide_bn, case):
+    with tile_settings(block_m=bm, block_n=64 if case.out_channels <= 64 else wide_bn, split=False):
+        assert f"{bm}x" in _sm90_detail(cp, case)
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 
 @gpu
 @needs_hopper
-def test_sm90_tall_tiles_in_place_residual(cp):
-    with tile_settings(block_m=256):
-        check_case(EDGE_CASES["persistent_tall"], xp=cp, kernel="sm90_tma", in_place=True)
-
-
-@gpu
-@needs_hopper
-@pytest.mark.parametrize("bn,split", [(96, False), (128, False), (192, False), (128, True)])
-@pytest.mark.parametrize("name", TALL_CASES)
-def test_sm90_mid_tiles(cp, name, bn, split):
-    """192-row tiles (three consumer warpgroups, forced): the same edge cases as the 256-row tiles,
-    at the widths those can hold and the wider ones only 192 rows can (128, 192)."""
-    case = EDGE_CASES[name]
-    with tile_settings(block_m=192, block_n=bn, split=split):
-        detail = _sm90_detail(cp, case)
-        assert f"192x{bn}x64" in detail and "3 consumer warpgroups" in detail, detail
-        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
-
-
-@gpu
-@needs_hopper
-@settings(max_examples=30)
-@given(_coverage_cases())
-def test_sm90_mid_tiles_property(cp, case):
-    with tile_settings(block_m=192, block_n=64 if case.out_channels <= 64 else 128, split=False):
-        assert "192x" in _sm90_detail(cp, case)
-        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
-
-
-@gpu
-@needs_hopper
-def test_sm90_mid_tiles_in_place_residual(cp):
-    with tile_settings(block_m=192, block_n=128):
+@pytest.mark.parametrize("bm,bn", [(256, None), (192, 128)])
+def test_sm90_taller_tiles_in_place_residual(cp, bm, bn):
+    with tile_settings(block_m=bm, block_n=bn):
         check_case(EDGE_CASES["persistent_tall"], xp=cp, kernel="sm90_tma", in_place=True)
 
 

@@ -214,7 +214,7 @@ _override: list = []  # the stack of tile_settings() blocks: (cluster, bn, split
 def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None, split: Optional[bool] = None,
                   block_m: Optional[int] = None, halo: Optional[bool] = None):
     """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys), tile height
-    (``block_m``: 128, or 256 where BN is one of :data:`WIDE_M_BN`), CTA cluster size (1 or 2) and/or
+    (``block_m``: 128, 192 or 256 where :func:`_bm_fits` allows it, else 128), CTA cluster size (1 or 2) and/or
     the split tail (``split``: True = split every tile of the last wave that the SMs can take twice,
     False = never; see :func:`choose_tile_config`) and/or halo tiles (``halo``: True = wherever the
     problem allows them, False = never; see :func:`_halo_geometry`) inside a ``with`` block; None
@@ -388,7 +388,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
                        block_n: Optional[int] = None, k_iters: int = 0, split: Optional[bool] = None,
                        block_m: Optional[int] = None, loads_residual: bool = False,
                        halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None) -> TileConfig:
-    """Pick BN, the cluster size and the split tail for a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles
+    """Pick BN, the tile height, the cluster size and the split tail for a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles
     take ``k_iters`` reduction steps (pure: no device access).
 
     * BN starts from :func:`_bn_rule` (64, 128 or 256). A BN of 96, 160 or 192 replaces it when
@@ -398,6 +398,9 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       N = 96 and 192 (no padded columns). The model is coarse, hence the margin: near ties keep the
       rule that the benchmark confirmed.
     * ``block_n`` (default: :func:`tile_settings` / ``CUCONV_SM90_BN``, unset = automatic) forces BN.
+    * The tile height (:func:`_auto_block_m`): 256 rows, then 192, where the variant exists
+      (:func:`_bm_fits`) and its rule says it pays, else 128; ``block_m`` (default: :func:`tile_settings`
+      / ``CUCONV_SM90_BM``) forces it where the variant exists.
     * Pairs of CTAs sharing the filter tile (cluster 2) when asked for and there are at least two
       row tiles (``cluster`` overrides; default: :func:`tile_settings` / ``CUCONV_SM90_CLUSTER``, 1).
     * The split tail (:func:`_split_tiles`) when the last wave would leave half of the SMs idle
@@ -406,8 +409,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       :data:`HALO_MIN_RES_STAGES` slots) (``halo_geometry`` = (planes, P, Q, R*S) from
       :func:`_halo_geometry`, else None) and :func:`_halo_rule` or ``halo`` (default:
       :func:`tile_settings` / ``CUCONV_SM90_HALO``) says so: no split (CTA pairs when asked); a tile is BM/64
-      output rows x 64 columns of one plane, 256 rows (BN 64/96 only) when those tiles fill a wave
-      and cost no extra one.
+      output rows x 64 columns of one plane (BM/64 rows: two, three or four).
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
     units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
