@@ -345,7 +345,9 @@ def _bm_fits(block_m: int, block_n: int, cluster: int, loads_residual: bool, hal
     """Whether a ``block_m``-row tile of width ``block_n`` is a variant the kernel builds without
     spilling: 128 rows always; 192 (three consumer warpgroups) for :data:`MID_M_BN`; 256 (four) for
     :data:`WIDE_M_BN` (and BN 128 on halo tiles without a residual, :func:`_halo_wide_m_bn`). Taller
-    tiles never in CTA pairs: ptxas serialises the wgmmas of those variants (C7519)."""
+    tiles never in CTA pairs, as measured: 256-row pairs lost everywhere but the conv3d C = 96 layer,
+    192-row pairs on the 1x1 layers (1024->256: 23.4 vs 21.0 us) (docs/architecture.md). They would
+    compile: CI's NVRTC 13 builds them without spills or C7519."""
     if block_m == BLOCK_M:
         return True
     if cluster != 1:
