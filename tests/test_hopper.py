@@ -153,6 +153,43 @@ def test_box_params_formula():
     assert bp.tap_offsets[1 * 5 + 4] == (1, 8)
 
 
+def _kernel_struct_fields(name: str) -> list:
+    """Member names of ``struct name`` in the Hopper entry file, FastDivisor members as (mul, shr)."""
+    import re
+    from pathlib import Path
+    src = (Path(__file__).resolve().parents[1] / "kernels_cu" / "hopper" / "conv_fprop_sm90.cu").read_text()
+    body = src[src.index(f"struct {name} {{"):]
+    body = body[:body.index("};")]
+    out = []
+    for m in re.finditer(r"^\s*(?:long long|int|cuconv::FastDivisor)\s+([^;]+);", body, re.M):
+        names = [n.strip() for n in m.group(1).split(",")]
+        fast = "FastDivisor" in m.group(0)
+        out += [f"{n}_{part}" for n in names for part in ("mul", "shr")] if fast else names
+    return out
+
+
+def test_kernel_params_match_the_source_and_divide_exactly():
+    """The host's Sm90ConvParams (hopper_tma._params) lists the kernel struct's members in order, and
+    each multiply-shift divisor divides like its plain value over the indices the kernel splits."""
+    from cuconv.backends import hopper_tma as h
+    from cuconv.launch import fast_divisor
+    assert [n for n, _ in h._PARAM_FIELDS] == _kernel_struct_fields("Sm90ConvParams")
+    problems = [_problem(N=3, H=30, W=70, C=64, K=192), _problem(N=64, H=14, W=14, C=1024, K=256, R=1, S=1, padding=0),
+                ConvProblem.create(nd=3, batch=2, in_spatial=(10, 20, 130), channels=64, out_channels=96,
+                                   filter_spatial=(3, 3, 3), stride=1, dilation=1, padding=((0, 0), (1, 1), (1, 1)), groups=1,
+                                   dtype="bfloat16", layout="NDHWC", epilogue=Epilogue())]
+    for p in problems:
+        cfg = h._tile_config(p, 132)
+        v = h._params(p, cfg)
+        plain = dict(n_tiles_div=v["n_tiles"], opq_div=v["O"] * v["P"] * v["Q"], pq_div=v["P"] * v["Q"],
+                     q_div=v["Q"], x_tiles_div=v["x_tiles"], y_tiles_div=v["y_tiles"], o_div=v["O"])
+        for name, d in plain.items():
+            assert (int(v[f"{name}_mul"]), int(v[f"{name}_shr"])) == fast_divisor(int(d)), (p.describe(), name)
+            mul, shr = fast_divisor(int(d))
+            x = np.arange(0, min(int(v["M"]) + 256, 1 << 20), dtype=np.uint64)
+            assert np.array_equal((((x * mul) >> 32) + x) >> shr, x // int(d)), (p.describe(), name)
+
+
 @pytest.mark.parametrize("kwargs,device,reason", [
     (dict(), DeviceInfo(kind="cuda", cc=(8, 0), arch="sm_80", name="A100"), "needs a Hopper GPU"),
     (dict(dtype="float32"), H100, "dtype float32"),

@@ -36,7 +36,7 @@ from typing import Optional
 
 from ..compiler import load_cuda_module
 from ..dispatch import Kernel, register
-from ..launch import PackedLaunch, c_struct, dtype_code, epilogue_params
+from ..launch import PackedLaunch, c_struct, divisor_fields, divisor_values, dtype_code, epilogue_params
 from ..tensormap import tma_box_params, tma_limits_violation  # noqa: F401  (re-exported for tests)
 
 __all__ = ["TileConfig", "choose_tile_config", "tile_settings", "Sm90TmaKernel", "Sm90TmaConv3d", "COMPILE_VARIANTS",
@@ -482,7 +482,8 @@ COMPILE_VARIANTS = [
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
     "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "k_split", "x_tiles",
-    "y_tiles", "halo_w", "halo_tx")]
+    "y_tiles", "halo_w", "halo_tx")] + [(n, "u4") for n, _ in divisor_fields(
+        "n_tiles_div", "opq_div", "pq_div", "q_div", "x_tiles_div", "y_tiles_div", "o_div")]
 
 
 def _c_blocks(channels: int) -> int:
@@ -569,6 +570,8 @@ def _params(problem, cfg: TileConfig):
                 n_tiles=cfg.n_tiles, num_units=cfg.num_units, dp_tiles=cfg.dp_tiles, k_iters=cfg.k_iters,
                 k_split=cfg.k_split, x_tiles=-(-Q // 64), y_tiles=-(-P // rows), halo_w=halo_w,
                 halo_tx=halo_w * halo_h * 128 if cfg.halo else 0)
+    vals.update(divisor_values(n_tiles_div=cfg.n_tiles, opq_div=O * P * Q, pq_div=P * Q, q_div=Q,
+                               x_tiles_div=vals["x_tiles"], y_tiles_div=vals["y_tiles"], o_div=O))
     return c_struct(fields, vals)
 
 

@@ -58,6 +58,7 @@
 // (1/2), SM90_HALO (0/1). The kernel's name spells them out, e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) /
 // conv3d_..._s4_c2_res (3-D, pair, residual) / conv2d_fprop_sm90_tma_256x96x64_s5 (256-row tile).
 #include "common/epilogue_math.cuh"
+#include "common/fast_div.cuh"
 #include "common/types.cuh"
 #include "hopper/epilogue.cuh"
 #include "hopper/epilogue_load.cuh"
@@ -167,6 +168,15 @@ struct Sm90ConvParams {
   int y_tiles;      // halo tiles: ceil(P / (BM / 64)) row tiles per plane
   int halo_w;       // halo tiles: window width in pixels, 64 + (S - 1) * dil_w
   int halo_tx;      // halo tiles: bytes of one window box, halo_w * (BM/64 + (R - 1) * dil_h) * 128
+  // Multiply-shift divisors (common/fast_div.cuh) of the per-tile index splits: the producer does
+  // them before its first load, where a chain of 32-bit divisions cost ~0.5 us at kernel start.
+  cuconv::FastDivisor n_tiles_div;  // n_tiles: unit -> (row tile, column tile)
+  cuconv::FastDivisor opq_div;      // O * P * Q: first pixel of a row tile -> image
+  cuconv::FastDivisor pq_div;       // P * Q: -> output depth
+  cuconv::FastDivisor q_div;        // Q: -> output row and column
+  cuconv::FastDivisor x_tiles_div;  // halo tiles: tile -> column tile
+  cuconv::FastDivisor y_tiles_div;  // halo tiles: -> row tile, plane
+  cuconv::FastDivisor o_div;        // halo tiles: plane -> image, depth
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
@@ -207,11 +217,11 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
     const int m0 = sched.m_tile(t) * cfg::BM;
     const int n0 = sched.n_tile(t) * cfg::BN;
     // The tile's first output pixel (n, z, p, q) -> its window origin in the input.
-    const int n_img = m0 / opq;
+    const int n_img = (int)cuconv::fast_div((uint32_t)m0, g.opq_div);
     int rem = m0 - n_img * opq;
-    const int z = rem / pq;
+    const int z = (int)cuconv::fast_div((uint32_t)rem, g.pq_div);
     rem -= z * pq;
-    const int p = rem / g.Q;
+    const int p = (int)cuconv::fast_div((uint32_t)rem, g.q_div);
     const int q = rem - p * g.Q;
     const int d0 = z * g.stride_d - g.pad_d;
     const int h0 = p * g.stride_h - g.pad_h;
@@ -221,11 +231,14 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
     // counters start from k_begin's decomposition and then advance like nested loops.
     const int k_begin = sched.k_begin(t);
     const int k_end = sched.k_end(t);
-    const int tap0 = k_begin / g.c_blocks;
-    int cb = k_begin - tap0 * g.c_blocks;
-    int s = tap0 % g.S;
-    int r = (tap0 / g.S) % g.R;
-    int ft = tap0 / (g.S * g.R);
+    int cb = 0, s = 0, r = 0, ft = 0;
+    if (k_begin != 0) {  // the FINISH half of a split tile (whole tiles start at step 0)
+      const int tap0 = k_begin / g.c_blocks;
+      cb = k_begin - tap0 * g.c_blocks;
+      s = tap0 % g.S;
+      r = (tap0 / g.S) % g.R;
+      ft = tap0 / (g.S * g.R);
+    }
 #pragma unroll 1
     for (int k = k_begin; k < k_end; ++k) {
       const uint32_t full = full_bar + 8 * ring.stage;

@@ -36,14 +36,26 @@ __device__ __forceinline__ float hi_to_float(uint32_t pair) {
   return to_float(h);
 }
 
-__device__ __forceinline__ uint32_t shfl_idx(uint32_t v, int src_lane) {
+__device__ __forceinline__ uint32_t shfl_xor(uint32_t v, int lane_mask) {
   uint32_t r;
-  asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(src_lane));
+  asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(lane_mask));
   return r;
 }
 
-__device__ __forceinline__ uint32_t select4(uint32_t a, uint32_t b, uint32_t c, uint32_t d, int idx) {
-  return idx == 0 ? a : idx == 1 ? b : idx == 2 ? c : d;
+// One butterfly stage of the quad transpose (below): lanes t and t ^ X swap the words of the slots
+// whose bit X differs from their own lane bit. `high` = (t & X) != 0, slots q and q | X with
+// (q & X) == 0: a low lane keeps v[q] and receives the partner's v[q] into v[q | X]; a high lane
+// keeps v[q | X] and receives the partner's v[q | X] into v[q].
+template <int X>
+__device__ __forceinline__ void quad_transpose_stage(uint32_t (&v)[4], bool high) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if ((q & X) != 0) continue;
+    const uint32_t send = high ? v[q] : v[q | X];
+    const uint32_t got = shfl_xor(send, X);
+    v[q] = high ? got : v[q];
+    v[q | X] = high ? v[q | X] : got;
+  }
 }
 
 __device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
@@ -56,9 +68,12 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, 
 // i is stored only when 8 * i < row_limit (rows past M, or past the output row of a halo tile).
 //
 // Stores: the four lanes of a quad hold the 16 bytes of columns 8 jj .. 8 jj + 7 of a row, two
-// each. A 4 x 4 transpose inside the quad (four shuffle rounds per group of four jj) hands lane t
-// the whole 16 bytes of column block jj0 + t, so each thread writes one 16-byte vector per row and
-// group: a warp store covers 8 rows x 64 contiguous bytes (whole sectors) instead of 8 x 16.
+// each. A 4 x 4 transpose inside the quad hands lane t the whole 16 bytes of column block jj0 + t,
+// so each thread writes one 16-byte vector per row and group: a warp store covers 8 rows x 64
+// contiguous bytes (whole sectors) instead of 8 x 16. The transpose is two butterfly stages (lane
+// masks 2, then 1), four shuffles and twelve selects on two fixed lane-bit predicates; the first
+// version rotated by (t + r) % 4 in four rounds, and its run-time-indexed selects took ~3x the
+// instructions (the predicates did not fit the predicate registers and were recomputed).
 //
 // ACT is the activation as a compile-time constant: the caller switches on the runtime code once
 // per tile (consumer_epilogue_any). Selecting it per element instead interleaves the code of all
@@ -127,19 +142,11 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        uint32_t got[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          // Round r: lane s sends its pair of block jj0 + (s + r) % 4 and receives from lane
-          // (t - r) % 4 that lane's pair of block jj0 + t, i.e. columns 2 * ((t - r) % 4) + {0, 1}.
-          const uint32_t send = select4(packed[i][0], packed[i][1], packed[i][2], packed[i][3], (t + r) & 3);
-          got[r] = shfl_idx(send, (lane & ~3) | ((t - r) & 3));
-        }
-        // word k of the 16-byte vector = the pair from lane k, received in round (t - k) % 4.
-        const uint32_t w0 = select4(got[0], got[1], got[2], got[3], (t - 0) & 3);
-        const uint32_t w1 = select4(got[0], got[1], got[2], got[3], (t - 1) & 3);
-        const uint32_t w2 = select4(got[0], got[1], got[2], got[3], (t - 2) & 3);
-        const uint32_t w3 = select4(got[0], got[1], got[2], got[3], (t - 3) & 3);
+        // packed[i][q] = this lane's pair of block jj0 + q; afterwards word k = lane k's pair of
+        // block jj0 + t (columns 2k, 2k + 1 of it): the 16-byte vector of this lane.
+        quad_transpose_stage<2>(packed[i], (t & 2) != 0);
+        quad_transpose_stage<1>(packed[i], (t & 1) != 0);
+        const uint32_t w0 = packed[i][0], w1 = packed[i][1], w2 = packed[i][2], w3 = packed[i][3];
         const int col = n0 + chunk * 64 + (jj0 + t) * 8;
         if (8 * i < row_limit && col < K) st_global_v4(out + (m_row + 8 * i) * K + col, w0, w1, w2, w3);
       }

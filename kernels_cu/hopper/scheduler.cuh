@@ -26,6 +26,8 @@
 // fastest, then row tile, then plane (halo_tile() below). Never split, never clustered.
 #pragma once
 
+#include "common/fast_div.cuh"
+
 namespace cuconv {
 namespace sm90 {
 
@@ -33,7 +35,7 @@ enum UnitPart : int { UNIT_WHOLE = 0, UNIT_PARTIAL = 1, UNIT_FINISH = 2 };
 
 // Params: the kernel's parameter struct (a __grid_constant__ kernel parameter, so the reference
 // reads the parameter bank and the scheduler costs no registers), with fields n_tiles (tiles along
-// the GEMM N), num_units (ceil(m_tiles / CLUSTER) * n_tiles, plus one per split tile), dp_tiles
+// the GEMM N) and its FastDivisor n_tiles_div, num_units (ceil(m_tiles / CLUSTER) * n_tiles, plus one per split tile), dp_tiles
 // (units below this are whole tiles), k_iters (reduction steps of a whole tile) and k_split (steps
 // of the PARTIAL half of a split tile).
 template <int CLUSTER, typename Params>
@@ -54,26 +56,28 @@ struct TileScheduler {
   __device__ __forceinline__ int k_end(int u) const { return part(u) == UNIT_PARTIAL ? p.k_split : p.k_iters; }
   // Units whose epilogue stores (and, with a residual, reads C): all but the PARTIAL halves.
   __device__ __forceinline__ bool stores(int u) const { return part(u) != UNIT_PARTIAL; }
-  __device__ __forceinline__ int m_tile(int u) const { return (tile(u) / p.n_tiles) * CLUSTER + rank; }
-  __device__ __forceinline__ int n_tile(int u) const { return tile(u) - (tile(u) / p.n_tiles) * p.n_tiles; }
+  __device__ __forceinline__ int m_tile(int u) const { return row_tile(u) * CLUSTER + rank; }
+  __device__ __forceinline__ int n_tile(int u) const { return tile(u) - row_tile(u) * p.n_tiles; }
+  __device__ __forceinline__ int row_tile(int u) const { return (int)fast_div((uint32_t)tile(u), p.n_tiles_div); }
 };
 
 // Where a halo tile lies: image n_img, output depth z, first output row y0 and column x0, and
 // plane_row0 = (n_img * O + z) * P + y0, the tile's first output row counted over all planes (the
 // residual's row coordinate; GEMM row of pixel (y0 + i, x0 + j) = (plane_row0 + i) * Q + x0 + j).
-// Params: fields x_tiles = ceil(Q / 64), y_tiles = ceil(P / rows), O, P.
+// Params: fields x_tiles = ceil(Q / 64), y_tiles = ceil(P / rows), O, P, and the FastDivisors
+// x_tiles_div, y_tiles_div, o_div of the first three.
 struct HaloTile {
   int n_img, z, y0, x0, plane_row0;
 };
 
 template <int ROWS, typename Params>
 __device__ __forceinline__ HaloTile halo_tile(int m_tile, const Params& p) {
-  const int xt = m_tile % p.x_tiles;
-  const int rest = m_tile / p.x_tiles;
-  const int yt = rest % p.y_tiles;
-  const int plane = rest / p.y_tiles;  // n_img * O + z
+  const int rest = (int)fast_div((uint32_t)m_tile, p.x_tiles_div);
+  const int xt = m_tile - rest * p.x_tiles;
+  const int plane = (int)fast_div((uint32_t)rest, p.y_tiles_div);  // n_img * O + z
+  const int yt = rest - plane * p.y_tiles;
   HaloTile h;
-  h.n_img = plane / p.O;
+  h.n_img = (int)fast_div((uint32_t)plane, p.o_div);
   h.z = plane - h.n_img * p.O;
   h.y0 = yt * ROWS;
   h.x0 = xt * 64;
