@@ -80,7 +80,7 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, 
 // four activations (erf and exp inlined 2 * BN times), and the executed path then spans a body
 // larger than the instruction cache: measured as instruction-fetch stalls dominating the
 // memory-bound 1x1 convolutions, whose tiles have a single K block and are mostly epilogue.
-template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, int ACT>
+template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool HOIST_ADDRESS, int ACT>
 __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], long long m_row, int row_limit, int n0, int K,
                                                   T* out, const T* bias, const EpilogueParams& ep,
                                                   RingState<C_STAGES>& cring, uint32_t c_base,
@@ -89,6 +89,13 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
   const int lane = threadIdx.x % 32;
   const int t = lane & 3;  // position in the quad
   static_assert(BN % 32 == 0, "the epilogue walks 64-channel chunks, the last one possibly 32 wide");
+  // This lane's 16-byte column block of its first row: every store below is it, plus 8 K for the
+  // second row, plus a compile-time offset (chunk * 64 + jj0 * 8 elements). HOIST_ADDRESS keeps the
+  // pointer live across the epilogue (the 64-bit address math done once, ~10% fewer epilogue
+  // instructions); without it (the 256 x 128 halo tile, whose 112 registers it would spill) each
+  // store recomputes it.
+  T* const out_row0 = HOIST_ADDRESS ? out + m_row * K + n0 + 8 * t : nullptr;
+  const int cols_left = K - n0 - 8 * t;  // the block at offset o is stored when o < cols_left
 #pragma unroll
   for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
     // 8-column blocks in this chunk: 8, or 4 for the half chunk that ends a BN = 96 / 160 tile (its
@@ -111,25 +118,25 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
       if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
       cring.advance();
     }
-    // Per group of four 8-column blocks (32 channels): act(alpha * acc + bias + beta * C) for this
-    // thread's pairs, packed to 2 x 16 bit, then the quad transpose and 16-byte stores (all lanes
-    // shuffle; only the stores are masked). Group by group keeps 8 packed words live, not 16: the
-    // 256 x 128 halo tile (112 registers per consumer thread) spilled with a whole chunk packed.
+    // Per group of four 8-column blocks (32 channels) and row: act(alpha * acc + bias + beta * C)
+    // for this thread's four pairs, packed to 2 x 16 bit, then the quad transpose and one 16-byte
+    // store (all lanes shuffle; only the stores are masked). Row by row keeps 4 packed words live:
+    // the 256 x 128 halo tile (112 registers per consumer thread) spills with more.
 #pragma unroll
     for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
-      uint32_t packed[2][4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int jj = jj0 + q;
-        const int col = n0 + chunk * 64 + jj * 8 + col_lane;
-        float b0 = 0.f, b1 = 0.f;
-        if (ep.has_bias && col < K) {
-          const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
-          b0 = lo_to_float<T>(bp);
-          b1 = hi_to_float<T>(bp);
-        }
+      for (int i = 0; i < 2; ++i) {
+        uint32_t packed[4];  // packed[q] = this lane's pair of block jj0 + q
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int q = 0; q < 4; ++q) {
+          const int jj = jj0 + q;
+          const int col = n0 + chunk * 64 + jj * 8 + col_lane;
+          float b0 = 0.f, b1 = 0.f;
+          if (ep.has_bias && col < K) {
+            const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
+            b0 = lo_to_float<T>(bp);
+            b1 = hi_to_float<T>(bp);
+          }
           const int a = (chunk * 8 + jj) * 4 + 2 * i;
           float v0 = ep.alpha * acc[a] + b0;
           float v1 = ep.alpha * acc[a + 1] + b1;
@@ -137,25 +144,24 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
             v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
             v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
           }
-          packed[i][q] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
+          packed[q] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
         }
-      }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        // packed[i][q] = this lane's pair of block jj0 + q; afterwards word k = lane k's pair of
-        // block jj0 + t (columns 2k, 2k + 1 of it): the 16-byte vector of this lane.
-        quad_transpose_stage<2>(packed[i], (t & 2) != 0);
-        quad_transpose_stage<1>(packed[i], (t & 1) != 0);
-        const uint32_t w0 = packed[i][0], w1 = packed[i][1], w2 = packed[i][2], w3 = packed[i][3];
-        const int col = n0 + chunk * 64 + (jj0 + t) * 8;
-        if (8 * i < row_limit && col < K) st_global_v4(out + (m_row + 8 * i) * K + col, w0, w1, w2, w3);
+        // afterwards word k = lane k's pair of block jj0 + t (columns 2k, 2k + 1 of it): the
+        // 16-byte vector of this lane.
+        quad_transpose_stage<2>(packed, (t & 2) != 0);
+        quad_transpose_stage<1>(packed, (t & 1) != 0);
+        const int offset = chunk * 64 + jj0 * 8;
+        if (8 * i < row_limit && offset < cols_left) {
+          T* const dst = HOIST_ADDRESS ? out_row0 + i * 8 * K + offset : out + (m_row + 8 * i) * K + n0 + 8 * t + offset;
+          st_global_v4(dst, packed[0], packed[1], packed[2], packed[3]);
+        }
       }
     }
   }
 }
 
 // The epilogue for the runtime activation code ep.activation (one switch per tile).
-template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES>
+template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool HOIST_ADDRESS>
 __device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], long long m_row, int row_limit,
                                                       int n0, int K, T* out, const T* bias, const EpilogueParams& ep,
                                                       RingState<C_STAGES>& cring, uint32_t c_base,
@@ -163,7 +169,7 @@ __device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2]
                                                       int col_lane, bool lane_leader) {
 #define CUCONV_SM90_EPILOGUE_CASE(code)                                                                      \
   case code:                                                                                                 \
-    consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code>(                                   \
+    consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, HOIST_ADDRESS, code>(                                   \
         acc, m_row, row_limit, n0, K, out, bias, ep, cring, c_base, c_full_bar, c_empty_bar, row_base, col_lane, lane_leader); \
     break;
   switch (ep.activation) {
