@@ -476,6 +476,16 @@ def test_halo_tile_config():
     assert not choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True).halo
     assert choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True, halo=True).halo
     assert choose_tile_config(m, 96, 132, cluster=1, halo_geometry=geom, loads_residual=True).halo
+    # ... except N <= 256, where 192 x 128 halo tiles (five filter slots) take over
+    vae = (4, 256, 256, 9)
+    narrow = choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae, loads_residual=True)
+    assert narrow.halo and (narrow.block_m, narrow.block_n) == (192, 128) and narrow.stages >= 4
+    assert narrow.smem_bytes(True) <= 227 * 1024 and narrow.kernel_name(True, 2).endswith("_halo_res")
+    assert "N <= 256" in narrow.note
+    assert choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae).block_n == 256, "beta = 0"
+    assert not choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae, loads_residual=True,
+                                  block_n=256).halo, "BN forced to 256: im2col tiles"
+    assert not choose_tile_config(4 * 256 * 256, 256, 132, cluster=2, halo_geometry=vae, loads_residual=True).halo
     assert not choose_tile_config(m, 96, 132, cluster=1, halo=True).halo, "no geometry: not eligible"
     assert choose_tile_config(m, 96, 132, cluster=1, halo_geometry=(4, 120, 208, 9), halo=True).halo
 

@@ -124,6 +124,7 @@ class TileConfig:
     split_tiles: int = 0    # tiles of the last wave cut in two along the reduction (scheduler.cuh)
     k_iters: int = 0        # reduction steps (ring slots) of a whole tile, when known
     halo: bool = False      # halo tiles: BM/64 output rows x 64 columns, one window per (t, c-block)
+    note: str = ""          # why the automatic choice departed from its usual rule (for explain)
 
     @property
     def consumers(self) -> int:
@@ -386,6 +387,23 @@ def _halo_rule(planes: int, P: int, Q: int, taps_hw: int) -> bool:
     return taps_hw > 1 and 7 * padded <= 8 * Q
 
 
+#: (BN, BM) of the halo tiles that replace BN = 256 with a residual where :func:`_narrow_halo_res_pays`.
+_NARROW_HALO_RES = (128, 192)
+
+
+def _narrow_halo_res_pays(auto_bn: bool, bn: int, gemm_n: int, block_m: Optional[int], cluster: int) -> bool:
+    """With a residual, a halo-eligible problem whose automatic BN is 256 has too few filter slots
+    next to the C ring for 128 x 256 halo tiles; 192 x 128 halo tiles (five slots) replace the
+    128 x 256 im2col tiles when N <= 256, i.e. when each window is read by at most two column
+    tiles. Measured on the H100 (queued GPU time, beta = 1, 128 x 256 im2col -> 192 x 128 halo):
+    3x3 256->256 at 256x256, N = 4, 451 -> 419 us (bf16) and 468 -> 438 us (fp16), the residual's
+    cost over beta = 0 +11.7% -> +3.6% and +9.8% -> +2.9%; but with N = 512 (four column tiles)
+    3x3 512->512 at 64x64 110 -> 119 us and at 128x128 411 -> 414 us (bf16) / 426 -> 446 (fp16)."""
+    bn2, bm2 = _NARROW_HALO_RES
+    return (auto_bn and bn == 256 and gemm_n <= 256 and cluster == 1 and block_m in (None, bm2)
+            and _bm_fits(bm2, bn2, cluster, True, halo=True) and _halo_stages(bm2, bn2, True) >= HALO_MIN_RES_STAGES)
+
+
 def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None,
                        block_n: Optional[int] = None, k_iters: int = 0, split: Optional[bool] = None,
                        block_m: Optional[int] = None, loads_residual: bool = False,
@@ -408,7 +426,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     * The split tail (:func:`_split_tiles`) when the last wave would leave half of the SMs idle
       (``split`` overrides; default: :func:`tile_settings` / ``CUCONV_SM90_SPLIT``, automatic).
     * Halo tiles when the problem allows them (with a residual, only where the filter ring keeps
-      :data:`HALO_MIN_RES_STAGES` slots) (``halo_geometry`` = (planes, P, Q, R*S) from
+      :data:`HALO_MIN_RES_STAGES` slots, or as 192 x 128 tiles where :func:`_narrow_halo_res_pays`) (``halo_geometry`` = (planes, P, Q, R*S) from
       :func:`_halo_geometry`, else None) and :func:`_halo_rule` or ``halo`` (default:
       :func:`tile_settings` / ``CUCONV_SM90_HALO``) says so: no split (CTA pairs when asked); a tile is BM/64
       output rows x 64 columns of one plane (BM/64 rows: two, three or four).
@@ -425,6 +443,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     cl = _cluster_setting() if cluster is None else cluster
     split = _split_setting() if split is None else split
     halo = _halo_setting() if halo is None else halo
+    auto_bn = bn is None
+    note = ""
     if bn is None:
         bn = _bn_rule(m_tiles, gemm_n, sm_count)
         base_cost = _modelled_cost(m_tiles, gemm_n, bn, sm_count)
@@ -434,7 +454,13 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
             bn = best
     use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry) if halo is None else halo)
     if use_halo and halo is None and loads_residual and _halo_stages(BLOCK_M, bn, True) < HALO_MIN_RES_STAGES:
-        use_halo = False
+        if _narrow_halo_res_pays(auto_bn, bn, gemm_n, bm, cl):
+            bn, bm = _NARROW_HALO_RES
+            note = (f"BN {bn} instead of 256: with a residual, 128x256 halo tiles keep fewer than "
+                    f"{HALO_MIN_RES_STAGES} filter slots next to the C ring, and {bm}x{bn} halo tiles beat "
+                    f"128x256 im2col tiles when N <= 256")
+        else:
+            use_halo = False
     if use_halo:
         planes, P, Q, _ = halo_geometry
         n_tiles = -(-gemm_n // bn)
@@ -448,7 +474,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         units = -(-m_tiles // cl) * n_tiles
         return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=_halo_stages(bm, bn, loads_residual),
                           m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
-                          k_iters=k_iters, halo=True)
+                          k_iters=k_iters, halo=True, note=note)
     if bm is None:
         bm = _auto_block_m({b: -(-gemm_m // b) * -(-gemm_n // bn) for b in BLOCK_MS}, bn, cl, loads_residual, sm_count,
                            halo=False)
@@ -633,6 +659,8 @@ class Sm90TmaKernel(Kernel):
         else:
             why = _halo_why_not(problem)
             loads = f"TMA im2col boxes per tap ({cfg.stages}-stage ring; not halo tiles: {why})"
+        if cfg.note:
+            loads += f" ({cfg.note})"
         return (f"{cfg.kernel_name(res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{cfg.consumers} consumer warpgroups, {grid}{split}, "
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
