@@ -91,9 +91,9 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
   static_assert(BN % 32 == 0, "the epilogue walks 64-channel chunks, the last one possibly 32 wide");
   // This lane's 16-byte column block of its first row: every store below is it, plus 8 K for the
   // second row, plus a compile-time offset (chunk * 64 + jj0 * 8 elements). HOIST_ADDRESS keeps the
-  // pointer live across the epilogue (the 64-bit address math done once, ~10% fewer epilogue
-  // instructions); without it (the 256 x 128 halo tile, whose 112 registers it would spill) each
-  // store recomputes it.
+  // pointer live across the epilogue (the 64-bit row product done once; each store then adds
+  // constants); without it (the 256 x 128 halo tile, whose 112 registers it would spill) each store
+  // recomputes it.
   T* const out_row0 = HOIST_ADDRESS ? out + m_row * K + n0 + 8 * t : nullptr;
   const int cols_left = K - n0 - 8 * t;  // the block at offset o is stored when o < cols_left
 #pragma unroll
