@@ -470,22 +470,32 @@ def test_halo_tile_config():
     pair = choose_tile_config(m, 96, 132, cluster=2, halo_geometry=geom)
     assert pair.halo and pair.cluster == 2 and pair.block_m == 128 and pair.num_units == -(-pair.m_tiles // 2)
     assert pair.kernel_name(False, 3).endswith("_c2_halo")
-    # a residual at BN = 256 leaves 3 filter slots: im2col tiles (unless forced)
+    # a residual at BN = 256 leaves 4 filter slots (the kernel's alignment slack is partial there):
+    # halo tiles; beta = 0 gets 5
     big = (4, 64, 64, 9)
-    assert choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big).halo
-    assert not choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True).halo
-    assert choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True, halo=True).halo
+    plain = choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big)
+    assert plain.halo and plain.block_n == 256 and plain.stages == 5 and plain.smem_bytes(False) == 227 * 1024
+    with_res = choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True)
+    assert with_res.halo and (with_res.block_m, with_res.block_n, with_res.stages) == (128, 256, 4)
+    assert with_res.smem_bytes(True) <= 227 * 1024
+    # fewer slots than HALO_MIN_RES_STAGES: im2col tiles (unless forced)
+    import cuconv.backends.hopper_tma as h
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(h, "HALO_MIN_RES_STAGES", 5)
+        assert not choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True).halo
+        assert choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True,
+                                  halo=True).halo
     assert choose_tile_config(m, 96, 132, cluster=1, halo_geometry=geom, loads_residual=True).halo
     # ... except N <= 256, where 192 x 128 halo tiles (five filter slots) take over
     vae = (4, 256, 256, 9)
     narrow = choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae, loads_residual=True)
     assert narrow.halo and (narrow.block_m, narrow.block_n) == (192, 128) and narrow.stages >= 4
     assert narrow.smem_bytes(True) <= 227 * 1024 and narrow.kernel_name(True, 2).endswith("_halo_res")
-    assert "N <= 256" in narrow.note
+    assert "N <= 256" in narrow.note and "4 filter slots" in narrow.note
     assert choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae).block_n == 256, "beta = 0"
-    assert not choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae, loads_residual=True,
-                                  block_n=256).halo, "BN forced to 256: im2col tiles"
-    assert not choose_tile_config(4 * 256 * 256, 256, 132, cluster=2, halo_geometry=vae, loads_residual=True).halo
+    forced = choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae, loads_residual=True, block_n=256)
+    assert forced.halo and (forced.block_m, forced.block_n) == (128, 256), "BN forced to 256: 128 x 256 halo tiles"
+    assert choose_tile_config(4 * 256 * 256, 256, 132, cluster=2, halo_geometry=vae, loads_residual=True).block_n == 256
     assert not choose_tile_config(m, 96, 132, cluster=1, halo=True).halo, "no geometry: not eligible"
     assert choose_tile_config(m, 96, 132, cluster=1, halo_geometry=(4, 120, 208, 9), halo=True).halo
 

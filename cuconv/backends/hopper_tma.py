@@ -82,9 +82,11 @@ def _halo_wide_m_bn(loads_residual: bool) -> tuple:
     return WIDE_M_BN if loads_residual else WIDE_M_BN + (128,)
 
 
-#: With a residual the C ring takes filter slots: automatic halo tiles need at least this many. At
-#: BN = 256 only 3 remain, and the VAE/UNet layers measured beta = 1 at +14-21% over beta = 0 on
-#: halo tiles (H100), against +4-11% on im2col tiles with 4 slots.
+#: With a residual the C ring takes filter slots: automatic halo tiles need at least this many. With
+#: 3 (BN = 256 before the alignment slack became partial, see TileConfig.smem_bytes) the VAE/UNet
+#: layers measured beta = 1 at +14-21% over beta = 0 on halo tiles (H100), against +4-11% on im2col
+#: tiles; with 4, 128 x 256 halo tiles beat the im2col ones (3x3 512->512 at 64x64 106.6 vs 109.6 us,
+#: at 128x128 398 vs 408 us, bf16).
 HALO_MIN_RES_STAGES = 4
 
 
@@ -95,7 +97,7 @@ def _halo_slot_bytes(block_m: int) -> int:
 
 def _halo_stages(block_m: int, block_n: int, loads_residual: bool) -> int:
     """Filter-ring depth next to the two window slots (and the C ring), at most 8."""
-    free = (_SMEM_LIMIT - _ALIGN_SLACK - _BARRIER_BYTES - HALO_A_STAGES * _halo_slot_bytes(block_m)
+    free = (_SMEM_LIMIT - _BARRIER_BYTES - HALO_A_STAGES * _halo_slot_bytes(block_m)
             - (_c_ring_bytes(block_m) if loads_residual else 0))
     return min(8, free // (block_n * BLOCK_K * 2))
 
@@ -105,7 +107,7 @@ def _stages(block_m: int, block_n: int, loads_residual: bool) -> int:
     at BM = 256 as many slots as fit next to the C ring when there is one (3 or 5 of 40-44 KiB)."""
     if block_m == BLOCK_M:
         return STAGES[block_n]
-    free = _SMEM_LIMIT - _ALIGN_SLACK - _BARRIER_BYTES - (_c_ring_bytes(block_m) if loads_residual else 0)
+    free = _SMEM_LIMIT - _BARRIER_BYTES - (_c_ring_bytes(block_m) if loads_residual else 0)
     return min(8, free // ((block_m + block_n) * BLOCK_K * 2))
 
 
@@ -160,12 +162,15 @@ class TileConfig:
         return 128 * (1 + self.consumers)
 
     def smem_bytes(self, loads_residual: bool) -> int:
-        """Dynamic shared memory, the same sum as cfg::SMEM_BYTES in the kernel source."""
+        """Dynamic shared memory to launch with, as cfg::SMEM_BYTES in the kernel source: what the
+        tiles and barriers use plus up to 1 KiB of alignment slack, capped at the 227 KiB limit (the
+        dynamic area starts 1024-aligned, so a variant that fills the limit needs no slack; the
+        kernel traps if its aligned layout does not fit)."""
         b_ring = self.stages * self.block_n * self.block_k * 2
         a_ring = (HALO_A_STAGES * _halo_slot_bytes(self.block_m) if self.halo
                   else self.stages * self.block_m * self.block_k * 2)
         ring = _c_ring_bytes(self.block_m) if loads_residual else 0
-        return _ALIGN_SLACK + a_ring + b_ring + ring + _BARRIER_BYTES
+        return min(_SMEM_LIMIT, _ALIGN_SLACK + a_ring + b_ring + ring + _BARRIER_BYTES)
 
     def kernel_name(self, loads_residual: bool, nd: int = 2) -> str:
         return (f"conv{nd}d_fprop_sm90_tma_{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
@@ -392,13 +397,13 @@ _NARROW_HALO_RES = (128, 192)
 
 
 def _narrow_halo_res_pays(auto_bn: bool, bn: int, gemm_n: int, block_m: Optional[int], cluster: int) -> bool:
-    """With a residual, a halo-eligible problem whose automatic BN is 256 has too few filter slots
-    next to the C ring for 128 x 256 halo tiles; 192 x 128 halo tiles (five slots) replace the
-    128 x 256 im2col tiles when N <= 256, i.e. when each window is read by at most two column
-    tiles. Measured on the H100 (queued GPU time, beta = 1, 128 x 256 im2col -> 192 x 128 halo):
-    3x3 256->256 at 256x256, N = 4, 451 -> 419 us (bf16) and 468 -> 438 us (fp16), the residual's
-    cost over beta = 0 +11.7% -> +3.6% and +9.8% -> +2.9%; but with N = 512 (four column tiles)
-    3x3 512->512 at 64x64 110 -> 119 us and at 128x128 411 -> 414 us (bf16) / 426 -> 446 (fp16)."""
+    """With a residual, a halo-eligible problem whose automatic BN is 256 keeps only four filter slots
+    next to the C ring in 128 x 256 halo tiles; where N <= 256 (each window read by at most two
+    column tiles) 192 x 128 halo tiles (five slots) beat them. Measured on the H100 (queued GPU time,
+    beta = 1): 3x3 256->256 at 256x256, N = 4: 192 x 128 halo 416-420 us (bf16) / 430-439 us (fp16),
+    128 x 256 halo 428-429 / 441-443, 128 x 256 im2col 449-451 / 464-468. With N = 512 (four column
+    tiles) 192 x 128 halo tiles lose: 3x3 512->512 at 64x64 119 us against 106.6 (128 x 256 halo) and
+    109.6 (im2col); at 128x128 411-424 against 398 and 408 us (bf16)."""
     bn2, bm2 = _NARROW_HALO_RES
     return (auto_bn and bn == 256 and gemm_n <= 256 and cluster == 1 and block_m in (None, bm2)
             and _bm_fits(bm2, bn2, cluster, True, halo=True) and _halo_stages(bm2, bn2, True) >= HALO_MIN_RES_STAGES)
@@ -453,13 +458,12 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * base_cost:
             bn = best
     use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry) if halo is None else halo)
-    if use_halo and halo is None and loads_residual and _halo_stages(BLOCK_M, bn, True) < HALO_MIN_RES_STAGES:
+    if use_halo and halo is None and loads_residual:
         if _narrow_halo_res_pays(auto_bn, bn, gemm_n, bm, cl):
             bn, bm = _NARROW_HALO_RES
-            note = (f"BN {bn} instead of 256: with a residual, 128x256 halo tiles keep fewer than "
-                    f"{HALO_MIN_RES_STAGES} filter slots next to the C ring, and {bm}x{bn} halo tiles beat "
-                    f"128x256 im2col tiles when N <= 256")
-        else:
+            note = (f"BN {bn} instead of 256: with a residual and N <= 256, {bm}x{bn} halo tiles beat 128x256 "
+                    f"ones (their C ring leaves {_halo_stages(BLOCK_M, 256, True)} filter slots)")
+        elif _halo_stages(BLOCK_M, bn, True) < HALO_MIN_RES_STAGES:
             use_halo = False
     if use_halo:
         planes, P, Q, _ = halo_geometry

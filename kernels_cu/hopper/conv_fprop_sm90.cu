@@ -108,17 +108,21 @@ constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead 
 constexpr int HALO_COLS_MAX = 64 + 2, HALO_ROWS_MAX = CONSUMERS + 2;
 constexpr int A_STAGES = HALO ? 2 : STAGES;  // the window ring is separate from the filter ring
 
-// Shared-memory budget per ring slot and in total (dynamic smem is re-aligned to 1024 bytes, the
-// 128B-swizzle atom, which costs up to 1 KiB of slack).
+// Shared-memory budget per ring slot and in total. The tiles start on a 1024-byte boundary (the
+// 128B-swizzle atom): the kernel re-aligns the dynamic shared memory, and the launch asks for up to
+// 1 KiB of slack for that on top of what the tiles and barriers use, as much of it as fits under the
+// 227 KiB limit. With no static shared memory the dynamic area starts 1024-aligned on sm_90 (CUTLASS's
+// sm90 kernels rely on it too), so a variant that fills the limit needs none; the kernel checks
+// that the aligned layout fits what it was given and traps otherwise (see the kernel's prologue).
 constexpr int A_STAGE_BYTES = HALO ? (HALO_COLS_MAX * HALO_ROWS_MAX * 128 + 1023) / 1024 * 1024 : BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int C_CHUNK_BYTES = BM * 64 * 2;
 constexpr int C_RING_BYTES = HAS_RESIDUAL ? C_STAGES * C_CHUNK_BYTES : 0;
 constexpr int BARRIER_BYTES = 256;
 constexpr int SMEM_ALIGN_SLACK = 1024;
-constexpr int SMEM_BYTES =
-    SMEM_ALIGN_SLACK + A_STAGES * A_STAGE_BYTES + STAGES * B_STAGE_BYTES + C_RING_BYTES + BARRIER_BYTES;
+constexpr int SMEM_USED = A_STAGES * A_STAGE_BYTES + STAGES * B_STAGE_BYTES + C_RING_BYTES + BARRIER_BYTES;
 constexpr int SMEM_LIMIT = 227 * 1024;  // H100 opt-in maximum per block
+constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK < SMEM_LIMIT ? SMEM_USED + SMEM_ALIGN_SLACK : SMEM_LIMIT;
 constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;  // with a cluster: own A + every B share
 constexpr int B_SHARE_ROWS = BN / CLUSTER;                     // filter rows each CTA of a cluster loads
 constexpr int B_SHARE_BYTES = B_SHARE_ROWS * BK * 2;
@@ -141,7 +145,7 @@ static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN 
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
 static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and MMA");
-static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared-memory budget exceeded");
+static_assert(SMEM_USED <= SMEM_LIMIT, "shared-memory budget exceeded");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0 && C_CHUNK_BYTES % 1024 == 0,
               "every tile must start on a 1024-byte (128B-swizzle atom) boundary");
 static_assert(2 * STAGES + 2 * C_STAGES + 1 + (HALO ? 2 * A_STAGES : 0) <= BARRIER_BYTES / 8, "barrier area too small");
@@ -303,6 +307,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
+    // The re-aligned layout must fit the allocation (cfg::SMEM_BYTES: its alignment slack may be
+    // partial, see above). Never taken where the dynamic area starts 1024-aligned; a trap, not a
+    // silent overrun, if a platform ever places it otherwise.
+    uint32_t dyn_bytes;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_bytes));
+    if (base - raw + (uint32_t)cfg::SMEM_USED > dyn_bytes) __trap();
     for (int s = 0; s < cfg::STAGES; ++s) {
       sm90::mbar_init(full_bar + 8 * s, 1);
       sm90::mbar_init(empty_bar + 8 * s, 4 * cfg::CONSUMERS * cfg::CLUSTER);  // consumer warps of every CTA
