@@ -136,8 +136,6 @@ constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
 constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : 32;
 constexpr int CONSUMER_REGS = ((LAUNCH_REGS * THREADS - 128 * PRODUCER_REGS) / (128 * CONSUMERS)) / 8 * 8;
 constexpr int ACC_REGS = BN / 2;  // fp32 accumulators per consumer thread
-// The epilogue keeps its output pointer live when the consumers have room (see epilogue.cuh).
-constexpr bool HOIST_EPILOGUE_ADDRESS = ACC_REGS + 64 <= CONSUMER_REGS;
 
 static_assert(BM == 128 || BM == 192 || BM == 256, "BM: 128, 192 or 256 (two, three or four consumer warpgroups)");
 static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
@@ -389,8 +387,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
         const long long m_row = (long long)(ht.plane_row0 + consumer) * g.Q + x;
         // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
         const int row_limit = (ht.y0 + consumer < g.P && m_row < g.M) ? g.Q - x : 0;
-        sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES,
-                                    cfg::HOIST_EPILOGUE_ADDRESS>(
+        sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
             acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
             c_empty_bar, row_base, col_lane, lane == 0);
       }
@@ -416,8 +413,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
         const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
         const long long rows_left = g.M - m_row;
         const int row_limit = rows_left > 16 ? 16 : (int)rows_left;
-        sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES,
-                                    cfg::HOIST_EPILOGUE_ADDRESS>(
+        sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
             acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
             c_empty_bar, row_base, col_lane, lane == 0);
       }

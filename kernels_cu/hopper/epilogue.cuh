@@ -80,7 +80,7 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, 
 // four activations (erf and exp inlined 2 * BN times), and the executed path then spans a body
 // larger than the instruction cache: measured as instruction-fetch stalls dominating the
 // memory-bound 1x1 convolutions, whose tiles have a single K block and are mostly epilogue.
-template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool HOIST_ADDRESS, int ACT>
+template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, int ACT>
 __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], long long m_row, int row_limit, int n0, int K,
                                                   T* out, const T* bias, const EpilogueParams& ep,
                                                   RingState<C_STAGES>& cring, uint32_t c_base,
@@ -89,12 +89,6 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
   const int lane = threadIdx.x % 32;
   const int t = lane & 3;  // position in the quad
   static_assert(BN % 32 == 0, "the epilogue walks 64-channel chunks, the last one possibly 32 wide");
-  // This lane's 16-byte column block of its first row: every store below is it, plus 8 K for the
-  // second row, plus a compile-time offset (chunk * 64 + jj0 * 8 elements). HOIST_ADDRESS keeps the
-  // pointer live across the epilogue (the 64-bit row product done once; each store then adds
-  // constants); without it (the 256 x 128 halo tile, whose 112 registers it would spill) each store
-  // recomputes it.
-  T* const out_row0 = HOIST_ADDRESS ? out + m_row * K + n0 + 8 * t : nullptr;
   const int cols_left = K - n0 - 8 * t;  // the block at offset o is stored when o < cols_left
 #pragma unroll
   for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
@@ -152,7 +146,7 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
         quad_transpose_stage<1>(packed, (t & 1) != 0);
         const int offset = chunk * 64 + jj0 * 8;
         if (8 * i < row_limit && offset < cols_left) {
-          T* const dst = HOIST_ADDRESS ? out_row0 + i * 8 * K + offset : out + (m_row + 8 * i) * K + n0 + 8 * t + offset;
+          T* const dst = out + (m_row + 8 * i) * K + n0 + 8 * t + offset;
           st_global_v4(dst, packed[0], packed[1], packed[2], packed[3]);
         }
       }
@@ -161,7 +155,7 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
 }
 
 // The epilogue for the runtime activation code ep.activation (one switch per tile).
-template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool HOIST_ADDRESS>
+template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES>
 __device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], long long m_row, int row_limit,
                                                       int n0, int K, T* out, const T* bias, const EpilogueParams& ep,
                                                       RingState<C_STAGES>& cring, uint32_t c_base,
@@ -169,7 +163,7 @@ __device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2]
                                                       int col_lane, bool lane_leader) {
 #define CUCONV_SM90_EPILOGUE_CASE(code)                                                                      \
   case code:                                                                                                 \
-    consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, HOIST_ADDRESS, code>(                                   \
+    consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code>(                                                  \
         acc, m_row, row_limit, n0, K, out, bias, ep, cring, c_base, c_full_bar, c_empty_bar, row_base, col_lane, lane_leader); \
     break;
   switch (ep.activation) {
