@@ -58,8 +58,15 @@ __device__ __forceinline__ void quad_transpose_stage(uint32_t (&v)[4], bool high
   }
 }
 
-__device__ __forceinline__ void st_global_v4(void* ptr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+// A 16-byte store under a predicate, in the instruction itself: an `if` around a plain store becomes a
+// branch, and the branches split the epilogue into one basic block per store, which ptxas neither
+// interleaves (each row's shuffle chain then runs at its full latency) nor lets share the row's
+// address arithmetic.
+__device__ __forceinline__ void st_global_v4_if(bool pred, void* ptr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\t@p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\t}" ::"l"(ptr),
+      "r"(a), "r"(b), "r"(c), "r"(d), "r"((int)pred)
+      : "memory");
 }
 
 // row_base: this thread's first tile row (16 * warp_in_group + lane / 4 + 64 * warpgroup), the
@@ -90,6 +97,8 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
   const int t = lane & 3;  // position in the quad
   static_assert(BN % 32 == 0, "the epilogue walks 64-channel chunks, the last one possibly 32 wide");
   const int cols_left = K - n0 - 8 * t;  // the block at offset o is stored when o < cols_left
+  // This lane's 16-byte column of its two rows (not dereferenced for rows past row_limit).
+  T* const row_out[2] = {out + m_row * K + n0 + 8 * t, out + (m_row + 8) * K + n0 + 8 * t};
 #pragma unroll
   for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
     // 8-column blocks in this chunk: 8, or 4 for the half chunk that ends a BN = 96 / 160 tile (its
@@ -107,33 +116,35 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
           cpair[i][jj] = ld_shared_u32(buf + row * 128 + ((jj ^ (row & 7)) << 4) + col_lane * 2);
         }
       }
-      fence_proxy_async_smem();
-      __syncwarp();
-      if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
-      cring.advance();
     }
     // Per group of four 8-column blocks (32 channels) and row: act(alpha * acc + bias + beta * C)
     // for this thread's four pairs, packed to 2 x 16 bit, then the quad transpose and one 16-byte
-    // store (all lanes shuffle; only the stores are masked). Row by row keeps 4 packed words live:
-    // the 256 x 128 halo tile (112 registers per consumer thread) spills with more.
+    // store (all lanes shuffle; only the stores are predicated off). Row by row keeps 4 packed words
+    // live: the 256 x 128 halo tile (112 registers per consumer thread) spills with more. The bias
+    // words of the group are loaded once for both rows.
 #pragma unroll
     for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
+      float bsum[4][2] = {};
+      if (ep.has_bias) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int col = n0 + chunk * 64 + (jj0 + q) * 8 + col_lane;
+          if (col < K) {
+            const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
+            bsum[q][0] = lo_to_float<T>(bp);
+            bsum[q][1] = hi_to_float<T>(bp);
+          }
+        }
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         uint32_t packed[4];  // packed[q] = this lane's pair of block jj0 + q
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int jj = jj0 + q;
-          const int col = n0 + chunk * 64 + jj * 8 + col_lane;
-          float b0 = 0.f, b1 = 0.f;
-          if (ep.has_bias && col < K) {
-            const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
-            b0 = lo_to_float<T>(bp);
-            b1 = hi_to_float<T>(bp);
-          }
           const int a = (chunk * 8 + jj) * 4 + 2 * i;
-          float v0 = ep.alpha * acc[a] + b0;
-          float v1 = ep.alpha * acc[a + 1] + b1;
+          float v0 = ep.alpha * acc[a] + bsum[q][0];
+          float v1 = ep.alpha * acc[a + 1] + bsum[q][1];
           if constexpr (HAS_RESIDUAL) {
             v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
             v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
@@ -144,12 +155,18 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
         // 16-byte vector of this lane.
         quad_transpose_stage<2>(packed, (t & 2) != 0);
         quad_transpose_stage<1>(packed, (t & 1) != 0);
-        const int offset = chunk * 64 + jj0 * 8;
-        if (8 * i < row_limit && offset < cols_left) {
-          T* const dst = out + (m_row + 8 * i) * K + n0 + 8 * t + offset;
-          st_global_v4(dst, packed[0], packed[1], packed[2], packed[3]);
-        }
+        const int offset = chunk * 64 + jj0 * 8;  // a constant once unrolled: the store's immediate
+        st_global_v4_if(8 * i < row_limit && offset < cols_left, row_out[i] + offset, packed[0], packed[1],
+                        packed[2], packed[3]);
       }
+    }
+    if constexpr (HAS_RESIDUAL) {
+      // Release the C slot once the chunk's stores are issued: they consume every value read from
+      // it, so the reads have completed (a proxy fence here, as the first version had, compiles to
+      // MEMBAR.ALL.CTA, which also waited for the previous chunk's global stores).
+      __syncwarp();
+      if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
+      cring.advance();
     }
   }
 }

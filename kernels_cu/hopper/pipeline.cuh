@@ -54,12 +54,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
-// Generic-proxy shared-memory accesses of this thread are ordered before later async-proxy (TMA)
-// accesses: used before releasing a slot whose contents were read with ordinary loads.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 // ---- thread-block clusters (SM90_CLUSTER > 1: the CTAs of a cluster share the filter tile by TMA
 // multicast, so a ring slot of one CTA is filled by both, and released by the consumers of both).
 
