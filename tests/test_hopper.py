@@ -297,8 +297,8 @@ def test_mid_tile_rule_on_halo_tiles():
     beta0 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom)
     assert beta0.halo and beta0.block_m == 256, "without a residual the 256-row halo tile wins"
     beta1 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom, loads_residual=True)
-    # 2 x 171 x 8 = 2736 tiles of 3 rows (21 waves) vs 4096 of 2 (32): 192 rows, 5 filter slots
-    assert (beta1.halo, beta1.block_m, beta1.m_tiles, beta1.stages) == (True, 192, 2736, 5)
+    # 2 x 171 x 8 = 2736 tiles of 3 rows (21 waves) vs 4096 of 2 (32): 192 rows, 6 filter slots (exact-size windows)
+    assert (beta1.halo, beta1.block_m, beta1.m_tiles, beta1.stages) == (True, 192, 2736, 6)
     vae = choose_tile_config(8 * 64 * 64, 320, 132, cluster=1, k_iters=45, halo_geometry=(8, 64, 64, 9),
                              loads_residual=True)
     assert vae.halo and vae.block_m == 128, "352 tiles of 192 (3 waves) vs 512 of 128 (4): not fewer tile-times"

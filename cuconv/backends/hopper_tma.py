@@ -91,8 +91,9 @@ HALO_MIN_RES_STAGES = 4
 
 
 def _halo_slot_bytes(block_m: int) -> int:
-    """One window slot: (64 + 2) x (BM/64 + 2) pixel rows of 128 bytes, rounded to 1024 (cfg::A_STAGE_BYTES)."""
-    return -(-(64 + HALO_REACH_MAX) * (block_m // 64 + HALO_REACH_MAX) * 128 // 1024) * 1024
+    """One window slot: (64 + 2) x (BM/64 + 2) pixel rows of 128 bytes (cfg::A_STAGE_BYTES; not rounded
+    to the 1024-byte swizzle atom, which gives the 192 x 128 halo tile with a residual a sixth filter slot)."""
+    return (64 + HALO_REACH_MAX) * (block_m // 64 + HALO_REACH_MAX) * 128
 
 
 def _halo_stages(block_m: int, block_n: int, loads_residual: bool) -> int:

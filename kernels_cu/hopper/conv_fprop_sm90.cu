@@ -104,7 +104,11 @@ constexpr int CLUSTER = SM90_CLUSTER;  // CTAs per cluster sharing (multicasting
 constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead of im2col boxes
 // Halo windows: at most (S-1) dil_w = 2 extra columns and (R-1) dil_h = 2 extra rows (3x3 and
 // smaller filters at dilation 1; the host checks), so a window slot holds (64 + 2) x (BM/64 + 2)
-// pixel rows of 128 bytes, rounded up to the 1024-byte swizzle atom.
+// pixel rows of 128 bytes, not rounded up to the 1024-byte swizzle atom: the window ring comes last
+// (below), so only its second slot starts off an atom boundary (by 256 bytes at BM = 192, 512 at
+// BM = 256), which TMA's swizzled writes and the wgmma reads agree on as they do for every tap row
+// (both apply the swizzle to address bits, see halo_loader.cuh). Rounding cost the 192 x 128 halo
+// tile with a residual its sixth filter slot (1280 bytes short).
 constexpr int HALO_COLS_MAX = 64 + 2, HALO_ROWS_MAX = CONSUMERS + 2;
 constexpr int A_STAGES = HALO ? 2 : STAGES;  // the window ring is separate from the filter ring
 
@@ -114,7 +118,7 @@ constexpr int A_STAGES = HALO ? 2 : STAGES;  // the window ring is separate from
 // 227 KiB limit. With no static shared memory the dynamic area starts 1024-aligned on sm_90 (CUTLASS's
 // sm90 kernels rely on it too), so a variant that fills the limit needs none; the kernel checks
 // that the aligned layout fits what it was given and traps otherwise (see the kernel's prologue).
-constexpr int A_STAGE_BYTES = HALO ? (HALO_COLS_MAX * HALO_ROWS_MAX * 128 + 1023) / 1024 * 1024 : BM * BK * 2;
+constexpr int A_STAGE_BYTES = HALO ? HALO_COLS_MAX * HALO_ROWS_MAX * 128 : BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int C_CHUNK_BYTES = BM * 64 * 2;
 constexpr int C_RING_BYTES = HAS_RESIDUAL ? C_STAGES * C_CHUNK_BYTES : 0;
@@ -144,8 +148,9 @@ static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
 static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and MMA");
 static_assert(SMEM_USED <= SMEM_LIMIT, "shared-memory budget exceeded");
-static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0 && C_CHUNK_BYTES % 1024 == 0,
-              "every tile must start on a 1024-byte (128B-swizzle atom) boundary");
+static_assert(B_STAGE_BYTES % 1024 == 0 && C_CHUNK_BYTES % 1024 == 0 && (HALO || A_STAGE_BYTES % 1024 == 0),
+              "every tile but the second halo window must start on a 1024-byte (128B-swizzle atom) boundary");
+static_assert(A_STAGE_BYTES % 128 == 0, "window slots hold whole 128-byte pixel rows");
 static_assert(2 * STAGES + 2 * C_STAGES + 1 + (HALO ? 2 * A_STAGES : 0) <= BARRIER_BYTES / 8, "barrier area too small");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= LAUNCH_REGS * THREADS,
               "setmaxnreg: the roles' registers exceed the CTA's launch allocation");
@@ -286,14 +291,15 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
                        const __grid_constant__ Sm90ConvParams g, const cuconv::EpilogueParams ep, float4* partials,
                        int* partial_flags) {
   extern __shared__ uint8_t smem_raw[];
-  // Carve the dynamic shared memory: [A ring | B ring | C ring | barriers], 1024-aligned. With halo
-  // tiles the A ring holds windows (A_STAGES slots) and full/empty guard the B ring alone.
+  // Carve the dynamic shared memory: [B ring | C ring | A ring | barriers], 1024-aligned. With halo
+  // tiles the A ring holds windows (A_STAGES slots of whole pixel rows, last so that only the second
+  // one may start off an atom boundary) and full/empty guard the B ring alone.
   const uint32_t raw = cuconv::smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
-  const uint32_t a_base = base;
-  const uint32_t b_base = a_base + cfg::A_STAGES * cfg::A_STAGE_BYTES;
+  const uint32_t b_base = base;
   const uint32_t c_base = b_base + cfg::STAGES * cfg::B_STAGE_BYTES;
-  const uint32_t bar_base = c_base + cfg::C_RING_BYTES;
+  const uint32_t a_base = c_base + cfg::C_RING_BYTES;
+  const uint32_t bar_base = a_base + cfg::A_STAGES * cfg::A_STAGE_BYTES;
   const uint32_t full_bar = bar_base;
   const uint32_t empty_bar = full_bar + 8 * cfg::STAGES;
   const uint32_t c_full_bar = empty_bar + 8 * cfg::STAGES;
