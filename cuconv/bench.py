@@ -21,7 +21,8 @@ For every shape of the chosen suites and every dtype (bf16 and fp16 by default):
 Printed per shape: time, TFLOP/s, % of the ceiling (760 TFLOP/s dense bf16 for compute-bound
 shapes, 2.95 TB/s copy bandwidth for memory-bound ones, decided by arithmetic intensity vs the
 ridge point), ratio to cuDNN. With ``--residual`` (default on the ``vae_unet`` suite's shapes) it
-also times ``beta=1`` with a residual against ``beta=0`` and prints the overhead. ``--json FILE``
+also times ``beta=1`` with a residual against ``beta=0`` and prints the overhead (the median over
+:data:`RESIDUAL_ROUNDS` alternating pairs). ``--json FILE``
 writes every number (the format :func:`cuconv.plot.plot_bench` reads); ``--plot FILE.png``
 draws the roofline and per-shape chart (``--plot-from JSON``: of an earlier run, running nothing).
 
@@ -89,6 +90,8 @@ SUITES: Dict[str, List[Shape]] = {
 #: video-VAE shapes. With ``--json FILE.json`` each writes ``FILE_<name>.json``.
 MODULE_SUITES = {"sm80": "cuconv.bench_sm80", "conv3d": "cuconv.bench_conv3d"}
 
+#: Alternating (beta = 0, beta = 1) timing pairs per shape; the residual overhead is their median.
+RESIDUAL_ROUNDS = 3
 #: Suites whose shapes also get the residual (beta=1 vs beta=0) comparison by default.
 RESIDUAL_SUITES = ("vae_unet",)
 
@@ -300,18 +303,19 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
         cp.get_default_memory_pool().free_all_blocks()
         res = [cp.random.standard_normal((s.N, P, Q, s.K), dtype=cp.float32).astype(np_dtype)
                for _ in range(sets)]
-        rec["ms"]["cuconv_beta0"] = _time(
-            lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=0.0, out=outs[i], **kw), sets, runs)
-        rec["ms"]["cuconv_beta1"] = _time(
-            lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=1.0, out=outs[i], **kw), sets, runs)
-        rec["residual_overhead"] = rec["ms"]["cuconv_beta1"] / rec["ms"]["cuconv_beta0"] - 1.0
+        # The overhead is a ratio of two times that drift together over seconds (clocks, heat), so it
+        # is the median over RESIDUAL_ROUNDS alternating (beta = 0, beta = 1) pairs, not one pair.
+        call0 = lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=0.0, out=outs[i], **kw)
+        call1 = lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=1.0, out=outs[i], **kw)
+        pairs = [(_time(call0, sets, runs), _time(call1, sets, runs)) for _ in range(RESIDUAL_ROUNDS)]
+        rec["ms"]["cuconv_beta0"] = float(np.median([b0 for b0, _ in pairs]))
+        rec["ms"]["cuconv_beta1"] = float(np.median([b1 for _, b1 in pairs]))
+        rec["residual_overhead"] = float(np.median([b1 / b0 - 1.0 for b0, b1 in pairs]))
         try:
-            b0 = _time_graph(lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=0.0, out=outs[i], **kw),
-                             sets, runs)
-            b1 = _time_graph(lambda i: cuconv.conv2d(xs[i], w, residual=res[i], beta=1.0, out=outs[i], **kw),
-                             sets, runs)
-            rec["ms"]["cuconv_graph_beta0"], rec["ms"]["cuconv_graph_beta1"] = b0, b1
-            rec["residual_overhead_graph"] = b1 / b0 - 1.0
+            pairs = [(_time_graph(call0, sets, runs), _time_graph(call1, sets, runs)) for _ in range(RESIDUAL_ROUNDS)]
+            rec["ms"]["cuconv_graph_beta0"] = float(np.median([b0 for b0, _ in pairs]))
+            rec["ms"]["cuconv_graph_beta1"] = float(np.median([b1 for _, b1 in pairs]))
+            rec["residual_overhead_graph"] = float(np.median([b1 / b0 - 1.0 for b0, b1 in pairs]))
         except Exception as e:
             rec["notes"].append(f"graph timing (residual) failed: {type(e).__name__}: {e}")
         # in-place check of the residual path on the first image
