@@ -18,6 +18,12 @@ For every shape of the chosen suites and every dtype (bf16 and fp16 by default):
    torch imports; same data, shared via DLPack), and cuconv's own ``generic_gpu`` path (forced; skipped
    with a note when its fp32 im2col matrix would exceed ``--generic-max-gb``).
 
+4. **sustained** (shapes of at least :data:`SUSTAIN_MIN_MS`, in a last pass; ``--no-sustained``
+   skips it): cuconv and cuDNN each called back to back for a second, alternating, after half a
+   second to reach the board's power limit (:func:`_time_sustained`), with the SM clock and power
+   that ``nvidia-smi`` reports meanwhile. The large layers are power-bound there: the clocks drop
+   until the board's power fits, and the time follows the energy of a call rather than its cycles.
+
 Printed per shape: time, TFLOP/s, % of the ceiling (760 TFLOP/s dense bf16 for compute-bound
 shapes, 2.95 TB/s copy bandwidth for memory-bound ones, decided by arithmetic intensity vs the
 ridge point), ratio to cuDNN. With ``--residual`` (default on the ``vae_unet`` suite's shapes) it
@@ -196,6 +202,106 @@ def _time_graph(fn, sets: int, runs: int) -> float:
     return statistics.median(times)
 
 
+#: Sustained timing (:func:`_time_sustained`): seconds of back-to-back calls first (long enough for
+#: the clocks to settle at the board's power limit), then seconds timed.
+SUSTAIN_WARM_S = 0.5
+SUSTAIN_S = 1.0
+#: Shapes whose queued time is shorter get no sustained number: a back-to-back loop of them runs at
+#: the pace of the host (argument checks, dispatch, launch), not of the GPU.
+SUSTAIN_MIN_MS = 0.1
+#: Alternating (cuconv, cuDNN) sustained rounds per shape; each library's number is its median.
+SUSTAIN_ROUNDS = 2
+
+
+class _GpuMonitor:
+    """SM clock and board power while a block runs, sampled by ``nvidia-smi`` every 50 ms.
+
+    ``result`` holds the medians (``sm_mhz``, ``watts``) and the throttle-reason masks seen
+    (``reasons``; 0x4 is the software power cap), or stays empty where ``nvidia-smi`` is missing
+    or fails: the numbers explain a timing, none depends on them.
+    """
+
+    def __init__(self):
+        self.result: Dict[str, object] = {}
+        self._proc = None
+
+    def __enter__(self):
+        import shutil
+        import subprocess
+        exe = shutil.which("nvidia-smi")
+        if exe:
+            dev = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
+            try:
+                self._proc = subprocess.Popen(
+                    [exe, "-i", dev, "--query-gpu=clocks.sm,power.draw,clocks_event_reasons.active",
+                     "--format=csv,noheader,nounits", "-lms", "50"],
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            except OSError:
+                self._proc = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._proc is None:
+            return False
+        self._proc.terminate()
+        try:
+            out = self._proc.communicate(timeout=5)[0]
+        except Exception:  # a monitor that hangs must not stop the benchmark
+            self._proc.kill()
+            return False
+        rows = []
+        for line in out.strip().splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                rows.append((float(parts[0]), float(parts[1]), parts[2] if len(parts) > 2 else ""))
+            except (ValueError, IndexError):
+                continue
+        if rows:
+            self.result = {"sm_mhz": statistics.median(r[0] for r in rows),
+                           "watts": statistics.median(r[1] for r in rows),
+                           "reasons": sorted({r[2] for r in rows if r[2]})}
+        return False
+
+
+def _time_sustained(fn, sets: int, est_ms: float, torch_events: bool = False) -> Dict[str, object]:
+    """Milliseconds per call of ``fn(i)`` run back to back (inputs rotated, nothing in between).
+
+    The queued number (:func:`_time`) is one call behind an L2-clearing memset, a burst after a
+    memory-bound pause. A model that runs the same kind of layer over and over (a video VAE over
+    hundreds of frames) instead keeps the GPU at its power limit, where the clocks drop until the
+    board's power fits (on the H100 SXM: 700 W, 1.4-1.6 GHz on the large layers) and the time
+    follows the energy a call costs more than its cycles. So: :data:`SUSTAIN_WARM_S` seconds of
+    calls to reach that state, then CUDA events around :data:`SUSTAIN_S` seconds of calls (``est_ms``
+    sizes the loops). Returns ``ms`` and, where ``nvidia-smi`` answers, the median SM clock
+    (``sm_mhz``) and board power (``watts``) over the timed calls.
+    """
+    if torch_events:
+        import torch
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        sync = torch.cuda.synchronize
+    else:
+        import cupy as cp
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        sync = cp.cuda.Device().synchronize
+    batch = max(1, int(50.0 / max(est_ms, 1e-3)))  # about 50 ms of GPU work between host syncs
+    t0 = time.perf_counter()
+    i = 0
+    while time.perf_counter() - t0 < SUSTAIN_WARM_S:
+        for _ in range(batch):
+            fn(i % sets)
+            i += 1
+        sync()
+    n = max(batch, int(SUSTAIN_S * 1e3 / max(est_ms, 1e-3)))
+    with _GpuMonitor() as mon:
+        a.record()
+        for k in range(n):
+            fn((i + k) % sets)
+        b.record()
+        b.synchronize()
+    ms = (a.elapsed_time(b) if torch_events else cp.cuda.get_elapsed_time(a, b)) / n
+    return {"ms": ms, **mon.result}
+
+
 def _check(s: Shape, dtype: str, x0, w, y0) -> tuple:
     """Relative error of cuconv's first image (or its first output rows) against the reference."""
     import cuconv.reference as reference
@@ -221,6 +327,64 @@ def _check(s: Shape, dtype: str, x0, w, y0) -> tuple:
     return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)), scope
 
 
+def _np_dtype(dtype: str):
+    if dtype == "bfloat16":
+        import ml_dtypes
+        return ml_dtypes.bfloat16
+    return {"float16": np.float16}[dtype]
+
+
+def _shape_data(s: Shape, np_dtype):
+    """Inputs (rotated over enough copies that x + out exceed twice the L2), filter and outputs of a
+    shape: random normal made on the GPU, the filter scaled so that outputs stay O(1)."""
+    import cupy as cp
+    _, _, (P, Q) = _flops_bytes(s, 2)
+    x_bytes = s.N * s.H * s.W * s.C * 2
+    sets = max(1, min(8, math.ceil(2 * L2_BYTES / max(1, x_bytes + s.N * P * Q * s.K * 2))))
+    xs = [(cp.random.standard_normal((s.N, s.H, s.W, s.C), dtype=cp.float32)).astype(np_dtype) for _ in range(sets)]
+    w = (cp.random.standard_normal((s.K, s.filter, s.filter, s.C), dtype=cp.float32)
+         / math.sqrt(s.filter * s.filter * s.C)).astype(np_dtype)
+    outs = [cp.empty((s.N, P, Q, s.K), dtype=np_dtype) for _ in range(sets)]
+    return xs, w, outs
+
+
+def sustained_pair(cuconv_call, cudnn_call, sets: int, est_ms: float) -> Dict[str, object]:
+    """cuconv and (when ``cudnn_call`` is given) cuDNN timed back to back (:func:`_time_sustained`),
+    alternating over :data:`SUSTAIN_ROUNDS` rounds; the medians, and the clock and power of each
+    library's last round. Keys: ``cuconv`` / ``cudnn`` (ms), ``gpu`` ({name: sm_mhz, watts, ...})."""
+    out: Dict[str, object] = {"gpu": {}}
+    times: Dict[str, list] = {}
+    calls = {"cuconv": (cuconv_call, False)}
+    if cudnn_call is not None:
+        calls["cudnn"] = (cudnn_call, True)
+    for _ in range(SUSTAIN_ROUNDS):
+        for name, (fn, torch_events) in calls.items():
+            r = _time_sustained(fn, sets, est_ms, torch_events=torch_events)
+            times.setdefault(name, []).append(r.pop("ms"))
+            out["gpu"][name] = r
+    for name, v in times.items():
+        out[name] = statistics.median(v)
+    return out
+
+
+def bench_sustained(s: Shape, dtype: str, est_ms: float, with_torch: bool = True) -> Dict[str, object]:
+    """The sustained numbers of one conv2d shape (:func:`sustained_pair`), on fresh data."""
+    import cuconv
+    xs, w, outs = _shape_data(s, _np_dtype(dtype))
+    kw = dict(stride=s.stride, padding=s.pad)
+    cudnn_call = None
+    if with_torch:
+        try:
+            import torch
+            txs = [torch.from_dlpack(x).permute(0, 3, 1, 2) for x in xs]
+            tw = torch.from_dlpack(w).permute(0, 3, 1, 2)
+            torch.backends.cudnn.benchmark = True
+            cudnn_call = lambda i: torch.nn.functional.conv2d(txs[i], tw, **kw)  # noqa: E731
+        except ImportError:
+            pass
+    return sustained_pair(lambda i: cuconv.conv2d(xs[i], w, out=outs[i], **kw), cudnn_call, len(xs), est_ms)
+
+
 def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, with_generic: bool = True,
                 generic_max_gb: float = 2.0, residual: bool = False, tolerance: Optional[Dict[str, float]] = None,
                 log=print) -> dict:
@@ -228,20 +392,10 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
 
     import cuconv
     tolerance = tolerance or {"float16": 2e-3, "bfloat16": 1.5e-2}
-    np_dtype = {"float16": np.float16, "bfloat16": None}[dtype]
-    if np_dtype is None:
-        import ml_dtypes
-        np_dtype = ml_dtypes.bfloat16
-    itemsize = 2
-    flops, nbytes, (P, Q) = _flops_bytes(s, itemsize)
-    rng = np.random.default_rng(0)
-    x_bytes = s.N * s.H * s.W * s.C * itemsize
-    sets = max(1, min(8, math.ceil(2 * L2_BYTES / max(1, x_bytes + s.N * P * Q * s.K * itemsize))))
-    # Data: random normal made on the GPU (fast), weights scaled so outputs stay O(1).
-    xs = [(cp.random.standard_normal((s.N, s.H, s.W, s.C), dtype=cp.float32)).astype(np_dtype) for _ in range(sets)]
-    w = (cp.random.standard_normal((s.K, s.filter, s.filter, s.C), dtype=cp.float32)
-         / math.sqrt(s.filter * s.filter * s.C)).astype(np_dtype)
-    outs = [cp.empty((s.N, P, Q, s.K), dtype=np_dtype) for _ in range(sets)]
+    np_dtype = _np_dtype(dtype)
+    flops, nbytes, (P, Q) = _flops_bytes(s, 2)
+    xs, w, outs = _shape_data(s, np_dtype)
+    sets = len(xs)
     kw = dict(stride=s.stride, padding=s.pad)
     rec = dict(name=s.name, shape=asdict(s), dtype=dtype, flops=flops, bytes=nbytes, ms={}, notes=[])
     explanation = cuconv.explain(xs[0], w, **kw)
@@ -396,6 +550,19 @@ def _summary_line(rec: dict) -> str:
     return line
 
 
+def _sustained_line(rec: dict) -> str:
+    t, c = rec["ms"]["cuconv_sustained"], rec["ms"].get("cudnn_sustained")
+    gpu = rec.get("sustained_gpu", {})
+
+    def state(name):
+        g = gpu.get(name, {})
+        return f" ({g['sm_mhz']:.0f} MHz, {g['watts']:.0f} W)" if "sm_mhz" in g else ""
+    line = f"{rec['name']:<34} {rec['dtype']:<8} sustained {t:8.3f} ms{state('cuconv')}"
+    if c:
+        line += f"  cuDNN {c:8.3f} ms{state('cudnn')}  vs cuDNN {c / t:5.2f}x"
+    return line
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cuconv.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--suite", action="append", choices=sorted(SUITES) + sorted(MODULE_SUITES),
@@ -409,6 +576,8 @@ def main(argv=None) -> int:
     ap.add_argument("--generic-max-gb", type=float, default=2.0, help="skip generic_gpu above this im2col size")
     ap.add_argument("--residual", choices=["auto", "all", "none"], default="auto",
                     help="residual beta=1 vs beta=0 timing: auto = the vae_unet suite's shapes")
+    ap.add_argument("--no-sustained", action="store_true",
+                    help="skip the sustained (back-to-back, power-limited) timing of the shapes over 0.1 ms")
     ap.add_argument("--plot", metavar="FILE.png", help="draw the roofline + per-shape chart (cuconv.plot, matplotlib)")
     ap.add_argument("--plot-from", metavar="JSON", help="with --plot: draw an existing --json file, run nothing")
     args = ap.parse_args(argv)
@@ -454,7 +623,23 @@ def main(argv=None) -> int:
                 records.append(rec)
                 print(_summary_line(rec), flush=True)
                 cp.get_default_memory_pool().free_all_blocks()
-    for key, ref in (("cuconv", "cudnn"), ("cuconv_graph", "cudnn"), ("cuconv_isolated", "cudnn_isolated")):
+    if not args.no_sustained:
+        # A pass of its own, after every queued number: a GPU that just ran at its power limit for
+        # seconds is hot, and would slow the next shapes' queued runs.
+        long_ones = [r for r in records if r["ms"].get("cuconv", 0.0) >= SUSTAIN_MIN_MS]
+        if long_ones:
+            print(f"== sustained (back to back, {SUSTAIN_S:g} s per library and round, shapes >= {SUSTAIN_MIN_MS} ms)")
+        for rec in long_ones:
+            s = Shape(**rec["shape"])
+            sus = bench_sustained(s, rec["dtype"], rec["ms"]["cuconv"], with_torch=not args.no_torch)
+            rec["ms"]["cuconv_sustained"] = sus["cuconv"]
+            if "cudnn" in sus:
+                rec["ms"]["cudnn_sustained"] = sus["cudnn"]
+            rec["sustained_gpu"] = sus["gpu"]
+            print(_sustained_line(rec), flush=True)
+            cp.get_default_memory_pool().free_all_blocks()
+    for key, ref in (("cuconv", "cudnn"), ("cuconv_graph", "cudnn"), ("cuconv_isolated", "cudnn_isolated"),
+                     ("cuconv_sustained", "cudnn_sustained")):
         ratios = [r["ms"][ref] / r["ms"][key] for r in records if ref in r["ms"] and key in r["ms"]]
         if ratios:
             geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
@@ -486,6 +671,7 @@ def _run_module_suite(name: str, args, dtypes, runs: int) -> int:
         return status
     argv = ["--runs", str(runs)] + [a for dt in dtypes for a in ("--dtype", dt)]
     argv += (["--no-torch"] if args.no_torch else []) + (["--json", f"{root}_{name}.json"] if root else [])
+    argv += ["--no-sustained"] if args.no_sustained else []
     return mod.main(argv)
 
 
