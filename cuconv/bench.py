@@ -279,10 +279,12 @@ def _time_sustained(fn, sets: int, est_ms: float, torch_events: bool = False) ->
         import torch
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         sync = torch.cuda.synchronize
+        elapsed = a.elapsed_time
     else:
         import cupy as cp
         a, b = cp.cuda.Event(), cp.cuda.Event()
         sync = cp.cuda.Device().synchronize
+        elapsed = lambda end: cp.cuda.get_elapsed_time(a, end)  # noqa: E731
     batch = max(1, int(50.0 / max(est_ms, 1e-3)))  # about 50 ms of GPU work between host syncs
     t0 = time.perf_counter()
     i = 0
@@ -298,7 +300,7 @@ def _time_sustained(fn, sets: int, est_ms: float, torch_events: bool = False) ->
             fn((i + k) % sets)
         b.record()
         b.synchronize()
-    ms = (a.elapsed_time(b) if torch_events else cp.cuda.get_elapsed_time(a, b)) / n
+    ms = elapsed(b) / n
     return {"ms": ms, **mon.result}
 
 
@@ -348,6 +350,24 @@ def _shape_data(s: Shape, np_dtype):
     return xs, w, outs
 
 
+def _cudnn_conv2d(xs, w, dtype: str, **kw):
+    """torch's conv2d (cuDNN, autotuned) on NCHW views of the same arrays (channels_last memory) as
+    ``f(i)`` over the input copies; ImportError without torch."""
+    import torch
+    torch.backends.cudnn.benchmark = True
+    txs = [torch.from_dlpack(x).permute(0, 3, 1, 2) for x in xs]
+    tw = torch.from_dlpack(w).permute(0, 3, 1, 2)
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    assert txs[0].dtype == tdt and txs[0].is_contiguous(memory_format=torch.channels_last)
+    return lambda i: torch.nn.functional.conv2d(txs[i], tw, **kw)
+
+
+def _gpu_state(gpu: Dict[str, dict], name: str) -> str:
+    """' (SM clock, board power)' of one library's sustained run, or '' where nvidia-smi gave none."""
+    g = gpu.get(name, {})
+    return f" ({g['sm_mhz']:.0f} MHz, {g['watts']:.0f} W)" if "sm_mhz" in g else ""
+
+
 def sustained_pair(cuconv_call, cudnn_call, sets: int, est_ms: float) -> Dict[str, object]:
     """cuconv and (when ``cudnn_call`` is given) cuDNN timed back to back (:func:`_time_sustained`),
     alternating over :data:`SUSTAIN_ROUNDS` rounds; the medians, and the clock and power of each
@@ -375,11 +395,7 @@ def bench_sustained(s: Shape, dtype: str, est_ms: float, with_torch: bool = True
     cudnn_call = None
     if with_torch:
         try:
-            import torch
-            txs = [torch.from_dlpack(x).permute(0, 3, 1, 2) for x in xs]
-            tw = torch.from_dlpack(w).permute(0, 3, 1, 2)
-            torch.backends.cudnn.benchmark = True
-            cudnn_call = lambda i: torch.nn.functional.conv2d(txs[i], tw, **kw)  # noqa: E731
+            cudnn_call = _cudnn_conv2d(xs, w, dtype, **kw)
         except ImportError:
             pass
     return sustained_pair(lambda i: cuconv.conv2d(xs[i], w, out=outs[i], **kw), cudnn_call, len(xs), est_ms)
@@ -425,20 +441,13 @@ def bench_shape(s: Shape, dtype: str, runs: int = 20, with_torch: bool = True, w
     if with_torch:
         try:
             import torch
-            tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-            torch.backends.cudnn.benchmark = True
-            txs = [torch.from_dlpack(x).permute(0, 3, 1, 2) for x in xs]  # NCHW view, channels_last memory
-            tw = torch.from_dlpack(w).permute(0, 3, 1, 2)
-            assert txs[0].dtype == tdt and txs[0].is_contiguous(memory_format=torch.channels_last)
-            F = torch.nn.functional.conv2d
+            f = _cudnn_conv2d(xs, w, dtype, **kw)
             with torch.no_grad():
-                ref_t = F(txs[0], tw, stride=s.stride, padding=s.pad)
+                ref_t = f(0)
                 diff = (ref_t.permute(0, 2, 3, 1).float() - torch.from_dlpack(outs[0]).float()).norm()
                 rec["rel_diff_vs_cudnn"] = float(diff / ref_t.float().norm())
-                rec["ms"]["cudnn"] = _time(lambda i: F(txs[i], tw, stride=s.stride, padding=s.pad), sets, runs,
-                                           torch_events=True)
-                rec["ms"]["cudnn_isolated"] = _time(lambda i: F(txs[i], tw, stride=s.stride, padding=s.pad), sets,
-                                                    runs, torch_events=True, queued=False)
+                rec["ms"]["cudnn"] = _time(f, sets, runs, torch_events=True)
+                rec["ms"]["cudnn_isolated"] = _time(f, sets, runs, torch_events=True, queued=False)
         except ImportError:
             rec["notes"].append("torch not importable: no cuDNN comparison")
         except Exception as e:  # keep the benchmark going; say why
@@ -553,13 +562,9 @@ def _summary_line(rec: dict) -> str:
 def _sustained_line(rec: dict) -> str:
     t, c = rec["ms"]["cuconv_sustained"], rec["ms"].get("cudnn_sustained")
     gpu = rec.get("sustained_gpu", {})
-
-    def state(name):
-        g = gpu.get(name, {})
-        return f" ({g['sm_mhz']:.0f} MHz, {g['watts']:.0f} W)" if "sm_mhz" in g else ""
-    line = f"{rec['name']:<34} {rec['dtype']:<8} sustained {t:8.3f} ms{state('cuconv')}"
+    line = f"{rec['name']:<34} {rec['dtype']:<8} sustained {t:8.3f} ms{_gpu_state(gpu, 'cuconv')}"
     if c:
-        line += f"  cuDNN {c:8.3f} ms{state('cudnn')}  vs cuDNN {c / t:5.2f}x"
+        line += f"  cuDNN {c:8.3f} ms{_gpu_state(gpu, 'cudnn')}  vs cuDNN {c / t:5.2f}x"
     return line
 
 

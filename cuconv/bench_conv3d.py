@@ -27,7 +27,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from .bench import CEILING_TFLOPS, L2_BYTES, SUSTAIN_MIN_MS, _time, sustained_pair
+from .bench import CEILING_TFLOPS, L2_BYTES, SUSTAIN_MIN_MS, _gpu_state, _np_dtype, _time, sustained_pair
 
 __all__ = ["Shape3d", "SUITE_3D", "bench_shape3d", "main"]
 
@@ -95,8 +95,7 @@ def _data(s: Shape3d, dtype: str):
     """Host input and filter (seeded), and device copies: the input rotated over enough copies to
     exceed twice the L2."""
     import cupy as cp
-    import ml_dtypes
-    dt = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+    dt = _np_dtype(dtype)
     rng = np.random.default_rng(0)
     x_host = rng.standard_normal((s.N, s.D, s.H, s.W, s.C)).astype(dt)
     w_host = (rng.standard_normal((s.K, 3, 3, 3, s.C)) / math.sqrt(27 * s.C)).astype(dt)
@@ -186,13 +185,9 @@ def _line(rec) -> str:
 def _sustained_line(rec) -> str:
     sus = rec["sustained"]
     gpu = sus.get("gpu", {})
-
-    def state(name):
-        g = gpu.get(name, {})
-        return f" ({g['sm_mhz']:.0f} MHz, {g['watts']:.0f} W)" if "sm_mhz" in g else ""
-    line = f"{rec['name']:<36} {rec['dtype']:<8} sustained auto {sus['cuconv']:.3f} ms{state('cuconv')}"
+    line = f"{rec['name']:<36} {rec['dtype']:<8} sustained auto {sus['cuconv']:.3f} ms{_gpu_state(gpu, 'cuconv')}"
     if "cudnn" in sus:
-        line += f"  cuDNN {sus['cudnn']:.3f} ms{state('cudnn')}  {sus['cudnn'] / sus['cuconv']:.2f}x cuDNN"
+        line += f"  cuDNN {sus['cudnn']:.3f} ms{_gpu_state(gpu, 'cudnn')}  {sus['cudnn'] / sus['cuconv']:.2f}x cuDNN"
     return line
 
 
