@@ -122,6 +122,16 @@ def _flush_buffer():
     return _FLUSH[0]
 
 
+def _event_api(torch_events: bool):
+    """(new timing event, device synchronize, elapsed ms between two recorded events): torch's CUDA
+    events for calls that run on torch's stream (cuDNN's), CuPy's for ours."""
+    if torch_events:
+        import torch
+        return (lambda: torch.cuda.Event(enable_timing=True)), torch.cuda.synchronize, (lambda a, b: a.elapsed_time(b))
+    import cupy as cp
+    return cp.cuda.Event, cp.cuda.Device().synchronize, cp.cuda.get_elapsed_time
+
+
 def _time(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = False, queued: bool = True) -> float:
     """Median milliseconds of ``fn(i)`` (i = input set index, rotated), timed with CUDA events.
 
@@ -134,14 +144,7 @@ def _time(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = False,
     includes the host overhead of the call (the "isolated" number).
     """
     flush = _flush_buffer() if queued else None
-    if torch_events:
-        import torch
-        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-        sync = torch.cuda.synchronize
-    else:
-        import cupy as cp
-        ev = cp.cuda.Event
-        sync = cp.cuda.Device().synchronize
+    ev, sync, elapsed = _event_api(torch_events)
     for i in range(warmup if not queued else max(warmup, 10)):  # queued: also settles the clocks under load
         if flush is not None:
             flush.fill(0)
@@ -156,11 +159,7 @@ def _time(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = False,
         fn(i % sets)
         b.record()
         b.synchronize()
-        if torch_events:
-            times.append(a.elapsed_time(b))
-        else:
-            import cupy as cp
-            times.append(cp.cuda.get_elapsed_time(a, b))
+        times.append(elapsed(a, b))
     return statistics.median(times)
 
 
@@ -275,16 +274,8 @@ def _time_sustained(fn, sets: int, est_ms: float, torch_events: bool = False) ->
     sizes the loops). Returns ``ms`` and, where ``nvidia-smi`` answers, the median SM clock
     (``sm_mhz``) and board power (``watts``) over the timed calls.
     """
-    if torch_events:
-        import torch
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        sync = torch.cuda.synchronize
-        elapsed = a.elapsed_time
-    else:
-        import cupy as cp
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        sync = cp.cuda.Device().synchronize
-        elapsed = lambda end: cp.cuda.get_elapsed_time(a, end)  # noqa: E731
+    ev, sync, elapsed = _event_api(torch_events)
+    a, b = ev(), ev()
     batch = max(1, int(50.0 / max(est_ms, 1e-3)))  # about 50 ms of GPU work between host syncs
     t0 = time.perf_counter()
     i = 0
@@ -300,7 +291,7 @@ def _time_sustained(fn, sets: int, est_ms: float, torch_events: bool = False) ->
             fn((i + k) % sets)
         b.record()
         b.synchronize()
-    ms = elapsed(b) / n
+    ms = elapsed(a, b) / n
     return {"ms": ms, **mon.result}
 
 
