@@ -329,7 +329,8 @@ def test_tall_tile_forced(monkeypatch):
         with tile_settings(block_m=320):
             pass
     with pytest.raises(ValueError, match="block_m"):
-        choose_tile_config(1000, 64, 132, block_m=64)
+        choose_tile_config(1000, 64, 132, block_m=96)
+    assert choose_tile_config(1000, 64, 132, block_m=64).block_m == 128, "64 rows only in ping-pong halo tiles"
     with _sm90_env(monkeypatch, "CUCONV_SM90_BM", "512"):
         with pytest.raises(ValueError, match="CUCONV_SM90_BM"):
             choose_tile_config(1000, 64, 132)
@@ -514,6 +515,35 @@ def test_halo_forced_and_env(monkeypatch):
             choose_tile_config(1000, 64, 132)
     with _sm90_env(monkeypatch, "CUCONV_SM90_HALO", "0"):
         assert not choose_tile_config(100000, 96, 132, cluster=1, halo_geometry=(4, 240, 416, 9)).halo
+
+
+def test_pingpong_tile_config():
+    """Ping-pong halo tiles (forced): each warpgroup holds a whole tile, so BM x BN / 128 <= 128
+    accumulators; only without a residual and without CTA pairs (explained otherwise)."""
+    from cuconv.backends.hopper_tma import _pingpong_block_m, _pingpong_fits
+    assert [_pingpong_block_m(bn) for bn in (64, 96, 128, 160, 192, 256)] == [256, 128, 128, 64, 64, 64]
+    assert _pingpong_fits(128, 128) and not _pingpong_fits(128, 256) and not _pingpong_fits(96, 64)
+    c3d = (16, 64, 64, 9)  # conv3d N = 2, D = 10 -> 8 output planes, 64 x 64
+    m = 16 * 64 * 64
+    with tile_settings(pingpong=True):
+        cfg = choose_tile_config(m, 256, 132, cluster=1, k_iters=108, halo_geometry=c3d)
+        assert cfg.pingpong and cfg.halo and (cfg.block_m, cfg.block_n, cfg.consumers, cfg.threads) == (64, 256, 2, 384)
+        assert cfg.m_tiles == 16 * 64 and cfg.grid == 132 and cfg.kernel_name(False, 3).endswith("_halo_pp")
+        assert cfg.defines("bfloat16", False, 3)["SM90_PINGPONG"] == 1 and cfg.smem_bytes(False) <= 227 * 1024
+        with tile_settings(block_n=128):
+            cfg = choose_tile_config(m, 256, 132, cluster=1, k_iters=108, halo_geometry=c3d)
+            assert (cfg.block_m, cfg.block_n, cfg.m_tiles, cfg.n_tiles, cfg.stages) == (128, 128, 16 * 32, 2, 8)
+            with tile_settings(block_m=256):  # too many accumulators for one warpgroup: the tallest that fits
+                assert choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d).block_m == 128
+        res = choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, loads_residual=True)
+        assert not res.pingpong, "a residual keeps the cooperative warpgroups"
+        assert not choose_tile_config(m, 256, 132, cluster=2, halo_geometry=c3d).pingpong
+        assert not choose_tile_config(m, 256, 132, cluster=1).pingpong, "not a halo problem"
+        with tile_settings(block_m=64, pingpong=False):  # 64-row tiles exist only in ping-pong
+            assert choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d).block_m == 128
+    with pytest.raises(ValueError, match="pingpong"):
+        with tile_settings(pingpong="yes"):
+            pass
 
 
 def test_explain_names_halo_choice():
@@ -823,6 +853,49 @@ def test_sm90_halo_in_place_residual(cp, case):
     case = with_residual(case)
     with tile_settings(halo=True):
         check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
+
+
+# More row tiles than twice the SMs, so that both warpgroups of every CTA take several turns.
+PINGPONG_CASES = {
+    "persistent_bn96": _case(N=8, H=40, W=150, C=64, K=96, ep=dict(bias=True, activation="relu")),
+    "persistent_bn256": _case(N=4, H=37, W=130, C=40, K=256, dtype="float16"),
+    "persistent_bn64": _case(N=16, H=33, W=70, C=72, K=64, ep=dict(alpha=0.5, activation="silu")),
+}
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("name", list(PINGPONG_CASES) + [n for n in HALO_CASES if n != "persistent_tall"])
+def test_sm90_halo_pingpong(cp, name):
+    """Ping-pong halo tiles (forced): the two consumer warpgroups alternate over the CTA's tiles; a
+    residual keeps the cooperative kernel (and explain says which ran)."""
+    case = PINGPONG_CASES.get(name) or HALO_CASES[name]
+    with tile_settings(halo=True, pingpong=True):
+        detail = _sm90_detail(cp, case)
+        assert ("_halo_pp" in detail) != ("_res" in detail), detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("bn,bm", [(256, 64), (192, 64), (160, 64), (128, 128), (128, 64), (96, 128), (64, 256),
+                                   (64, 192), (64, 128)])
+@pytest.mark.parametrize("name", ["persistent_bn96", "persistent_bn64"])
+def test_sm90_halo_pingpong_tile_shapes(cp, bn, bm, name):
+    case = PINGPONG_CASES[name]
+    with tile_settings(halo=True, pingpong=True, block_n=bn, block_m=bm):
+        detail = _sm90_detail(cp, case)
+        assert f"{bm}x{bn}x64" in detail and "_halo_pp" in detail, detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=30)
+@given(halo_cases(nd=2))
+def test_sm90_halo_pingpong_property(cp, case):
+    with tile_settings(halo=True, pingpong=True):
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 
 @gpu

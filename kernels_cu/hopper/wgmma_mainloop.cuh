@@ -185,19 +185,54 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
   if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
 }
 
+// The wgmmas of one ring slot for MB row blocks of 64 sharing the filter box: block b reads A from
+// a_addr + b * a_block_bytes; per k16 step the MB wgmmas go out back to back (same B), all in one
+// group, then wait_group 1 as issue_slot does. MB = 1 is issue_slot's group with the descriptor of A
+// built here.
+template <int BN, int MB>
+__device__ __forceinline__ void issue_slot_blocks(float (&acc)[MB][BN / 2], uint32_t a_addr, uint32_t a_block_bytes,
+                                                  uint64_t desc_b, int steps, uint32_t accumulate) {
+  uint64_t da[MB];
+#pragma unroll
+  for (int b = 0; b < MB; ++b) {
+    da[b] = smem_desc_sw128(a_addr + b * a_block_bytes);
+    fence_accumulators(acc[b]);
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk < steps) {
+#pragma unroll
+      for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<1>();
+#pragma unroll
+  for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
+}
+
 // The same reduction fed by the halo-tile loader (halo_loader.cuh): per (depth tap ft, channel
 // block cb) one window slot of the A ring, read by the R x S taps at shifted row starts, each tap
 // with its own filter slot of the B ring. A window slot is released once the wgmmas of its last tap
 // have retired (after the next tap's wait_group 1, or at the end). With CTA pairs a filter slot is
 // released to both CTAs (each filled half of it), a window slot only locally.
 //   a_rows_off = this warpgroup's first window row in bytes (g * halo_w * 128)
-template <int BN, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES, int CLUSTER, typename Params>
-__device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], RingState<A_STAGES>& aring,
+//   MB         = output rows (64-row blocks) this warpgroup accumulates: 1 when the tile's rows are
+//                shared out one per consumer warpgroup, BM / 64 when one warpgroup owns the whole
+//                tile (ping-pong, conv_fprop_sm90.cu); block b reads the window from row b further down.
+//   issued_bar = with TURNS (ping-pong), an mbarrier this warpgroup's warps arrive on once the tile's
+//                last slot is full and its wgmmas are issued (the other warpgroup's turn), before
+//                they retire: the tensor pipe then has the next tile's wgmmas queued behind them.
+template <int BN, int MB, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES, int CLUSTER, bool TURNS,
+          typename Params>
+__device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2], RingState<A_STAGES>& aring,
                                                        RingState<STAGES>& bring, const Params& g,
                                                        uint32_t a_rows_off, uint32_t a_base, uint32_t b_base,
                                                        uint32_t a_full_bar, uint32_t a_empty_bar, uint32_t full_bar,
-                                                       uint32_t empty_bar) {
+                                                       uint32_t empty_bar, uint32_t issued_bar = 0) {
   const int lane = threadIdx.x % 32;
+  const uint32_t out_row_bytes = 128u * g.halo_w;        // the next output row's window row
   const uint32_t row_bytes = 128u * g.dil_h * g.halo_w;  // one filter row r further down the window
   const uint32_t col_bytes = 128u * g.dil_w;             // one filter column s further right
   const int taps2 = g.R * g.S;
@@ -216,9 +251,8 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], Rin
 #pragma unroll 1
       for (int tap2 = 0; tap2 < taps2; ++tap2) {
         mbar_wait(full_bar + 8 * bring.stage, bring.phase);
-        const uint64_t da = smem_desc_sw128(window + tap_off);
         const uint64_t db = smem_desc_sw128(b_base + bring.stage * B_STAGE_BYTES);
-        issue_slot<BN>(acc, da, db, steps, accumulate);  // the previous tap's wgmmas have retired
+        issue_slot_blocks<BN, MB>(acc, window + tap_off, out_row_bytes, db, steps, accumulate);  // the previous tap's wgmmas have retired
         accumulate = 1;
         if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
         if (pending_a >= 0) {
@@ -237,8 +271,10 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], Rin
       aring.advance();
     }
   }
+  if constexpr (TURNS) mbar_arrive_if(lane == 0, issued_bar);
   wgmma_wait<0>();
-  fence_accumulators(acc);
+#pragma unroll
+  for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
   if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
   if (pending_a >= 0) mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
 }
