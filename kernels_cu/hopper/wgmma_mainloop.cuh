@@ -114,9 +114,27 @@ CUCONV_DEFINE_WGMMA(160, CUCONV_WGMMA_REGS_160, CUCONV_WGMMA_ACC_80, "%80", "%81
 CUCONV_DEFINE_WGMMA(192, CUCONV_WGMMA_REGS_192, CUCONV_WGMMA_ACC_96, "%96", "%97", "%98")
 CUCONV_DEFINE_WGMMA(256, CUCONV_WGMMA_REGS_256, CUCONV_WGMMA_ACC_128, "%128", "%129", "%130")
 
+#ifndef SM90_NSPLIT
+#define SM90_NSPLIT 1
+#endif
+template <int BN>
+__device__ __forceinline__ void wgmma_m64k16_one(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b,
+                                                 uint32_t scale_d);
+// Experiment: the BN columns as SM90_NSPLIT independent wgmmas of BN / NSPLIT columns (the
+// accumulator halves are the column halves; B's second half starts (BN / 2) rows = BN / 2 * 128 bytes on).
 template <int BN>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b,
                                              uint32_t scale_d) {
+  if constexpr (SM90_NSPLIT == 2 && BN >= 128 && BN % 128 == 0) {
+    wgmma_m64k16_one<BN / 2>(reinterpret_cast<float(&)[BN / 4]>(d[0]), desc_a, desc_b, scale_d);
+    wgmma_m64k16_one<BN / 2>(reinterpret_cast<float(&)[BN / 4]>(d[BN / 4]), desc_a, desc_b + (BN / 2) * 128 / 16, scale_d);
+  } else {
+    wgmma_m64k16_one<BN>(d, desc_a, desc_b, scale_d);
+  }
+}
+template <int BN>
+__device__ __forceinline__ void wgmma_m64k16_one(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b,
+                                                 uint32_t scale_d) {
   if constexpr (BN == 64) {
     wgmma_m64n64k16(d, desc_a, desc_b, scale_d);
   } else if constexpr (BN == 96) {
