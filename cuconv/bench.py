@@ -7,7 +7,8 @@ For every shape of the chosen suites and every dtype (bf16 and fp16 by default):
    To keep the CPU side short the comparison covers the *first image* of the batch, and for large
    images only its first output rows (the reference runs on the matching crop of the input;
    ``check_scope`` in the JSON says which). A shape that fails the check is reported, not timed.
-2. **time**: CUDA events around each call, warm-up first, >= 20 timed runs (``--runs``), median.
+2. **time**: CUDA events around each call, warm-up first (and a second of GPU load before the first
+   shape, :func:`_spin_up`), >= 20 timed runs (``--runs``), median.
    Before each timed run a 256 MiB memset is queued, so the events measure the GPU time of the call
    with L2 flushed while the host work of the call overlaps the memset (nvbench / Triton
    ``do_bench`` style; see :func:`_time`). Also measured: the *isolated* call (nothing queued
