@@ -7,7 +7,8 @@ For every shape of the chosen suites and every dtype (bf16 and fp16 by default):
    To keep the CPU side short the comparison covers the *first image* of the batch, and for large
    images only its first output rows (the reference runs on the matching crop of the input;
    ``check_scope`` in the JSON says which). A shape that fails the check is reported, not timed.
-2. **time**: CUDA events around each call, warm-up first, >= 20 timed runs (``--runs``), median.
+2. **time**: CUDA events around each call, warm-up first (and a second of GPU load before the first
+   shape, :func:`_spin_up`), >= 20 timed runs (``--runs``), median.
    Before each timed run a 256 MiB memset is queued, so the events measure the GPU time of the call
    with L2 flushed while the host work of the call overlaps the memset (nvbench / Triton
    ``do_bench`` style; see :func:`_time`). Also measured: the *isolated* call (nothing queued
@@ -120,6 +121,20 @@ def _flush_buffer():
     if not _FLUSH:
         _FLUSH.append(cp.empty(256 * 2 ** 20, dtype=cp.uint8))
     return _FLUSH[0]
+
+
+def _spin_up(seconds: float = 1.0) -> None:
+    """Keep the GPU busy for ``seconds`` (back-to-back 256 MiB memsets) before the first measurement,
+    so that the first shape does not meet a GPU still in its idle clock state: without it, the first
+    shape of a run sometimes read a cold-start outlier for either library (once cuDNN 0.62 ms
+    against its usual 0.10 ms on N=4 C=512 64x64)."""
+    import cupy as cp
+    flush = _flush_buffer()
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        for _ in range(20):
+            flush.fill(0)
+        cp.cuda.Device().synchronize()
 
 
 def _event_api(torch_events: bool):
@@ -604,6 +619,7 @@ def main(argv=None) -> int:
     records = []
     module_status = 0
     t0 = time.time()
+    _spin_up()
     for suite in suites:
         print(f"== suite {suite}")
         if suite in MODULE_SUITES:

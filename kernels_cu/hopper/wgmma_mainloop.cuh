@@ -151,22 +151,41 @@ __device__ __forceinline__ void wgmma_m64k16_one(float (&d)[BN / 2], uint64_t de
   }
 }
 
-// The wgmmas of one ring slot: `steps` (1..4) k16 steps of A (desc_a) x B (desc_b), +32 bytes (+2 in
-// the descriptors' 16-byte units) per step, committed as one group; waits until the previous
-// slot's group has retired (wait_group 1), so the caller may release that slot. `accumulate`
-// 0 on a tile's first slot: its first step overwrites the accumulators (no zeroing pass).
-template <int BN>
-__device__ __forceinline__ void issue_slot(float (&acc)[BN / 2], uint64_t desc_a, uint64_t desc_b, int steps,
-                                           uint32_t accumulate) {
+// The wgmmas of one ring slot with STEPS k16 steps, as one straight-line group: fence, STEPS wgmmas,
+// commit, then wait_group 1 (the previous slot's group has retired, so the caller may release that
+// slot). No branch may sit between the wgmmas of a group: ptxas then makes each wgmma a group of its
+// own (a `warpgroup.arrive` before each, the scoreboard set by every one, plus an empty wgmma to
+// close the last), and wait_group 1 no longer leaves the slot's wgmmas in flight but waits for all of
+// them: the warpgroup's tensor work drains at every slot (seen in the SASS; with two consumer
+// warpgroups the other one covered it, see docs/architecture.md).
+template <int BN, int STEPS>
+__device__ __forceinline__ void issue_group(float (&acc)[BN / 2], uint64_t desc_a, uint64_t desc_b,
+                                            uint32_t accumulate) {
   fence_accumulators(acc);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    if (kk < steps) wgmma_m64k16<BN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
-  }
+  for (int kk = 0; kk < STEPS; ++kk) wgmma_m64k16<BN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
   wgmma_commit();
   wgmma_wait<1>();
   fence_accumulators(acc);
+}
+
+// The wgmmas of one ring slot: `steps` (1..4) k16 steps of A (desc_a) x B (desc_b), +32 bytes (+2 in
+// the descriptors' 16-byte units) per step, committed as one group (the branch picks a whole group,
+// see issue_group). `accumulate` 0 on a tile's first slot: its first step overwrites the
+// accumulators (no zeroing pass).
+template <int BN>
+__device__ __forceinline__ void issue_slot(float (&acc)[BN / 2], uint64_t desc_a, uint64_t desc_b, int steps,
+                                           uint32_t accumulate) {
+  if (steps == 4) {
+    issue_group<BN, 4>(acc, desc_a, desc_b, accumulate);
+  } else if (steps == 3) {
+    issue_group<BN, 3>(acc, desc_a, desc_b, accumulate);
+  } else if (steps == 2) {
+    issue_group<BN, 2>(acc, desc_a, desc_b, accumulate);
+  } else {
+    issue_group<BN, 1>(acc, desc_a, desc_b, accumulate);
+  }
 }
 
 // One output tile's reduction (or a split tile's half, see scheduler.cuh): k_iters ring slots, each
