@@ -226,9 +226,9 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
 // a_addr + b * a_block_bytes; per k16 step the MB wgmmas go out back to back (same B), all in one
 // group, then wait_group 1 as issue_slot does. MB = 1 is issue_slot's group with the descriptor of A
 // built here.
-template <int BN, int MB>
-__device__ __forceinline__ void issue_slot_blocks(float (&acc)[MB][BN / 2], uint32_t a_addr, uint32_t a_block_bytes,
-                                                  uint64_t desc_b, int steps, uint32_t accumulate) {
+template <int BN, int MB, int STEPS>
+__device__ __forceinline__ void issue_group_blocks(float (&acc)[MB][BN / 2], uint32_t a_addr, uint32_t a_block_bytes,
+                                                   uint64_t desc_b, uint32_t accumulate) {
   uint64_t da[MB];
 #pragma unroll
   for (int b = 0; b < MB; ++b) {
@@ -237,16 +237,27 @@ __device__ __forceinline__ void issue_slot_blocks(float (&acc)[MB][BN / 2], uint
   }
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    if (kk < steps) {
+  for (int kk = 0; kk < STEPS; ++kk) {
 #pragma unroll
-      for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
-    }
+    for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
   }
   wgmma_commit();
   wgmma_wait<1>();
 #pragma unroll
   for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
+}
+template <int BN, int MB>
+__device__ __forceinline__ void issue_slot_blocks(float (&acc)[MB][BN / 2], uint32_t a_addr, uint32_t a_block_bytes,
+                                                  uint64_t desc_b, int steps, uint32_t accumulate) {
+  if (steps == 4) {
+    issue_group_blocks<BN, MB, 4>(acc, a_addr, a_block_bytes, desc_b, accumulate);
+  } else if (steps == 3) {
+    issue_group_blocks<BN, MB, 3>(acc, a_addr, a_block_bytes, desc_b, accumulate);
+  } else if (steps == 2) {
+    issue_group_blocks<BN, MB, 2>(acc, a_addr, a_block_bytes, desc_b, accumulate);
+  } else {
+    issue_group_blocks<BN, MB, 1>(acc, a_addr, a_block_bytes, desc_b, accumulate);
+  }
 }
 
 // The same reduction fed by the halo-tile loader (halo_loader.cuh): per (depth tap ft, channel
