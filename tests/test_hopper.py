@@ -294,8 +294,8 @@ def test_mid_tile_rule(m, n, k_iters, res, bm, stages):
 
 def test_mid_tile_rule_on_halo_tiles():
     geom = (2, 512, 512, 9)  # 3x3 128->128 at 512x512, N = 2
-    beta0 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom)
-    assert beta0.halo and beta0.block_m == 256, "without a residual the 256-row halo tile wins"
+    beta0 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom, pingpong=False)
+    assert beta0.halo and beta0.block_m == 256, "without a residual the 256-row cooperative halo tile wins"
     beta1 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom, loads_residual=True)
     # 2 x 171 x 8 = 2736 tiles of 3 rows (21 waves) vs 4096 of 2 (32): 192 rows, 6 filter slots (exact-size windows)
     assert (beta1.halo, beta1.block_m, beta1.m_tiles, beta1.stages) == (True, 192, 2736, 6)
@@ -456,12 +456,12 @@ def test_halo_tile_config():
     res = choose_tile_config(m, 96, 132, cluster=1, k_iters=54, halo_geometry=geom, loads_residual=True)
     assert res.halo and res.stages >= 3 and res.smem_bytes(True) <= 227 * 1024
     assert res.kernel_name(True, 3).endswith("_halo_res")
-    wide = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9))
+    wide = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9), pingpong=False)
     assert wide.halo and wide.block_m == 256 and wide.m_tiles == 2 * 128 * 8, "BN 128: 256-row halo tiles"
     wide_res = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9),
                                   loads_residual=True)
     assert wide_res.halo and wide_res.block_m == 192, "with a residual BN 128 spills at 256 rows: 192"
-    wider = choose_tile_config(4 * 64 * 64, 256, 132, cluster=1, halo_geometry=(4, 64, 64, 9))
+    wider = choose_tile_config(4 * 64 * 64, 256, 132, cluster=1, halo_geometry=(4, 64, 64, 9), pingpong=False)
     assert wider.halo and wider.block_m == 128
     few = choose_tile_config(4 * 64, 64, 132, cluster=1, halo_geometry=(1, 4, 64, 9))
     assert few.halo and few.block_m == 128, "too few tiles for four row warpgroups"
@@ -474,7 +474,7 @@ def test_halo_tile_config():
     # a residual at BN = 256 leaves 4 filter slots (the kernel's alignment slack is partial there):
     # halo tiles; beta = 0 gets 5
     big = (4, 64, 64, 9)
-    plain = choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big)
+    plain = choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, pingpong=False)
     assert plain.halo and plain.block_n == 256 and plain.stages == 5 and plain.smem_bytes(False) == 227 * 1024
     with_res = choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True)
     assert with_res.halo and (with_res.block_m, with_res.block_n, with_res.stages) == (128, 256, 4)
@@ -493,7 +493,9 @@ def test_halo_tile_config():
     assert narrow.halo and (narrow.block_m, narrow.block_n) == (192, 128) and narrow.stages >= 4
     assert narrow.smem_bytes(True) <= 227 * 1024 and narrow.kernel_name(True, 2).endswith("_halo_res")
     assert "N <= 256" in narrow.note and "4 filter slots" in narrow.note
-    assert choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae).block_n == 256, "beta = 0"
+    beta0 = choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae)
+    assert beta0.pingpong and beta0.block_n == 128, "beta = 0: 128 x 128 ping-pong tiles"
+    assert choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae, pingpong=False).block_n == 256
     forced = choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae, loads_residual=True, block_n=256)
     assert forced.halo and (forced.block_m, forced.block_n) == (128, 256), "BN forced to 256: 128 x 256 halo tiles"
     assert choose_tile_config(4 * 256 * 256, 256, 132, cluster=2, halo_geometry=vae, loads_residual=True).block_n == 256
@@ -518,8 +520,8 @@ def test_halo_forced_and_env(monkeypatch):
 
 
 def test_pingpong_tile_config():
-    """Ping-pong halo tiles (forced): each warpgroup holds a whole tile, so BM x BN / 128 <= 128
-    accumulators; only without a residual and without CTA pairs (explained otherwise)."""
+    """Ping-pong halo tiles: each warpgroup holds a whole tile, so BM x BN / 128 <= 128 accumulators;
+    only without a residual and without CTA pairs; automatic as 128 x 128 tiles where N % 128 == 0."""
     from cuconv.backends.hopper_tma import _pingpong_block_m, _pingpong_fits
     assert [_pingpong_block_m(bn) for bn in (64, 96, 128, 160, 192, 256)] == [256, 128, 128, 64, 64, 64]
     assert _pingpong_fits(128, 128) and not _pingpong_fits(128, 256) and not _pingpong_fits(96, 64)
@@ -541,6 +543,17 @@ def test_pingpong_tile_config():
         assert not choose_tile_config(m, 256, 132, cluster=1).pingpong, "not a halo problem"
         with tile_settings(block_m=64, pingpong=False):  # 64-row tiles exist only in ping-pong
             assert choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d).block_m == 128
+    # automatic: 128 x 128 ping-pong tiles where N is a multiple of 128, halo tiles, no residual, no pairs
+    auto = choose_tile_config(m, 256, 132, cluster=1, k_iters=108, halo_geometry=c3d)
+    assert auto.pingpong and (auto.block_m, auto.block_n, auto.m_tiles, auto.n_tiles) == (128, 128, 16 * 32, 2)
+    assert choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9)).pingpong
+    assert not choose_tile_config(8 * 64 * 64, 320, 132, cluster=1, halo_geometry=(8, 64, 64, 9)).pingpong
+    assert not choose_tile_config(4 * 240 * 416, 96, 132, cluster=1, halo_geometry=(4, 240, 416, 9)).pingpong
+    assert not choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, loads_residual=True).pingpong
+    assert not choose_tile_config(m, 256, 132, cluster=2, halo_geometry=c3d).pingpong
+    assert not choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, block_n=256).pingpong, "BN forced"
+    assert not choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, block_m=128).pingpong, "BM forced"
+    assert not choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, pingpong=False).pingpong
     with pytest.raises(ValueError, match="pingpong"):
         with tile_settings(pingpong="yes"):
             pass

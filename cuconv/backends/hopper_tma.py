@@ -367,6 +367,22 @@ def _pingpong_block_m(block_n: int) -> int:
     return max(b for b in PINGPONG_BLOCK_MS if _pingpong_fits(b, block_n))
 
 
+#: The ping-pong tile the automatic choice takes: two 64 x 128 wgmma row blocks per warpgroup.
+_PINGPONG_AUTO = (128, 128)
+
+
+def _pingpong_pays(pingpong: Optional[bool], auto_bn: bool, block_m: Optional[int], gemm_n: int,
+                   loads_residual: bool, cluster: int) -> bool:
+    """Whether the automatic choice runs a halo problem as ping-pong 128 x 128 tiles: N a multiple of 128
+    (no padded columns), no residual (its loader warp and C ring are cooperative-only), no CTA pairs,
+    and neither the tile nor ping-pong forced. Measured on the H100 against the cooperative halo tiles
+    (bf16, queued GPU time): 3x3 256->256 at 256x256 392 -> 375 us, 128->128 at 512x512 205 -> 199.5,
+    conv3d N = 2 256->256 278 -> 276; narrower tiles lost (3x3 320->320 at 64x64 with 64 x 160 ones 80
+    -> 81 us, conv3d 96->96 with 128 x 96 ones 287 -> 378), hence the multiple of 128."""
+    return (pingpong is None and auto_bn and block_m is None and not loads_residual and cluster == 1
+            and gemm_n % 128 == 0)
+
+
 def _mid_pays(mid: int, short: int, sm_count: int) -> bool:
     """Whether ``mid`` 192-row tiles beat ``short`` 128-row ones: each does 1.5 times the work, so
     they must take fewer tile-times (3 x their waves < 2 x the 128-row waves). Ties keep 128 rows.
@@ -470,6 +486,10 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       :func:`_halo_geometry`, else None) and :func:`_halo_rule` or ``halo`` (default:
       :func:`tile_settings` / ``CUCONV_SM90_HALO``) says so: no split (CTA pairs when asked); a tile is BM/64
       output rows x 64 columns of one plane (BM/64 rows: two, three or four).
+    * Ping-pong warpgroups on halo tiles (each consumer warpgroup owns whole tiles, taking turns with the
+      other) where :func:`_pingpong_pays`, as 128 x 128 tiles; ``pingpong`` (default: :func:`tile_settings`
+      / ``CUCONV_SM90_PINGPONG``, automatic) forces them on or off (forced on: the tallest tile of BN
+      that one warpgroup holds, :func:`_pingpong_block_m`, unless ``block_m`` fits).
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
     units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
@@ -503,6 +523,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
             use_halo = False
     if use_halo:
         planes, P, Q, _ = halo_geometry
+        if _pingpong_pays(pingpong, auto_bn, bm, gemm_n, loads_residual, cl):
+            pingpong, (bm, bn) = True, _PINGPONG_AUTO
         n_tiles = -(-gemm_n // bn)
         if pingpong and not loads_residual and cl == 1:
             if bm is None or not _pingpong_fits(bm, bn):

@@ -114,27 +114,9 @@ CUCONV_DEFINE_WGMMA(160, CUCONV_WGMMA_REGS_160, CUCONV_WGMMA_ACC_80, "%80", "%81
 CUCONV_DEFINE_WGMMA(192, CUCONV_WGMMA_REGS_192, CUCONV_WGMMA_ACC_96, "%96", "%97", "%98")
 CUCONV_DEFINE_WGMMA(256, CUCONV_WGMMA_REGS_256, CUCONV_WGMMA_ACC_128, "%128", "%129", "%130")
 
-#ifndef SM90_NSPLIT
-#define SM90_NSPLIT 1
-#endif
-template <int BN>
-__device__ __forceinline__ void wgmma_m64k16_one(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b,
-                                                 uint32_t scale_d);
-// Experiment: the BN columns as SM90_NSPLIT independent wgmmas of BN / NSPLIT columns (the
-// accumulator halves are the column halves; B's second half starts (BN / 2) rows = BN / 2 * 128 bytes on).
 template <int BN>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b,
                                              uint32_t scale_d) {
-  if constexpr (SM90_NSPLIT == 2 && BN >= 128 && BN % 128 == 0) {
-    wgmma_m64k16_one<BN / 2>(reinterpret_cast<float(&)[BN / 4]>(d[0]), desc_a, desc_b, scale_d);
-    wgmma_m64k16_one<BN / 2>(reinterpret_cast<float(&)[BN / 4]>(d[BN / 4]), desc_a, desc_b + (BN / 2) * 128 / 16, scale_d);
-  } else {
-    wgmma_m64k16_one<BN>(d, desc_a, desc_b, scale_d);
-  }
-}
-template <int BN>
-__device__ __forceinline__ void wgmma_m64k16_one(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b,
-                                                 uint32_t scale_d) {
   if constexpr (BN == 64) {
     wgmma_m64n64k16(d, desc_a, desc_b, scale_d);
   } else if constexpr (BN == 96) {
@@ -151,40 +133,46 @@ __device__ __forceinline__ void wgmma_m64k16_one(float (&d)[BN / 2], uint64_t de
   }
 }
 
-// The wgmmas of one ring slot with STEPS k16 steps, as one straight-line group: fence, STEPS wgmmas,
-// commit, then wait_group 1 (the previous slot's group has retired, so the caller may release that
-// slot). No branch may sit between the wgmmas of a group: ptxas then makes each wgmma a group of its
-// own (a `warpgroup.arrive` before each, the scoreboard set by every one, plus an empty wgmma to
-// close the last), and wait_group 1 no longer leaves the slot's wgmmas in flight but waits for all of
-// them: the warpgroup's tensor work drains at every slot (seen in the SASS; with two consumer
-// warpgroups the other one covered it, see docs/architecture.md).
-template <int BN, int STEPS>
-__device__ __forceinline__ void issue_group(float (&acc)[BN / 2], uint64_t desc_a, uint64_t desc_b,
+// The wgmmas of one ring slot: STEPS k16 steps (+32 bytes, +2 in the descriptors' 16-byte units,
+// per step) for each of MB 64-row blocks (A descriptors da[b]) against one B box (desc_b); per step
+// the MB wgmmas go out back to back (independent accumulators), and the whole slot is one
+// straight-line group: fence, wgmmas, commit, then wait_group 1 (the previous slot's group has
+// retired, so the caller may release that slot while this one runs). No branch may sit between the
+// wgmmas of a group: ptxas then makes each wgmma a group of its own (a `warpgroup.arrive` before
+// each, the scoreboard set by every one, an empty wgmma closing the last), and wait_group 1 waits
+// for the whole slot, so a warpgroup's tensor work drains at every slot (seen in the SASS: it cost
+// the cooperative kernels nothing measurable, the other warpgroup filling the gap, but ping-pong
+// warpgroups 20-33%; see docs/architecture.md). `accumulate` 0 on a tile's first slot: its first
+// step overwrites the accumulators (no zeroing pass).
+template <int BN, int MB, int STEPS>
+__device__ __forceinline__ void issue_group(float (&acc)[MB][BN / 2], const uint64_t (&da)[MB], uint64_t desc_b,
                                             uint32_t accumulate) {
-  fence_accumulators(acc);
+#pragma unroll
+  for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < STEPS; ++kk) wgmma_m64k16<BN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
+  for (int kk = 0; kk < STEPS; ++kk) {
+#pragma unroll
+    for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
+  }
   wgmma_commit();
   wgmma_wait<1>();
-  fence_accumulators(acc);
+#pragma unroll
+  for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
 }
 
-// The wgmmas of one ring slot: `steps` (1..4) k16 steps of A (desc_a) x B (desc_b), +32 bytes (+2 in
-// the descriptors' 16-byte units) per step, committed as one group (the branch picks a whole group,
-// see issue_group). `accumulate` 0 on a tile's first slot: its first step overwrites the
-// accumulators (no zeroing pass).
-template <int BN>
-__device__ __forceinline__ void issue_slot(float (&acc)[BN / 2], uint64_t desc_a, uint64_t desc_b, int steps,
-                                           uint32_t accumulate) {
+// One ring slot of `steps` (1..4) k16 steps: the branch picks a whole group (issue_group).
+template <int BN, int MB>
+__device__ __forceinline__ void issue_slot(float (&acc)[MB][BN / 2], const uint64_t (&da)[MB], uint64_t desc_b,
+                                           int steps, uint32_t accumulate) {
   if (steps == 4) {
-    issue_group<BN, 4>(acc, desc_a, desc_b, accumulate);
+    issue_group<BN, MB, 4>(acc, da, desc_b, accumulate);
   } else if (steps == 3) {
-    issue_group<BN, 3>(acc, desc_a, desc_b, accumulate);
+    issue_group<BN, MB, 3>(acc, da, desc_b, accumulate);
   } else if (steps == 2) {
-    issue_group<BN, 2>(acc, desc_a, desc_b, accumulate);
+    issue_group<BN, MB, 2>(acc, da, desc_b, accumulate);
   } else {
-    issue_group<BN, 1>(acc, desc_a, desc_b, accumulate);
+    issue_group<BN, MB, 1>(acc, da, desc_b, accumulate);
   }
 }
 
@@ -212,7 +200,8 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
     const uint64_t db = smem_desc_sw128(b_base + ring.stage * B_STAGE_BYTES);
     const int steps = (cb == c_blocks - 1) ? last_k16 : BK / 16;
     cb = (cb + 1 == c_blocks) ? 0 : cb + 1;
-    issue_slot<BN>(acc, da, db, steps, k > 0 ? 1u : 0u);  // the previous slot's wgmmas have retired: it may be refilled
+    const uint64_t das[1] = {da};
+    issue_slot<BN, 1>(reinterpret_cast<float(&)[1][BN / 2]>(acc), das, db, steps, k > 0 ? 1u : 0u);  // the previous slot's wgmmas have retired: it may be refilled
     if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
     prev_stage = ring.stage;
     ring.advance();
@@ -220,44 +209,6 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
   wgmma_wait<0>();
   fence_accumulators(acc);
   if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
-}
-
-// The wgmmas of one ring slot for MB row blocks of 64 sharing the filter box: block b reads A from
-// a_addr + b * a_block_bytes; per k16 step the MB wgmmas go out back to back (same B), all in one
-// group, then wait_group 1 as issue_slot does. MB = 1 is issue_slot's group with the descriptor of A
-// built here.
-template <int BN, int MB, int STEPS>
-__device__ __forceinline__ void issue_group_blocks(float (&acc)[MB][BN / 2], uint32_t a_addr, uint32_t a_block_bytes,
-                                                   uint64_t desc_b, uint32_t accumulate) {
-  uint64_t da[MB];
-#pragma unroll
-  for (int b = 0; b < MB; ++b) {
-    da[b] = smem_desc_sw128(a_addr + b * a_block_bytes);
-    fence_accumulators(acc[b]);
-  }
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < STEPS; ++kk) {
-#pragma unroll
-    for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
-  }
-  wgmma_commit();
-  wgmma_wait<1>();
-#pragma unroll
-  for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
-}
-template <int BN, int MB>
-__device__ __forceinline__ void issue_slot_blocks(float (&acc)[MB][BN / 2], uint32_t a_addr, uint32_t a_block_bytes,
-                                                  uint64_t desc_b, int steps, uint32_t accumulate) {
-  if (steps == 4) {
-    issue_group_blocks<BN, MB, 4>(acc, a_addr, a_block_bytes, desc_b, accumulate);
-  } else if (steps == 3) {
-    issue_group_blocks<BN, MB, 3>(acc, a_addr, a_block_bytes, desc_b, accumulate);
-  } else if (steps == 2) {
-    issue_group_blocks<BN, MB, 2>(acc, a_addr, a_block_bytes, desc_b, accumulate);
-  } else {
-    issue_group_blocks<BN, MB, 1>(acc, a_addr, a_block_bytes, desc_b, accumulate);
-  }
 }
 
 // The same reduction fed by the halo-tile loader (halo_loader.cuh): per (depth tap ft, channel
@@ -300,7 +251,10 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2],
       for (int tap2 = 0; tap2 < taps2; ++tap2) {
         mbar_wait(full_bar + 8 * bring.stage, bring.phase);
         const uint64_t db = smem_desc_sw128(b_base + bring.stage * B_STAGE_BYTES);
-        issue_slot_blocks<BN, MB>(acc, window + tap_off, out_row_bytes, db, steps, accumulate);  // the previous tap's wgmmas have retired
+        uint64_t da[MB];  // block b reads the window from output row b on
+#pragma unroll
+        for (int b = 0; b < MB; ++b) da[b] = smem_desc_sw128(window + tap_off + b * out_row_bytes);
+        issue_slot<BN, MB>(acc, da, db, steps, accumulate);  // the previous tap's wgmmas have retired
         accumulate = 1;
         if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
         if (pending_a >= 0) {
