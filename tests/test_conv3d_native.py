@@ -205,6 +205,31 @@ def test_native_halo_cta_pairs(cp, name):
 
 @gpu
 @needs_hopper
+@pytest.mark.parametrize("name", HALO_NAMES + ["many_planes"])
+def test_native_halo_pingpong(cp, name):
+    """Ping-pong halo tiles (forced): two consumer warpgroups taking turns on whole tiles (many_planes:
+    400 tiles of 128 x 128, so that both warpgroups of every CTA take several turns)."""
+    from cuconv.backends.hopper_tma import tile_settings
+    case = EDGE_CASES.get(name) or _case(N=2, D=12, H=20, W=70, C=64, K=128, padding=((0, 0), (1, 1), (1, 1)),
+                                         ep=dict(bias=True, activation="silu"))
+    with tile_settings(halo=True, pingpong=True):
+        detail = explain_detail(cp, case, "conv3d_native")
+        assert ("_halo_pp" in detail) != ("_res" in detail), detail
+        check_case(case, xp=cp, kernel="conv3d_native", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=20)
+@given(halo_cases(nd=3, max_width=100, max_channels=72))
+def test_native_halo_pingpong_property(cp, case):
+    from cuconv.backends.hopper_tma import tile_settings
+    with tile_settings(halo=True, pingpong=True):
+        check_case(case, xp=cp, kernel="conv3d_native", poison=True)
+
+
+@gpu
+@needs_hopper
 @settings(max_examples=30)
 @given(halo_cases(nd=3, max_width=100, max_channels=72))
 def test_native_halo_property(cp, case):

@@ -294,8 +294,8 @@ def test_mid_tile_rule(m, n, k_iters, res, bm, stages):
 
 def test_mid_tile_rule_on_halo_tiles():
     geom = (2, 512, 512, 9)  # 3x3 128->128 at 512x512, N = 2
-    beta0 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom)
-    assert beta0.halo and beta0.block_m == 256, "without a residual the 256-row halo tile wins"
+    beta0 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom, pingpong=False)
+    assert beta0.halo and beta0.block_m == 256, "without a residual the 256-row cooperative halo tile wins"
     beta1 = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, k_iters=18, halo_geometry=geom, loads_residual=True)
     # 2 x 171 x 8 = 2736 tiles of 3 rows (21 waves) vs 4096 of 2 (32): 192 rows, 6 filter slots (exact-size windows)
     assert (beta1.halo, beta1.block_m, beta1.m_tiles, beta1.stages) == (True, 192, 2736, 6)
@@ -329,7 +329,8 @@ def test_tall_tile_forced(monkeypatch):
         with tile_settings(block_m=320):
             pass
     with pytest.raises(ValueError, match="block_m"):
-        choose_tile_config(1000, 64, 132, block_m=64)
+        choose_tile_config(1000, 64, 132, block_m=96)
+    assert choose_tile_config(1000, 64, 132, block_m=64).block_m == 128, "64 rows only in ping-pong halo tiles"
     with _sm90_env(monkeypatch, "CUCONV_SM90_BM", "512"):
         with pytest.raises(ValueError, match="CUCONV_SM90_BM"):
             choose_tile_config(1000, 64, 132)
@@ -455,12 +456,12 @@ def test_halo_tile_config():
     res = choose_tile_config(m, 96, 132, cluster=1, k_iters=54, halo_geometry=geom, loads_residual=True)
     assert res.halo and res.stages >= 3 and res.smem_bytes(True) <= 227 * 1024
     assert res.kernel_name(True, 3).endswith("_halo_res")
-    wide = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9))
+    wide = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9), pingpong=False)
     assert wide.halo and wide.block_m == 256 and wide.m_tiles == 2 * 128 * 8, "BN 128: 256-row halo tiles"
     wide_res = choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9),
                                   loads_residual=True)
     assert wide_res.halo and wide_res.block_m == 192, "with a residual BN 128 spills at 256 rows: 192"
-    wider = choose_tile_config(4 * 64 * 64, 256, 132, cluster=1, halo_geometry=(4, 64, 64, 9))
+    wider = choose_tile_config(4 * 64 * 64, 256, 132, cluster=1, halo_geometry=(4, 64, 64, 9), pingpong=False)
     assert wider.halo and wider.block_m == 128
     few = choose_tile_config(4 * 64, 64, 132, cluster=1, halo_geometry=(1, 4, 64, 9))
     assert few.halo and few.block_m == 128, "too few tiles for four row warpgroups"
@@ -473,7 +474,7 @@ def test_halo_tile_config():
     # a residual at BN = 256 leaves 4 filter slots (the kernel's alignment slack is partial there):
     # halo tiles; beta = 0 gets 5
     big = (4, 64, 64, 9)
-    plain = choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big)
+    plain = choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, pingpong=False)
     assert plain.halo and plain.block_n == 256 and plain.stages == 5 and plain.smem_bytes(False) == 227 * 1024
     with_res = choose_tile_config(4 * 64 * 64, 512, 132, cluster=1, halo_geometry=big, loads_residual=True)
     assert with_res.halo and (with_res.block_m, with_res.block_n, with_res.stages) == (128, 256, 4)
@@ -492,7 +493,9 @@ def test_halo_tile_config():
     assert narrow.halo and (narrow.block_m, narrow.block_n) == (192, 128) and narrow.stages >= 4
     assert narrow.smem_bytes(True) <= 227 * 1024 and narrow.kernel_name(True, 2).endswith("_halo_res")
     assert "N <= 256" in narrow.note and "4 filter slots" in narrow.note
-    assert choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae).block_n == 256, "beta = 0"
+    beta0 = choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae)
+    assert beta0.pingpong and beta0.block_n == 128, "beta = 0: 128 x 128 ping-pong tiles"
+    assert choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae, pingpong=False).block_n == 256
     forced = choose_tile_config(4 * 256 * 256, 256, 132, cluster=1, halo_geometry=vae, loads_residual=True, block_n=256)
     assert forced.halo and (forced.block_m, forced.block_n) == (128, 256), "BN forced to 256: 128 x 256 halo tiles"
     assert choose_tile_config(4 * 256 * 256, 256, 132, cluster=2, halo_geometry=vae, loads_residual=True).block_n == 256
@@ -514,6 +517,46 @@ def test_halo_forced_and_env(monkeypatch):
             choose_tile_config(1000, 64, 132)
     with _sm90_env(monkeypatch, "CUCONV_SM90_HALO", "0"):
         assert not choose_tile_config(100000, 96, 132, cluster=1, halo_geometry=(4, 240, 416, 9)).halo
+
+
+def test_pingpong_tile_config():
+    """Ping-pong halo tiles: each warpgroup holds a whole tile, so BM x BN / 128 <= 128 accumulators;
+    only without a residual and without CTA pairs; automatic as 128 x 128 tiles where N % 128 == 0."""
+    from cuconv.backends.hopper_tma import _pingpong_block_m, _pingpong_fits
+    assert [_pingpong_block_m(bn) for bn in (64, 96, 128, 160, 192, 256)] == [256, 128, 128, 64, 64, 64]
+    assert _pingpong_fits(128, 128) and not _pingpong_fits(128, 256) and not _pingpong_fits(96, 64)
+    c3d = (16, 64, 64, 9)  # conv3d N = 2, D = 10 -> 8 output planes, 64 x 64
+    m = 16 * 64 * 64
+    with tile_settings(pingpong=True):
+        cfg = choose_tile_config(m, 256, 132, cluster=1, k_iters=108, halo_geometry=c3d)
+        assert cfg.pingpong and cfg.halo and (cfg.block_m, cfg.block_n, cfg.consumers, cfg.threads) == (64, 256, 2, 384)
+        assert cfg.m_tiles == 16 * 64 and cfg.grid == 132 and cfg.kernel_name(False, 3).endswith("_halo_pp")
+        assert cfg.defines("bfloat16", False, 3)["SM90_PINGPONG"] == 1 and cfg.smem_bytes(False) <= 227 * 1024
+        with tile_settings(block_n=128):
+            cfg = choose_tile_config(m, 256, 132, cluster=1, k_iters=108, halo_geometry=c3d)
+            assert (cfg.block_m, cfg.block_n, cfg.m_tiles, cfg.n_tiles, cfg.stages) == (128, 128, 16 * 32, 2, 8)
+            with tile_settings(block_m=256):  # too many accumulators for one warpgroup: the tallest that fits
+                assert choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d).block_m == 128
+        res = choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, loads_residual=True)
+        assert not res.pingpong, "a residual keeps the cooperative warpgroups"
+        assert not choose_tile_config(m, 256, 132, cluster=2, halo_geometry=c3d).pingpong
+        assert not choose_tile_config(m, 256, 132, cluster=1).pingpong, "not a halo problem"
+        with tile_settings(block_m=64, pingpong=False):  # 64-row tiles exist only in ping-pong
+            assert choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d).block_m == 128
+    # automatic: 128 x 128 ping-pong tiles where N is a multiple of 128, halo tiles, no residual, no pairs
+    auto = choose_tile_config(m, 256, 132, cluster=1, k_iters=108, halo_geometry=c3d)
+    assert auto.pingpong and (auto.block_m, auto.block_n, auto.m_tiles, auto.n_tiles) == (128, 128, 16 * 32, 2)
+    assert choose_tile_config(2 * 512 * 512, 128, 132, cluster=1, halo_geometry=(2, 512, 512, 9)).pingpong
+    assert not choose_tile_config(8 * 64 * 64, 320, 132, cluster=1, halo_geometry=(8, 64, 64, 9)).pingpong
+    assert not choose_tile_config(4 * 240 * 416, 96, 132, cluster=1, halo_geometry=(4, 240, 416, 9)).pingpong
+    assert not choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, loads_residual=True).pingpong
+    assert not choose_tile_config(m, 256, 132, cluster=2, halo_geometry=c3d).pingpong
+    assert not choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, block_n=256).pingpong, "BN forced"
+    assert not choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, block_m=128).pingpong, "BM forced"
+    assert not choose_tile_config(m, 256, 132, cluster=1, halo_geometry=c3d, pingpong=False).pingpong
+    with pytest.raises(ValueError, match="pingpong"):
+        with tile_settings(pingpong="yes"):
+            pass
 
 
 def test_explain_names_halo_choice():
@@ -823,6 +866,49 @@ def test_sm90_halo_in_place_residual(cp, case):
     case = with_residual(case)
     with tile_settings(halo=True):
         check_case(case, xp=cp, kernel="sm90_tma", in_place=True)
+
+
+# More row tiles than twice the SMs, so that both warpgroups of every CTA take several turns.
+PINGPONG_CASES = {
+    "persistent_bn96": _case(N=8, H=40, W=150, C=64, K=96, ep=dict(bias=True, activation="relu")),
+    "persistent_bn256": _case(N=4, H=37, W=130, C=40, K=256, dtype="float16"),
+    "persistent_bn64": _case(N=16, H=33, W=70, C=72, K=64, ep=dict(alpha=0.5, activation="silu")),
+}
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("name", list(PINGPONG_CASES) + [n for n in HALO_CASES if n != "persistent_tall"])
+def test_sm90_halo_pingpong(cp, name):
+    """Ping-pong halo tiles (forced): the two consumer warpgroups alternate over the CTA's tiles; a
+    residual keeps the cooperative kernel (and explain says which ran)."""
+    case = PINGPONG_CASES.get(name) or HALO_CASES[name]
+    with tile_settings(halo=True, pingpong=True):
+        detail = _sm90_detail(cp, case)
+        assert ("_halo_pp" in detail) != ("_res" in detail), detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("bn,bm", [(256, 64), (192, 64), (160, 64), (128, 128), (128, 64), (96, 128), (64, 256),
+                                   (64, 192), (64, 128)])
+@pytest.mark.parametrize("name", ["persistent_bn96", "persistent_bn64"])
+def test_sm90_halo_pingpong_tile_shapes(cp, bn, bm, name):
+    case = PINGPONG_CASES[name]
+    with tile_settings(halo=True, pingpong=True, block_n=bn, block_m=bm):
+        detail = _sm90_detail(cp, case)
+        assert f"{bm}x{bn}x64" in detail and "_halo_pp" in detail, detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@settings(max_examples=30)
+@given(halo_cases(nd=2))
+def test_sm90_halo_pingpong_property(cp, case):
+    with tile_settings(halo=True, pingpong=True):
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 
 @gpu

@@ -50,6 +50,9 @@ BLOCK_K = 64
 STAGES = {64: 8, 96: 6, 128: 6, 160: 5, 192: 4, 256: 4}
 #: Tile heights: 64 rows per consumer warpgroup (two, three or four of them).
 BLOCK_MS = (128, 192, 256)
+#: Tile heights of ping-pong halo tiles (each warpgroup holds a whole tile: BM / 64 x BN / 2 <= 128
+#: accumulators per thread).
+PINGPONG_BLOCK_MS = (64, 128, 192, 256)
 #: BN that a 256-row tile (four consumer warpgroups of 112 registers) can hold: wider accumulators
 #: spill (ptxas, BN = 128 with a residual).
 WIDE_M_BN = (64, 96)
@@ -127,11 +130,18 @@ class TileConfig:
     split_tiles: int = 0    # tiles of the last wave cut in two along the reduction (scheduler.cuh)
     k_iters: int = 0        # reduction steps (ring slots) of a whole tile, when known
     halo: bool = False      # halo tiles: BM/64 output rows x 64 columns, one window per (t, c-block)
+    pingpong: bool = False  # halo tiles only: two consumer warpgroups take turns, each owning a whole tile
     note: str = ""          # why the automatic choice departed from its usual rule (for explain)
 
     @property
     def consumers(self) -> int:
-        """Consumer warpgroups: one per 64 tile rows (cfg::CONSUMERS in the kernel)."""
+        """Consumer warpgroups (cfg::CONSUMERS in the kernel): one per 64 tile rows, or two taking
+        turns on whole tiles (ping-pong)."""
+        return 2 if self.pingpong else self.block_m // 64
+
+    @property
+    def tile_rows(self) -> int:
+        """64-row blocks of a tile: a halo tile's output rows."""
         return self.block_m // 64
 
     @property
@@ -176,12 +186,12 @@ class TileConfig:
     def kernel_name(self, loads_residual: bool, nd: int = 2) -> str:
         return (f"conv{nd}d_fprop_sm90_tma_{self.block_m}x{self.block_n}x{self.block_k}_s{self.stages}"
                 + (f"_c{self.cluster}" if self.cluster > 1 else "") + ("_halo" if self.halo else "")
-                + ("_res" if loads_residual else ""))
+                + ("_pp" if self.pingpong else "") + ("_res" if loads_residual else ""))
 
     def defines(self, dtype: str, loads_residual: bool, nd: int = 2) -> dict:
         return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BM": self.block_m, "SM90_BN": self.block_n,
                 "SM90_STAGES": self.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": self.cluster,
-                "SM90_HALO": int(self.halo)}
+                "SM90_HALO": int(self.halo), "SM90_PINGPONG": int(self.pingpong)}
 
 
 _SPLIT_WORDS = {"auto": None, "": None, "0": False, "1": True}
@@ -206,41 +216,48 @@ def _env_settings() -> tuple:
     if sp not in _SPLIT_WORDS:
         raise ValueError(f"CUCONV_SM90_SPLIT: expected 'auto', '0' or '1', got {sp!r}")
     m = os.environ.get("CUCONV_SM90_BM", "auto").strip()
-    if m not in ("", "auto") and not (m.isdigit() and int(m) in BLOCK_MS):
-        raise ValueError(f"CUCONV_SM90_BM: expected 'auto', '128', '192' or '256', got {m!r}")
+    if m not in ("", "auto") and not (m.isdigit() and int(m) in PINGPONG_BLOCK_MS):
+        raise ValueError(f"CUCONV_SM90_BM: expected 'auto', '64' (ping-pong), '128', '192' or '256', got {m!r}")
     h = os.environ.get("CUCONV_SM90_HALO", "auto").strip()
     if h not in _SPLIT_WORDS:
         raise ValueError(f"CUCONV_SM90_HALO: expected 'auto', '0' or '1', got {h!r}")
-    return int(c), bn, _SPLIT_WORDS[sp], (int(m) if m.isdigit() else None), _SPLIT_WORDS[h]
+    pp = os.environ.get("CUCONV_SM90_PINGPONG", "auto").strip()
+    if pp not in _SPLIT_WORDS:
+        raise ValueError(f"CUCONV_SM90_PINGPONG: expected 'auto', '0' or '1', got {pp!r}")
+    return int(c), bn, _SPLIT_WORDS[sp], (int(m) if m.isdigit() else None), _SPLIT_WORDS[h], _SPLIT_WORDS[pp]
 
 
-_override: list = []  # the stack of tile_settings() blocks: (cluster, bn, split, bm, halo) tuples
+_override: list = []  # the stack of tile_settings() blocks: (cluster, bn, split, bm, halo, pingpong) tuples
 
 
 @contextlib.contextmanager
 def tile_settings(block_n: Optional[int] = None, cluster: Optional[int] = None, split: Optional[bool] = None,
-                  block_m: Optional[int] = None, halo: Optional[bool] = None):
+                  block_m: Optional[int] = None, halo: Optional[bool] = None, pingpong: Optional[bool] = None):
     """Force the Hopper kernels' tile width (``block_n``: one of :data:`STAGES`' keys), tile height
     (``block_m``: 128, 192 or 256 where :func:`_bm_fits` allows it, else 128), CTA cluster size (1 or 2) and/or
     the split tail (``split``: True = split every tile of the last wave that the SMs can take twice,
     False = never; see :func:`choose_tile_config`) and/or halo tiles (``halo``: True = wherever the
-    problem allows them, False = never; see :func:`_halo_geometry`) inside a ``with`` block; None
-    keeps the current value. For tests and tuning; the process-wide defaults come from
+    problem allows them, False = never; see :func:`_halo_geometry`) and/or ping-pong warpgroups on halo
+    tiles (``pingpong``: True = wherever halo tiles run without a residual, False = never; ``block_m``
+    64 then exists too; see :func:`_pingpong_block_m`) inside a ``with`` block; None keeps the
+    current value. For tests and tuning; the process-wide defaults come from
     ``CUCONV_SM90_BN`` / ``CUCONV_SM90_BM`` / ``CUCONV_SM90_CLUSTER`` / ``CUCONV_SM90_SPLIT`` /
-    ``CUCONV_SM90_HALO`` (auto, 0 or 1)."""
+    ``CUCONV_SM90_HALO`` / ``CUCONV_SM90_PINGPONG`` (auto, 0 or 1)."""
     if block_n is not None and block_n not in STAGES:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)} or None, got {block_n!r}")
-    if block_m is not None and block_m not in BLOCK_MS:
-        raise ValueError(f"block_m: expected 128, 192, 256 or None, got {block_m!r}")
+    if block_m is not None and block_m not in PINGPONG_BLOCK_MS:
+        raise ValueError(f"block_m: expected 64 (ping-pong only), 128, 192, 256 or None, got {block_m!r}")
     if cluster is not None and cluster not in (1, 2):
         raise ValueError(f"cluster: expected 1, 2 or None, got {cluster!r}")
     if split not in (None, True, False):
         raise ValueError(f"split: expected True, False or None, got {split!r}")
     if halo not in (None, True, False):
         raise ValueError(f"halo: expected True, False or None, got {halo!r}")
-    cur_cluster, cur_bn, cur_split, cur_bm, cur_halo = _current_settings()
+    if pingpong not in (None, True, False):
+        raise ValueError(f"pingpong: expected True, False or None, got {pingpong!r}")
+    cur_cluster, cur_bn, cur_split, cur_bm, cur_halo, cur_pp = _current_settings()
     _override.append((cluster or cur_cluster, block_n or cur_bn, cur_split if split is None else split,
-                      block_m or cur_bm, cur_halo if halo is None else halo))
+                      block_m or cur_bm, cur_halo if halo is None else halo, cur_pp if pingpong is None else pingpong))
     try:
         yield
     finally:
@@ -269,6 +286,10 @@ def _bm_setting() -> Optional[int]:
 
 def _halo_setting() -> Optional[bool]:
     return _current_settings()[4]
+
+
+def _pingpong_setting() -> Optional[bool]:
+    return _current_settings()[5]
 
 
 #: The split tail needs this many reduction steps per tile (each half >= 4 slots) unless forced.
@@ -332,6 +353,34 @@ def _auto_block_m(tiles: dict, block_n: int, cluster: int, loads_residual: bool,
     if _bm_fits(192, block_n, cluster, loads_residual, halo) and _mid_pays(tiles[192], tiles[BLOCK_M], sm_count):
         return 192
     return BLOCK_M
+
+
+def _pingpong_fits(block_m: int, block_n: int) -> bool:
+    """Whether one warpgroup can hold a whole ``block_m`` x ``block_n`` tile: BM / 64 x BN / 2 fp32
+    accumulators per thread, at most 128 (the consumers' 232 registers keep room for the rest)."""
+    return block_m in PINGPONG_BLOCK_MS and (block_m // 64) * (block_n // 2) <= 128
+
+
+def _pingpong_block_m(block_n: int) -> int:
+    """The tallest ping-pong tile of width ``block_n``: 64 rows at BN 160..256, 128 at BN 96 and 128,
+    256 at BN 64."""
+    return max(b for b in PINGPONG_BLOCK_MS if _pingpong_fits(b, block_n))
+
+
+#: The ping-pong tile the automatic choice takes: two 64 x 128 wgmma row blocks per warpgroup.
+_PINGPONG_AUTO = (128, 128)
+
+
+def _pingpong_pays(pingpong: Optional[bool], auto_bn: bool, block_m: Optional[int], gemm_n: int,
+                   loads_residual: bool, cluster: int) -> bool:
+    """Whether the automatic choice runs a halo problem as ping-pong 128 x 128 tiles: N a multiple of 128
+    (no padded columns), no residual (its loader warp and C ring are cooperative-only), no CTA pairs,
+    and neither the tile nor ping-pong forced. Measured on the H100 against the cooperative halo tiles
+    (bf16, queued GPU time): 3x3 256->256 at 256x256 392 -> 375 us, 128->128 at 512x512 205 -> 199.5,
+    conv3d N = 2 256->256 278 -> 276; narrower tiles lost (3x3 320->320 at 64x64 with 64 x 160 ones 80
+    -> 81 us, conv3d 96->96 with 128 x 96 ones 287 -> 378), hence the multiple of 128."""
+    return (pingpong is None and auto_bn and block_m is None and not loads_residual and cluster == 1
+            and gemm_n % 128 == 0)
 
 
 def _mid_pays(mid: int, short: int, sm_count: int) -> bool:
@@ -413,7 +462,8 @@ def _narrow_halo_res_pays(auto_bn: bool, bn: int, gemm_n: int, block_m: Optional
 def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None,
                        block_n: Optional[int] = None, k_iters: int = 0, split: Optional[bool] = None,
                        block_m: Optional[int] = None, loads_residual: bool = False,
-                       halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None) -> TileConfig:
+                       halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None,
+                       pingpong: Optional[bool] = None) -> TileConfig:
     """Pick BN, the tile height, the cluster size and the split tail for a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles
     take ``k_iters`` reduction steps (pure: no device access).
 
@@ -436,6 +486,10 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       :func:`_halo_geometry`, else None) and :func:`_halo_rule` or ``halo`` (default:
       :func:`tile_settings` / ``CUCONV_SM90_HALO``) says so: no split (CTA pairs when asked); a tile is BM/64
       output rows x 64 columns of one plane (BM/64 rows: two, three or four).
+    * Ping-pong warpgroups on halo tiles (each consumer warpgroup owns whole tiles, taking turns with the
+      other) where :func:`_pingpong_pays`, as 128 x 128 tiles; ``pingpong`` (default: :func:`tile_settings`
+      / ``CUCONV_SM90_PINGPONG``, automatic) forces them on or off (forced on: the tallest tile of BN
+      that one warpgroup holds, :func:`_pingpong_block_m`, unless ``block_m`` fits).
     The grid is persistent (as many clusters as fit, striding over the units) whenever there are more
     units than that; :meth:`Sm90TmaKernel.run` lowers it to the clusters the device can co-schedule.
     """
@@ -443,12 +497,13 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     if bn not in STAGES and bn is not None:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)}, got {bn!r}")
     bm = _bm_setting() if block_m is None else block_m
-    if bm is not None and bm not in BLOCK_MS:
-        raise ValueError(f"block_m: expected 128, 192 or 256, got {bm!r}")
+    if bm is not None and bm not in PINGPONG_BLOCK_MS:
+        raise ValueError(f"block_m: expected 64 (ping-pong), 128, 192 or 256, got {bm!r}")
     m_tiles = -(-gemm_m // BLOCK_M)
     cl = _cluster_setting() if cluster is None else cluster
     split = _split_setting() if split is None else split
     halo = _halo_setting() if halo is None else halo
+    pingpong = _pingpong_setting() if pingpong is None else pingpong
     auto_bn = bn is None
     note = ""
     if bn is None:
@@ -468,7 +523,19 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
             use_halo = False
     if use_halo:
         planes, P, Q, _ = halo_geometry
+        if _pingpong_pays(pingpong, auto_bn, bm, gemm_n, loads_residual, cl):
+            pingpong, (bm, bn) = True, _PINGPONG_AUTO
         n_tiles = -(-gemm_n // bn)
+        if pingpong and not loads_residual and cl == 1:
+            if bm is None or not _pingpong_fits(bm, bn):
+                bm = _pingpong_block_m(bn)
+            m_tiles = planes * -(-P // (bm // 64)) * -(-Q // 64)
+            units = m_tiles * n_tiles
+            return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=_halo_stages(bm, bn, False),
+                              m_tiles=m_tiles, n_tiles=n_tiles, grid=max(1, min(units, sm_count)), k_iters=k_iters,
+                              halo=True, pingpong=True, note=note)
+        if bm == 64:
+            bm = None  # 64-row tiles exist only in ping-pong
         rows_tiles = {b: planes * -(-P // (b // 64)) * -(-Q // 64) * n_tiles for b in BLOCK_MS}
         if bm is None:  # four row warpgroups when they fill a wave and cost no extra one, else three when they save waves
             bm = _auto_block_m(rows_tiles, bn, cl, loads_residual, sm_count, halo=True)
@@ -480,6 +547,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=_halo_stages(bm, bn, loads_residual),
                           m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
                           k_iters=k_iters, halo=True, note=note)
+    if bm == 64:
+        bm = None  # 64-row tiles exist only in ping-pong
     if bm is None:
         bm = _auto_block_m({b: -(-gemm_m // b) * -(-gemm_n // bn) for b in BLOCK_MS}, bn, cl, loads_residual, sm_count,
                            halo=False)
@@ -508,6 +577,11 @@ COMPILE_VARIANTS = [
                "SM90_HALO": 1}, _ARCH)
     for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in BLOCK_MS for bn in STAGES for res in (0, 1)
     if _bm_fits(bm, bn, cl, bool(res), halo=True)
+] + [
+    (_SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": _pingpong_block_m(bn), "SM90_BN": bn,
+               "SM90_STAGES": _halo_stages(_pingpong_block_m(bn), bn, False), "SM90_HAS_RESIDUAL": 0, "SM90_CLUSTER": 1,
+               "SM90_HALO": 1, "SM90_PINGPONG": 1}, _ARCH)
+    for nd in (2, 3) for dt in (0, 1) for bn in STAGES
 ]
 
 _PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
@@ -560,7 +634,7 @@ def _halo_window(problem, cfg: TileConfig) -> tuple:
     """(columns, rows) of a halo tile's input window: 64 + (S-1) dil_w by BM/64 + (R-1) dil_h."""
     R, S = problem.filter_spatial[-2:]
     dh, dw = problem.dilation[-2:]
-    return 64 + (S - 1) * dw, cfg.consumers + (R - 1) * dh
+    return 64 + (S - 1) * dw, cfg.tile_rows + (R - 1) * dh
 
 
 def _halo_geometry(problem) -> Optional[tuple]:
@@ -593,7 +667,7 @@ def _params(problem, cfg: TileConfig):
     sd, sh, sw = (1,) * lead + tuple(problem.stride)
     dd, dh, dw = (1,) * lead + tuple(problem.dilation)
     pd, ph, pw = (0,) * lead + tuple(problem.pad_lo)
-    rows = cfg.consumers
+    rows = cfg.tile_rows
     halo_w, halo_h = _halo_window(problem, cfg)
     vals = dict(M=problem.gemm_m, K=problem.out_channels, O=O, P=P, Q=Q, T=T, R=R, S=S, stride_d=sd, stride_h=sh,
                 stride_w=sw, dil_d=dd, dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw,
@@ -659,7 +733,7 @@ class Sm90TmaKernel(Kernel):
         split = (f", last wave's {cfg.split_tiles} tiles split in two along the reduction "
                  f"({cfg.k_split} + {cfg.k_iters - cfg.k_split} steps)" if cfg.split_tiles else "")
         if cfg.halo:
-            loads = (f"halo tiles ({cfg.consumers} output rows x 64 columns; one input window per depth tap and "
+            loads = (f"halo tiles ({cfg.tile_rows} output rows x 64 columns; one input window per depth tap and "
                      f"channel block, {HALO_A_STAGES} window slots, shared by every (r, s) tap; {cfg.stages}-slot filter ring)")
         else:
             why = _halo_why_not(problem)
@@ -667,7 +741,9 @@ class Sm90TmaKernel(Kernel):
         if cfg.note:
             loads += f" ({cfg.note})"
         return (f"{cfg.kernel_name(res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
-                f"{cfg.consumers} consumer warpgroups, {grid}{split}, "
+                + (f"2 consumer warpgroups taking turns on whole tiles (ping-pong: one's epilogue runs beside "
+                   f"the other's mainloop), " if cfg.pingpong else f"{cfg.consumers} consumer warpgroups, ")
+                + f"{grid}{split}, "
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
 
     def run(self, problem, x, w, bias, residual, out):
@@ -721,7 +797,7 @@ class Sm90TmaKernel(Kernel):
         ra = residual
         if res:
             ra = _aligned(residual)
-            tmap_c = (encode_halo_c(problem, ra.data.ptr, cfg.consumers) if cfg.halo
+            tmap_c = (encode_halo_c(problem, ra.data.ptr, cfg.tile_rows) if cfg.halo
                       else encode_tiled_c(problem, ra.data.ptr, cfg.block_m))
         else:
             tmap_c = placeholder_descriptor()
@@ -780,9 +856,9 @@ _LAUNCHES: "OrderedDict" = OrderedDict()
 def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res: bool, nd: int):
     from ..device import _gpu_info
     dev = _gpu_info(dev_index)
-    bm, bn, stages, cluster, halo = cfg_key
+    bm, bn, stages, cluster, halo, pingpong = cfg_key
     cfg = TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages, m_tiles=1, n_tiles=1, grid=1,
-                     cluster=cluster, halo=halo)
+                     cluster=cluster, halo=halo, pingpong=pingpong)
     mod = load_cuda_module(_SOURCE, dev, cfg.defines(dtype, res, nd))
     fn = mod.get_function(cfg.kernel_name(res, nd))
     smem = cfg.smem_bytes(res)
@@ -792,7 +868,8 @@ def _function_cached(dev_index: int, arch: str, cfg_key: tuple, dtype: str, res:
 
 def _function(dev, cfg: TileConfig, dtype: str, res: bool, nd: int):
     """The loaded kernel of a variant with its dynamic shared-memory limit raised (once per device)."""
-    return _function_cached(dev.index, dev.arch, (cfg.block_m, cfg.block_n, cfg.stages, cfg.cluster, cfg.halo), dtype,
+    return _function_cached(dev.index, dev.arch, (cfg.block_m, cfg.block_n, cfg.stages, cfg.cluster, cfg.halo, cfg.pingpong),
+                            dtype,
                             res, nd)
 
 

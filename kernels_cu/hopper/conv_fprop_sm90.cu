@@ -90,13 +90,21 @@
 #ifndef SM90_HALO
 #define SM90_HALO 0
 #endif
+#ifndef SM90_PINGPONG
+#define SM90_PINGPONG 0
+#endif
 #if SM90_NDIM != 2 && SM90_NDIM != 3
 #error "SM90_NDIM must be 2 (NHWC, 4-D im2col boxes) or 3 (NDHWC, 5-D im2col boxes)"
 #endif
 
 namespace cfg {
 constexpr int BM = SM90_BM, BN = SM90_BN, BK = 64, STAGES = SM90_STAGES;
-constexpr int CONSUMERS = BM / 64;  // one warpgroup per 64 tile rows
+// Ping-pong (SM90_PINGPONG, halo tiles only): two consumer warpgroups take turns, each owning a whole
+// BM x BN tile (MB = BM / 64 row blocks of accumulators); otherwise one warpgroup per 64 tile rows.
+constexpr bool PINGPONG = SM90_PINGPONG != 0;
+constexpr int CONSUMERS = PINGPONG ? 2 : BM / 64;
+constexpr int MB = PINGPONG ? BM / 64 : 1;           // 64-row accumulator blocks per consumer warpgroup
+constexpr int SLOT_READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups reading each ring slot
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
 constexpr int C_STAGES = 2;
@@ -109,7 +117,7 @@ constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead 
 // BM = 256), which TMA's swizzled writes and the wgmma reads agree on as they do for every tap row
 // (both apply the swizzle to address bits, see halo_loader.cuh). Rounding cost the 192 x 128 halo
 // tile with a residual its sixth filter slot (1280 bytes short).
-constexpr int HALO_COLS_MAX = 64 + 2, HALO_ROWS_MAX = CONSUMERS + 2;
+constexpr int HALO_COLS_MAX = 64 + 2, HALO_ROWS_MAX = BM / 64 + 2;
 constexpr int A_STAGES = HALO ? 2 : STAGES;  // the window ring is separate from the filter ring
 
 // Shared-memory budget per ring slot and in total. The tiles start on a 1024-byte boundary (the
@@ -139,9 +147,13 @@ constexpr int B_SHARE_BYTES = B_SHARE_ROWS * BK * 2;
 constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
 constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : 32;
 constexpr int CONSUMER_REGS = ((LAUNCH_REGS * THREADS - 128 * PRODUCER_REGS) / (128 * CONSUMERS)) / 8 * 8;
-constexpr int ACC_REGS = BN / 2;  // fp32 accumulators per consumer thread
+constexpr int ACC_REGS = MB * BN / 2;  // fp32 accumulators per consumer thread
 
-static_assert(BM == 128 || BM == 192 || BM == 256, "BM: 128, 192 or 256 (two, three or four consumer warpgroups)");
+static_assert(BM == 128 || BM == 192 || BM == 256 || (PINGPONG && BM == 64),
+              "BM: 128, 192 or 256 (two, three or four consumer warpgroups; 64 too in ping-pong)");
+static_assert(!PINGPONG || (HALO && !HAS_RESIDUAL && CLUSTER == 1),
+              "ping-pong warpgroups: halo tiles without a residual, single CTAs");
+static_assert(!PINGPONG || ACC_REGS <= 128, "a ping-pong warpgroup holds its whole tile: MB * BN / 2 <= 128");
 static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
               "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256");
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
@@ -151,7 +163,7 @@ static_assert(SMEM_USED <= SMEM_LIMIT, "shared-memory budget exceeded");
 static_assert(B_STAGE_BYTES % 1024 == 0 && C_CHUNK_BYTES % 1024 == 0 && (HALO || A_STAGE_BYTES % 1024 == 0),
               "every tile but the second halo window must start on a 1024-byte (128B-swizzle atom) boundary");
 static_assert(A_STAGE_BYTES % 128 == 0, "window slots hold whole 128-byte pixel rows");
-static_assert(2 * STAGES + 2 * C_STAGES + 1 + (HALO ? 2 * A_STAGES : 0) <= BARRIER_BYTES / 8, "barrier area too small");
+static_assert(2 * STAGES + 2 * C_STAGES + 1 + (HALO ? 2 * A_STAGES : 0) + 2 <= BARRIER_BYTES / 8, "barrier area too small");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= LAUNCH_REGS * THREADS,
               "setmaxnreg: the roles' registers exceed the CTA's launch allocation");
 static_assert(ACC_REGS + 48 <= CONSUMER_REGS, "consumers need room beyond their accumulators (the compile test checks for spills)");
@@ -190,7 +202,9 @@ struct Sm90ConvParams {
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
 #define CUCONV_XCAT10(a, b, c, d, e, f, g, h, i, j) CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j)
-#if SM90_HALO && SM90_HAS_RESIDUAL
+#if SM90_HALO && SM90_PINGPONG
+#define CUCONV_SM90_SUFFIX _halo_pp
+#elif SM90_HALO && SM90_HAS_RESIDUAL
 #define CUCONV_SM90_SUFFIX _halo_res
 #elif SM90_HALO
 #define CUCONV_SM90_SUFFIX _halo
@@ -307,6 +321,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const uint32_t load_order_bar = c_empty_bar + 8 * cfg::C_STAGES;
   const uint32_t a_full_bar = load_order_bar + 8;  // halo tiles only
   const uint32_t a_empty_bar = a_full_bar + 8 * cfg::A_STAGES;
+  const uint32_t turn_bar = a_empty_bar + 8 * cfg::A_STAGES;  // ping-pong only: turn_bar[g] = warpgroup g may start
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -319,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     if (base - raw + (uint32_t)cfg::SMEM_USED > dyn_bytes) __trap();
     for (int s = 0; s < cfg::STAGES; ++s) {
       sm90::mbar_init(full_bar + 8 * s, 1);
-      sm90::mbar_init(empty_bar + 8 * s, 4 * cfg::CONSUMERS * cfg::CLUSTER);  // consumer warps of every CTA
+      sm90::mbar_init(empty_bar + 8 * s, 4 * cfg::SLOT_READERS * cfg::CLUSTER);  // consumer warps of every CTA
     }
     for (int s = 0; s < cfg::C_STAGES; ++s) {
       sm90::mbar_init(c_full_bar + 8 * s, 1);
@@ -329,8 +344,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     if constexpr (cfg::HALO) {
       for (int s = 0; s < cfg::A_STAGES; ++s) {
         sm90::mbar_init(a_full_bar + 8 * s, 1);
-        sm90::mbar_init(a_empty_bar + 8 * s, 4 * cfg::CONSUMERS);
+        sm90::mbar_init(a_empty_bar + 8 * s, 4 * cfg::SLOT_READERS);
       }
+    }
+    if constexpr (cfg::PINGPONG) {
+      sm90::mbar_init(turn_bar, 4);
+      sm90::mbar_init(turn_bar + 8, 4);
     }
     sm90::mbar_init_fence();
   }
@@ -354,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     if (warp == 0) {
       if (lane == 0) {
         if constexpr (cfg::HALO) {
-          sm90::halo_load_warp<cfg::CONSUMERS, cfg::BN, cfg::BK, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
+          sm90::halo_load_warp<cfg::BM / 64, cfg::BN, cfg::BK, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
                                cfg::B_STAGE_BYTES, cfg::HAS_RESIDUAL, cfg::CLUSTER>(tmap_x, tmap_w, g, sched, a_base, b_base,
                                                                       a_full_bar, a_empty_bar, full_bar, empty_bar,
                                                                       load_order_bar);
@@ -378,26 +397,68 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     const int col_lane = 2 * (lane % 4);
     sm90::RingState<cfg::STAGES> ring;
     sm90::RingState<cfg::C_STAGES> cring;
-    float acc[cfg::ACC_REGS];
-    if constexpr (cfg::HALO) {
+    if constexpr (cfg::PINGPONG) {
+      // The CTA's tiles alternate between the two warpgroups: tile i of its sequence is warpgroup
+      // i % 2's, which passes over the other's ring slots. A warpgroup starts a tile's mainloop only
+      // once the other has waited for every slot of the tile before (turn_bar): the producer has then
+      // filled them, so no slot of the new tile can be a whole ring lap ahead of its full barrier (a
+      // parity wait would pass on it). While one warpgroup runs its mainloop, the other runs its
+      // epilogue: the tensor cores are never left idle for a tile's stores.
+      float acc[cfg::MB][cfg::BN / 2];
+      // The warpgroup's index broadcast from lane 0: ptxas then knows it is warp-uniform, so the
+      // branches on it below are not divergent paths ahead of wgmmas (it would serialise them: C7519).
+      const int turn = __shfl_sync(0xffffffffu, consumer, 0);
+      sm90::RingState<cfg::A_STAGES> aring;
+      const int a_slots = g.T * g.c_blocks;  // window slots of one tile (k_iters filter slots)
+      const int row_in_group = 16 * warp_in_group + lane / 4;
+      uint32_t turn_phase = 0;
+      int i = 0;
+      for (int t = sched.first(); sched.valid(t); t = sched.next(t), ++i) {
+        if ((i & 1) != turn) {
+          aring.skip(a_slots);
+          ring.skip(g.k_iters);
+          continue;
+        }
+        if (i > 0) {
+          sm90::mbar_wait(turn_bar + 8 * turn, turn_phase);
+          turn_phase ^= 1u;
+        }
+        sm90::consumer_mainloop_halo<cfg::BN, cfg::MB, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
+                                     cfg::B_STAGE_BYTES, 1, true>(acc, aring, ring, g, 0u, a_base, b_base, a_full_bar,
+                                                            a_empty_bar, full_bar, empty_bar,
+                                                            turn_bar + 8 * (turn ^ 1));
+        const sm90::HaloTile ht = sm90::halo_tile<cfg::MB>(sched.m_tile(t), g);
+        const int x = ht.x0 + row_in_group;
+#pragma unroll
+        for (int b = 0; b < cfg::MB; ++b) {
+          const long long m_row = (long long)(ht.plane_row0 + b) * g.Q + x;
+          const int row_limit = (ht.y0 + b < g.P && m_row < g.M) ? g.Q - x : 0;
+          sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES>(
+              acc[b], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
+              c_empty_bar, row_in_group, col_lane, lane == 0);
+        }
+      }
+    } else if constexpr (cfg::HALO) {
+      float acc[1][cfg::BN / 2];
       sm90::RingState<cfg::A_STAGES> aring;
       const int row_in_group = 16 * warp_in_group + lane / 4;  // this thread's first row of its output row
       for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
-        sm90::consumer_mainloop_halo<cfg::BN, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES, cfg::B_STAGE_BYTES,
-                                     cfg::CLUSTER>(
+        sm90::consumer_mainloop_halo<cfg::BN, 1, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES, cfg::B_STAGE_BYTES,
+                                     cfg::CLUSTER, false>(
             acc, aring, ring, g, (uint32_t)(consumer * g.halo_w * 128), a_base, b_base, a_full_bar, a_empty_bar,
             full_bar, empty_bar);
         // This warpgroup's output row y0 + consumer, columns x0 + row_in_group (+ 8).
-        const sm90::HaloTile ht = sm90::halo_tile<cfg::CONSUMERS>(sched.m_tile(t), g);
+        const sm90::HaloTile ht = sm90::halo_tile<cfg::BM / 64>(sched.m_tile(t), g);
         const int x = ht.x0 + row_in_group;
         const long long m_row = (long long)(ht.plane_row0 + consumer) * g.Q + x;
         // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
         const int row_limit = (ht.y0 + consumer < g.P && m_row < g.M) ? g.Q - x : 0;
         sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
-            acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
+            acc[0], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
             c_empty_bar, row_base, col_lane, lane == 0);
       }
     } else {
+      float acc[cfg::BN / 2];
       for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
         const int part = sched.part(t);
         const int k_begin = sched.k_begin(t);
@@ -411,10 +472,10 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
           const int consumer_thread = (int)sm90::thread_index_volatile() - 128;
           int* flag = partial_flags + split * (4 * cfg::CONSUMERS) + consumer_thread / 32;
           if (part == sm90::UNIT_PARTIAL) {
-            sm90::store_partial<cfg::ACC_REGS, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+            sm90::store_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
             continue;  // the FINISH half of this tile runs the epilogue
           }
-          sm90::add_partial<cfg::ACC_REGS, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+          sm90::add_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
         }
         const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
         const long long rows_left = g.M - m_row;

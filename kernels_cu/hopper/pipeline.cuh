@@ -8,7 +8,7 @@
 //
 //   RingState: (stage, phase) of one side of a ring of STAGES slots; advance() flips the phase
 //   each time the stage index wraps. Producers wait `empty[stage]` with parity phase ^ 1,
-//   consumers wait `full[stage]` with parity phase.
+//   consumers wait `full[stage]` with parity phase. skip(n) passes over n slots at once.
 #pragma once
 
 #include "common/smem.cuh"
@@ -30,6 +30,15 @@ __device__ __forceinline__ void mbar_init_fence() {
 
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// An arrival under a predicate in the instruction itself (no branch: one around a plain arrive,
+// placed while wgmmas are in flight, makes ptxas serialize them - C7519).
+__device__ __forceinline__ void mbar_arrive_if(bool pred, uint32_t bar) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
+      "r"((int)pred)
+      : "memory");
 }
 
 // One arrival plus `bytes` expected transaction bytes (the TMA copies complete them).
@@ -105,6 +114,12 @@ struct RingState {
       stage = 0;
       phase ^= 1u;
     }
+  }
+  // Pass over n slots that another consumer reads (ping-pong warpgroups take turns on the ring).
+  __device__ __forceinline__ void skip(int n) {
+    const int to = stage + n;
+    phase ^= (uint32_t)(to / STAGES) & 1u;
+    stage = to % STAGES;
   }
 };
 

@@ -133,40 +133,46 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
   }
 }
 
-// The wgmmas of one ring slot with STEPS k16 steps, as one straight-line group: fence, STEPS wgmmas,
-// commit, then wait_group 1 (the previous slot's group has retired, so the caller may release that
-// slot). No branch may sit between the wgmmas of a group: ptxas then makes each wgmma a group of its
-// own (a `warpgroup.arrive` before each, the scoreboard set by every one, plus an empty wgmma to
-// close the last), and wait_group 1 no longer leaves the slot's wgmmas in flight but waits for all of
-// them: the warpgroup's tensor work drains at every slot (seen in the SASS; with two consumer
-// warpgroups the other one covered it, see docs/architecture.md).
-template <int BN, int STEPS>
-__device__ __forceinline__ void issue_group(float (&acc)[BN / 2], uint64_t desc_a, uint64_t desc_b,
+// The wgmmas of one ring slot: STEPS k16 steps (+32 bytes, +2 in the descriptors' 16-byte units,
+// per step) for each of MB 64-row blocks (A descriptors da[b]) against one B box (desc_b); per step
+// the MB wgmmas go out back to back (independent accumulators), and the whole slot is one
+// straight-line group: fence, wgmmas, commit, then wait_group 1 (the previous slot's group has
+// retired, so the caller may release that slot while this one runs). No branch may sit between the
+// wgmmas of a group: ptxas then makes each wgmma a group of its own (a `warpgroup.arrive` before
+// each, the scoreboard set by every one, an empty wgmma closing the last), and wait_group 1 waits
+// for the whole slot, so a warpgroup's tensor work drains at every slot (seen in the SASS: it cost
+// the cooperative kernels nothing measurable, the other warpgroup filling the gap, but ping-pong
+// warpgroups 20-33%; see docs/architecture.md). `accumulate` 0 on a tile's first slot: its first
+// step overwrites the accumulators (no zeroing pass).
+template <int BN, int MB, int STEPS>
+__device__ __forceinline__ void issue_group(float (&acc)[MB][BN / 2], const uint64_t (&da)[MB], uint64_t desc_b,
                                             uint32_t accumulate) {
-  fence_accumulators(acc);
+#pragma unroll
+  for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < STEPS; ++kk) wgmma_m64k16<BN>(acc, desc_a + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
+  for (int kk = 0; kk < STEPS; ++kk) {
+#pragma unroll
+    for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
+  }
   wgmma_commit();
   wgmma_wait<1>();
-  fence_accumulators(acc);
+#pragma unroll
+  for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
 }
 
-// The wgmmas of one ring slot: `steps` (1..4) k16 steps of A (desc_a) x B (desc_b), +32 bytes (+2 in
-// the descriptors' 16-byte units) per step, committed as one group (the branch picks a whole group,
-// see issue_group). `accumulate` 0 on a tile's first slot: its first step overwrites the
-// accumulators (no zeroing pass).
-template <int BN>
-__device__ __forceinline__ void issue_slot(float (&acc)[BN / 2], uint64_t desc_a, uint64_t desc_b, int steps,
-                                           uint32_t accumulate) {
+// One ring slot of `steps` (1..4) k16 steps: the branch picks a whole group (issue_group).
+template <int BN, int MB>
+__device__ __forceinline__ void issue_slot(float (&acc)[MB][BN / 2], const uint64_t (&da)[MB], uint64_t desc_b,
+                                           int steps, uint32_t accumulate) {
   if (steps == 4) {
-    issue_group<BN, 4>(acc, desc_a, desc_b, accumulate);
+    issue_group<BN, MB, 4>(acc, da, desc_b, accumulate);
   } else if (steps == 3) {
-    issue_group<BN, 3>(acc, desc_a, desc_b, accumulate);
+    issue_group<BN, MB, 3>(acc, da, desc_b, accumulate);
   } else if (steps == 2) {
-    issue_group<BN, 2>(acc, desc_a, desc_b, accumulate);
+    issue_group<BN, MB, 2>(acc, da, desc_b, accumulate);
   } else {
-    issue_group<BN, 1>(acc, desc_a, desc_b, accumulate);
+    issue_group<BN, MB, 1>(acc, da, desc_b, accumulate);
   }
 }
 
@@ -194,7 +200,8 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
     const uint64_t db = smem_desc_sw128(b_base + ring.stage * B_STAGE_BYTES);
     const int steps = (cb == c_blocks - 1) ? last_k16 : BK / 16;
     cb = (cb + 1 == c_blocks) ? 0 : cb + 1;
-    issue_slot<BN>(acc, da, db, steps, k > 0 ? 1u : 0u);  // the previous slot's wgmmas have retired: it may be refilled
+    const uint64_t das[1] = {da};
+    issue_slot<BN, 1>(reinterpret_cast<float(&)[1][BN / 2]>(acc), das, db, steps, k > 0 ? 1u : 0u);  // the previous slot's wgmmas have retired: it may be refilled
     if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
     prev_stage = ring.stage;
     ring.advance();
@@ -210,13 +217,21 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
 // have retired (after the next tap's wait_group 1, or at the end). With CTA pairs a filter slot is
 // released to both CTAs (each filled half of it), a window slot only locally.
 //   a_rows_off = this warpgroup's first window row in bytes (g * halo_w * 128)
-template <int BN, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES, int CLUSTER, typename Params>
-__device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], RingState<A_STAGES>& aring,
+//   MB         = output rows (64-row blocks) this warpgroup accumulates: 1 when the tile's rows are
+//                shared out one per consumer warpgroup, BM / 64 when one warpgroup owns the whole
+//                tile (ping-pong, conv_fprop_sm90.cu); block b reads the window from row b further down.
+//   issued_bar = with TURNS (ping-pong), an mbarrier this warpgroup's warps arrive on once the tile's
+//                last slot is full and its wgmmas are issued (the other warpgroup's turn), before
+//                they retire: the tensor pipe then has the next tile's wgmmas queued behind them.
+template <int BN, int MB, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES, int CLUSTER, bool TURNS,
+          typename Params>
+__device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2], RingState<A_STAGES>& aring,
                                                        RingState<STAGES>& bring, const Params& g,
                                                        uint32_t a_rows_off, uint32_t a_base, uint32_t b_base,
                                                        uint32_t a_full_bar, uint32_t a_empty_bar, uint32_t full_bar,
-                                                       uint32_t empty_bar) {
+                                                       uint32_t empty_bar, uint32_t issued_bar = 0) {
   const int lane = threadIdx.x % 32;
+  const uint32_t out_row_bytes = 128u * g.halo_w;        // the next output row's window row
   const uint32_t row_bytes = 128u * g.dil_h * g.halo_w;  // one filter row r further down the window
   const uint32_t col_bytes = 128u * g.dil_w;             // one filter column s further right
   const int taps2 = g.R * g.S;
@@ -235,9 +250,11 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], Rin
 #pragma unroll 1
       for (int tap2 = 0; tap2 < taps2; ++tap2) {
         mbar_wait(full_bar + 8 * bring.stage, bring.phase);
-        const uint64_t da = smem_desc_sw128(window + tap_off);
         const uint64_t db = smem_desc_sw128(b_base + bring.stage * B_STAGE_BYTES);
-        issue_slot<BN>(acc, da, db, steps, accumulate);  // the previous tap's wgmmas have retired
+        uint64_t da[MB];  // block b reads the window from output row b on
+#pragma unroll
+        for (int b = 0; b < MB; ++b) da[b] = smem_desc_sw128(window + tap_off + b * out_row_bytes);
+        issue_slot<BN, MB>(acc, da, db, steps, accumulate);  // the previous tap's wgmmas have retired
         accumulate = 1;
         if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
         if (pending_a >= 0) {
@@ -256,8 +273,10 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[BN / 2], Rin
       aring.advance();
     }
   }
+  if constexpr (TURNS) mbar_arrive_if(lane == 0, issued_bar);
   wgmma_wait<0>();
-  fence_accumulators(acc);
+#pragma unroll
+  for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
   if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
   if (pending_a >= 0) mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
 }
