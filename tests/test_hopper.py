@@ -56,6 +56,12 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
     sass = subprocess.run([exe, "-sass", path], capture_output=True, text=True, check=True).stdout
     assert "HGMMA" in sass, "no wgmma (HGMMA) in the SASS"
+    # each ring slot's wgmmas are one commit group: only the last of a group sets the scoreboard
+    # (gsb0), and there is no empty wgmma closing a group. A branch between a slot's wgmmas makes each
+    # one its own group, and wait_group 1 then drains the slot (docs/architecture.md, section 2.1).
+    hgmma = [line for line in sass.splitlines() if "HGMMA" in line]
+    assert "HGMMA.64x8x16" not in sass, "ptxas closed a wgmma group with an empty wgmma"
+    assert sum("gsb0" in line for line in hgmma) < len(hgmma), "every wgmma is its own commit group"
     if defines["SM90_HALO"]:  # halo tiles: the window is a tiled 5-D box, no im2col box at all
         assert "UTMALDG.5D" in sass and "IM2COL" not in sass, "halo variant without its 5-D tiled window load"
     else:
