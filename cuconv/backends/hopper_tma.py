@@ -741,8 +741,8 @@ class Sm90TmaKernel(Kernel):
         if cfg.note:
             loads += f" ({cfg.note})"
         return (f"{cfg.kernel_name(res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
-                + (f"2 consumer warpgroups taking turns on whole tiles (ping-pong: one's epilogue runs beside "
-                   f"the other's mainloop), " if cfg.pingpong else f"{cfg.consumers} consumer warpgroups, ")
+                + ("2 consumer warpgroups taking turns on whole tiles (ping-pong: one's epilogue runs beside "
+                   "the other's mainloop), " if cfg.pingpong else f"{cfg.consumers} consumer warpgroups, ")
                 + f"{grid}{split}, "
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
 
