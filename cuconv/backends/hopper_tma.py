@@ -523,20 +523,24 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
             use_halo = False
     if use_halo:
         planes, P, Q, _ = halo_geometry
+
+        def row_tiles(rows_bm: int) -> int:  # tiles of rows_bm / 64 output rows x 64 columns
+            return planes * -(-P // (rows_bm // 64)) * -(-Q // 64)
+
         if _pingpong_pays(pingpong, auto_bn, bm, gemm_n, loads_residual, cl):
             pingpong, (bm, bn) = True, _PINGPONG_AUTO
         n_tiles = -(-gemm_n // bn)
         if pingpong and not loads_residual and cl == 1:
             if bm is None or not _pingpong_fits(bm, bn):
                 bm = _pingpong_block_m(bn)
-            m_tiles = planes * -(-P // (bm // 64)) * -(-Q // 64)
+            m_tiles = row_tiles(bm)
             units = m_tiles * n_tiles
             return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=_halo_stages(bm, bn, False),
                               m_tiles=m_tiles, n_tiles=n_tiles, grid=max(1, min(units, sm_count)), k_iters=k_iters,
                               halo=True, pingpong=True, note=note)
         if bm == 64:
             bm = None  # 64-row tiles exist only in ping-pong
-        rows_tiles = {b: planes * -(-P // (b // 64)) * -(-Q // 64) * n_tiles for b in BLOCK_MS}
+        rows_tiles = {b: row_tiles(b) * n_tiles for b in BLOCK_MS}
         if bm is None:  # four row warpgroups when they fill a wave and cost no extra one, else three when they save waves
             bm = _auto_block_m(rows_tiles, bn, cl, loads_residual, sm_count, halo=True)
         if not _bm_fits(bm, bn, cl, loads_residual, halo=True):
