@@ -4,13 +4,14 @@
 >>> y = cuconv.conv2d(x, w, padding="same", activation="relu")   # doctest: +SKIP
 
 Public API: :func:`conv2d`, :func:`conv3d`, :func:`explain`, :mod:`cuconv.reference` (the float64
-oracle), :class:`ConvProblem`. CuPy is imported lazily; ``import cuconv`` needs only NumPy and
+oracle), ``overrides`` (force a tile / sub-path for tests and tuning), :class:`ConvProblem`. CuPy is imported lazily; ``import cuconv`` needs only NumPy and
 ml_dtypes.
 """
 
 from . import reference  # noqa: F401
 from .api import conv2d, conv3d, explain
 from .dispatch import Explanation, KernelDeclined, kernels
+from .overrides import Overrides, overrides
 from .matmul import matmul
 from .problem import ConvProblem, Epilogue
 from .scratch import release_scratch
@@ -18,4 +19,4 @@ from .scratch import release_scratch
 __version__ = "0.1.0"
 
 __all__ = ["conv2d", "conv3d", "explain", "matmul", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
-           "KernelDeclined", "kernels", "__version__"]
+           "KernelDeclined", "kernels", "overrides", "Overrides", "__version__"]

@@ -1,8 +1,8 @@
 """Public API: :func:`conv2d`, :func:`conv3d`, :func:`explain`.
 
 Each call: normalise and validate the arguments -> one :class:`~cuconv.problem.ConvProblem` ->
-dispatch (:mod:`cuconv.dispatch`) -> run the chosen kernel on native channels-last arrays -> hand
-back the result in the caller's layout and array library.
+dispatch (:mod:`cuconv.dispatch`: the memoised plan of the chosen kernel) -> run the plan on native
+channels-last arrays -> hand back the result in the caller's layout and array library.
 """
 
 from __future__ import annotations
@@ -198,12 +198,12 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
           kernel, strategy):
     call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
                     activation, out)
-    k, _ = _select(call, kernel, strategy)
+    plan, _ = _select(call, kernel, strategy)
     if call.xp is np:
-        k.run(call.problem, call.x, call.w, call.bias, call.residual, call.out_native)
+        plan.run(call.x, call.w, call.bias, call.residual, call.out_native)
     else:
         with call.x.device:
-            k.run(call.problem, call.x, call.w, call.bias, call.residual, call.out_native)
+            plan.run(call.x, call.w, call.bias, call.residual, call.out_native)
     xp = call.xp
     if call.out_user is not None:
         if call.out_native is not call.out_user:

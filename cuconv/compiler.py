@@ -197,3 +197,4 @@ def load_cuda_module(source_rel: str, device, defines: Optional[Mapping[str, obj
     """Compile (or take from the cache) and load a CUDA source as a ``cupy.RawModule`` on ``device``."""
     path, _ = compile_cuda(source_rel, device.arch, defines, extra_options)
     return _module(path, device.index)
+tree_hash = _tree_hash  # public name for the HIP backend (CuPy caches hiprtc builds by code string)

@@ -70,7 +70,7 @@ CPU = DeviceInfo(kind="cpu")
 
 
 @functools.lru_cache(maxsize=None)
-def _gpu_info(index: int) -> DeviceInfo:
+def gpu_info(index: int) -> DeviceInfo:
     import cupy as cp
 
     props = cp.cuda.runtime.getDeviceProperties(index)
@@ -93,7 +93,7 @@ def device_of(array) -> DeviceInfo:
     """The device a (NumPy or CuPy) array lives on."""
     cp = cupy_or_none()
     if cp is not None and isinstance(array, cp.ndarray):
-        return _gpu_info(array.device.id)
+        return gpu_info(array.device.id)
     return CPU
 
 
@@ -102,4 +102,4 @@ def current_gpu() -> Optional[DeviceInfo]:
     if not gpu_available():
         return None
     import cupy as cp
-    return _gpu_info(cp.cuda.Device().id)
+    return gpu_info(cp.cuda.Device().id)

@@ -1,20 +1,29 @@
-"""Helpers for launching RawModule kernels: C structs as NumPy scalars, grid sizes, epilogue params.
+"""The host side of the kernel ABI, shared by every backend.
 
-CuPy passes a NumPy scalar argument to a kernel as its raw bytes, so a kernel parameter that is a
-C struct is built as a NumPy structured scalar whose dtype mirrors the struct (``align=True``
-reproduces C's member alignment and trailing padding).
+* C structs as NumPy scalars: CuPy passes a NumPy scalar argument to a kernel as its raw bytes, so a
+  struct parameter is a NumPy structured scalar whose dtype mirrors it (``align=True`` reproduces C's
+  member alignment and trailing padding): :func:`c_struct`.
+* One 3-D view of a problem's geometry (:func:`geometry3d`: a 2-D problem is a 3-D one of depth 1)
+  that every parameter-struct builder starts from.
+* The fast divisor (``FastDivisor`` of kernels_cu/common/fast_div.cuh): :func:`fast_divisor`.
+* The epilogue parameters, the absent-operand stand-in (:func:`operand_or`), grid sizes.
+* Constants the host shares with a kernel source, read from the source (:func:`header_constants`).
+* :class:`PackedLaunch`: a launch whose arguments are packed once.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Tuple
+import functools
+import re
+from typing import Dict, NamedTuple, Tuple
 
 import numpy as np
 
 from .problem import ConvProblem, Epilogue
 
-__all__ = ["c_struct", "conv_geometry", "epilogue_params", "dtype_code", "grid_1d", "PackedLaunch"]
+__all__ = ["c_struct", "geometry3d", "Geometry3d", "conv_geometry", "epilogue_params", "dtype_code", "grid_1d",
+           "operand_or", "header_constants", "fast_divisor", "divisor_fields", "divisor_values", "PackedLaunch"]
 
 #: Value of ``-DCUCONV_DTYPE`` for each dtype name (see kernels_cu/common/types.cuh).
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}
@@ -55,27 +64,72 @@ def divisor_values(**divisors: int) -> dict:
     return out
 
 
+class Geometry3d(NamedTuple):
+    """A problem's spatial geometry with a depth axis in front (depth 1, no depth padding for conv2d)."""
+
+    D: int
+    H: int
+    W: int
+    O: int          # output depth
+    P: int
+    Q: int
+    T: int          # filter depth
+    R: int
+    S: int
+    stride: Tuple[int, int, int]
+    dilation: Tuple[int, int, int]
+    pad: Tuple[int, int, int]     # padding at the start of each dim (pad_lo)
+
+
+def _as3(t, fill) -> tuple:
+    return (fill,) * (3 - len(t)) + tuple(t)
+
+
+@functools.lru_cache(maxsize=1024)
+def geometry3d(p: ConvProblem) -> Geometry3d:
+    """The 3-D geometry of ``p``: every struct builder reads its extents from here."""
+    D, H, W = _as3(p.in_spatial, 1)
+    O, P, Q = _as3(p.out_spatial, 1)
+    T, R, S = _as3(p.filter_spatial, 1)
+    return Geometry3d(D, H, W, O, P, Q, T, R, S, _as3(p.stride, 1), _as3(p.dilation, 1), _as3(p.pad_lo, 0))
+
+
 _GEOMETRY_FIELDS = [(n, np.int64) for n in ("N", "D", "H", "W", "C", "Z", "P", "Q", "T", "R", "S", "Cg", "G", "Kg")] + \
     [(n, np.int32) for n in ("stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d", "pad_h", "pad_w")]
 
 
-def _as3(t, fill):
-    """Pad a 2-D spatial tuple to 3-D (a leading depth of ``fill``)."""
-    return (fill,) * (3 - len(t)) + tuple(t)
-
-
 def conv_geometry(p: ConvProblem) -> np.void:
-    """The ``ConvGeometry`` struct of kernels_cu/generic/im2col_gemm.cu (2-D as 3-D with D = T = 1)."""
-    D, H, W = _as3(p.in_spatial, 1)
-    Z, P, Q = _as3(p.out_spatial, 1)
-    T, R, S = _as3(p.filter_spatial, 1)
-    sd, sh, sw = _as3(p.stride, 1)
-    dd, dh, dw = _as3(p.dilation, 1)
-    pd, ph, pw = _as3(p.pad_lo, 0)
-    vals = dict(N=p.batch, D=D, H=H, W=W, C=p.channels, Z=Z, P=P, Q=Q, T=T, R=R, S=S, Cg=p.channels_per_group,
-                G=p.groups, Kg=p.out_channels_per_group, stride_d=sd, stride_h=sh, stride_w=sw, dil_d=dd,
-                dil_h=dh, dil_w=dw, pad_d=pd, pad_h=ph, pad_w=pw)
+    """The ``ConvGeometry`` struct of kernels_cu/generic/im2col_gemm.cu."""
+    g = geometry3d(p)
+    vals = dict(N=p.batch, D=g.D, H=g.H, W=g.W, C=p.channels, Z=g.O, P=g.P, Q=g.Q, T=g.T, R=g.R, S=g.S,
+                Cg=p.channels_per_group, G=p.groups, Kg=p.out_channels_per_group)
+    vals.update(zip(("stride_d", "stride_h", "stride_w"), g.stride))
+    vals.update(zip(("dil_d", "dil_h", "dil_w"), g.dilation))
+    vals.update(zip(("pad_d", "pad_h", "pad_w"), g.pad))
     return c_struct(_GEOMETRY_FIELDS, vals)
+
+
+def operand_or(operand, stand_in):
+    """``operand``, or ``stand_in`` when it is absent (None): kernels take every operand by pointer and
+    read an optional one only when the epilogue flags say so, so an absent one is passed as any valid
+    array of the call (the output)."""
+    return stand_in if operand is None else operand
+
+
+_CONSTANT = re.compile(r"^\s*#define\s+([A-Z][A-Z0-9_]*)\s+\(?\s*(-?\d+)\s*(?:\*\s*(\d+))?\s*\)?\s*(?://.*)?$")
+
+
+@functools.lru_cache(maxsize=None)
+def header_constants(source_rel: str) -> Dict[str, int]:
+    """The integer ``#define NAME value`` (or ``value * factor``) lines of a kernel header
+    (``source_rel`` relative to kernels_cu/): the one place a budget the host also needs is written."""
+    from .compiler import kernels_dir
+    out = {}
+    for line in (kernels_dir("cu") / source_rel).read_text().splitlines():
+        m = _CONSTANT.match(line)
+        if m:
+            out[m.group(1)] = int(m.group(2)) * (int(m.group(3)) if m.group(3) else 1)
+    return out
 
 
 _EPILOGUE_FIELDS = [("alpha", np.float32), ("beta", np.float32), ("activation", np.int32),

@@ -131,7 +131,8 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
     from .device import device_of
     dev = device_of(a)
     with a.device:
-        from .backends.sm80 import MAX_LD, run_matmul
+        from .backends.sm80.matmul import run_matmul
+        from .backends.sm80.params import MAX_LD
         if dtype == "float32" or dev.cc < (8, 0) or max(K, N) > MAX_LD:
             acc = cp.matmul(a.astype(cp.float32), b.astype(cp.float32))
             res = _epilogue_xp(cp, acc, e, bias, residual).astype(a.dtype)

@@ -1,4 +1,4 @@
-"""The Hopper kernel ``sm90_tma`` (TMA im2col + warp-specialized wgmma, kernels_cu/hopper/).
+"""The Hopper kernel ``sm90_tma`` (TMA im2col + warp-specialized wgmma, kernels_cu/sm90/).
 
 CPU part (runs in CI): every compiled variant builds for sm_90a without spills and its SASS holds
 HGMMA and UTMALDG; the TMA descriptor parameters replayed through the NumPy box-load model give
@@ -412,7 +412,7 @@ def test_split_tail_forced_and_env(monkeypatch):
         assert choose_tile_config(64 * 14 * 14, 256, 132, cluster=1, k_iters=16).split_tiles == 0
 
 
-# ---- halo tiles (kernels_cu/hopper/halo_loader.cuh)
+# ---- halo tiles (kernels_cu/sm90/halo_loader.cuh)
 def _geom(p):
     from cuconv.backends.hopper_tma import _halo_geometry
     return _halo_geometry(p)

@@ -1,9 +1,9 @@
-"""Built-in kernels. Importing this package registers them with :mod:`cuconv.dispatch`.
+"""The built-in kernels, one module or package per family; importing this package registers them.
 
-One module per kernel family; each registers its kernels at import. Device-specific modules only
-touch CuPy inside ``run``, so importing them on a CPU-only machine is free.
+``cpu`` (NumPy), ``generic_gpu`` (im2col + cuBLAS, the CUDA fallback), ``sm90`` (Hopper: ``sm90_tma``,
+``conv3d_native``), ``conv3d_qslice`` (conv3d as slices of the Hopper kernel), ``sm80`` (portable
+sm_80+: ``sm80_igemm``), ``cdna3`` (AMD: ``cdna3_igemm``). Device-specific code touches CuPy only
+inside ``Plan.run``, so importing them on a CPU-only machine is free.
 """
 
-from . import conv3d_qslice, cpu, generic_gpu, hopper_tma  # noqa: F401
-from . import rocm  # noqa: F401  (AMD CDNA, HIP; CuPy touched only in run)
-from . import sm80  # noqa: F401  (sm_80+ cp.async + mma.sync implicit GEMM; CuPy touched only in run)
+from . import cdna3, conv3d_qslice, cpu, generic_gpu, sm80, sm90  # noqa: F401

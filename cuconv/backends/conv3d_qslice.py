@@ -4,8 +4,7 @@ For stride 1, dilation 1, groups 1 and no temporal padding (causal video VAEs pr
 
     out[n, z] = sum_t conv2d(x[n, z + t], w[:, t])          t = 0 .. T-1, z = 0 .. Z-1
 
-Each term is one launch of the best 2-D kernel for the slice problem (the Hopper TMA kernel on an
-H100) over the ``Z`` depth planes of image ``n`` as its batch, written to one reusable 16-bit
+Each term is one launch of the Hopper kernel's plan (``sm90_tma``) for the slice problem over the ``Z`` depth planes of image ``n`` as its batch, written to one reusable 16-bit
 temporary; ``qslice_accumulate`` adds it into a zero-initialised fp32 accumulator, and
 ``qslice_cast`` applies the user's epilogue and rounds once. Chaining the slices through the 16-bit
 output instead (residual with beta = 1) would round the running sum T times.
@@ -20,11 +19,12 @@ fp32) and the re-laid-out filter (``T*K_pad*R*S*C`` 16-bit); :func:`extra_bytes`
 
 from __future__ import annotations
 
-from .. import dispatch
 from ..compiler import load_cuda_module
-from ..dispatch import Kernel, register
-from ..launch import dtype_code, epilogue_params, grid_1d
+from ..launch import dtype_code, epilogue_params, grid_1d, operand_or
+from ..plan import Declined, Kernel, Plan
 from ..problem import ConvProblem, Epilogue
+from ..registry import register
+from .sm90 import Sm90TmaKernel
 
 _SOURCE = "conv3d/qslice_accumulate.cu"
 _BLOCK = 256
@@ -59,57 +59,51 @@ class QSliceConv3d(Kernel):
     spatial_dims = (3,)
     strategy = "qslice"
 
-    def check(self, problem, device):
+    #: The 2-D kernel that runs each slice.
+    slice_kernel = Sm90TmaKernel()
+
+    def make_plan(self, problem, device, overrides):
         p = problem
         if p.dtype not in ("float16", "bfloat16"):
-            return False, f"needs float16/bfloat16, got {p.dtype}"
+            return Declined(f"needs float16/bfloat16, got {p.dtype}")
         if p.groups != 1:
-            return False, f"needs groups == 1, got {p.groups}"
+            return Declined(f"needs groups == 1, got {p.groups}")
         if any(s != 1 for s in p.stride) or any(d != 1 for d in p.dilation):
-            return False, f"needs stride 1 and dilation 1, got stride {p.stride} dilation {p.dilation}"
+            return Declined(f"needs stride 1 and dilation 1, got stride {p.stride} dilation {p.dilation}")
         if p.filter_spatial[0] < 2:
-            return False, "needs a filter depth T > 1 (T == 1 is a plain 2-D convolution)"
+            return Declined("needs a filter depth T > 1 (T == 1 is a plain 2-D convolution)")
         if p.pad_lo[0] or p.pad_hi[0]:
-            return False, (f"needs no temporal padding (pre-pad time as causal video VAEs do), got "
-                           f"{p.pad_lo[0]}/{p.pad_hi[0]}")
+            return Declined(f"needs no temporal padding (pre-pad time as causal video VAEs do), got "
+                            f"{p.pad_lo[0]}/{p.pad_hi[0]}")
         if p.channels % 64 or p.out_channels % 64:
-            return False, f"needs C and K multiples of 64, got C={p.channels} K={p.out_channels}"
-        k2d, why = self._slice_kernel(p, device)
-        if k2d is None:
-            return False, why
-        return True, (f"{p.filter_spatial[0]} x {k2d.name} slices per image + fp32 accumulator "
-                      f"(K padded {p.out_channels} -> {padded_k(p.out_channels)})"
-                      if padded_k(p.out_channels) != p.out_channels else
-                      f"{p.filter_spatial[0]} x {k2d.name} slices per image + fp32 accumulator")
+            return Declined(f"needs C and K multiples of 64, got C={p.channels} K={p.out_channels}")
+        inner = self.slice_kernel.plan(slice_problem(p), device, overrides)
+        if not inner:
+            return Declined(f"{self.slice_kernel.name} declines the slice problem: {inner.reason}")
+        pad = (f" (K padded {p.out_channels} -> {padded_k(p.out_channels)})"
+               if padded_k(p.out_channels) != p.out_channels else "")
+        return QSlicePlan(self, problem, device, inner,
+                          f"{p.filter_spatial[0]} x {inner.kernel.name} slices per image + fp32 accumulator{pad}")
 
-    @staticmethod
-    def _slice_kernel(p, device):
-        """The fast 2-D kernel for one slice, or (None, why)."""
-        try:
-            sp = slice_problem(p)
-        except ValueError as e:  # cannot happen for a valid 3-D problem; be explicit anyway
-            return None, f"slice problem invalid: {e}"
-        k2d, expl = dispatch.select(sp, device)
-        if k2d.name == "generic_gpu":
-            reasons = "; ".join(f"{n}: {w}" for n, w in expl.declined.items() if n != "cpu")
-            return None, f"no fast 2-D kernel accepts the slice problem ({reasons})"
-        return k2d, ""
 
-    def describe(self, problem, device):
-        k2d, _ = self._slice_kernel(problem, device)
-        inner = k2d.describe(slice_problem(problem), device) if k2d is not None else "?"
-        return (f"{problem.batch} x {problem.filter_spatial[0]} launches of [{inner}], "
-                f"extra memory {extra_bytes(problem) / 2**20:.1f} MiB")
+class QSlicePlan(Plan):
+    """T x N launches of the slice problem's plan, an fp32 accumulator and one epilogue pass."""
 
-    def run(self, problem, x, w, bias, residual, out):
+    def __init__(self, kernel, problem, device, inner: Plan, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.inner = inner
+
+    def describe(self):
+        p = self.problem
+        return (f"{p.batch} x {p.filter_spatial[0]} launches of [{self.inner.describe()}], "
+                f"extra memory {extra_bytes(p) / 2**20:.1f} MiB")
+
+    def run(self, x, w, bias, residual, out):
         import cupy as cp
 
-        from ..device import device_of
-        p = problem
-        dev = device_of(x)
-        sp = slice_problem(p)
-        k2d, _ = self._slice_kernel(p, dev)
-        mod = load_cuda_module(_SOURCE, dev, {"CUCONV_DTYPE": dtype_code(p.dtype)})
+        p = self.problem
+        sp = self.inner.problem
+        mod = load_cuda_module(_SOURCE, self.device, {"CUCONV_DTYPE": dtype_code(p.dtype)})
         accumulate, cast = mod.get_function("qslice_accumulate"), mod.get_function("qslice_cast")
         T, Z = p.filter_spatial[0], p.out_spatial[0]
         K, kp = p.out_channels, sp.out_channels
@@ -121,13 +115,12 @@ class QSliceConv3d(Kernel):
         plane = tmp.size
         for n in range(p.batch):            # N * T coarse launches, not per-tile work
             for t in range(T):
-                k2d.run(sp, x[n, t:t + Z], w_slices[t], None, None, tmp)
+                self.inner.run(x[n, t:t + Z], w_slices[t], None, None, tmp)
                 accumulate(grid_1d(-(-plane // 8), _BLOCK), (_BLOCK,), (tmp, acc[n], cp.int64(plane)))
         rows = p.gemm_m
-        ep = epilogue_params(p.epilogue)
         cast(grid_1d(rows * K, _BLOCK), (_BLOCK,),
-             (acc, bias if bias is not None else out, residual if residual is not None else out, out,
-              cp.int64(rows), cp.int32(K), cp.int32(kp), ep))
+             (acc, operand_or(bias, out), operand_or(residual, out), out, cp.int64(rows), cp.int32(K), cp.int32(kp),
+              epilogue_params(p.epilogue)))
 
 
 register(QSliceConv3d())

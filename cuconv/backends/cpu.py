@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..dispatch import Kernel, register
+from ..plan import Kernel, Plan
+from ..registry import register
 from ..epilogue import apply_epilogue_numpy
 
 
@@ -34,13 +35,16 @@ class CPUKernel(Kernel):
     backend = "cpu"
     priority = 0
 
-    def check(self, problem, device):
-        return True, "NumPy im2col + float32 matmul accepts every valid problem"
+    def make_plan(self, problem, device, overrides):
+        return CPUPlan(self, problem, device, "NumPy im2col + float32 matmul accepts every valid problem")
 
-    def describe(self, problem, device):
+
+class CPUPlan(Plan):
+    def describe(self):
         return "sliding_window_view im2col + float32 matmul"
 
-    def run(self, problem, x, w, bias, residual, out):
+    def run(self, x, w, bias, residual, out):
+        problem = self.problem
         nd, G = problem.nd, problem.groups
         Cg, Kg, Kgemm, M = problem.channels_per_group, problem.gemm_n, problem.gemm_k, problem.gemm_m
         win = im2col_windows(problem, x.astype(np.float32, copy=False))

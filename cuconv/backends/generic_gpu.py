@@ -1,8 +1,7 @@
 """Generic GPU kernel: explicit im2col (our kernel) + batched cuBLAS GEMM (cupy.matmul) + epilogue.
 
-Serves every valid problem on CUDA (and HIP, where CuPy compiles the same source with hiprtc is
-future work; today it is CUDA only). It is the visible fallback of the fast kernels and the
-baseline the benchmark compares them with.
+Serves every valid problem on CUDA (it is CUDA only: there is no HIP build of it). It is the visible
+fallback of the fast kernels and the baseline the benchmark compares them with.
 
 Data flow for one call (M chunked so the fp32 im2col matrix stays under ``_A_BYTES``)::
 
@@ -15,8 +14,9 @@ Data flow for one call (M chunked so the fp32 im2col matrix stays under ``_A_BYT
 from __future__ import annotations
 
 from ..compiler import load_cuda_module
-from ..dispatch import Kernel, register
-from ..launch import conv_geometry, dtype_code, epilogue_params, grid_1d
+from ..launch import conv_geometry, dtype_code, epilogue_params, grid_1d, operand_or
+from ..plan import Kernel, Plan
+from ..registry import register
 
 _SOURCE = "generic/im2col_gemm.cu"
 _A_BYTES = 1 << 30  # at most 1 GiB of fp32 im2col matrix per chunk
@@ -31,26 +31,27 @@ class GenericGPUKernel(Kernel):
     backend = "cuda"
     priority = 0
 
-    def check(self, problem, device):
-        return True, "explicit im2col + cuBLAS accepts every valid problem (fallback path)"
+    def make_plan(self, problem, device, overrides):
+        return GenericGPUPlan(self, problem, device,
+                              "explicit im2col + cuBLAS accepts every valid problem (fallback path)")
 
-    def describe(self, problem, device):
-        return f"im2col_f32 + cupy.matmul (batched over {problem.groups} group(s)) + epilogue"
 
-    def run(self, problem, x, w, bias, residual, out):
+class GenericGPUPlan(Plan):
+    def describe(self):
+        return f"im2col_f32 + cupy.matmul (batched over {self.problem.groups} group(s)) + epilogue"
+
+    def run(self, x, w, bias, residual, out):
         import cupy as cp
 
-        from ..device import device_of
-        dev = device_of(x)
-        mod = load_cuda_module(_SOURCE, dev, {"CUCONV_DTYPE": dtype_code(problem.dtype)})
+        problem = self.problem
+        mod = load_cuda_module(_SOURCE, self.device, {"CUCONV_DTYPE": dtype_code(problem.dtype)})
         im2col, epi = mod.get_function("im2col_f32"), mod.get_function("epilogue")
         geom = conv_geometry(problem)
         ep = epilogue_params(problem.epilogue)
         G, Kg, Kgemm, M = problem.groups, problem.gemm_n, problem.gemm_k, problem.gemm_m
         b = w.reshape(G, Kg, Kgemm).astype(cp.float32).transpose(0, 2, 1)  # [G, Kgemm, Kg]
         chunk = max(1, min(M, _A_BYTES // max(1, 4 * G * Kgemm)))
-        bias_arg = bias if bias is not None else out  # never read when absent
-        res_arg = residual if residual is not None else out
+        bias_arg, res_arg = operand_or(bias, out), operand_or(residual, out)
         for m_begin in range(0, M, chunk):  # a few coarse chunks, not per-tile work
             mc = min(chunk, M - m_begin)
             a = cp.empty((G, mc, Kgemm), dtype=cp.float32)

@@ -1,4 +1,4 @@
-"""NumPy model of the Hopper kernel's halo tiles (kernels_cu/hopper/halo_loader.cuh).
+"""NumPy model of the Hopper kernel's halo tiles (kernels_cu/sm90/halo_loader.cuh).
 
 A halo tile is ``rows`` output rows x 64 output columns of one (image, depth) plane of a convolution
 with H and W stride 1. Per (depth tap ``t``, channel block) the device loads one *window*: the input

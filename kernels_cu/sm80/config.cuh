@@ -9,6 +9,10 @@
 //   CUCONV_KERNEL_NAME    the extern "C" name, chosen by the host so that it encodes the variant
 #pragma once
 
+// Budget: the dynamic shared memory of one CTA on the smallest sm_80+ part served (sm_86/89: 99 KiB
+// opt-in per block). The host reads this line (cuconv/launch.py header_constants).
+#define SM80_SMEM_BUDGET (99 * 1024)
+
 #ifndef CUCONV_DTYPE
 #define CUCONV_DTYPE 1
 #endif
@@ -54,9 +58,7 @@ constexpr int kBM = CUCONV_BM, kBN = CUCONV_BN, kBK = CUCONV_BK, kStages = CUCON
 constexpr int kWarpsM = CUCONV_WARPS_M, kWarpsN = CUCONV_WARPS_N;
 constexpr int kThreads = 32 * kWarpsM * kWarpsN;
 constexpr int kVecA = CUCONV_VEC_A, kVecB = CUCONV_VEC_B;
-// Budget: the dynamic shared memory of one CTA on the smallest sm_80+ part we serve (sm_86/89:
-// 99 KiB opt-in per block).
-constexpr int kSmemBudgetBytes = 99 * 1024;
+constexpr int kSmemBudgetBytes = SM80_SMEM_BUDGET;
 static_assert(kBK == 32, "the 64-byte row swizzle and loaders are tuned for BK = 32");
 static_assert(kThreads == 128 || kThreads == 256, "4 or 8 warps");
 }  // namespace sm80

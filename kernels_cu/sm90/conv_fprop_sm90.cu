@@ -60,14 +60,15 @@
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
 #include "common/types.cuh"
-#include "hopper/epilogue.cuh"
-#include "hopper/epilogue_load.cuh"
-#include "hopper/halo_loader.cuh"
-#include "hopper/pipeline.cuh"
-#include "hopper/scheduler.cuh"
-#include "hopper/split_reduce.cuh"
-#include "hopper/tma_im2col_loader.cuh"
-#include "hopper/wgmma_mainloop.cuh"
+#include "sm90/budget.cuh"
+#include "sm90/epilogue.cuh"
+#include "sm90/epilogue_load.cuh"
+#include "sm90/halo_loader.cuh"
+#include "sm90/pipeline.cuh"
+#include "sm90/scheduler.cuh"
+#include "sm90/split_reduce.cuh"
+#include "sm90/tma_im2col_loader.cuh"
+#include "sm90/wgmma_mainloop.cuh"
 
 #ifndef SM90_BM
 #define SM90_BM 128
@@ -98,7 +99,7 @@
 #endif
 
 namespace cfg {
-constexpr int BM = SM90_BM, BN = SM90_BN, BK = 64, STAGES = SM90_STAGES;
+constexpr int BM = SM90_BM, BN = SM90_BN, BK = SM90_BLOCK_K, STAGES = SM90_STAGES;
 // Ping-pong (SM90_PINGPONG, halo tiles only): two consumer warpgroups take turns, each owning a whole
 // BM x BN tile (MB = BM / 64 row blocks of accumulators); otherwise one warpgroup per 64 tile rows.
 constexpr bool PINGPONG = SM90_PINGPONG != 0;
@@ -107,7 +108,7 @@ constexpr int MB = PINGPONG ? BM / 64 : 1;           // 64-row accumulator block
 constexpr int SLOT_READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups reading each ring slot
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
-constexpr int C_STAGES = 2;
+constexpr int C_STAGES = SM90_C_STAGES;
 constexpr int CLUSTER = SM90_CLUSTER;  // CTAs per cluster sharing (multicasting) the filter tile
 constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead of im2col boxes
 // Halo windows: at most (S-1) dil_w = 2 extra columns and (R-1) dil_h = 2 extra rows (3x3 and
@@ -117,8 +118,8 @@ constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead 
 // BM = 256), which TMA's swizzled writes and the wgmma reads agree on as they do for every tap row
 // (both apply the swizzle to address bits, see halo_loader.cuh). Rounding cost the 192 x 128 halo
 // tile with a residual its sixth filter slot (1280 bytes short).
-constexpr int HALO_COLS_MAX = 64 + 2, HALO_ROWS_MAX = BM / 64 + 2;
-constexpr int A_STAGES = HALO ? 2 : STAGES;  // the window ring is separate from the filter ring
+constexpr int HALO_COLS_MAX = 64 + SM90_HALO_REACH_MAX, HALO_ROWS_MAX = BM / 64 + SM90_HALO_REACH_MAX;
+constexpr int A_STAGES = HALO ? SM90_HALO_A_STAGES : STAGES;  // the window ring is separate from the filter ring
 
 // Shared-memory budget per ring slot and in total. The tiles start on a 1024-byte boundary (the
 // 128B-swizzle atom): the kernel re-aligns the dynamic shared memory, and the launch asks for up to
@@ -128,12 +129,12 @@ constexpr int A_STAGES = HALO ? 2 : STAGES;  // the window ring is separate from
 // that the aligned layout fits what it was given and traps otherwise (see the kernel's prologue).
 constexpr int A_STAGE_BYTES = HALO ? HALO_COLS_MAX * HALO_ROWS_MAX * 128 : BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
-constexpr int C_CHUNK_BYTES = BM * 64 * 2;
+constexpr int C_CHUNK_BYTES = BM * SM90_C_CHUNK * 2;
 constexpr int C_RING_BYTES = HAS_RESIDUAL ? C_STAGES * C_CHUNK_BYTES : 0;
-constexpr int BARRIER_BYTES = 256;
-constexpr int SMEM_ALIGN_SLACK = 1024;
+constexpr int BARRIER_BYTES = SM90_BARRIER_BYTES;
+constexpr int SMEM_ALIGN_SLACK = SM90_SMEM_ALIGN_SLACK;
 constexpr int SMEM_USED = A_STAGES * A_STAGE_BYTES + STAGES * B_STAGE_BYTES + C_RING_BYTES + BARRIER_BYTES;
-constexpr int SMEM_LIMIT = 227 * 1024;  // H100 opt-in maximum per block
+constexpr int SMEM_LIMIT = SM90_SMEM_LIMIT;
 constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK < SMEM_LIMIT ? SMEM_USED + SMEM_ALIGN_SLACK : SMEM_LIMIT;
 constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;  // with a cluster: own A + every B share
 constexpr int B_SHARE_ROWS = BN / CLUSTER;                     // filter rows each CTA of a cluster loads

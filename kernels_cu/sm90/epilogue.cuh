@@ -12,7 +12,7 @@
 
 #include "common/epilogue_math.cuh"
 #include "common/types.cuh"
-#include "hopper/pipeline.cuh"
+#include "sm90/pipeline.cuh"
 
 namespace cuconv {
 namespace sm90 {

@@ -13,9 +13,9 @@
 // 64 channels, which lands in the same tile-row order (row 64 g + j = pixel (y0 + g, x0 + j)).
 #pragma once
 
-#include "hopper/pipeline.cuh"
-#include "hopper/scheduler.cuh"
-#include "hopper/tma_im2col_loader.cuh"
+#include "sm90/pipeline.cuh"
+#include "sm90/scheduler.cuh"
+#include "sm90/tma_im2col_loader.cuh"
 
 namespace cuconv {
 namespace sm90 {

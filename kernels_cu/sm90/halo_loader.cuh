@@ -29,9 +29,9 @@
 // loader does; the windows stay per CTA.
 #pragma once
 
-#include "hopper/pipeline.cuh"
-#include "hopper/scheduler.cuh"
-#include "hopper/tma_im2col_loader.cuh"
+#include "sm90/pipeline.cuh"
+#include "sm90/scheduler.cuh"
+#include "sm90/tma_im2col_loader.cuh"
 
 namespace cuconv {
 namespace sm90 {

@@ -14,7 +14,7 @@
 #pragma once
 
 #include "common/types.cuh"
-#include "hopper/pipeline.cuh"
+#include "sm90/pipeline.cuh"
 
 #if CUCONV_DTYPE == 0
 #define CUCONV_WGMMA_AB_TYPE "f16"

@@ -1,6 +1,6 @@
 """TMA descriptors (``CUtensorMap``) for the Hopper kernel, encoded with cuda-bindings.
 
-Three descriptors per call (see kernels_cu/hopper/tma_im2col_loader.cuh for how they are read):
+Three descriptors per call (see kernels_cu/sm90/tma_im2col_loader.cuh for how they are read):
 
 * activations ``x`` (N, H, W, C) or, for conv3d, (N, D, H, W, C): im2col mode (rank 4 / rank 5), one box = ``pixels`` output pixels x ``channels``
   channels of one filter tap. :func:`tma_box_params` gives the parameters, derived from the
@@ -9,7 +9,7 @@ Three descriptors per call (see kernels_cu/hopper/tma_im2col_loader.cuh for how 
 * weights ``w`` (K, [T,] R, S, C) viewed as (K, taps, C): tiled, box {channels, 1 tap, BN filters}.
 * residual ``C`` (M, K): tiled, box {64 channels, BM pixels}.
 
-Halo tiles (stride-1 convolutions, kernels_cu/hopper/halo_loader.cuh) replace two of them:
+Halo tiles (stride-1 convolutions, kernels_cu/sm90/halo_loader.cuh) replace two of them:
 :func:`encode_halo_x` (x as (N, D, H, W, C), tiled, one box = the window of a tile's output rows
 plus the filter's halo) and :func:`encode_halo_c` (the residual as (N*O*P, Q, K), box {64, 64, rows}).
 
@@ -30,8 +30,8 @@ from typing import Optional
 
 import numpy as np
 
-from .models.tma import ConvBoxParams, conv_box_params
-from .problem import ConvProblem
+from ...models.tma import ConvBoxParams, conv_box_params
+from ...problem import ConvProblem
 
 __all__ = ["TmaBoxParams", "tma_box_params", "tma_limits_violation", "encode_im2col_x", "encode_tiled_w",
            "encode_tiled_c", "encode_halo_x", "encode_halo_c", "DESCRIPTOR_DTYPE"]
@@ -115,12 +115,13 @@ def tma_limits_violation(problem: ConvProblem) -> Optional[str]:
 
 # --------------------------------------------------------------------------- encoding (needs CUDA)
 @functools.lru_cache(maxsize=None)
-def _driver():
-    from cuda.bindings import driver
-    (err,) = driver.cuInit(0)
+def cuda_driver():
+    """The ``cuda.bindings.driver`` module, initialised (imported on first use)."""
+    from cuda.bindings import driver as drv
+    (err,) = drv.cuInit(0)
     if int(err) != 0:
         raise RuntimeError(f"cuInit failed: {err}")
-    return driver
+    return drv
 
 
 def _data_type(driver, dtype: str):
@@ -162,7 +163,7 @@ def encode_im2col_x(problem: ConvProblem, ptr: int, box: Optional[TmaBoxParams] 
 
     Rank 4 for conv2d, rank 5 for conv3d; the driver takes every per-dim list innermost first.
     """
-    driver = _driver()
+    driver = cuda_driver()
     box = box or tma_box_params(problem)
     dims = list(reversed(problem.x_shape))          # C, W, H, (D,) N
     es = problem.itemsize
@@ -182,7 +183,7 @@ def encode_im2col_x(problem: ConvProblem, ptr: int, box: Optional[TmaBoxParams] 
 
 def encode_tiled_w(problem: ConvProblem, ptr: int, block_n: int, block_k: int = 64) -> np.void:
     """Tiled descriptor of the filters (K, [T,] R, S, C) viewed as (K, taps, C); box {BK, 1, BN}."""
-    driver = _driver()
+    driver = cuda_driver()
     K, *filt, C = problem.w_shape
     taps = math.prod(filt)
     es = problem.itemsize
@@ -195,7 +196,7 @@ def encode_tiled_w(problem: ConvProblem, ptr: int, block_n: int, block_k: int = 
 
 def encode_tiled_c(problem: ConvProblem, ptr: int, block_m: int = 128, chunk_n: int = 64) -> np.void:
     """Tiled descriptor of the residual (M, K); box {64 channels, BM rows}."""
-    driver = _driver()
+    driver = cuda_driver()
     M, K = problem.gemm_m, problem.out_channels
     es = problem.itemsize
     inter, swz, l2, oob = _enums(driver)
@@ -208,7 +209,7 @@ def encode_halo_x(problem: ConvProblem, ptr: int, cols: int, rows: int, block_k:
     """Tiled descriptor of the activations viewed as (N, D, H, W, C) (D = 1 for conv2d); box
     {BK channels, ``cols`` pixels, ``rows`` rows, 1, 1}: a halo tile's input window. Coordinates may
     be negative or run past the edges (padding): those pixels arrive as zeros."""
-    driver = _driver()
+    driver = cuda_driver()
     N, *spatial, C = problem.x_shape
     D, H, W = (1,) * (3 - problem.nd) + tuple(spatial)
     es = problem.itemsize
@@ -223,7 +224,7 @@ def encode_halo_x(problem: ConvProblem, ptr: int, cols: int, rows: int, block_k:
 def encode_halo_c(problem: ConvProblem, ptr: int, rows: int, chunk_n: int = 64) -> np.void:
     """Tiled descriptor of the residual viewed as (N*O*P, Q, K); box {64 channels, 64 columns,
     ``rows`` output rows}: the C chunk of a halo tile, in its tile-row order."""
-    driver = _driver()
+    driver = cuda_driver()
     *planes, Q = problem.out_spatial
     rows_total = problem.batch * math.prod(planes)
     K = problem.out_channels

@@ -1,0 +1,39 @@
+"""``Sm90ConvParams``: the Hopper kernel's parameter struct, built from a problem and its tile config.
+
+Mirrors the struct in kernels_cu/sm90/conv_fprop_sm90.cu field by field (tests/test_sm90_model.py
+checks the names and order against the source); a 2-D problem is the 3-D one of depth 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...launch import c_struct, divisor_fields, divisor_values, geometry3d
+from .tiles import TileConfig, c_blocks, halo_window, last_k16
+
+__all__ = ["PARAM_FIELDS", "kernel_params"]
+
+PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
+    "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
+    "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "k_split", "x_tiles",
+    "y_tiles", "halo_w", "halo_tx")] + [(n, "u4") for n, _ in divisor_fields(
+        "n_tiles_div", "opq_div", "pq_div", "q_div", "x_tiles_div", "y_tiles_div", "o_div")]
+
+_FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
+
+
+def kernel_params(problem, cfg: TileConfig) -> np.void:
+    """The ``Sm90ConvParams`` value of ``problem`` run with ``cfg``."""
+    g = geometry3d(problem)
+    halo_w, halo_h = halo_window(problem, cfg)
+    x_tiles, y_tiles = -(-g.Q // 64), -(-g.P // cfg.tile_rows)
+    vals = dict(M=problem.gemm_m, K=problem.out_channels, O=g.O, P=g.P, Q=g.Q, T=g.T, R=g.R, S=g.S,
+                c_blocks=c_blocks(problem.channels), last_k16=last_k16(problem.channels), n_tiles=cfg.n_tiles,
+                num_units=cfg.num_units, dp_tiles=cfg.dp_tiles, k_iters=cfg.k_iters, k_split=cfg.k_split,
+                x_tiles=x_tiles, y_tiles=y_tiles, halo_w=halo_w, halo_tx=halo_w * halo_h * 128 if cfg.halo else 0)
+    vals.update(zip(("stride_d", "stride_h", "stride_w"), g.stride))
+    vals.update(zip(("dil_d", "dil_h", "dil_w"), g.dilation))
+    vals.update(zip(("pad_d", "pad_h", "pad_w"), g.pad))
+    vals.update(divisor_values(n_tiles_div=cfg.n_tiles, opq_div=g.O * g.P * g.Q, pq_div=g.P * g.Q, q_div=g.Q,
+                               x_tiles_div=x_tiles, y_tiles_div=y_tiles, o_div=g.O))
+    return c_struct(_FIELDS, vals)

@@ -1,0 +1,413 @@
+"""The Hopper kernel's tile policy: which compiled variant and grid serve a problem (pure functions).
+
+:func:`tile_config` maps ``(problem, SM count, overrides)`` to a :class:`TileConfig`; nothing here
+reads the environment or touches a device, so CPU tests pin every rule. The shared-memory budget
+comes from the kernel's own header (kernels_cu/sm90/budget.cuh). The evidence behind each rule is in
+docs/tuning.md under the ID its docstring names.
+
+Vocabulary: a tile is BM output pixels (GEMM rows) x BN output channels; a ring slot holds one
+filter tap's 64-channel block of A (BM x 64) and B (BN x 64); ``k_iters`` slots make one tile's
+reduction. Halo tiles (stride-1 H/W, small filters) are BM/64 output rows x 64 columns of one
+plane, whose input window is loaded once per (depth tap, channel block) and shared by every (r, s)
+tap. Ping-pong tiles give each of two consumer warpgroups whole tiles in turn.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from ...launch import header_constants
+
+__all__ = ["TileConfig", "choose_tile_config", "tile_config", "halo_decline", "halo_why_not", "halo_window",
+           "k_iters", "c_blocks", "last_k16", "stages_for", "halo_stages", "bm_fits", "pingpong_block_m",
+           "STAGES", "BLOCK_MS", "PINGPONG_BLOCK_MS", "BLOCK_K"]
+
+_BUDGET = header_constants("sm90/budget.cuh")
+BLOCK_K = _BUDGET["SM90_BLOCK_K"]
+_SMEM_LIMIT = _BUDGET["SM90_SMEM_LIMIT"]
+_BARRIER_BYTES = _BUDGET["SM90_BARRIER_BYTES"]
+_ALIGN_SLACK = _BUDGET["SM90_SMEM_ALIGN_SLACK"]
+_C_STAGES, _C_CHUNK = _BUDGET["SM90_C_STAGES"], _BUDGET["SM90_C_CHUNK"]
+HALO_A_STAGES = _BUDGET["SM90_HALO_A_STAGES"]
+HALO_REACH_MAX = _BUDGET["SM90_HALO_REACH_MAX"]
+_MAX_STAGES = _BUDGET["SM90_MAX_STAGES"]
+
+BLOCK_M = 128
+#: Ring depth per BN at BM = 128: as many slots as fit next to a 2-slot C ring (at most 8).
+STAGES = {64: 8, 96: 6, 128: 6, 160: 5, 192: 4, 256: 4}
+#: Tile heights: 64 rows per consumer warpgroup (two, three or four of them).
+BLOCK_MS = (128, 192, 256)
+#: Ping-pong tile heights (one warpgroup holds a whole tile: BM/64 x BN/2 <= 128 accumulators per thread).
+PINGPONG_BLOCK_MS = (64, 128, 192, 256)
+#: BN a 256-row tile (four consumer warpgroups) holds without spilling.
+WIDE_M_BN = (64, 96)
+#: BN a 192-row tile (three consumer warpgroups) holds without spilling.
+MID_M_BN = (64, 96, 128, 160, 192)
+#: BN of the base width rule; the others fit channel counts such as 96, 160 and 192 without padding.
+_BASE_BN = (64, 128, 256)
+#: Halo tiles with a residual need this many filter slots next to the C ring (docs/tuning.md T-halo-residual).
+HALO_MIN_RES_STAGES = 4
+#: The split tail needs this many reduction steps per tile unless forced (each half >= 4 slots).
+_SPLIT_MIN_K_ITERS = 8
+#: (BN, BM) of the halo tiles that replace BN = 256 with a residual (docs/tuning.md T-halo-narrow-residual).
+_NARROW_HALO_RES = (128, 192)
+#: The ping-pong tile the automatic choice takes: two 64 x 128 wgmma row blocks per warpgroup.
+_PINGPONG_AUTO = (128, 128)
+
+
+# ------------------------------------------------------------------------------------ shared memory
+def _c_ring_bytes(block_m: int) -> int:
+    return _C_STAGES * block_m * _C_CHUNK * 2
+
+
+def _halo_slot_bytes(block_m: int) -> int:
+    """One window slot: (64 + reach) x (BM/64 + reach) pixel rows of 128 bytes (cfg::A_STAGE_BYTES)."""
+    return (64 + HALO_REACH_MAX) * (block_m // 64 + HALO_REACH_MAX) * 128
+
+
+def halo_stages(block_m: int, block_n: int, loads_residual: bool) -> int:
+    """Filter-ring depth of halo tiles: what fits next to the window slots (and the C ring)."""
+    free = (_SMEM_LIMIT - _BARRIER_BYTES - HALO_A_STAGES * _halo_slot_bytes(block_m)
+            - (_c_ring_bytes(block_m) if loads_residual else 0))
+    return min(_MAX_STAGES, free // (block_n * BLOCK_K * 2))
+
+
+def stages_for(block_m: int, block_n: int, loads_residual: bool) -> int:
+    """Ring depth of im2col tiles: :data:`STAGES` at BM = 128; taller tiles take what fits next to the C ring."""
+    if block_m == BLOCK_M:
+        return STAGES[block_n]
+    free = _SMEM_LIMIT - _BARRIER_BYTES - (_c_ring_bytes(block_m) if loads_residual else 0)
+    return min(_MAX_STAGES, free // ((block_m + block_n) * BLOCK_K * 2))
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One compiled variant of the kernel (BM x BN x BK tile, ring depth) and its grid."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    m_tiles: int
+    n_tiles: int
+    grid: int               # CTAs launched (persistent when grid / cluster < units)
+    cluster: int = 1        # CTAs per cluster sharing the filter tile by multicast (1 or 2)
+    split_tiles: int = 0    # tiles of the last wave cut in two along the reduction (scheduler.cuh)
+    k_iters: int = 0        # reduction steps (ring slots) of a whole tile
+    halo: bool = False      # halo tiles: BM/64 output rows x 64 columns, one window per (t, c-block)
+    pingpong: bool = False  # halo tiles only: two consumer warpgroups take turns, each owning a whole tile
+    note: str = ""          # why the automatic choice departed from its usual rule (for explain)
+
+    @property
+    def consumers(self) -> int:
+        """Consumer warpgroups (cfg::CONSUMERS): one per 64 tile rows, or two taking turns (ping-pong)."""
+        return 2 if self.pingpong else self.block_m // 64
+
+    @property
+    def tile_rows(self) -> int:
+        """64-row blocks of a tile: a halo tile's output rows."""
+        return self.block_m // 64
+
+    @property
+    def num_units(self) -> int:
+        """Scheduling units (scheduler.cuh): cluster tiles, each split tile counted once per half."""
+        return -(-self.m_tiles // self.cluster) * self.n_tiles + self.split_tiles
+
+    @property
+    def dp_tiles(self) -> int:
+        """Units that are whole tiles: the first ``num_units - 2 * split_tiles``."""
+        return self.num_units - 2 * self.split_tiles
+
+    @property
+    def k_split(self) -> int:
+        """Reduction steps of the first (PARTIAL) half of a split tile."""
+        return self.k_iters // 2
+
+    @property
+    def persistent(self) -> bool:
+        return self.grid // self.cluster < self.num_units
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    def smem_bytes(self, loads_residual: bool) -> int:
+        """Dynamic shared memory to launch with, as cfg::SMEM_BYTES: tiles, barriers and up to 1 KiB of
+        alignment slack, capped at the limit (the dynamic area starts 1024-aligned)."""
+        b_ring = self.stages * self.block_n * self.block_k * 2
+        a_ring = (HALO_A_STAGES * _halo_slot_bytes(self.block_m) if self.halo
+                  else self.stages * self.block_m * self.block_k * 2)
+        ring = _c_ring_bytes(self.block_m) if loads_residual else 0
+        return min(_SMEM_LIMIT, _ALIGN_SLACK + a_ring + b_ring + ring + _BARRIER_BYTES)
+
+    @property
+    def variant(self) -> tuple:
+        """What selects the compiled kernel: (BM, BN, stages, cluster, halo, ping-pong)."""
+        return (self.block_m, self.block_n, self.stages, self.cluster, self.halo, self.pingpong)
+
+
+# ------------------------------------------------------------------------------------ problem views
+def c_blocks(channels: int) -> int:
+    """64-channel blocks per filter tap (the last one possibly partial)."""
+    return -(-channels // BLOCK_K)
+
+
+def k_iters(problem) -> int:
+    """Reduction steps (ring slots) of one tile: filter taps x 64-channel blocks."""
+    return math.prod(problem.filter_spatial) * c_blocks(problem.channels)
+
+
+def last_k16(channels: int) -> int:
+    """k16 steps of the last channel block that hold real channels (C = 96 -> 2, 72 -> 1, 128 -> 4)."""
+    return -(-(channels - (c_blocks(channels) - 1) * BLOCK_K) // 16)
+
+
+def halo_decline(problem) -> Optional[str]:
+    """Why halo tiles cannot serve ``problem`` (None when they can): H and W stride 1 and a window reach
+    (filter extent - 1) x dilation of at most :data:`HALO_REACH_MAX` along H and W."""
+    stride_hw = tuple(problem.stride[-2:])
+    if stride_hw != (1, 1):
+        return f"H/W stride {stride_hw}: halo tiles need stride 1"
+    reach = tuple((f - 1) * d for f, d in zip(problem.filter_spatial[-2:], problem.dilation[-2:]))
+    if max(reach) > HALO_REACH_MAX:
+        return (f"filter reach (extent - 1) x dilation {reach} along H/W: halo windows hold at most "
+                f"{HALO_REACH_MAX} extra rows/columns")
+    return None
+
+
+def halo_geometry(problem) -> Optional[tuple]:
+    """(planes = N*O, P, Q, R*S) when halo tiles can serve ``problem``, else None."""
+    if halo_decline(problem) is not None:
+        return None
+    *planes, P, Q = problem.out_spatial
+    return problem.batch * math.prod(planes), P, Q, math.prod(problem.filter_spatial[-2:])
+
+
+def halo_window(problem, cfg: TileConfig) -> tuple:
+    """(columns, rows) of a halo tile's input window: 64 + (S-1) dil_w by BM/64 + (R-1) dil_h."""
+    R, S = problem.filter_spatial[-2:]
+    dh, dw = problem.dilation[-2:]
+    return 64 + (S - 1) * dw, cfg.tile_rows + (R - 1) * dh
+
+
+# ------------------------------------------------------------------------------------ the rules
+def _split_tiles(tiles: int, sm_count: int, k_iters_: int, cluster: int, split: Optional[bool]) -> int:
+    """Tiles of the last wave to cut in two along the reduction (scheduler.cuh; docs/tuning.md T-split-tail).
+
+    The last wave holds ``tiles % sm_count`` tiles; when they leave at least half of the SMs idle,
+    each is cut into two halves on two SMs, for one fp32 write and read of the tile through L2.
+    Automatic only after a full wave and with ``k_iters >= 8``; ``split=True`` needs ``k_iters >= 2``.
+    Never with clusters."""
+    if split is False or cluster != 1 or k_iters_ < 2:
+        return 0
+    tail = tiles % sm_count
+    if tail == 0 or 2 * tail > sm_count:
+        return 0
+    if split is None and (k_iters_ < _SPLIT_MIN_K_ITERS or tiles < sm_count):
+        return 0
+    return tail
+
+
+def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
+    """The base rule over BN in {64, 128, 256} (docs/tuning.md T-bn-rule): the smallest BN covering N up
+    to 128; above, 256 (twice the MMA work per A byte) unless it pads N more than 128 would or leaves
+    fewer tiles than SMs."""
+    if gemm_n <= 64:
+        return 64
+    if gemm_n <= 128:
+        return 128
+    pad256 = -(-gemm_n // 256) * 256
+    pad128 = -(-gemm_n // 128) * 128
+    return 256 if (pad256 <= pad128 and m_tiles * (pad256 // 256) >= sm_count) else 128
+
+
+def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
+    """Relative time of a BN choice: waves x per-tile time, the latter taken as BN + 32 (docs/tuning.md T-bn-model)."""
+    return -(-(m_tiles * -(-gemm_n // bn)) // sm_count) * (bn + 32)
+
+
+def bm_fits(block_m: int, block_n: int, cluster: int, loads_residual: bool, halo: bool) -> bool:
+    """Whether a ``block_m`` x ``block_n`` tile is a variant the kernel builds without spilling: 128
+    rows always; 192 for :data:`MID_M_BN`; 256 for :data:`WIDE_M_BN` (and BN 128 on halo tiles without
+    a residual). Taller tiles never in CTA pairs (docs/tuning.md T-tall-pairs)."""
+    if block_m == BLOCK_M:
+        return True
+    if cluster != 1:
+        return False
+    if block_m == 192:
+        return block_n in MID_M_BN
+    wide = WIDE_M_BN + ((128,) if halo and not loads_residual else ())
+    return block_n in wide
+
+
+def _tall_pays(tall: int, short: int, sm_count: int) -> bool:
+    """256-row tiles fill at least one wave and need no more than half the waves of 128-row ones
+    (docs/tuning.md T-tall-tile)."""
+    return tall >= sm_count and 2 * -(-tall // sm_count) <= -(-short // sm_count)
+
+
+def _mid_pays(mid: int, short: int, sm_count: int) -> bool:
+    """192-row tiles do 1.5x the work of 128-row ones, so they must take fewer tile-times: 3 x their
+    waves < 2 x the 128-row waves; ties keep 128 rows (docs/tuning.md T-mid-tile)."""
+    return 3 * -(-mid // sm_count) < 2 * -(-short // sm_count)
+
+
+def _auto_block_m(tiles: dict, block_n: int, cluster: int, loads_residual: bool, sm_count: int, halo: bool) -> int:
+    """The automatic height given ``tiles`` = {BM: tile count}: 256 where it fits and pays (on im2col
+    tiles not with a residual: its C ring leaves 3-4 slots), else 192 where it fits and pays, else 128."""
+    tall_ok = _tall_pays(tiles[256], tiles[BLOCK_M], sm_count) and (halo or not loads_residual)
+    if tall_ok and bm_fits(256, block_n, cluster, loads_residual, halo):
+        return 256
+    if bm_fits(192, block_n, cluster, loads_residual, halo) and _mid_pays(tiles[192], tiles[BLOCK_M], sm_count):
+        return 192
+    return BLOCK_M
+
+
+def _pingpong_fits(block_m: int, block_n: int) -> bool:
+    """One warpgroup holds a whole tile: BM/64 x BN/2 fp32 accumulators per thread, at most 128."""
+    return block_m in PINGPONG_BLOCK_MS and (block_m // 64) * (block_n // 2) <= 128
+
+
+def pingpong_block_m(block_n: int) -> int:
+    """The tallest ping-pong tile of width ``block_n`` (64 rows at BN 160..256, 128 at 96/128, 256 at 64)."""
+    return max(b for b in PINGPONG_BLOCK_MS if _pingpong_fits(b, block_n))
+
+
+def _pingpong_pays(pingpong: Optional[bool], auto_bn: bool, block_m: Optional[int], gemm_n: int,
+                   loads_residual: bool, cluster: int) -> bool:
+    """The automatic choice runs a halo problem as ping-pong 128 x 128 tiles where N is a multiple of
+    128, without a residual or CTA pairs, and neither the tile nor ping-pong is forced (docs/tuning.md
+    T-pingpong)."""
+    return (pingpong is None and auto_bn and block_m is None and not loads_residual and cluster == 1
+            and gemm_n % 128 == 0)
+
+
+def _halo_rule(planes: int, P: int, Q: int, taps_hw: int) -> bool:
+    """Halo tiles beat im2col boxes when at most 1/7 of the columns are padding (a tile covers 64
+    columns) and the filter has more than one (r, s) tap to share (docs/tuning.md T-halo-rule)."""
+    padded = -(-Q // 64) * 64
+    return taps_hw > 1 and 7 * padded <= 8 * Q
+
+
+def _narrow_halo_res_pays(auto_bn: bool, bn: int, gemm_n: int, block_m: Optional[int], cluster: int) -> bool:
+    """With a residual, 192 x 128 halo tiles (five filter slots) replace 128 x 256 ones (four) where
+    N <= 256 (docs/tuning.md T-halo-narrow-residual)."""
+    bn2, bm2 = _NARROW_HALO_RES
+    return (auto_bn and bn == 256 and gemm_n <= 256 and cluster == 1 and block_m in (None, bm2)
+            and bm_fits(bm2, bn2, cluster, True, halo=True) and halo_stages(bm2, bn2, True) >= HALO_MIN_RES_STAGES)
+
+
+def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None,
+                       block_n: Optional[int] = None, k_iters: int = 0, split: Optional[bool] = None,
+                       block_m: Optional[int] = None, loads_residual: bool = False,
+                       halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None,
+                       pingpong: Optional[bool] = None) -> TileConfig:
+    """The tile configuration of a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles take ``k_iters`` reduction
+    steps. Pure; every keyword left None is chosen automatically.
+
+    * BN: :func:`_bn_rule`, replaced by 96, 160 or 192 where :func:`_modelled_cost` predicts at least 12%
+      less time (less padding or a fuller last wave); ``block_n`` forces it.
+    * Height: :func:`_auto_block_m`; ``block_m`` forces it where the variant exists (:func:`bm_fits`).
+    * ``cluster`` = 2: pairs of CTAs multicasting the filter tile, when there are two row tiles.
+    * The split tail (:func:`_split_tiles`); ``split`` forces it on or off.
+    * Halo tiles where ``halo_geometry`` = (planes, P, Q, R*S) is given (else the problem cannot use
+      them) and :func:`_halo_rule` or ``halo`` says so; with a residual only where the filter ring keeps
+      :data:`HALO_MIN_RES_STAGES` slots, or as 192 x 128 tiles (:func:`_narrow_halo_res_pays`).
+    * Ping-pong on halo tiles where :func:`_pingpong_pays` (128 x 128) or ``pingpong`` forces it (the
+      tallest tile one warpgroup holds, unless ``block_m`` fits).
+    The grid is persistent (as many clusters as fit, striding over the units) when there are more
+    units than SMs; the launch lowers it to the clusters the device co-schedules.
+    """
+    if block_n is not None and block_n not in STAGES:
+        raise ValueError(f"block_n: expected one of {sorted(STAGES)}, got {block_n!r}")
+    if block_m is not None and block_m not in PINGPONG_BLOCK_MS:
+        raise ValueError(f"block_m: expected 64 (ping-pong), 128, 192 or 256, got {block_m!r}")
+    bn, bm, cl = block_n, block_m, cluster or 1
+    m_tiles = -(-gemm_m // BLOCK_M)
+    auto_bn = bn is None
+    note = ""
+    if bn is None:
+        bn = _bn_rule(m_tiles, gemm_n, sm_count)
+        best = min((b for b in STAGES if b not in _BASE_BN), key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
+        if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * _modelled_cost(m_tiles, gemm_n, bn, sm_count):
+            bn = best
+    use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry) if halo is None else halo)
+    if use_halo and halo is None and loads_residual:
+        if _narrow_halo_res_pays(auto_bn, bn, gemm_n, bm, cl):
+            bn, bm = _NARROW_HALO_RES
+            note = (f"BN {bn} instead of 256: with a residual and N <= 256, {bm}x{bn} halo tiles beat 128x256 "
+                    f"ones (their C ring leaves {halo_stages(BLOCK_M, 256, True)} filter slots)")
+        elif halo_stages(BLOCK_M, bn, True) < HALO_MIN_RES_STAGES:
+            use_halo = False
+    if use_halo:
+        planes, P, Q, _ = halo_geometry
+
+        def row_tiles(rows_bm: int) -> int:  # tiles of rows_bm / 64 output rows x 64 columns
+            return planes * -(-P // (rows_bm // 64)) * -(-Q // 64)
+
+        if _pingpong_pays(pingpong, auto_bn, bm, gemm_n, loads_residual, cl):
+            pingpong, (bm, bn) = True, _PINGPONG_AUTO
+        n_tiles = -(-gemm_n // bn)
+        if pingpong and not loads_residual and cl == 1:
+            if bm is None or not _pingpong_fits(bm, bn):
+                bm = pingpong_block_m(bn)
+            m_tiles = row_tiles(bm)
+            return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=halo_stages(bm, bn, False),
+                              m_tiles=m_tiles, n_tiles=n_tiles, grid=max(1, min(m_tiles * n_tiles, sm_count)),
+                              k_iters=k_iters, halo=True, pingpong=True, note=note)
+        if bm == 64:
+            bm = None  # 64-row tiles exist only in ping-pong
+        rows_tiles = {b: row_tiles(b) * n_tiles for b in BLOCK_MS}
+        if bm is None:
+            bm = _auto_block_m(rows_tiles, bn, cl, loads_residual, sm_count, halo=True)
+        if not bm_fits(bm, bn, cl, loads_residual, halo=True):
+            bm = BLOCK_M
+        m_tiles = rows_tiles[bm] // n_tiles
+        cl = cl if m_tiles >= 2 else 1
+        units = -(-m_tiles // cl) * n_tiles
+        return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=halo_stages(bm, bn, loads_residual),
+                          m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
+                          k_iters=k_iters, halo=True, note=note)
+    if bm == 64:
+        bm = None  # 64-row tiles exist only in ping-pong
+    if bm is None:
+        bm = _auto_block_m({b: -(-gemm_m // b) * -(-gemm_n // bn) for b in BLOCK_MS}, bn, cl, loads_residual, sm_count,
+                           halo=False)
+    if not bm_fits(bm, bn, cl, loads_residual, halo=False):
+        bm = BLOCK_M
+    m_tiles = -(-gemm_m // bm)
+    cl = cl if m_tiles >= 2 else 1
+    n_tiles = -(-gemm_n // bn)
+    sp = _split_tiles(m_tiles * n_tiles, sm_count, k_iters, cl, split)
+    units = -(-m_tiles // cl) * n_tiles + sp
+    return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages_for(bm, bn, loads_residual),
+                      m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
+                      split_tiles=sp, k_iters=k_iters)
+
+
+def tile_config(problem, sm_count: int, overrides) -> TileConfig:
+    """The tile configuration of ``problem`` on ``sm_count`` SMs under ``overrides``
+    (:class:`cuconv.overrides.Overrides`)."""
+    o = overrides
+    return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=o.block_n,
+                              k_iters=k_iters(problem), split=o.split, block_m=o.block_m,
+                              loads_residual=problem.epilogue.loads_residual, halo_geometry=halo_geometry(problem),
+                              halo=o.halo, pingpong=o.pingpong)
+
+
+def halo_why_not(problem, overrides) -> str:
+    """Why a problem runs on im2col boxes rather than halo tiles (for ``explain``)."""
+    why = halo_decline(problem)
+    if why:
+        return why
+    if overrides.halo is False:
+        return "switched off (overrides(halo=False) / CUCONV_SM90_HALO=0)"
+    planes, P, Q, taps = halo_geometry(problem)
+    if taps == 1:
+        return "one (r, s) tap: no window to share"
+    if _halo_rule(planes, P, Q, taps):
+        return (f"with a residual, halo tiles of this width keep fewer than {HALO_MIN_RES_STAGES} filter slots "
+                f"next to the C ring")
+    return f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than 1/7 wasted)"

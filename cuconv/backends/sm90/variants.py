@@ -1,0 +1,73 @@
+"""The Hopper kernel's compiled variants: names, defines, loading, and the list CI compiles.
+
+A variant is a :class:`~cuconv.backends.sm90.tiles.TileConfig`'s (BM, BN, stages, cluster, halo,
+ping-pong) plus the dtype, the rank and whether the residual is read; its kernel name spells all of
+them (``conv2d_fprop_sm90_tma_128x256x64_s4_halo_res``). Source: kernels_cu/sm90/conv_fprop_sm90.cu.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ...compiler import load_cuda_module
+from ...launch import dtype_code
+from .tiles import (BLOCK_K, BLOCK_MS, STAGES, TileConfig, bm_fits, halo_stages, pingpong_block_m,
+                    stages_for)
+
+__all__ = ["SOURCE", "ARCH", "kernel_name", "defines", "load_function", "COMPILE_VARIANTS"]
+
+SOURCE = "sm90/conv_fprop_sm90.cu"
+ARCH = "sm_90a"
+
+
+def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2) -> str:
+    """The entry point's name of a variant."""
+    return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
+            + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
+            + ("_pp" if cfg.pingpong else "") + ("_res" if loads_residual else ""))
+
+
+def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2) -> dict:
+    """The ``-D`` values that build a variant."""
+    return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BM": cfg.block_m, "SM90_BN": cfg.block_n,
+            "SM90_STAGES": cfg.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": cfg.cluster,
+            "SM90_HALO": int(cfg.halo), "SM90_PINGPONG": int(cfg.pingpong)}
+
+
+@functools.lru_cache(maxsize=None)
+def _load(dev_index: int, variant: tuple, dtype: str, res: bool, nd: int):
+    from ...device import gpu_info
+    bm, bn, stages, cluster, halo, pingpong = variant
+    cfg = TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages, m_tiles=1, n_tiles=1, grid=1,
+                     cluster=cluster, halo=halo, pingpong=pingpong)
+    mod = load_cuda_module(SOURCE, gpu_info(dev_index), defines(cfg, dtype, res, nd))
+    fn = mod.get_function(kernel_name(cfg, res, nd))
+    smem = cfg.smem_bytes(res)
+    fn.max_dynamic_shared_size_bytes = smem
+    return fn, smem
+
+
+def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int):
+    """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
+    loaded once per device, its shared-memory limit raised."""
+    return _load(dev_index, cfg.variant, dtype, loads_residual, nd)
+
+
+def _compile_variant(dt, nd, bm, bn, stages, res, cl, halo, pp=0):
+    return (SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
+                     "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}, ARCH)
+
+
+#: Every (source, defines, arch) the kernel may launch, for the CPU compile test.
+COMPILE_VARIANTS = [
+    _compile_variant(dt, nd, bm, bn, stages_for(bm, bn, bool(res)), res, cl, 0)
+    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in BLOCK_MS for bn in STAGES for res in (0, 1)
+    if bm_fits(bm, bn, cl, bool(res), halo=False)
+] + [
+    _compile_variant(dt, nd, bm, bn, halo_stages(bm, bn, bool(res)), res, cl, 1)
+    for nd in (2, 3) for cl in (1, 2) for dt in (0, 1) for bm in BLOCK_MS for bn in STAGES for res in (0, 1)
+    if bm_fits(bm, bn, cl, bool(res), halo=True)
+] + [
+    _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1)
+    for nd in (2, 3) for dt in (0, 1) for bn in STAGES
+]

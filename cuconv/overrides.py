@@ -1,0 +1,154 @@
+"""Run-time overrides of the kernels' automatic choices: one frozen :class:`Overrides` value.
+
+Every automatic decision a backend makes (the Hopper kernel's tile width, height, CTA pairs, split
+tail, halo tiles and ping-pong warpgroups; the sm80 kernel's loader sub-path) is a pure function of
+``(problem, device, overrides)``. The overrides in force come from, in order:
+
+1. the innermost ``with cuconv.overrides(...)`` block of the current thread / async task;
+2. the process's environment, read once: ``CUCONV_SM90_BN``, ``CUCONV_SM90_BM``,
+   ``CUCONV_SM90_CLUSTER``, ``CUCONV_SM90_SPLIT``, ``CUCONV_SM90_HALO``, ``CUCONV_SM90_PINGPONG``
+   (``auto``, ``0`` or ``1`` for the last four's switches) and ``CUCONV_SM80_SUBPATH``.
+
+The dispatcher keys its plans on the :class:`Overrides` value, so a forced variant never meets a
+plan made under other settings. Overrides are for tests and tuning; the defaults are the tuned rules
+(docs/tuning.md).
+
+>>> import cuconv
+>>> with cuconv.overrides(block_n=128, halo=False):      # doctest: +SKIP
+...     print(cuconv.explain(x, w, padding=1).detail)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["Overrides", "overrides", "current_overrides"]
+
+_SWITCH_WORDS = {"auto": None, "": None, "0": False, "1": True}
+
+
+def _choices():
+    """The values each field accepts, from the backends that own them (imported on first use only)."""
+    from .backends.sm80.subpaths import SM80_SUBPATHS
+    from .backends.sm90.tiles import PINGPONG_BLOCK_MS, STAGES
+    return {"block_n": tuple(sorted(STAGES)), "block_m": PINGPONG_BLOCK_MS, "cluster": (1, 2),
+            "sm80_subpath": SM80_SUBPATHS}
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the automatic choices are forced to; ``None`` everywhere means fully automatic.
+
+    Attributes
+    ----------
+    block_n : int or None
+        Hopper tile width (64, 96, 128, 160, 192 or 256).
+    block_m : int or None
+        Hopper tile height (128, 192, 256; 64 for ping-pong tiles) where that variant exists.
+    cluster : int or None
+        Hopper CTAs per cluster sharing the filter tile by multicast (1 or 2; None = 1).
+    split : bool or None
+        Hopper split tail: True splits every tile of the last wave the SMs can take twice, False never.
+    halo : bool or None
+        Hopper halo tiles: True wherever the problem allows them, False never.
+    pingpong : bool or None
+        Hopper ping-pong warpgroups on halo tiles without a residual: True wherever possible, False never.
+    sm80_subpath : str or None
+        The sm80 kernel's path: "pointwise", "uniform", "grouped_mma", "pad_channels" or "per_lane".
+    """
+
+    block_n: Optional[int] = None
+    block_m: Optional[int] = None
+    cluster: Optional[int] = None
+    split: Optional[bool] = None
+    halo: Optional[bool] = None
+    pingpong: Optional[bool] = None
+    sm80_subpath: Optional[str] = None
+
+    def __post_init__(self):
+        choices = _choices()
+        for name, allowed in choices.items():
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or v not in allowed):
+                raise ValueError(f"{name}: expected one of {list(allowed)} or None, got {v!r}")
+        for name in ("split", "halo", "pingpong"):
+            v = getattr(self, name)
+            if v not in (None, True, False) or (v is not None and not isinstance(v, bool)):
+                raise ValueError(f"{name}: expected True, False or None, got {v!r}")
+
+    def describe(self) -> str:
+        """The fields that are set, as ``name=value`` (empty when everything is automatic)."""
+        return ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                         if getattr(self, f.name) is not None)
+
+
+def _env_int(name: str, field: str, choices) -> Optional[int]:
+    raw = os.environ.get(name, "auto").strip()
+    if raw in ("", "auto"):
+        return None
+    if raw.isdigit() and int(raw) in choices[field]:
+        return int(raw)
+    raise ValueError(f"{name}: expected 'auto' or one of {list(choices[field])}, got {raw!r}")
+
+
+def _env_switch(name: str) -> Optional[bool]:
+    raw = os.environ.get(name, "auto").strip()
+    if raw not in _SWITCH_WORDS:
+        raise ValueError(f"{name}: expected 'auto', '0' or '1', got {raw!r}")
+    return _SWITCH_WORDS[raw]
+
+
+@functools.lru_cache(maxsize=None)
+def env_overrides() -> Overrides:
+    """The overrides of the process's ``CUCONV_SM90_*`` / ``CUCONV_SM80_SUBPATH`` variables (read once)."""
+    choices = _choices()
+    cluster = _env_int("CUCONV_SM90_CLUSTER", "cluster", choices)
+    subpath = os.environ.get("CUCONV_SM80_SUBPATH", "").strip()
+    if subpath in ("", "auto"):
+        subpath = None
+    elif subpath not in choices["sm80_subpath"]:
+        raise ValueError(f"CUCONV_SM80_SUBPATH: expected 'auto' or one of {list(choices['sm80_subpath'])}, "
+                         f"got {subpath!r}")
+    return Overrides(block_n=_env_int("CUCONV_SM90_BN", "block_n", choices),
+                     block_m=_env_int("CUCONV_SM90_BM", "block_m", choices),
+                     cluster=None if cluster == 1 else cluster,
+                     split=_env_switch("CUCONV_SM90_SPLIT"), halo=_env_switch("CUCONV_SM90_HALO"),
+                     pingpong=_env_switch("CUCONV_SM90_PINGPONG"), sm80_subpath=subpath)
+
+
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("cuconv_overrides", default=None)
+
+
+def current_overrides() -> Overrides:
+    """The overrides in force: the innermost :func:`overrides` block, else the environment's."""
+    active = _ACTIVE.get()
+    return active if active is not None else env_overrides()
+
+
+_KEEP = object()
+
+
+@contextlib.contextmanager
+def overrides(*, block_n=_KEEP, block_m=_KEEP, cluster=_KEEP, split=_KEEP, halo=_KEEP, pingpong=_KEEP,
+              sm80_subpath=_KEEP):
+    """Force automatic choices inside a ``with`` block (see :class:`Overrides` for each field).
+
+    A field not passed keeps the value in force around the block; ``None`` (or ``"auto"``) makes it
+    automatic again. Yields the :class:`Overrides` in force inside the block. Raises ValueError
+    naming the field for a value it does not accept.
+    """
+    given = dict(block_n=block_n, block_m=block_m, cluster=cluster, split=split, halo=halo, pingpong=pingpong,
+                 sm80_subpath=sm80_subpath)
+    changes = {k: (None if v == "auto" else v) for k, v in given.items() if v is not _KEEP}
+    value = dataclasses.replace(current_overrides(), **changes)
+    token = _ACTIVE.set(value)
+    try:
+        yield value
+    finally:
+        _ACTIVE.reset(token)

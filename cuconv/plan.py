@@ -1,0 +1,96 @@
+"""The kernel contract: a :class:`Kernel` answers a problem with a :class:`Plan` or a :class:`Declined`.
+
+``Kernel.plan(problem, device, overrides)`` makes every decision of the kernel once (tile
+configuration, loader sub-path, split, grid) and returns a :class:`Plan` that carries it, or a
+:class:`Declined` with the precise reason. A plan is a pure function of its three inputs (no
+environment or global state is read), so the dispatcher memoises plans on them
+(:mod:`cuconv.dispatch`); ``Plan.run`` is then a cache lookup and a launch.
+
+Adding a kernel: subclass :class:`Kernel`, set ``name``, ``backend``, ``priority`` and
+``spatial_dims``, implement :meth:`Kernel.make_plan` returning your :class:`Plan` subclass (with
+:meth:`Plan.describe` and :meth:`Plan.run`), and register an instance with
+:func:`cuconv.registry.register` in a module that ``cuconv/backends/__init__.py`` imports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple, Union
+
+from .device import DeviceInfo
+from .overrides import Overrides
+from .problem import ConvProblem
+
+__all__ = ["Kernel", "Plan", "Declined", "KernelDeclined"]
+
+
+class KernelDeclined(ValueError):
+    """Raised when ``kernel=`` (or ``strategy=``) forces a kernel that does not support the problem."""
+
+
+@dataclass(frozen=True)
+class Declined:
+    """A kernel's answer when it cannot serve a problem: ``reason`` says precisely why."""
+
+    reason: str
+
+    def __bool__(self) -> bool:  # a declined answer is falsy, a plan truthy
+        return False
+
+
+class Plan:
+    """One kernel's decisions for one (problem, device, overrides), ready to run.
+
+    Subclasses keep whatever their ``run`` needs (tile config, compiled function handles, launch
+    records); ``reason`` says why the kernel accepted, :meth:`describe` names the variant.
+    """
+
+    def __init__(self, kernel: "Kernel", problem: ConvProblem, device: DeviceInfo, reason: str):
+        self.kernel = kernel
+        self.problem = problem
+        self.device = device
+        self.reason = reason
+
+    def describe(self) -> str:
+        """The variant that runs (tile config, sub-path...), for :func:`cuconv.explain`."""
+        return self.kernel.name
+
+    def run(self, x, w, bias, residual, out) -> None:
+        """Compute ``out`` (native layout, contiguous, the problem's dtype) from native-layout inputs.
+
+        ``bias`` and ``residual`` are ``None`` when absent; ``residual`` may be ``out`` itself.
+        """
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<cuconv plan {self.kernel.name}: {self.describe()}>"
+
+
+class Kernel:
+    """Base class of every convolution kernel (see the module docstring)."""
+
+    name: str = "?"
+    #: ``"cpu"``, ``"cuda"`` or ``"hip"``: the device kind the kernel runs on.
+    backend: str = "cpu"
+    #: Higher is asked first; the first kernel that plans a problem runs it.
+    priority: int = 0
+    #: The ``nd`` values (2: conv2d, 3: conv3d) the kernel serves.
+    spatial_dims: Tuple[int, ...] = (2, 3)
+    #: For conv3d: the ``strategy=`` this kernel implements ("generic", "qslice" or "native").
+    strategy: str = "generic"
+
+    def plan(self, problem: ConvProblem, device: DeviceInfo, overrides: Overrides) -> Union[Plan, Declined]:
+        """A :class:`Plan` for ``problem``, or :class:`Declined` with the reason; never raises for a
+        valid problem. Checks the device kind and rank, then asks :meth:`make_plan`."""
+        if device.kind != self.backend:
+            return Declined(f"runs on {self.backend}, the arrays are on {device.kind}")
+        if problem.nd not in self.spatial_dims:
+            return Declined(f"serves conv{'/'.join(map(str, self.spatial_dims))}d only")
+        return self.make_plan(problem, device, overrides)
+
+    def make_plan(self, problem: ConvProblem, device: DeviceInfo, overrides: Overrides) -> Union[Plan, Declined]:
+        """The kernel-specific part of :meth:`plan` (device kind and rank already checked)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<cuconv kernel {self.name} ({self.backend})>"
