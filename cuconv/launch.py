@@ -150,11 +150,11 @@ def grid_1d(total: int, block: int = 256, max_blocks: int = 65535 * 8) -> tuple:
 class PackedLaunch:
     """A kernel launch whose arguments are packed once, for calls that repeat it many times.
 
-    ``RawKernel.__call__`` converts every argument on every launch (about 12 microseconds for the
+    ``RawKernel.__call__`` converts every argument on every launch (several microseconds for the
     Hopper kernel's seven, three of them 128-byte TMA descriptors); this keeps each argument's bytes
     in host memory (64-byte aligned, as a ``CUtensorMap`` wants) with a ``void*`` table pointing at
-    them, and launches through ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``, about
-    5 microseconds). One argument may be a pointer that changes between launches (``slot``:
+    them, and launches through ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``, a fraction of that
+    cost). One argument may be a pointer that changes between launches (``slot``:
     typically the output), rewritten in place by :meth:`__call__`.
 
     ``args`` are NumPy scalars (``np.void`` structs, ``np.uint64`` pointers...) in the kernel's

@@ -3,9 +3,8 @@
 Some paths need temporary device memory on every call (the sm80 ``pad_channels`` path's padded
 copies of x and w, the ``grouped_mma`` path's weight fragments, the Hopper split tail's partial sums
 and flags). Allocating it per call costs host
-time, and inside a CUDA-graph capture it turns into allocations replayed with the graph (measured on
-the H100: the padded stem's replays read 0.206-0.236 ms with per-call allocations, a steady 0.206 ms
-with a reused buffer). So each purpose gets one buffer per device and stream, grown when a call
+time, and inside a CUDA-graph capture it turns into allocations replayed with the graph, whose
+replay times then vary. So each purpose gets one buffer per device and stream, grown when a call
 needs more and never shrunk. Calls on one stream run in order, so they can share it; different
 streams get different buffers. At most :data:`MAX_BUFFERS` are kept, the least recently used dropped
 first (a program that cycles through many streams re-allocates rather than piling up buffers of

@@ -171,7 +171,7 @@ static_assert(ACC_REGS + 48 <= CONSUMER_REGS, "consumers need room beyond their 
 static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 }  // namespace cfg
 
-// Geometry the kernel needs at run time (built by cuconv/backends/hopper_tma.py, same order).
+// Geometry the kernel needs at run time (built by cuconv/backends/sm90/params.py, same order).
 // A 2-D problem has O = T = 1, stride_d = dil_d = 1, pad_d = 0.
 struct Sm90ConvParams {
   long long M;      // N * O * P * Q
@@ -299,6 +299,145 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
   }
 }
 
+// The shared-memory carve-up of one CTA (addresses in the shared window), built once by the kernel.
+struct SmemLayout {
+  uint32_t a_base, b_base, c_base;                 // A ring (or window ring), B ring, C ring
+  uint32_t full_bar, empty_bar;                    // the filter (and im2col A) ring
+  uint32_t c_full_bar, c_empty_bar;                // the residual ring
+  uint32_t load_order_bar;                         // main load -> epilogue load
+  uint32_t a_full_bar, a_empty_bar;                // halo tiles: the window ring
+  uint32_t turn_bar;                               // ping-pong: turn_bar[g] = warpgroup g may start
+};
+
+// The output coordinates of one consumer thread: its first tile row and its column pair.
+struct ConsumerLane {
+  int consumer;       // consumer warpgroup, 0 .. CONSUMERS - 1
+  int row_in_group;   // 16 * warp + lane / 4: the thread's first row within its warpgroup's 64
+  int col_lane;       // 2 * (lane % 4): the thread's first column within each 8-column group
+  bool lane0;
+};
+
+// Epilogue of the output row `row` of a halo tile (the tile's row block `b`): its pixels are the
+// 64 columns from ht.x0, of which the thread holds x0 + row_in_group (+ 8).
+template <bool RESIDUAL>
+__device__ __forceinline__ void halo_row_epilogue(float (&acc)[cfg::BN / 2], const sm90::HaloTile& ht, int b,
+                                                  int n0, const Sm90ConvParams& g, elem_t* out, const elem_t* bias,
+                                                  const cuconv::EpilogueParams& ep, sm90::RingState<cfg::C_STAGES>& cring,
+                                                  const SmemLayout& sm, const ConsumerLane& cl, int row_base) {
+  const int x = ht.x0 + cl.row_in_group;
+  const long long m_row = (long long)(ht.plane_row0 + b) * g.Q + x;
+  // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
+  const int row_limit = (ht.y0 + b < g.P && m_row < g.M) ? g.Q - x : 0;
+  sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, RESIDUAL, cfg::C_CHUNK_BYTES>(
+      acc, m_row, row_limit, n0, g.K, out, bias, ep, cring, sm.c_base, sm.c_full_bar, sm.c_empty_bar, row_base,
+      cl.col_lane, cl.lane0);
+}
+
+// Cooperative consumer on im2col tiles: warpgroup `consumer` owns tile rows [64 consumer, +64) of
+// every tile; a split tile's halves meet in the workspace (split_reduce.cuh). It takes its shared
+// addresses as scalars, not as a SmemLayout: with the struct, ptxas spills 8 bytes in the
+// 192 x 192 tile with a residual (the compile test checks every variant for spills).
+__device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, const Scheduler& sched, elem_t* out,
+                                                     const elem_t* bias, const cuconv::EpilogueParams& ep,
+                                                     float4* partials, int* partial_flags, uint32_t a_base,
+                                                     uint32_t b_base, uint32_t c_base, uint32_t full_bar,
+                                                     uint32_t empty_bar, uint32_t c_full_bar, uint32_t c_empty_bar,
+                                                     int consumer, int warp_in_group, int lane) {
+  sm90::RingState<cfg::STAGES> ring;
+  sm90::RingState<cfg::C_STAGES> cring;
+  const uint32_t a_rows = a_base + consumer * 64 * 128;  // its 64 rows of each A box
+  const int row_base = 64 * consumer + 16 * warp_in_group + lane / 4;
+  const int col_lane = 2 * (lane % 4);
+  float acc[cfg::BN / 2];
+  for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+    const int part = sched.part(t);
+    const int k_begin = sched.k_begin(t);
+    sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
+        acc, ring, sched.k_end(t) - k_begin, k_begin % g.c_blocks, g.c_blocks, g.last_k16, a_rows, b_base,
+        full_bar, empty_bar);
+    if (part != sm90::UNIT_WHOLE) {
+      const int split = sched.split_index(t);
+      // 0 .. 128 * CONSUMERS - 1, read here (volatile) so that it and the values derived from it
+      // are not hoisted out of the tile loop: kept live, they spill at BN = 256 with a residual.
+      const int consumer_thread = (int)sm90::thread_index_volatile() - 128;
+      int* flag = partial_flags + split * (4 * cfg::CONSUMERS) + consumer_thread / 32;
+      if (part == sm90::UNIT_PARTIAL) {
+        sm90::store_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+        continue;  // the FINISH half of this tile runs the epilogue
+      }
+      sm90::add_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+    }
+    const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
+    const long long rows_left = g.M - m_row;
+    const int row_limit = rows_left > 16 ? 16 : (int)rows_left;
+    sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
+        acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
+        c_empty_bar, row_base, col_lane, lane == 0);
+  }
+}
+
+// Cooperative consumer on halo tiles: warpgroup `consumer` owns output row y0 + consumer of every
+// tile (its window rows start consumer rows down).
+__device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Scheduler& sched, elem_t* out,
+                                              const elem_t* bias, const cuconv::EpilogueParams& ep,
+                                              const SmemLayout& sm, const ConsumerLane& cl) {
+  sm90::RingState<cfg::STAGES> ring;
+  sm90::RingState<cfg::C_STAGES> cring;
+  sm90::RingState<cfg::A_STAGES> aring;
+  float acc[1][cfg::BN / 2];
+  for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
+    sm90::consumer_mainloop_halo<cfg::BN, 1, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES, cfg::B_STAGE_BYTES,
+                                 cfg::CLUSTER, false>(
+        acc, aring, ring, g, (uint32_t)(cl.consumer * g.halo_w * 128), sm.a_base, sm.b_base, sm.a_full_bar,
+        sm.a_empty_bar, sm.full_bar, sm.empty_bar);
+    const sm90::HaloTile ht = sm90::halo_tile<cfg::BM / 64>(sched.m_tile(t), g);
+    halo_row_epilogue<cfg::HAS_RESIDUAL>(acc[0], ht, cl.consumer, sched.n_tile(t) * cfg::BN, g, out, bias, ep, cring,
+                                         sm, cl, 64 * cl.consumer + cl.row_in_group);
+  }
+}
+
+// Ping-pong consumer on halo tiles (no residual): the CTA's tiles alternate between the two
+// warpgroups, tile i of its sequence being warpgroup i % 2's, which passes over the other's ring
+// slots. A warpgroup starts a tile's mainloop only once the other has waited for every slot of the
+// tile before (turn_bar): the producer has then filled them, so no slot of the new tile can be a
+// whole ring lap ahead of its full barrier (a parity wait would pass on it). While one warpgroup
+// runs its mainloop, the other runs its epilogue: the tensor cores are never idle for a tile's stores.
+__device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const Scheduler& sched, elem_t* out,
+                                                  const elem_t* bias, const cuconv::EpilogueParams& ep,
+                                                  const SmemLayout& sm, const ConsumerLane& cl) {
+  sm90::RingState<cfg::STAGES> ring;
+  sm90::RingState<cfg::C_STAGES> cring;
+  sm90::RingState<cfg::A_STAGES> aring;
+  float acc[cfg::MB][cfg::BN / 2];
+  // The warpgroup's index broadcast from lane 0: ptxas then knows it is warp-uniform, so the
+  // branches on it below are not divergent paths ahead of wgmmas (it would serialise them: C7519).
+  const int turn = __shfl_sync(0xffffffffu, cl.consumer, 0);
+  const int a_slots = g.T * g.c_blocks;  // window slots of one tile (k_iters filter slots)
+  uint32_t turn_phase = 0;
+  int i = 0;
+  for (int t = sched.first(); sched.valid(t); t = sched.next(t), ++i) {
+    if ((i & 1) != turn) {
+      aring.skip(a_slots);
+      ring.skip(g.k_iters);
+      continue;
+    }
+    if (i > 0) {
+      sm90::mbar_wait(sm.turn_bar + 8 * turn, turn_phase);
+      turn_phase ^= 1u;
+    }
+    sm90::consumer_mainloop_halo<cfg::BN, cfg::MB, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
+                                 cfg::B_STAGE_BYTES, 1, true>(acc, aring, ring, g, 0u, sm.a_base, sm.b_base,
+                                                              sm.a_full_bar, sm.a_empty_bar, sm.full_bar,
+                                                              sm.empty_bar, sm.turn_bar + 8 * (turn ^ 1));
+    const sm90::HaloTile ht = sm90::halo_tile<cfg::MB>(sched.m_tile(t), g);
+#pragma unroll
+    for (int b = 0; b < cfg::MB; ++b) {
+      halo_row_epilogue<false>(acc[b], ht, b, sched.n_tile(t) * cfg::BN, g, out, bias, ep, cring, sm, cl,
+                               cl.row_in_group);
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTER_ATTR
     CUCONV_SM90_KERNEL(const __grid_constant__ sm90::TmaDescriptor tmap_x,
                        const __grid_constant__ sm90::TmaDescriptor tmap_w,
@@ -323,6 +462,8 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const uint32_t a_full_bar = load_order_bar + 8;  // halo tiles only
   const uint32_t a_empty_bar = a_full_bar + 8 * cfg::A_STAGES;
   const uint32_t turn_bar = a_empty_bar + 8 * cfg::A_STAGES;  // ping-pong only: turn_bar[g] = warpgroup g may start
+  const SmemLayout sm{a_base,     b_base,         c_base,   full_bar,   empty_bar, c_full_bar,
+                      c_empty_bar, load_order_bar, a_full_bar, a_empty_bar, turn_bar};
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -391,100 +532,14 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(cfg::CONSUMER_REGS));
-    const int consumer = warpgroup - 1;                 // owns tile rows [64 * consumer, +64)
-    const int warp_in_group = warp % 4;
-    const uint32_t a_rows = a_base + consumer * 64 * 128;  // its 64 rows of each A box
-    const int row_base = 64 * consumer + 16 * warp_in_group + lane / 4;
-    const int col_lane = 2 * (lane % 4);
-    sm90::RingState<cfg::STAGES> ring;
-    sm90::RingState<cfg::C_STAGES> cring;
+    const ConsumerLane cl{warpgroup - 1, 16 * (warp % 4) + lane / 4, 2 * (lane % 4), lane == 0};
     if constexpr (cfg::PINGPONG) {
-      // The CTA's tiles alternate between the two warpgroups: tile i of its sequence is warpgroup
-      // i % 2's, which passes over the other's ring slots. A warpgroup starts a tile's mainloop only
-      // once the other has waited for every slot of the tile before (turn_bar): the producer has then
-      // filled them, so no slot of the new tile can be a whole ring lap ahead of its full barrier (a
-      // parity wait would pass on it). While one warpgroup runs its mainloop, the other runs its
-      // epilogue: the tensor cores are never left idle for a tile's stores.
-      float acc[cfg::MB][cfg::BN / 2];
-      // The warpgroup's index broadcast from lane 0: ptxas then knows it is warp-uniform, so the
-      // branches on it below are not divergent paths ahead of wgmmas (it would serialise them: C7519).
-      const int turn = __shfl_sync(0xffffffffu, consumer, 0);
-      sm90::RingState<cfg::A_STAGES> aring;
-      const int a_slots = g.T * g.c_blocks;  // window slots of one tile (k_iters filter slots)
-      const int row_in_group = 16 * warp_in_group + lane / 4;
-      uint32_t turn_phase = 0;
-      int i = 0;
-      for (int t = sched.first(); sched.valid(t); t = sched.next(t), ++i) {
-        if ((i & 1) != turn) {
-          aring.skip(a_slots);
-          ring.skip(g.k_iters);
-          continue;
-        }
-        if (i > 0) {
-          sm90::mbar_wait(turn_bar + 8 * turn, turn_phase);
-          turn_phase ^= 1u;
-        }
-        sm90::consumer_mainloop_halo<cfg::BN, cfg::MB, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
-                                     cfg::B_STAGE_BYTES, 1, true>(acc, aring, ring, g, 0u, a_base, b_base, a_full_bar,
-                                                            a_empty_bar, full_bar, empty_bar,
-                                                            turn_bar + 8 * (turn ^ 1));
-        const sm90::HaloTile ht = sm90::halo_tile<cfg::MB>(sched.m_tile(t), g);
-        const int x = ht.x0 + row_in_group;
-#pragma unroll
-        for (int b = 0; b < cfg::MB; ++b) {
-          const long long m_row = (long long)(ht.plane_row0 + b) * g.Q + x;
-          const int row_limit = (ht.y0 + b < g.P && m_row < g.M) ? g.Q - x : 0;
-          sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES>(
-              acc[b], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-              c_empty_bar, row_in_group, col_lane, lane == 0);
-        }
-      }
+      consumer_pingpong(g, sched, out, bias, ep, sm, cl);
     } else if constexpr (cfg::HALO) {
-      float acc[1][cfg::BN / 2];
-      sm90::RingState<cfg::A_STAGES> aring;
-      const int row_in_group = 16 * warp_in_group + lane / 4;  // this thread's first row of its output row
-      for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
-        sm90::consumer_mainloop_halo<cfg::BN, 1, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES, cfg::B_STAGE_BYTES,
-                                     cfg::CLUSTER, false>(
-            acc, aring, ring, g, (uint32_t)(consumer * g.halo_w * 128), a_base, b_base, a_full_bar, a_empty_bar,
-            full_bar, empty_bar);
-        // This warpgroup's output row y0 + consumer, columns x0 + row_in_group (+ 8).
-        const sm90::HaloTile ht = sm90::halo_tile<cfg::BM / 64>(sched.m_tile(t), g);
-        const int x = ht.x0 + row_in_group;
-        const long long m_row = (long long)(ht.plane_row0 + consumer) * g.Q + x;
-        // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
-        const int row_limit = (ht.y0 + consumer < g.P && m_row < g.M) ? g.Q - x : 0;
-        sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
-            acc[0], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-            c_empty_bar, row_base, col_lane, lane == 0);
-      }
+      consumer_halo(g, sched, out, bias, ep, sm, cl);
     } else {
-      float acc[cfg::BN / 2];
-      for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
-        const int part = sched.part(t);
-        const int k_begin = sched.k_begin(t);
-        sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
-            acc, ring, sched.k_end(t) - k_begin, k_begin % g.c_blocks, g.c_blocks, g.last_k16, a_rows, b_base,
-            full_bar, empty_bar);
-        if (part != sm90::UNIT_WHOLE) {  // a split tile's halves meet in the workspace (split_reduce.cuh)
-          const int split = sched.split_index(t);
-          // 0 .. 128 * CONSUMERS - 1, read here (volatile) so that it and the values derived from it
-          // are not hoisted out of the tile loop: kept live, they spill at BN = 256 with a residual.
-          const int consumer_thread = (int)sm90::thread_index_volatile() - 128;
-          int* flag = partial_flags + split * (4 * cfg::CONSUMERS) + consumer_thread / 32;
-          if (part == sm90::UNIT_PARTIAL) {
-            sm90::store_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
-            continue;  // the FINISH half of this tile runs the epilogue
-          }
-          sm90::add_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
-        }
-        const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
-        const long long rows_left = g.M - m_row;
-        const int row_limit = rows_left > 16 ? 16 : (int)rows_left;
-        sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
-            acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-            c_empty_bar, row_base, col_lane, lane == 0);
-      }
+      consumer_cooperative(g, sched, out, bias, ep, partials, partial_flags, a_base, b_base, c_base, full_bar, empty_bar,
+                           c_full_bar, c_empty_bar, warpgroup - 1, warp % 4, lane);
     }
   }
   // A CTA leaves only when its peer is done too: the peer's consumers still release slots here.

@@ -42,7 +42,7 @@ def pad_plan(problem: ConvProblem) -> PadPlan:
     which is folded pixel ``q + s // u``, element ``s % u``. The kernel then runs a conv with W
     stride 1, no W padding, ``ceil(S/u)`` filter columns and ``u*CP`` channels (the weights are laid
     out to match, zero past S), so the stem (3 -> 4 channels, stride 2) moves 16-byte copies, each
-    two taps, instead of 8-byte copies of one."""
+    two taps, instead of 8-byte copies of one (docs/tuning.md T-sm80-stem-fold)."""
     cp_ = 4 if problem.channels <= 3 else 8
     (R, S), (H, W), Q = problem.filter_spatial, problem.in_spatial, problem.out_spatial[1]
     u, dil_w = problem.stride[1], problem.dilation[1]

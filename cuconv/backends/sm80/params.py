@@ -7,13 +7,22 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from ...launch import c_struct, divisor_fields, divisor_values, operand_or
+from ...launch import c_struct, divisor_fields, divisor_values, geometry3d, operand_or
 from ...problem import ConvProblem, Epilogue
 
 __all__ = ["im2col_geometry", "grouped_geometry", "out_vec", "epilogue_operands", "m_grid", "MAX_LD",
            "INT32_MAX"]
 
 _MAX_GRID_Y = 65535
+
+
+def _plane_fields(p: ConvProblem) -> dict:
+    """The fields both 2-D structs share, from the one 3-D geometry (depth 1)."""
+    g = geometry3d(p)
+    return dict(M=p.gemm_m, H=g.H, W=g.W, C=p.channels, P=g.P, Q=g.Q, R=g.R, S=g.S, Cg=p.channels_per_group,
+                stride_h=g.stride[1], stride_w=g.stride[2], dil_h=g.dilation[1], dil_w=g.dilation[2], pad_h=g.pad[1],
+                pad_w=g.pad[2])
+
 
 _GEOMETRY_FIELDS = [("M", np.int64)] + [(n, np.int32) for n in (
     "H", "W", "C", "P", "Q", "R", "S", "Cg", "k_gemm", "stride_h", "stride_w", "dil_h", "dil_w", "pad_h", "pad_w")] + \
@@ -24,11 +33,8 @@ _GEOMETRY_FIELDS = [("M", np.int64)] + [(n, np.int32) for n in (
 def im2col_geometry(p: ConvProblem) -> np.void:
     """The ``Im2colGeometry`` struct of kernels_cu/sm80/loader_im2col.cuh (memoised: a pure function
     of the problem, built on every call otherwise; callers pass it by value and never modify it)."""
-    (H, W), (P, Q), (R, S) = p.in_spatial, p.out_spatial, p.filter_spatial
-    return c_struct(_GEOMETRY_FIELDS, dict(
-        M=p.gemm_m, H=H, W=W, C=p.channels, P=P, Q=Q, R=R, S=S, Cg=p.channels_per_group, k_gemm=p.gemm_k,
-        stride_h=p.stride[0], stride_w=p.stride[1], dil_h=p.dilation[0], dil_w=p.dilation[1],
-        pad_h=p.pad_lo[0], pad_w=p.pad_lo[1], **divisor_values(div_q=Q, div_p=P, div_cg=p.channels_per_group, div_s=S)))
+    return c_struct(_GEOMETRY_FIELDS, dict(_plane_fields(p), k_gemm=p.gemm_k, **divisor_values(
+        div_q=p.out_spatial[1], div_p=p.out_spatial[0], div_cg=p.channels_per_group, div_s=p.filter_spatial[1])))
 
 
 _GROUPED_FIELDS = [("M", np.int64)] + [(n, np.int32) for n in (
@@ -38,11 +44,8 @@ _GROUPED_FIELDS = [("M", np.int64)] + [(n, np.int32) for n in (
 
 def grouped_geometry(p: ConvProblem, vec: int) -> np.void:
     """The ``GroupedGeometry`` struct of kernels_cu/sm80/grouped_mma_sm80.cu (``vec``: :func:`out_vec`)."""
-    (H, W), (P, Q), (R, S) = p.in_spatial, p.out_spatial, p.filter_spatial
-    return c_struct(_GROUPED_FIELDS, dict(
-        M=p.gemm_m, H=H, W=W, C=p.channels, P=P, Q=Q, R=R, S=S, Cg=p.channels_per_group,
-        stride_h=p.stride[0], stride_w=p.stride[1], dil_h=p.dilation[0], dil_w=p.dilation[1],
-        pad_h=p.pad_lo[0], pad_w=p.pad_lo[1], out_vec=int(vec), **divisor_values(div_q=Q, div_p=P)))
+    return c_struct(_GROUPED_FIELDS, dict(_plane_fields(p), out_vec=int(vec), **divisor_values(
+        div_q=p.out_spatial[1], div_p=p.out_spatial[0])))
 
 
 def m_grid(m_tiles: int) -> Tuple[int, int]:

@@ -31,7 +31,8 @@ GROUPED_SUPER = 32                  # channels per block-diagonal superblock
 GROUPED_FRAG_BYTES = 2048           # mma A fragments per (tap, superblock): 4 x 32 lanes x 16 bytes
 GROUPED_SBS, GROUPED_OCTETS = 1, 4  # superblocks per CTA, 8-pixel mma columns per warp (docs/tuning.md T-sm80-grouped)
 #: A group's filters up to this size are copied with L1 allocation (``_bl1`` variants): every CTA
-#: reads the whole filter, so the CTAs of an SM find it in L1 instead of each reading it from L2.
+#: reads the whole filter, so the CTAs of an SM find it in L1 instead of each reading it from L2
+#: (docs/tuning.md T-sm80-b-l1).
 B_L1_MAX_BYTES = 64 * 1024
 _SUBPATH_CODE = {"pointwise": 0, "uniform": 1, "per_lane": 2}
 _DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16"}

@@ -35,7 +35,7 @@ HALO_REACH_MAX = _BUDGET["SM90_HALO_REACH_MAX"]
 _MAX_STAGES = _BUDGET["SM90_MAX_STAGES"]
 
 BLOCK_M = 128
-#: Ring depth per BN at BM = 128: as many slots as fit next to a 2-slot C ring (at most 8).
+#: Ring depth per BN at BM = 128: as many slots as fit next to a 2-slot C ring, at most 8 (docs/tuning.md T-ring-depth).
 STAGES = {64: 8, 96: 6, 128: 6, 160: 5, 192: 4, 256: 4}
 #: Tile heights: 64 rows per consumer warpgroup (two, three or four of them).
 BLOCK_MS = (128, 192, 256)
@@ -47,11 +47,11 @@ WIDE_M_BN = (64, 96)
 MID_M_BN = (64, 96, 128, 160, 192)
 #: BN of the base width rule; the others fit channel counts such as 96, 160 and 192 without padding.
 _BASE_BN = (64, 128, 256)
-#: Halo tiles with a residual need this many filter slots next to the C ring (docs/tuning.md T-halo-residual).
+#: Halo tiles with a residual need this many filter slots next to the C ring (docs/tuning.md T-halo-res-slots).
 HALO_MIN_RES_STAGES = 4
 #: The split tail needs this many reduction steps per tile unless forced (each half >= 4 slots).
 _SPLIT_MIN_K_ITERS = 8
-#: (BN, BM) of the halo tiles that replace BN = 256 with a residual (docs/tuning.md T-halo-narrow-residual).
+#: (BN, BM) of the halo tiles that replace BN = 256 with a residual (docs/tuning.md T-halo-narrow-res).
 _NARROW_HALO_RES = (128, 192)
 #: The ping-pong tile the automatic choice takes: two 64 x 128 wgmma row blocks per warpgroup.
 _PINGPONG_AUTO = (128, 128)
@@ -63,7 +63,8 @@ def _c_ring_bytes(block_m: int) -> int:
 
 
 def _halo_slot_bytes(block_m: int) -> int:
-    """One window slot: (64 + reach) x (BM/64 + reach) pixel rows of 128 bytes (cfg::A_STAGE_BYTES)."""
+    """One window slot: (64 + reach) x (BM/64 + reach) pixel rows of 128 bytes (cfg::A_STAGE_BYTES), not
+    rounded to the swizzle atom (docs/tuning.md T-halo-exact-slots)."""
     return (64 + HALO_REACH_MAX) * (block_m // 64 + HALO_REACH_MAX) * 128
 
 
@@ -224,14 +225,14 @@ def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
 
 
 def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
-    """Relative time of a BN choice: waves x per-tile time, the latter taken as BN + 32 (docs/tuning.md T-bn-model)."""
+    """Relative time of a BN choice: waves x per-tile time, the latter taken as BN + 32 (docs/tuning.md T-bn-cost)."""
     return -(-(m_tiles * -(-gemm_n // bn)) // sm_count) * (bn + 32)
 
 
 def bm_fits(block_m: int, block_n: int, cluster: int, loads_residual: bool, halo: bool) -> bool:
     """Whether a ``block_m`` x ``block_n`` tile is a variant the kernel builds without spilling: 128
     rows always; 192 for :data:`MID_M_BN`; 256 for :data:`WIDE_M_BN` (and BN 128 on halo tiles without
-    a residual). Taller tiles never in CTA pairs (docs/tuning.md T-tall-pairs)."""
+    a residual). Taller tiles never in CTA pairs (docs/tuning.md N-tall-pairs, N-mid-pairs)."""
     if block_m == BLOCK_M:
         return True
     if cluster != 1:
@@ -244,13 +245,13 @@ def bm_fits(block_m: int, block_n: int, cluster: int, loads_residual: bool, halo
 
 def _tall_pays(tall: int, short: int, sm_count: int) -> bool:
     """256-row tiles fill at least one wave and need no more than half the waves of 128-row ones
-    (docs/tuning.md T-tall-tile)."""
+    (docs/tuning.md T-bm-tall)."""
     return tall >= sm_count and 2 * -(-tall // sm_count) <= -(-short // sm_count)
 
 
 def _mid_pays(mid: int, short: int, sm_count: int) -> bool:
     """192-row tiles do 1.5x the work of 128-row ones, so they must take fewer tile-times: 3 x their
-    waves < 2 x the 128-row waves; ties keep 128 rows (docs/tuning.md T-mid-tile)."""
+    waves < 2 x the 128-row waves; ties keep 128 rows (docs/tuning.md T-bm-mid)."""
     return 3 * -(-mid // sm_count) < 2 * -(-short // sm_count)
 
 
@@ -293,7 +294,7 @@ def _halo_rule(planes: int, P: int, Q: int, taps_hw: int) -> bool:
 
 def _narrow_halo_res_pays(auto_bn: bool, bn: int, gemm_n: int, block_m: Optional[int], cluster: int) -> bool:
     """With a residual, 192 x 128 halo tiles (five filter slots) replace 128 x 256 ones (four) where
-    N <= 256 (docs/tuning.md T-halo-narrow-residual)."""
+    N <= 256 (docs/tuning.md T-halo-narrow-res)."""
     bn2, bm2 = _NARROW_HALO_RES
     return (auto_bn and bn == 256 and gemm_n <= 256 and cluster == 1 and block_m in (None, bm2)
             and bm_fits(bm2, bn2, cluster, True, halo=True) and halo_stages(bm2, bn2, True) >= HALO_MIN_RES_STAGES)
