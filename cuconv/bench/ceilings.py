@@ -156,7 +156,7 @@ def measure_copy_tbps(nbytes: int = COPY_BYTES, runs: int = 20) -> float:
 
 
 def measure(device_name: str, log=print) -> Ceilings:
-    """The device's datasheet ceilings with the GEMM and copy measured now (a failed measurement is
+    """The device's datasheet ceilings with the GEMM and copy measured on it (a failed measurement is
     logged and left ``None``)."""
     measured = {}
     for key, fn in (("measured_gemm_tflops", measure_gemm_tflops), ("measured_copy_tbps", measure_copy_tbps)):

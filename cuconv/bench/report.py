@@ -51,6 +51,9 @@ How to read the tables:
   board's power limit (shapes of 0.1 ms or more).
 - conv3d: cuconv and cuDNN ms are medians over alternating pairs; **other strategies** are the
   strategies cuconv does not choose, timed alone.
+- sm80: the `sm80_igemm` kernel forced; **sm80_igemm ms** is its CUDA-graph replay, **call ms** the
+  queued call; rows marked `[per_lane forced]` run the general loader in place of the dedicated
+  sub-path, and the ResNet-50 rows show the Hopper kernel `sm90_tma` on the same shape.
 """
 
 
