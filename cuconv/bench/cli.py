@@ -65,6 +65,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
     if args.report:
+        if not os.path.isdir(args.report):
+            ap.error(f"--report: no such folder: {args.report}")
         from .report import write_report
         print(f"wrote {write_report(args.report)}")
         return 0
@@ -77,10 +79,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.plot_from:
         if not args.plot:
             ap.error("--plot-from needs --plot FILE.png")
+        if not os.path.isfile(args.plot_from):
+            ap.error(f"--plot-from: no such file: {args.plot_from}")
         from .plot import plot_bench
         plot_bench(args.plot_from, args.plot)
         print(f"wrote {args.plot}")
         return 0
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        ap.error(f"--json: the folder of {args.json} does not exist")  # found now, not after the run
     try:
         dev = require_gpu()
     except Unavailable as e:

@@ -252,7 +252,8 @@ def plot_bench(records_or_json_path=None, png_path: Optional[str] = None, *, imp
         if pts:
             xs, ys = zip(*pts)
             ax_roof.scatter(xs, ys, s=22, label=impl, color=_IMPL_COLORS.get(impl), zorder=3)
-    ax_roof.legend(fontsize=8, loc="lower right")
+    if ax_roof.collections:  # records without byte counts (conv3d) place no point on the roofline
+        ax_roof.legend(fontsize=8, loc="lower right")
     _bars(ax_bar, records, impls, ceilings)
     fig.suptitle(title or f"cuconv benchmark{' on ' + str(device) if device else ''}")
     fig.tight_layout()

@@ -274,6 +274,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--out", help="page to write (default DIR/README.md)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when the page is not up to date")
     args = ap.parse_args(argv)
+    if not os.path.isdir(args.dir):
+        ap.error(f"--dir: no such folder: {args.dir}")
     out = args.out or os.path.join(args.dir, "README.md")
     if args.check:
         current = open(out).read() if os.path.exists(out) else ""
