@@ -23,7 +23,8 @@ from typing import List, Optional, Sequence, Tuple
 
 from .ceilings import Ceilings
 
-__all__ = ["SIDECAR_SUFFIX", "result_files", "load_result", "suite_of", "speeds", "table", "render", "write_report", "main"]
+__all__ = ["SIDECAR_SUFFIX", "result_files", "load_result", "suite_of", "speeds", "table", "render", "write_report",
+           "main"]
 
 SIDECAR_SUFFIX = ".meta.json"
 NOT_RECORDED = "not recorded"

@@ -46,7 +46,8 @@ GENERAL_SUBPATH = {"resnet stem": "per_lane", "resnext50 grouped 3x3": "per_lane
 TOLERANCE = {"float16": 5e-3, "bfloat16": 2e-2}
 
 
-def conv_case(label, N, C, H, W, K, f, stride, pad, groups, dtype, runs, kernels, with_torch=True, log=print) -> dict:
+def conv_case(label, N, C, H, W, K, f, stride, pad, groups, dtype, runs, kernels, with_torch=True,
+              log=print) -> dict:
     """Check, then time one conv2d case on each of ``kernels`` (forced) and cuDNN; returns its record."""
     import cupy as cp
 
@@ -58,7 +59,8 @@ def conv_case(label, N, C, H, W, K, f, stride, pad, groups, dtype, runs, kernels
     nbytes = (N * H * W * C + K * f * f * (C // groups) + N * P * Q * K) * 2
     sets = max(1, min(4, math.ceil(2 * L2_BYTES / nbytes)))
     xs = [cp.random.standard_normal((N, H, W, C), dtype=cp.float32).astype(ndt) for _ in range(sets)]
-    w = (cp.random.standard_normal((K, f, f, C // groups), dtype=cp.float32) / math.sqrt(f * f * C / groups)).astype(ndt)
+    w = cp.random.standard_normal((K, f, f, C // groups), dtype=cp.float32) / math.sqrt(f * f * C / groups)
+    w = w.astype(ndt)
     outs = [cp.empty((N, P, Q, K), dtype=ndt) for _ in range(sets)]
     kw = dict(stride=stride, padding=pad, groups=groups)
     row = dict(name=label, dtype=dtype, flops=flops, bytes=nbytes, ms={}, notes=[], detail={})
