@@ -189,7 +189,8 @@ def test_report_from_a_small_fixture(tmp_path):
         assert heading in page
     assert "- date: 2030-01-02T03:04:05+00:00" in page and "- device: GPU X (sm_90a, 132 SMs)" in page
     assert "- command: `python -m cuconv.bench --suite resnet50 --json run.json`" in page
-    row = "| N1 C8 4x4 K8 3x3 s1 p1 | bfloat16 | sm90_tma | 2.000 | 1.900 | 3.000 | 1.50x | 500 | 0.50 | 50% datasheet |"
+    row = ("| N1 C8 4x4 K8 3x3 s1 p1 | bfloat16 | sm90_tma | 2.000 | 1.900 | 3.000 | 1.50x | 500 | 0.50 "
+           "| 50% datasheet |")
     assert row in page
     assert "| N1 C8 4x4 K8 1x1 s1 p0 | float16 | - | check failed |" in page
     conv3d_part = page.split("## run_conv3d.json")[1].split("## ")[0]
