@@ -229,6 +229,10 @@ def _section(path: str, doc: dict) -> List[str]:
     if isinstance(software, dict) and software:
         out.append("- software: " + ", ".join(f"{k} {v}" for k, v in software.items()))
     out.append(f"- ceilings: {Ceilings.from_json(doc).describe()}")
+    host = doc.get("host_us_per_call")
+    if isinstance(host, dict) and host:
+        out.append("- host time per call (back-to-back calls of a tiny conv): "
+                   + ", ".join(f"{k} {v:.1f} us" for k, v in host.items()))
     if os.path.exists(stem + ".log"):
         out.append(f"- log: [{os.path.basename(stem)}.log]({os.path.basename(stem)}.log)")
     geo = _geomean(doc)
