@@ -212,3 +212,59 @@ def test_report_from_a_small_fixture(tmp_path):
 def test_docs_bench_readme_is_generated_from_its_json():
     """docs/bench/README.md is what ``python -m cuconv.bench.report`` makes of docs/bench."""
     assert report.main(["--dir", str(ROOT / "docs" / "bench"), "--check"]) == 0
+
+
+def test_a_full_run_with_the_gpu_work_replaced(monkeypatch, tmp_path, capsys):
+    """The command line's wiring on the CPU: every suite runs (its GPU work replaced by placeholders, not
+    measurements), the JSON files carry date, device, command and ceilings, and the page renders them."""
+    import contextlib
+    import dataclasses
+
+    import cuconv
+    from cuconv.bench import sm80, timing
+
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(get_default_memory_pool=lambda: pool))
+    dev = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", describe=lambda: "NVIDIA H100 80GB HBM3 (sm_90a)")
+    monkeypatch.setattr(cli, "require_gpu", lambda: dev)
+    monkeypatch.setattr(cli, "torch_for_cudnn", lambda disabled=False: (None, "torch is not installed: ..."))
+    monkeypatch.setattr(cli, "spin_up", lambda: None)
+    monkeypatch.setattr(cli, "measure", lambda name, log: Ceilings.for_device(name, measured_copy_tbps=3.0,
+                                                                               measured_gemm_tflops=700.0))
+    monkeypatch.setattr(conv2d, "host_overhead_us", lambda with_torch: {"cuconv": 20.0})
+    monkeypatch.setattr(conv2d, "bench_shape", lambda s, dt, **kw: {
+        "name": s.name, "shape": dataclasses.asdict(s), "dtype": dt, "flops": 1e12, "bytes": 1e9, "ms": {"cuconv": 2.0},
+        "notes": [], "kernel": "sm90_tma", "check_ok": True})
+    monkeypatch.setattr(conv2d, "bench_sustained", lambda *a, **k: {"cuconv": 2.1, "gpu": {}})
+    monkeypatch.setattr(conv3d, "bench_shape3d", lambda s, dt, **kw: {
+        "name": s.name, "shape": dataclasses.asdict(s), "dtype": dt, "flops": s.flops, "ms": {"native": 1.0},
+        "tflops": {"native": s.flops / 1e9}, "extra_mib": {}, "declined": {}, "kernel": "conv3d_native",
+        "rel_error": 1e-3, "check_ok": True})
+    monkeypatch.setattr(conv3d, "sustained3d", lambda *a, **k: {"cuconv": 1.1, "gpu": {}})
+    forced = []
+    monkeypatch.setattr(cuconv, "overrides", lambda **kw: forced.append(kw) or contextlib.nullcontext(),
+                        raising=False)
+    monkeypatch.setattr(sm80, "conv_case", lambda label, *a, **k: {
+        "name": label, "dtype": "bfloat16", "flops": 1e12, "bytes": 1e9, "ms": {"sm80_igemm": 1.0}, "notes": []})
+    monkeypatch.setattr(sm80, "matmul_case", lambda n, dt, runs, log: {
+        "name": f"matmul {n}^3", "dtype": dt, "flops": 2 * n ** 3, "bytes": 1e9, "ms": {"sm80_igemm": 1.0},
+        "notes": []})
+    monkeypatch.setattr(timing, "time_calls", lambda *a, **k: pytest.fail("timed on the CPU"))
+
+    (tmp_path / "out").mkdir()
+    argv = ["--dtype", "bfloat16", "--quick", "--json", str(tmp_path / "out" / "run.json")]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "torch is not installed" in printed and "measured copy 3.00 TB/s" in printed
+    assert "% of datasheet" in printed
+    assert forced == [{"sm80_subpath": "per_lane"}] * 3
+    docs = {p.name: json.loads(p.read_text()) for p in (tmp_path / "out").iterdir()}
+    assert sorted(docs) == ["run.json", "run_conv3d.json", "run_sm80.json"]
+    for doc in docs.values():
+        assert doc["device"] == "NVIDIA H100 80GB HBM3 (sm_90a)" and doc["date"]
+        assert doc["command"].endswith("python -m cuconv.bench " + " ".join(argv))
+        assert doc["ceilings"]["datasheet_tflops"] == 989.4 and doc["ceilings"]["measured_copy_tbps"] == 3.0
+    assert len(docs["run.json"]["records"]) == len(conv2d.SUITES["resnet50"]) + len(conv2d.SUITES["vae_unet"])
+    assert all("cuconv_sustained" in r["ms"] for r in docs["run.json"]["records"])
+    page = report.render(str(tmp_path / "out"))
+    assert page.count("- command: `") == 3 and "## run_sm80.json: sm80" in page
