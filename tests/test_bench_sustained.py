@@ -1,4 +1,4 @@
-"""The benchmark's sustained pass (cuconv.bench): alternation, medians, the nvidia-smi monitor.
+"""The benchmark's sustained pass (cuconv.bench.timing): alternation, medians, the nvidia-smi monitor.
 
 CPU only: the timing itself is replaced, these check the bookkeeping around it.
 """
@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from cuconv import bench, bench_conv3d
+from cuconv.bench import conv2d, conv3d, timing
 
 
 def test_sustained_pair_alternates_and_takes_medians(monkeypatch):
@@ -19,23 +19,23 @@ def test_sustained_pair_alternates_and_takes_medians(monkeypatch):
         assert torch_events == (name == "cudnn")  # cuDNN's events come from torch
         return {"ms": next(times[name]), "sm_mhz": 1400.0, "watts": 699.0}
 
-    monkeypatch.setattr(bench, "SUSTAIN_ROUNDS", 3)
-    monkeypatch.setattr(bench, "_time_sustained", fake)
-    out = bench.sustained_pair(lambda i: "cuconv", lambda i: "cudnn", sets=2, est_ms=0.3)
+    monkeypatch.setattr(timing, "SUSTAIN_ROUNDS", 3)
+    monkeypatch.setattr(timing, "time_sustained", fake)
+    out = timing.sustained_pair(lambda i: "cuconv", lambda i: "cudnn", sets=2, est_ms=0.3)
     assert order == ["cuconv", "cudnn"] * 3
     assert out["cuconv"] == 2.0 and out["cudnn"] == 5.0
     assert out["gpu"]["cudnn"] == {"sm_mhz": 1400.0, "watts": 699.0}
 
 
 def test_sustained_pair_without_cudnn(monkeypatch):
-    monkeypatch.setattr(bench, "_time_sustained", lambda fn, sets, est_ms, torch_events=False: {"ms": 1.5})
-    out = bench.sustained_pair(lambda i: None, None, sets=1, est_ms=1.0)
+    monkeypatch.setattr(timing, "time_sustained", lambda fn, sets, est_ms, torch_events=False: {"ms": 1.5})
+    out = timing.sustained_pair(lambda i: None, None, sets=1, est_ms=1.0)
     assert out["cuconv"] == 1.5 and "cudnn" not in out
 
 
 def test_gpu_monitor_without_nvidia_smi(monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
-    with bench._GpuMonitor() as mon:
+    with timing.GpuMonitor() as mon:
         pass
     assert mon.result == {}
 
@@ -60,7 +60,7 @@ def test_gpu_monitor_parses_medians(monkeypatch):
                      "garbage line", "1395, 700.1, 0x0000000000000000"])
     monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: fake)
-    with bench._GpuMonitor() as mon:
+    with timing.GpuMonitor() as mon:
         pass
     assert fake.terminated
     assert mon.result["sm_mhz"] == 1410.0 and mon.result["watts"] == 698.5
@@ -72,10 +72,10 @@ def test_gpu_monitor_parses_medians(monkeypatch):
 def test_sustained_lines(gpu):
     rec = {"name": "N2 C256", "dtype": "bfloat16", "ms": {"cuconv_sustained": 0.332, "cudnn_sustained": 0.348},
            "sustained_gpu": gpu}
-    line = bench._sustained_line(rec)
+    line = conv2d.sustained_line(rec)
     assert "1.05x" in line and ("1470 MHz" in line) == bool(gpu)
     rec3 = {"name": "N2 C256", "dtype": "bfloat16", "sustained": {"cuconv": 0.332, "cudnn": 0.348, "gpu": gpu}}
-    assert "1.05x cuDNN" in bench_conv3d._sustained_line(rec3)
+    assert "1.05x cuDNN" in conv3d.sustained_line(rec3)
 
 
 def test_conv3d_line_prints_the_paired_ratio():
@@ -83,6 +83,6 @@ def test_conv3d_line_prints_the_paired_ratio():
            "ms": {"native": 0.287, "cudnn": 0.290, "auto_paired": 0.310, "cudnn_paired": 0.316},
            "tflops": {"native": 807.0, "cudnn": 800.0, "auto_paired": 749.0, "cudnn_paired": 734.0},
            "extra_mib": {"native": 0.0}, "vs_cudnn_paired": 1.007}
-    text = bench_conv3d._line(rec)
+    text = conv3d.result_line(rec)
     assert "1.007x (median; 0.310 vs 0.316 ms)" in text
     assert "auto_paired" not in text and "cudnn_paired" not in text

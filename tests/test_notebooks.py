@@ -76,21 +76,41 @@ def test_bench_plot_from_json(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install '.[docs]')")
     import matplotlib
     matplotlib.use("Agg")
-    from cuconv import bench, plot
+    from cuconv.bench import cli, plot
 
     # A fixture in the shape of bench's --json output; the timings are placeholders, not measurements.
-    doc = {"device": "fixture", "ceilings": {"tflops": 760.0, "tbps": 2.95}, "records": [
-        {"name": "a", "dtype": "bfloat16", "flops": 2e12, "bytes": 4e9, "ms": {"cuconv": 4.0, "cudnn": 5.0}},
-        {"name": "b", "dtype": "float16", "flops": 1e12, "bytes": 1e9, "ms": {}, "check_ok": False},
-        {"name": "c", "dtype": "bfloat16", "flops": 1e12, "bytes": 1e9,
-         "ms": {"cuconv": 2.0, "generic": 10.0, "cuconv_beta1": 2.1}}]}
+    doc = {"device": "fixture", "ceilings": {"datasheet_tflops": 900.0, "datasheet_source": "fixture",
+                                             "measured_gemm_tflops": 700.0, "measured_copy_tbps": 3.0},
+           "records": [
+               {"name": "a", "dtype": "bfloat16", "flops": 2e12, "bytes": 4e9, "ms": {"cuconv": 4.0, "cudnn": 5.0}},
+               {"name": "b", "dtype": "float16", "flops": 1e12, "bytes": 1e9, "ms": {}, "check_ok": False},
+               {"name": "c", "dtype": "bfloat16", "flops": 1e12, "bytes": 1e9,
+                "ms": {"cuconv": 2.0, "generic": 10.0, "cuconv_beta1": 2.1}}]}
     src = tmp_path / "bench.json"
     src.write_text(json.dumps(doc))
     recs = plot.load_bench_records(str(src))
     assert [r["ms"] for r in recs] == [d["ms"] for d in doc["records"]]
     png = tmp_path / "chart.png"
-    assert bench.main(["--plot", str(png), "--plot-from", str(src)]) == 0
+    assert cli.main(["--plot", str(png), "--plot-from", str(src)]) == 0
     assert png.stat().st_size > 10_000
     empty = tmp_path / "roofline.png"
     plot.plot_bench(None, str(empty))  # no records: ceilings only
     assert empty.stat().st_size > 5_000
+
+
+def test_roofline_labels_name_their_source():
+    """The roof's labels say which ceiling each line is: datasheet, measured GEMM, measured copy."""
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install '.[docs]')")
+    import matplotlib
+    matplotlib.use("Agg")
+    from cuconv.bench import Ceilings, plot
+
+    ax = plot.plot_roofline(ceilings=Ceilings.for_device("NVIDIA H100 80GB HBM3", measured_gemm_tflops=700.0,
+                                                         measured_copy_tbps=2.9))
+    texts = [t.get_text() for t in ax.texts]
+    assert any("989.4 TFLOP/s" in t and "datasheet, H100 SXM" in t for t in texts), texts
+    assert any("700 TFLOP/s (measured)" in t for t in texts), texts
+    assert any("2.90 TB/s (measured copy)" in t for t in texts), texts
+    ax = plot.plot_roofline()  # no ceilings given: the H100 SXM datasheet's, named as such
+    texts = [t.get_text() for t in ax.texts]
+    assert any("3.35 TB/s (datasheet, H100 SXM)" in t for t in texts), texts

@@ -1,35 +1,33 @@
-"""conv3d benchmark (``python -m cuconv.bench_conv3d``): each strategy side by side, checked first.
+"""The conv3d suite: each conv3d strategy side by side with cuDNN on video-VAE layers, checked first.
 
-For every shape (video-VAE 3x3x3 convolutions, spatial padding 1, no temporal padding, as causal
-VAEs pre-pad time) and dtype: check cuconv's auto choice against the float64 reference on a crop
-(the first output depth plane's first rows), then time every conv3d strategy that accepts the shape
-(``qslice``, ``native`` when a kernel implements it, ``generic``) and cuDNN (torch's conv3d on
-channels_last_3d tensors, only when torch imports). Timing as in :mod:`cuconv.bench`: CUDA events,
-warm-up, >= 20 runs, median, an L2-flushing memset queued before each run (the host work of the
-call overlaps it; at these sizes, over a millisecond per call, host overhead would be a few percent
-anyway), inputs rotated past L2. Peak extra device memory of each strategy is
-measured with CuPy's memory pool (bytes allocated during one call beyond the output).
+For every shape of :data:`SUITE_3D` (3x3x3 filters, spatial padding 1, no temporal padding, as
+causal VAEs pre-pad time) and dtype, :func:`bench_shape3d` checks cuconv's automatic choice against
+the float64 reference on a crop (the first output depth plane's first rows), then times every
+strategy that accepts the shape (``qslice``, ``native`` where a kernel implements it, ``generic``)
+and cuDNN (torch's conv3d on channels_last_3d views, when torch is usable), queued as in
+:mod:`.timing`. Each strategy's peak extra device memory (bytes the CuPy pool hands out during one
+call beyond the output) is recorded too.
 
-These layers run at the board's power limit. So the ratio to cuDNN is also taken as the median of
-:data:`RATIO_ROUNDS` alternating (cuconv auto, cuDNN) pairs, which no order of the passes favours,
-and a last pass times both back to back for a second each (:func:`cuconv.bench.sustained_pair`),
-the state of a GPU decoding a long video: clocks held down by the power cap, the time set by the
-energy a call costs (``--no-sustained`` skips it).
+These layers run at the board's power limit, where the order of the passes moves the clocks. So the
+ratio to cuDNN is also the median of :data:`RATIO_ROUNDS` alternating (cuconv auto, cuDNN) pairs,
+which no order favours, and :func:`run` ends with a sustained pass (:func:`sustained3d`): both
+back to back for a second each, the state of a GPU decoding a long video.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from dataclasses import asdict, dataclass
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
-from .bench import CEILING_TFLOPS, L2_BYTES, SUSTAIN_MIN_MS, _gpu_state, _np_dtype, _time, sustained_pair
+from .ceilings import Ceilings
+from .environment import np_dtype
+from .timing import L2_BYTES, SUSTAIN_MIN_MS, gpu_state_text, sustained_pair, time_calls
 
-__all__ = ["Shape3d", "SUITE_3D", "bench_shape3d", "main"]
+__all__ = ["Shape3d", "SUITE_3D", "PADDING", "STRATEGIES", "RATIO_ROUNDS", "extra_memory", "bench_shape3d",
+           "sustained3d", "result_line", "sustained_line", "run"]
 
 
 @dataclass(frozen=True)
@@ -57,20 +55,19 @@ class Shape3d:
         return 2 * self.N * Z * P * Q * self.K * 27 * self.C
 
 
-#: WAN-like and LTX-like shapes (issue 5).
+#: Video-VAE layers: WAN-like (C = 384, 192, 96 at growing resolution) and LTX-like (N = 2, C = 256).
 SUITE_3D: List[Shape3d] = [Shape3d(1, 384, 6, 60, 104, 384), Shape3d(1, 192, 6, 120, 208, 192),
                            Shape3d(1, 96, 6, 240, 416, 96), Shape3d(2, 256, 10, 64, 64, 256)]
 
 PADDING = ((0, 0), (1, 1), (1, 1))
 STRATEGIES = ("qslice", "native", "generic")
 #: Alternating (cuconv auto, cuDNN) queued timing pairs per shape after the strategies' pass; the
-#: ratio to cuDNN is their median. Within one pass the library timed last would run on a GPU that
-#: the strategies before it (the Q-slice one is twice as long) left hotter, and these layers run at
-#: the board's power limit, where that moves the clocks.
+#: ratio to cuDNN is their median. Within one pass the library timed last runs on a GPU that the
+#: strategies before it left hotter, and at the board's power limit that moves the clocks.
 RATIO_ROUNDS = 3
 
 
-def _extra_memory(fn, out_bytes: int) -> int:
+def extra_memory(fn, out_bytes: int) -> int:
     """Peak bytes the CuPy memory pool hands out during ``fn()`` beyond the output itself."""
     import cupy as cp
     pool = cp.get_default_memory_pool()
@@ -95,7 +92,7 @@ def _data(s: Shape3d, dtype: str):
     """Host input and filter (seeded), and device copies: the input rotated over enough copies to
     exceed twice the L2."""
     import cupy as cp
-    dt = _np_dtype(dtype)
+    dt = np_dtype(dtype)
     rng = np.random.default_rng(0)
     x_host = rng.standard_normal((s.N, s.D, s.H, s.W, s.C)).astype(dt)
     w_host = (rng.standard_normal((s.K, 3, 3, 3, s.C)) / math.sqrt(27 * s.C)).astype(dt)
@@ -109,13 +106,14 @@ def _cudnn_call(xs, w):
         import torch
     except ImportError:
         return None
-    torch.backends.cudnn.benchmark = True  # let cuDNN time its algorithms, as cuconv.bench does
+    torch.backends.cudnn.benchmark = True  # let cuDNN time its algorithms, as in the conv2d suite
     tx = [torch.from_dlpack(x).permute(0, 4, 1, 2, 3) for x in xs]  # NCDHW view, channels_last_3d
     tw = torch.from_dlpack(w).permute(0, 4, 1, 2, 3)
     return lambda i: torch.nn.functional.conv3d(tx[i], tw, padding=(0, 1, 1))
 
 
-def bench_shape3d(s: Shape3d, dtype: str, runs: int = 20, with_torch: bool = True, log=print) -> dict:
+def bench_shape3d(s: Shape3d, dtype: str, runs: int = 20, with_torch: bool = True) -> dict:
+    """Check, then time every strategy of one shape and cuDNN; returns its JSON record."""
     import cupy as cp
 
     import cuconv
@@ -142,14 +140,15 @@ def bench_shape3d(s: Shape3d, dtype: str, runs: int = 20, with_torch: bool = Tru
             rec["declined"][strat] = str(err)
             continue
         fn = lambda i, st=strat: cuconv.conv3d(xs[i], w, padding=PADDING, strategy=st)  # noqa: E731
-        rec["ms"][strat] = _time(fn, sets, runs)
-        rec["extra_mib"][strat] = _extra_memory(lambda st=strat: cuconv.conv3d(xs[0], w, padding=PADDING,
+        rec["ms"][strat] = time_calls(fn, sets, runs)
+        rec["extra_mib"][strat] = extra_memory(lambda st=strat: cuconv.conv3d(xs[0], w, padding=PADDING,
                                                                               strategy=st), out_bytes) / 2**20
     f = _cudnn_call(xs, w) if with_torch else None
     if f is not None:
-        rec["ms"]["cudnn"] = _time(f, sets, runs, torch_events=True)
+        rec["ms"]["cudnn"] = time_calls(f, sets, runs, torch_events=True)
         auto = lambda i: cuconv.conv3d(xs[i], w, padding=PADDING)  # noqa: E731
-        pairs = [(_time(auto, sets, runs), _time(f, sets, runs, torch_events=True)) for _ in range(RATIO_ROUNDS)]
+        pairs = [(time_calls(auto, sets, runs), time_calls(f, sets, runs, torch_events=True))
+                 for _ in range(RATIO_ROUNDS)]
         rec["ms"]["auto_paired"] = float(np.median([a for a, _ in pairs]))
         rec["ms"]["cudnn_paired"] = float(np.median([c for _, c in pairs]))
         rec["vs_cudnn_paired"] = float(np.median([c / a for a, c in pairs]))
@@ -159,63 +158,60 @@ def bench_shape3d(s: Shape3d, dtype: str, runs: int = 20, with_torch: bool = Tru
 
 
 def sustained3d(s: Shape3d, dtype: str, est_ms: float, with_torch: bool = True) -> dict:
-    """cuconv's auto choice and cuDNN back to back at the power limit (:func:`cuconv.bench.sustained_pair`)."""
+    """cuconv's auto choice and cuDNN back to back at the power limit (:func:`~.timing.sustained_pair`)."""
     import cuconv
     _, _, xs, w = _data(s, dtype)
     return sustained_pair(lambda i: cuconv.conv3d(xs[i], w, padding=PADDING),
                           _cudnn_call(xs, w) if with_torch else None, len(xs), est_ms)
 
 
-def _line(rec) -> str:
+def result_line(rec, ceilings: Optional[Ceilings] = None) -> str:
+    """The printed lines of one record: per strategy the time, TFLOP/s, % of the compute roof (named),
+    ratio to cuDNN and extra memory; then the paired ratio."""
+    peak, peak_name = (ceilings or Ceilings()).compute()
     parts = [f"{rec['name']:<36} {rec['dtype']:<8} err {rec['rel_error']:.1e} auto={rec['kernel']}"]
     cud = rec["ms"].get("cudnn")
     for k, ms in rec["ms"].items():
-        tf = rec["tflops"][k]
         if k in ("auto_paired", "cudnn_paired"):
             continue  # printed as the paired ratio below
+        tf = rec["tflops"][k]
+        pct = f" ({100 * tf / peak:.0f}% of {peak_name})" if peak else ""
         ratio = f" {cud / ms:.2f}x cuDNN" if cud and k != "cudnn" else ""
         mem = f" +{rec['extra_mib'][k]:.0f} MiB" if k in rec["extra_mib"] else ""
-        parts.append(f"  {k}: {ms:.3f} ms {tf:.0f} TFLOP/s ({100 * tf / CEILING_TFLOPS:.0f}%){ratio}{mem}")
+        parts.append(f"  {k}: {ms:.3f} ms {tf:.0f} TFLOP/s{pct}{ratio}{mem}")
     if "vs_cudnn_paired" in rec:
         parts.append(f"  auto vs cuDNN over {RATIO_ROUNDS} alternating pairs: {rec['vs_cudnn_paired']:.3f}x (median; "
                      f"{rec['ms']['auto_paired']:.3f} vs {rec['ms']['cudnn_paired']:.3f} ms)")
     return "\n".join(parts)
 
 
-def _sustained_line(rec) -> str:
+def sustained_line(rec) -> str:
+    """The printed line of one record's sustained numbers, with clock and power where known."""
     sus = rec["sustained"]
     gpu = sus.get("gpu", {})
-    line = f"{rec['name']:<36} {rec['dtype']:<8} sustained auto {sus['cuconv']:.3f} ms{_gpu_state(gpu, 'cuconv')}"
+    line = f"{rec['name']:<36} {rec['dtype']:<8} sustained auto {sus['cuconv']:.3f} ms{gpu_state_text(gpu, 'cuconv')}"
     if "cudnn" in sus:
-        line += f"  cuDNN {sus['cudnn']:.3f} ms{_gpu_state(gpu, 'cudnn')}  {sus['cudnn'] / sus['cuconv']:.2f}x cuDNN"
+        line += (f"  cuDNN {sus['cudnn']:.3f} ms{gpu_state_text(gpu, 'cudnn')}"
+                 f"  {sus['cudnn'] / sus['cuconv']:.2f}x cuDNN")
     return line
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--dtype", action="append", choices=["bfloat16", "float16"])
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--json", help="write the records here")
-    ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--no-sustained", action="store_true", help="skip the sustained (back-to-back) pass")
-    args = ap.parse_args(argv)
+def run(dtypes: List[str], runs: int, *, with_torch: bool, sustained: bool, ceilings: Optional[Ceilings] = None,
+        log=print) -> List[dict]:
+    """Every shape of :data:`SUITE_3D` in every dtype, then (``sustained``) the sustained pass over the
+    checked shapes of at least :data:`~.timing.SUSTAIN_MIN_MS`; the records."""
+    import cupy as cp
+    log("== suite conv3d")
     recs = []
     for s in SUITE_3D:
-        for dt in args.dtype or ["bfloat16"]:
-            rec = bench_shape3d(s, dt, runs=max(20, args.runs), with_torch=not args.no_torch)
-            print(_line(rec), flush=True)
+        for dt in dtypes:
+            rec = bench_shape3d(s, dt, runs=runs, with_torch=with_torch)
+            log(result_line(rec, ceilings))
             recs.append(rec)
-    if not args.no_sustained:  # after every queued number (see cuconv.bench)
-        for rec in recs:
-            est = rec["ms"].get("auto_paired") or min(rec["ms"].values(), default=0.0)
-            if rec["check_ok"] and est >= SUSTAIN_MIN_MS:
-                rec["sustained"] = sustained3d(Shape3d(**rec["shape"]), rec["dtype"], est, with_torch=not args.no_torch)
-                print(_sustained_line(rec), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"records": recs, "ceilings": {"tflops": CEILING_TFLOPS}}, f, indent=1)
-    return 0 if all(r["check_ok"] for r in recs) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            cp.get_default_memory_pool().free_all_blocks()
+    for rec in recs if sustained else []:
+        est = rec["ms"].get("auto_paired") or min(rec["ms"].values(), default=0.0)
+        if rec["check_ok"] and est >= SUSTAIN_MIN_MS:
+            rec["sustained"] = sustained3d(Shape3d(**rec["shape"]), rec["dtype"], est, with_torch=with_torch)
+            log(sustained_line(rec))
+    return recs

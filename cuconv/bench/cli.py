@@ -1,0 +1,160 @@
+"""The command line of ``python -m cuconv.bench``: parse, check what the machine has, run, write.
+
+Exit status: 0 when every result passed its check, 1 when one failed, 2 when the benchmark cannot
+run here (CuPy not installed, no GPU visible: :func:`~.environment.require_gpu` says which). Drawing
+an earlier run (``--plot FILE.png --plot-from JSON``) and generating the results page (``--report``)
+need neither CuPy nor a GPU.
+
+With ``--json FILE`` the conv2d suites' records go to ``FILE`` and each other suite's to
+``FILE_<suite>.json`` (e.g. ``h100.json``, ``h100_conv3d.json``, ``h100_sm80.json``); every file
+carries the run's date, device, command, software versions and ceilings, which the results page
+(:mod:`.report`) prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+from typing import List, Optional
+
+from . import conv2d, conv3d, sm80
+from .ceilings import measure
+from .environment import EXIT_UNAVAILABLE, Unavailable, require_gpu, run_metadata, torch_for_cudnn
+from .timing import spin_up
+
+__all__ = ["OTHER_SUITES", "ALL_SUITES", "parser", "main", "write_json"]
+
+#: Suites with their own module, columns and JSON file, run after the conv2d suites.
+OTHER_SUITES = ("sm80", "conv3d")
+ALL_SUITES = tuple(conv2d.SUITES) + OTHER_SUITES
+DTYPES = ("bfloat16", "float16")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m cuconv.bench",
+                                 description="cuconv's benchmark: checks each result against the reference, "
+                                             "then times it against cuDNN (through torch, when installed)")
+    ap.add_argument("--suite", action="append", choices=ALL_SUITES,
+                    help="suite(s) to run (default: all): conv2d suites resnet50 and vae_unet; sm80 (the sm_80+ "
+                         "kernel and cuconv.matmul); conv3d (every conv3d strategy on video-VAE layers)")
+    ap.add_argument("--dtype", action="append", choices=DTYPES, help="dtype(s) (default: both)")
+    ap.add_argument("--json", metavar="FILE", help="write every number to FILE (other suites: FILE_<suite>.json)")
+    ap.add_argument("--quick", action="store_true", help="fewer timed runs (20) and no generic_gpu comparison")
+    ap.add_argument("--runs", type=int, default=30, help="timed runs per measurement (>= 20; default 30)")
+    ap.add_argument("--no-torch", action="store_true", help="skip the cuDNN comparison")
+    ap.add_argument("--no-generic", action="store_true", help="skip the generic_gpu comparison")
+    ap.add_argument("--generic-max-gb", type=float, default=2.0, help="skip generic_gpu above this im2col size")
+    ap.add_argument("--residual", choices=["auto", "all", "none"], default="auto",
+                    help="residual beta=1 vs beta=0 timing: auto = the vae_unet suite's shapes")
+    ap.add_argument("--no-sustained", action="store_true",
+                    help="skip the sustained (back-to-back, power-limited) timing of the shapes over 0.1 ms")
+    ap.add_argument("--skip-resnet", action="store_true", help="sm80 suite: skip the forced ResNet-50 shapes")
+    ap.add_argument("--plot", metavar="FILE.png", help="draw the roofline + per-shape chart (matplotlib)")
+    ap.add_argument("--plot-from", metavar="JSON", help="with --plot: draw an existing --json file, run nothing")
+    ap.add_argument("--report", nargs="?", const="docs/bench", metavar="DIR",
+                    help="write DIR/README.md from the JSON results in DIR (default docs/bench), run nothing")
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.report:
+        if not os.path.isdir(args.report):
+            ap.error(f"--report: no such folder: {args.report}")
+        from .report import write_report
+        print(f"wrote {write_report(args.report)}")
+        return 0
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (missing matplotlib fails now, not after the run)
+        except ImportError:
+            print("cuconv.bench: --plot needs matplotlib: pip install 'cuconv[bench]'", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+    if args.plot_from:
+        if not args.plot:
+            ap.error("--plot-from needs --plot FILE.png")
+        if not os.path.isfile(args.plot_from):
+            ap.error(f"--plot-from: no such file: {args.plot_from}")
+        from .plot import plot_bench
+        plot_bench(args.plot_from, args.plot)
+        print(f"wrote {args.plot}")
+        return 0
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        ap.error(f"--json: the folder of {args.json} does not exist")  # found now, not after the run
+    try:
+        dev = require_gpu()
+    except Unavailable as e:
+        print(f"cuconv.bench: cannot run: {e}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return _run(args, argv, dev)
+
+
+def _run(args, argv: List[str], dev) -> int:
+    import cupy as cp
+    log = functools.partial(print, flush=True)
+    suites = args.suite or list(ALL_SUITES)
+    dtypes = args.dtype or list(DTYPES)
+    runs = max(20, 20 if args.quick else args.runs)
+    torch, why_not = torch_for_cudnn(args.no_torch)
+    with_torch = torch is not None
+    meta = run_metadata(argv, dev.describe())
+    log(f"device: {meta['device']}; {runs} runs, median; {meta['date']}")
+    if why_not:
+        log(why_not)
+    spin_up()
+    ceilings = measure(dev.name, log=log)
+    log(f"ceilings: {ceilings.describe()}")
+    host = conv2d.host_overhead_us(with_torch=with_torch)
+    log("host work per call (back-to-back calls of a tiny conv, microseconds): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in host.items()))
+    t0 = time.time()
+    spin_up()
+    records = conv2d.run_queued([s for s in suites if s in conv2d.SUITES], dtypes, runs, with_torch=with_torch,
+                                with_generic=not (args.no_generic or args.quick),
+                                generic_max_gb=args.generic_max_gb, residual=args.residual, ceilings=ceilings,
+                                log=log)
+    others = {}
+    if "sm80" in suites:
+        others["sm80"] = sm80.run(dtypes, runs, with_torch=with_torch, resnet=not args.skip_resnet, log=log)
+        cp.get_default_memory_pool().free_all_blocks()
+    if "conv3d" in suites:
+        others["conv3d"] = conv3d.run(dtypes, runs, with_torch=with_torch, sustained=not args.no_sustained,
+                                      ceilings=ceilings, log=log)
+    if not args.no_sustained:  # last: a GPU at its power limit for seconds would slow the queued runs
+        conv2d.run_sustained(records, with_torch=with_torch, log=log)
+    for line in conv2d.geomean_lines(records):
+        log(line)
+    log(f"{time.time() - t0:.0f} s")
+    common = dict(meta, ceilings=ceilings.to_json(), runs=runs, cudnn=why_not or "compared through torch")
+    if args.json:
+        write_json(args.json, records, others, common, host)
+    if args.plot and records:
+        from .plot import plot_bench
+        plot_bench(dict(common, records=records), args.plot)
+        log(f"wrote {args.plot}")
+    elif args.plot:
+        log("--plot draws the conv2d suites' records, and none ran: no chart written")
+    ok = all(r.get("check_ok") for r in records + others.get("conv3d", []))
+    ok = ok and all(sm80.check_ok(r) for r in others.get("sm80", []))
+    return 0 if ok else 1
+
+
+def write_json(path: str, records, others, common: dict, host) -> None:
+    """The conv2d records to ``path``, each other suite's to ``<path stem>_<suite>.json``."""
+    root = os.path.splitext(path)[0]
+    files = []
+    if records:
+        files.append((path, dict(common, suite="conv2d", host_us_per_call=host, records=records)))
+    for name, recs in others.items():
+        files.append((f"{root}_{name}.json", dict(common, suite=name, records=recs)))
+    for target, doc in files:
+        with open(target, "w") as f:
+            json.dump(doc, f, indent=1, default=float)
+        print(f"wrote {target}")
+

@@ -1,0 +1,270 @@
+"""The benchmark's command line, ceilings and results page, on the CPU (cuconv.bench).
+
+What the machine lacks is simulated: ``sys.modules["cupy"] = None`` makes ``import cupy`` fail as on a
+machine without CuPy, and a stand-in ``cupy`` whose runtime raises plays a machine without a GPU.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from cuconv.bench import Ceilings, cli, conv2d, conv3d, environment, report
+
+ROOT = Path(__file__).resolve().parent.parent
+ENTRY_POINTS = [[], ["--suite", "resnet50"], ["--suite", "vae_unet", "--dtype", "float16"], ["--suite", "sm80"],
+                ["--suite", "conv3d", "--no-sustained"], ["--quick", "--json", "out.json"]]
+
+
+@pytest.mark.parametrize("argv", ENTRY_POINTS, ids=lambda a: " ".join(a) or "default")
+def test_exits_2_without_cupy(argv, monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    assert cli.main(argv) == environment.EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "CuPy is not installed" in err and "pip install" in err
+    assert not (tmp_path / "out.json").exists()
+
+
+class _RuntimeError(Exception):
+    pass
+
+
+def _fake_cupy(count=None, error=None):
+    def get_device_count():
+        if error is not None:
+            raise error
+        return count
+    return types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
+        getDeviceCount=get_device_count)))
+
+
+@pytest.mark.parametrize("argv", ENTRY_POINTS, ids=lambda a: " ".join(a) or "default")
+def test_exits_2_without_a_gpu(argv, monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(error=_RuntimeError("cudaErrorInsufficientDriver: "
+                                                                             "CUDA driver version is insufficient")))
+    assert cli.main(argv) == environment.EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "no GPU visible to CuPy" in err and "cudaErrorInsufficientDriver" in err
+
+
+def test_exits_2_with_zero_devices(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(count=0))
+    assert cli.main(["--suite", "conv3d"]) == environment.EXIT_UNAVAILABLE
+    assert "0 devices" in capsys.readouterr().err
+
+
+def test_python_m_entry_point_exits_2_without_cupy():
+    """``python -m cuconv.bench`` itself (its __main__), in a process where CuPy cannot import."""
+    code = ("import runpy, sys; sys.modules['cupy'] = None; sys.argv = ['cuconv.bench', '--suite', 'sm80']; "
+            "runpy.run_module('cuconv.bench', run_name='__main__')")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "cuconv.bench: cannot run: CuPy is not installed" in proc.stderr
+
+
+def test_importing_the_package_needs_neither_cupy_nor_matplotlib():
+    code = ("import sys; sys.modules['cupy'] = None; import cuconv.bench, cuconv.bench.cli, cuconv.bench.report, "
+            "cuconv.bench.plot, cuconv.models.plot; assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_plot_from_json_needs_no_cupy(monkeypatch, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install '.[bench]')")
+    import matplotlib
+    matplotlib.use("Agg")
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    png = tmp_path / "h100.png"
+    assert cli.main(["--plot", str(png), "--plot-from", str(ROOT / "docs" / "bench" / "h100.json")]) == 0
+    assert png.stat().st_size > 10_000
+
+
+def test_torch_missing_is_named_and_optional(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    torch, why = environment.torch_for_cudnn()
+    assert torch is None and "torch is not installed" in why and "without the cuDNN comparison" in why
+    assert environment.torch_for_cudnn(disabled=True) == (None, "cuDNN comparison off (--no-torch)")
+
+
+def test_command_line_and_metadata(monkeypatch):
+    monkeypatch.setenv("CUCONV_SM90_CLUSTER", "2")
+    meta = environment.run_metadata(["--suite", "conv3d", "--json", "a b.json"], "GPU X")
+    assert meta["command"] == "CUCONV_SM90_CLUSTER=2 python -m cuconv.bench --suite conv3d --json 'a b.json'"
+    assert meta["device"] == "GPU X" and meta["date"][:2] == "20" and meta["date"].endswith("+00:00")
+
+
+def test_write_json_splits_suites_and_carries_metadata(tmp_path):
+    common = {"date": "d", "device": "GPU X", "command": "python -m cuconv.bench", "ceilings": {}}
+    cli.write_json(str(tmp_path / "run.json"), [{"name": "a"}], {"sm80": [{"name": "b"}], "conv3d": []},
+                   common, {"cuconv": 20.0})
+    docs = {p.name: json.loads(p.read_text()) for p in tmp_path.iterdir()}
+    assert sorted(docs) == ["run.json", "run_conv3d.json", "run_sm80.json"]
+    assert docs["run.json"]["suite"] == "conv2d" and docs["run_sm80.json"]["records"] == [{"name": "b"}]
+    assert all(d["device"] == "GPU X" and d["command"] and d["date"] for d in docs.values())
+
+
+# ---------------------------------------------------------------------------------------------- ceilings
+def test_ceilings_name_their_source():
+    h100 = Ceilings.for_device("NVIDIA H100 80GB HBM3", measured_gemm_tflops=700.0, measured_copy_tbps=2.9)
+    assert h100.compute() == (989.4, "datasheet") and h100.memory() == (2.9, "copy")
+    assert Ceilings.for_device("NVIDIA H100 PCIe").datasheet_tflops == 756.5
+    unknown = Ceilings.for_device("Some GPU", measured_gemm_tflops=100.0)
+    assert unknown.compute() == (100.0, "GEMM") and unknown.memory() == (None, "")
+    # compute-bound (intensity 1000 FLOP/B above the ridge of ~341): the share of the datasheet peak
+    frac, name = h100.fraction(1e12, 1e9, 2.0)
+    assert name == "datasheet" and frac == pytest.approx(500.0 / 989.4)
+    frac, name = h100.fraction(1e12, 1e10, 10.0)  # 100 FLOP/B: the share of the copy bandwidth
+    assert name == "copy" and frac == pytest.approx(1.0 / 2.9)
+    assert Ceilings.from_json({"ceilings": h100.to_json()}) == h100
+
+
+def test_legacy_ceilings_block_reads_the_copy_and_not_the_unnamed_peak():
+    c = Ceilings.from_json({"device": "NVIDIA H100 80GB HBM3 (sm_90a, 132 SMs)",
+                            "ceilings": {"tflops": 760.0, "tbps": 2.95}})
+    assert c.compute() == (989.4, "datasheet") and c.memory() == (2.95, "copy")
+    assert c.measured_gemm_tflops is None
+
+
+def test_no_recorded_h100_row_exceeds_its_roof():
+    """The roof is a ceiling: every timed row of the H100 results stays under it."""
+    for name in ("h100.json", "h100_conv3d.json"):
+        doc = report.load_result(str(ROOT / "docs" / "bench" / name))
+        c = Ceilings.from_json(doc)
+        for r in doc["records"]:
+            for impl, ms in r["ms"].items():
+                frac, roof = c.fraction(r["flops"], r.get("bytes"), ms)
+                assert roof and frac < 1.0, (name, r["name"], impl, frac, roof)
+
+
+def test_result_lines_name_the_roof():
+    c = Ceilings(datasheet_tflops=1000.0, datasheet_source="X", measured_copy_tbps=2.0)
+    rec = {"name": "a", "dtype": "bfloat16", "flops": 1e12, "bytes": 1e9, "ms": {"cuconv": 2.0, "cudnn": 3.0}}
+    assert "50.0% of datasheet" in conv2d.summary_line(rec, c) and "1.50x" in conv2d.summary_line(rec, c)
+    rec = dict(rec, bytes=1e10, ms={"cuconv": 10.0})
+    assert "50.0% of copy" in conv2d.summary_line(rec, c)
+    rec3 = {"name": "b", "dtype": "float16", "rel_error": 1e-3, "kernel": "conv3d_native", "ms": {"native": 1.0},
+            "tflops": {"native": 810.0}, "extra_mib": {"native": 0.0}}
+    assert "(81% of datasheet)" in conv3d.result_line(rec3, c)
+
+
+# ---------------------------------------------------------------------------------------------- report
+def _write(path: Path, doc) -> None:
+    path.write_text(json.dumps(doc))
+
+
+def test_report_from_a_small_fixture(tmp_path):
+    # Placeholder timings in the benchmark's formats, not measurements.
+    _write(tmp_path / "run.json", {
+        "suite": "conv2d", "date": "2030-01-02T03:04:05+00:00", "device": "GPU X (sm_90a, 132 SMs)",
+        "command": "python -m cuconv.bench --suite resnet50 --json run.json",
+        "ceilings": {"datasheet_tflops": 1000.0, "datasheet_source": "X", "measured_copy_tbps": 2.0},
+        "records": [
+            {"name": "N1 C8 4x4 K8 3x3 s1 p1", "dtype": "bfloat16", "kernel": "sm90_tma", "flops": 1e12,
+             "bytes": 1e9, "ms": {"cuconv": 2.0, "cuconv_graph": 1.9, "cudnn": 3.0}, "check_ok": True},
+            {"name": "N1 C8 4x4 K8 1x1 s1 p0", "dtype": "float16", "flops": 1e12, "bytes": 1e9, "ms": {},
+             "check_ok": False}]})
+    _write(tmp_path / "run_conv3d.json", {"records": [  # no date, device or command: from the sidecar
+        {"name": "N1 C8 D3 4x4 K8 3x3x3", "shape": {"N": 1, "C": 8, "D": 3, "H": 4, "W": 4, "K": 8},
+         "dtype": "bfloat16", "kernel": "conv3d_native", "flops": 5e11, "check_ok": True,
+         "ms": {"native": 1.0, "qslice": 2.0, "cudnn": 1.5, "auto_paired": 1.0, "cudnn_paired": 1.2},
+         "vs_cudnn_paired": 1.25}]})
+    _write(tmp_path / "run_conv3d.meta.json", {"device": "GPU Y"})
+    (tmp_path / "run_conv3d.log").write_text("log\n")
+    _write(tmp_path / "old_sm80.json", {"rows": [
+        {"label": "matmul 8192^3", "dtype": "bfloat16", "flops": 1.1e12, "bytes": 4e8,
+         "ms": {"sm80_igemm": 2.0, "cupy.matmul": 1.5}, "notes": []}]})
+    (tmp_path / "other.log").write_text("log\n")
+    _write(tmp_path / "other.meta.json", {"command": "CUCONV_X=1 python -m cuconv.bench --quick"})
+
+    page = report.render(str(tmp_path))
+    for heading in ("## run.json: conv2d", "## run_conv3d.json: conv3d", "## old_sm80.json: sm80"):
+        assert heading in page
+    assert "- date: 2030-01-02T03:04:05+00:00" in page and "- device: GPU X (sm_90a, 132 SMs)" in page
+    assert "- command: `python -m cuconv.bench --suite resnet50 --json run.json`" in page
+    row = ("| N1 C8 4x4 K8 3x3 s1 p1 | bfloat16 | sm90_tma | 2.000 | 1.900 | 3.000 | 1.50x | 500 | 0.50 "
+           "| 50% datasheet |")
+    assert row in page
+    assert "| N1 C8 4x4 K8 1x1 s1 p0 | float16 | - | check failed |" in page
+    conv3d_part = page.split("## run_conv3d.json")[1].split("## ")[0]
+    assert "- device: GPU Y" in conv3d_part and "- date: not recorded" in conv3d_part
+    assert "- command: not recorded" in conv3d_part and "[run_conv3d.log](run_conv3d.log)" in conv3d_part
+    assert "| 1.000 | 1.200 | 1.25x | 500 |" in conv3d_part and "qslice 2.000 ms" in conv3d_part
+    assert "| matmul 8192^3 | bfloat16 | 2.000 | 1.500 (cuBLAS) | 0.75x |" in page
+    assert "- [other.log](other.log): `CUCONV_X=1 python -m cuconv.bench --quick`" in page
+    assert "geomean speed vs cuDNN: 1.500x over 1 rows" in page
+
+    out = report.write_report(str(tmp_path))
+    assert Path(out).read_text() == page
+    assert report.main(["--dir", str(tmp_path), "--check"]) == 0
+    Path(out).write_text(page + "edited by hand\n")
+    assert report.main(["--dir", str(tmp_path), "--check"]) == 1
+    assert cli.main(["--report", str(tmp_path)]) == 0 and Path(out).read_text() == page
+
+
+def test_docs_bench_readme_is_generated_from_its_json():
+    """docs/bench/README.md is what ``python -m cuconv.bench.report`` makes of docs/bench."""
+    assert report.main(["--dir", str(ROOT / "docs" / "bench"), "--check"]) == 0
+
+
+def test_a_full_run_with_the_gpu_work_replaced(monkeypatch, tmp_path, capsys):
+    """The command line's wiring on the CPU: every suite runs (its GPU work replaced by placeholders, not
+    measurements), the JSON files carry date, device, command and ceilings, and the page renders them."""
+    import contextlib
+    import dataclasses
+
+    import cuconv
+    from cuconv.bench import sm80, timing
+
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(get_default_memory_pool=lambda: pool))
+    dev = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", describe=lambda: "NVIDIA H100 80GB HBM3 (sm_90a)")
+    monkeypatch.setattr(cli, "require_gpu", lambda: dev)
+    monkeypatch.setattr(cli, "torch_for_cudnn", lambda disabled=False: (None, "torch is not installed: ..."))
+    monkeypatch.setattr(cli, "spin_up", lambda: None)
+    monkeypatch.setattr(cli, "measure", lambda name, log: Ceilings.for_device(name, measured_copy_tbps=3.0,
+                                                                               measured_gemm_tflops=700.0))
+    monkeypatch.setattr(conv2d, "host_overhead_us", lambda with_torch: {"cuconv": 20.0})
+    monkeypatch.setattr(conv2d, "bench_shape", lambda s, dt, **kw: {
+        "name": s.name, "shape": dataclasses.asdict(s), "dtype": dt, "flops": 1e12, "bytes": 1e9, "ms": {"cuconv": 2.0},
+        "notes": [], "kernel": "sm90_tma", "check_ok": True})
+    monkeypatch.setattr(conv2d, "bench_sustained", lambda *a, **k: {"cuconv": 2.1, "gpu": {}})
+    monkeypatch.setattr(conv3d, "bench_shape3d", lambda s, dt, **kw: {
+        "name": s.name, "shape": dataclasses.asdict(s), "dtype": dt, "flops": s.flops, "ms": {"native": 1.0},
+        "tflops": {"native": s.flops / 1e9}, "extra_mib": {}, "declined": {}, "kernel": "conv3d_native",
+        "rel_error": 1e-3, "check_ok": True})
+    monkeypatch.setattr(conv3d, "sustained3d", lambda *a, **k: {"cuconv": 1.1, "gpu": {}})
+    forced = []
+    monkeypatch.setattr(cuconv, "overrides", lambda **kw: forced.append(kw) or contextlib.nullcontext(),
+                        raising=False)
+    monkeypatch.setattr(sm80, "conv_case", lambda label, *a, **k: {
+        "name": label, "dtype": "bfloat16", "flops": 1e12, "bytes": 1e9, "ms": {"sm80_igemm": 1.0}, "notes": []})
+    monkeypatch.setattr(sm80, "matmul_case", lambda n, dt, runs, log: {
+        "name": f"matmul {n}^3", "dtype": dt, "flops": 2 * n ** 3, "bytes": 1e9, "ms": {"sm80_igemm": 1.0},
+        "notes": []})
+    monkeypatch.setattr(timing, "time_calls", lambda *a, **k: pytest.fail("timed on the CPU"))
+
+    (tmp_path / "out").mkdir()
+    argv = ["--dtype", "bfloat16", "--quick", "--json", str(tmp_path / "out" / "run.json")]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "torch is not installed" in printed and "measured copy 3.00 TB/s" in printed
+    assert "% of datasheet" in printed
+    assert forced == [{"sm80_subpath": "per_lane"}] * 3
+    docs = {p.name: json.loads(p.read_text()) for p in (tmp_path / "out").iterdir()}
+    assert sorted(docs) == ["run.json", "run_conv3d.json", "run_sm80.json"]
+    for doc in docs.values():
+        assert doc["device"] == "NVIDIA H100 80GB HBM3 (sm_90a)" and doc["date"]
+        assert doc["command"].endswith("python -m cuconv.bench " + " ".join(argv))
+        assert doc["ceilings"]["datasheet_tflops"] == 989.4 and doc["ceilings"]["measured_copy_tbps"] == 3.0
+    assert len(docs["run.json"]["records"]) == len(conv2d.SUITES["resnet50"]) + len(conv2d.SUITES["vae_unet"])
+    assert all("cuconv_sustained" in r["ms"] for r in docs["run.json"]["records"])
+    page = report.render(str(tmp_path / "out"))
+    assert page.count("- command: `") == 3 and "## run_sm80.json: sm80" in page
