@@ -39,6 +39,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..models.plot import finish_figure, pyplot
 from .ceilings import GEMM_N, Ceilings
 
 __all__ = ["DEFAULT_CEILINGS", "load_bench_records", "plot_bench", "plot_roofline"]
@@ -48,21 +49,6 @@ DEFAULT_CEILINGS = Ceilings.for_device("H100 SXM")
 
 #: Drawing order and colours of the implementations a benchmark compares.
 _IMPL_COLORS = {"cuconv": "tab:red", "cudnn": "tab:blue", "generic": "tab:gray"}
-
-
-def _pyplot():
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as e:  # pragma: no cover - depends on the install
-        raise ImportError("cuconv.bench.plot needs matplotlib: pip install 'cuconv[bench]'") from e
-    return plt
-
-
-def _finish(fig, png_path):
-    if png_path is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
-        fig.savefig(png_path, dpi=120, bbox_inches="tight")
-    return fig
 
 
 _LIST_KEYS = ("records", "results", "shapes", "rows")
@@ -183,7 +169,7 @@ def plot_roofline(ax=None, ceilings: Optional[Ceilings] = None, intensity_range=
 
     Intensity is FLOP per byte of the minimum traffic (x, w, out, residual once each).
     """
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
     peak, peak_label, bw, bw_label, gemm = _roofs(ceilings)
@@ -221,7 +207,7 @@ def plot_bench(records_or_json_path=None, png_path: Optional[str] = None, *, imp
     timings such as ``cuconv_beta1`` are only drawn when named). ``ceilings`` default to the file's
     (:meth:`~.ceilings.Ceilings.from_json`). Returns the matplotlib Figure.
     """
-    plt = _pyplot()
+    plt = pyplot()
     raw = records_or_json_path
     if isinstance(raw, (str, os.PathLike)):
         with open(raw) as f:
@@ -239,7 +225,7 @@ def plot_bench(records_or_json_path=None, png_path: Optional[str] = None, *, imp
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         plot_roofline(ax, ceilings)
         ax.set_title(title or "roofline and ceilings only: no benchmark records given")
-        return _finish(fig, png_path)
+        return finish_figure(fig, png_path)
 
     bar_width_in = max(7.0, 0.3 * len(records) * len(impls))
     fig, (ax_roof, ax_bar) = plt.subplots(1, 2, figsize=(6 + bar_width_in, 5),
@@ -257,7 +243,7 @@ def plot_bench(records_or_json_path=None, png_path: Optional[str] = None, *, imp
     _bars(ax_bar, records, impls, ceilings)
     fig.suptitle(title or f"cuconv benchmark{' on ' + str(device) if device else ''}")
     fig.tight_layout()
-    return _finish(fig, png_path)
+    return finish_figure(fig, png_path)
 
 
 def _bars(ax, records, impls, ceilings):

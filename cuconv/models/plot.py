@@ -8,6 +8,7 @@ works without it (``pip install 'cuconv[docs]'`` brings it).
 from __future__ import annotations
 
 import math
+import os
 from typing import Iterable, Optional
 
 import numpy as np
@@ -22,16 +23,19 @@ __all__ = ["plot_im2col_rows", "plot_tma_box", "plot_loader_tile", "tma_box_posi
 _PAD_COLOR = "#d9d9d9"
 
 
-def _pyplot():
+def pyplot():
+    """``matplotlib.pyplot``, imported on first use (an ImportError naming the extra without it)."""
     try:
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - depends on the install
-        raise ImportError("cuconv.models.plot needs matplotlib: pip install 'cuconv[docs]'") from e
+        raise ImportError("cuconv's plots need matplotlib: pip install 'cuconv[docs]'") from e
     return plt
 
 
-def _finish(fig, png_path):
+def finish_figure(fig, png_path):
+    """Save ``fig`` to ``png_path`` when given (creating its folder); return the figure."""
     if png_path is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
         fig.savefig(png_path, dpi=120, bbox_inches="tight")
     return fig
 
@@ -67,7 +71,7 @@ def plot_im2col_rows(x: np.ndarray, problem: ConvProblem, rows: Iterable[int], g
     """
     if problem.nd != 2:
         raise ValueError(f"problem: plot_im2col_rows draws 2-D problems, got conv{problem.nd}d")
-    plt = _pyplot()
+    plt = pyplot()
     rows = list(rows)
     a = im2col_matrix(x, problem, group)
     Cg = problem.channels_per_group
@@ -104,7 +108,7 @@ def plot_im2col_rows(x: np.ndarray, problem: ConvProblem, rows: Iterable[int], g
             ax.text(w + 0.4, h - 0.4, str(t), ha="right", va="top", fontsize=6, color=f"C{k + 1}")
         ax.set_title(f"row m={m}: n={n}, out=({p},{q})", fontsize=9)
     fig.tight_layout()
-    return _finish(fig, png_path)
+    return finish_figure(fig, png_path)
 
 
 def tma_box_positions(x_shape, *, lower_corner, upper_corner, coord, offsets, pixels, element_strides=None):
@@ -139,7 +143,7 @@ def plot_tma_box(x: np.ndarray, *, lower_corner, upper_corner, coord, offsets, p
     shifted by ``offsets``) shaded, the cells the load reads numbered in order (grey = outside the
     tensor, read as zero). Bottom: the ``pixels`` values returned for channel ``channel``.
     """
-    plt = _pyplot()
+    plt = pyplot()
     if x.ndim != 4:
         raise ValueError(f"x: plot_tma_box draws 2-D images (N, H, W, C), got shape {x.shape}")
     N, H, W, _ = x.shape
@@ -183,7 +187,7 @@ def plot_tma_box(x: np.ndarray, *, lower_corner, upper_corner, coord, offsets, p
     fig.suptitle(title or f"box load: coord={tuple(coord)} offsets={tuple(offsets)} lower={tuple(lower_corner)} "
                  f"upper={tuple(upper_corner)}", fontsize=9)
     fig.tight_layout()
-    return _finish(fig, png_path)
+    return finish_figure(fig, png_path)
 
 
 def plot_loader_tile(problem: ConvProblem, m_offset: int, k_offset: int, tile_m: int, tile_k: int, subpath: str,
@@ -194,7 +198,7 @@ def plot_loader_tile(problem: ConvProblem, m_offset: int, k_offset: int, tile_m:
     ``h,w`` (``n:h,w`` when the tile spans images) and the channel ``c`` below it; hatched cells are
     zero-filled (halo, rows past M, columns past Kgemm) and issue no load. Returns the axes.
     """
-    plt = _pyplot()
+    plt = pyplot()
     if problem.nd != 2:
         raise ValueError(f"problem: plot_loader_tile draws 2-D problems, got conv{problem.nd}d")
     addr = loader_addresses(problem, m_offset, k_offset, tile_m, tile_k, subpath, group)

@@ -299,44 +299,11 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
   }
 }
 
-// The shared-memory carve-up of one CTA (addresses in the shared window), built once by the kernel.
-struct SmemLayout {
-  uint32_t a_base, b_base, c_base;                 // A ring (or window ring), B ring, C ring
-  uint32_t full_bar, empty_bar;                    // the filter (and im2col A) ring
-  uint32_t c_full_bar, c_empty_bar;                // the residual ring
-  uint32_t load_order_bar;                         // main load -> epilogue load
-  uint32_t a_full_bar, a_empty_bar;                // halo tiles: the window ring
-  uint32_t turn_bar;                               // ping-pong: turn_bar[g] = warpgroup g may start
-};
-
-// The output coordinates of one consumer thread: its first tile row and its column pair.
-struct ConsumerLane {
-  int consumer;       // consumer warpgroup, 0 .. CONSUMERS - 1
-  int row_in_group;   // 16 * warp + lane / 4: the thread's first row within its warpgroup's 64
-  int col_lane;       // 2 * (lane % 4): the thread's first column within each 8-column group
-  bool lane0;
-};
-
-// Epilogue of the output row `row` of a halo tile (the tile's row block `b`): its pixels are the
-// 64 columns from ht.x0, of which the thread holds x0 + row_in_group (+ 8).
-template <bool RESIDUAL>
-__device__ __forceinline__ void halo_row_epilogue(float (&acc)[cfg::BN / 2], const sm90::HaloTile& ht, int b,
-                                                  int n0, const Sm90ConvParams& g, elem_t* out, const elem_t* bias,
-                                                  const cuconv::EpilogueParams& ep, sm90::RingState<cfg::C_STAGES>& cring,
-                                                  const SmemLayout& sm, const ConsumerLane& cl, int row_base) {
-  const int x = ht.x0 + cl.row_in_group;
-  const long long m_row = (long long)(ht.plane_row0 + b) * g.Q + x;
-  // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
-  const int row_limit = (ht.y0 + b < g.P && m_row < g.M) ? g.Q - x : 0;
-  sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, RESIDUAL, cfg::C_CHUNK_BYTES>(
-      acc, m_row, row_limit, n0, g.K, out, bias, ep, cring, sm.c_base, sm.c_full_bar, sm.c_empty_bar, row_base,
-      cl.col_lane, cl.lane0);
-}
-
 // Cooperative consumer on im2col tiles: warpgroup `consumer` owns tile rows [64 consumer, +64) of
-// every tile; a split tile's halves meet in the workspace (split_reduce.cuh). It takes its shared
-// addresses as scalars, not as a SmemLayout: with the struct, ptxas spills 8 bytes in the
-// 192 x 192 tile with a residual (the compile test checks every variant for spills).
+// every tile; a split tile's halves meet in the workspace (split_reduce.cuh).
+// The three consumers take the shared addresses and their lane coordinates as scalars: bundled in
+// structs, ptxas spills 8 bytes in the 192 x 192 tiles with a residual (the compile test checks
+// every variant for spills).
 __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, const Scheduler& sched, elem_t* out,
                                                      const elem_t* bias, const cuconv::EpilogueParams& ep,
                                                      float4* partials, int* partial_flags, uint32_t a_base,
@@ -377,22 +344,31 @@ __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, co
 }
 
 // Cooperative consumer on halo tiles: warpgroup `consumer` owns output row y0 + consumer of every
-// tile (its window rows start consumer rows down).
+// tile (its window rows start `consumer` rows down).
 __device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Scheduler& sched, elem_t* out,
-                                              const elem_t* bias, const cuconv::EpilogueParams& ep,
-                                              const SmemLayout& sm, const ConsumerLane& cl) {
+                                              const elem_t* bias, const cuconv::EpilogueParams& ep, uint32_t a_base,
+                                              uint32_t b_base, uint32_t c_base, uint32_t full_bar, uint32_t empty_bar,
+                                              uint32_t c_full_bar, uint32_t c_empty_bar, uint32_t a_full_bar,
+                                              uint32_t a_empty_bar, int consumer, int warp_in_group, int lane) {
   sm90::RingState<cfg::STAGES> ring;
   sm90::RingState<cfg::C_STAGES> cring;
   sm90::RingState<cfg::A_STAGES> aring;
+  const int row_base = 64 * consumer + 16 * warp_in_group + lane / 4;
+  const int col_lane = 2 * (lane % 4);
+  const int row_in_group = 16 * warp_in_group + lane / 4;  // this thread's first column of its output row
   float acc[1][cfg::BN / 2];
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
     sm90::consumer_mainloop_halo<cfg::BN, 1, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES, cfg::B_STAGE_BYTES,
-                                 cfg::CLUSTER, false>(
-        acc, aring, ring, g, (uint32_t)(cl.consumer * g.halo_w * 128), sm.a_base, sm.b_base, sm.a_full_bar,
-        sm.a_empty_bar, sm.full_bar, sm.empty_bar);
+                                 cfg::CLUSTER, false>(acc, aring, ring, g, (uint32_t)(consumer * g.halo_w * 128), a_base,
+                                                      b_base, a_full_bar, a_empty_bar, full_bar, empty_bar);
     const sm90::HaloTile ht = sm90::halo_tile<cfg::BM / 64>(sched.m_tile(t), g);
-    halo_row_epilogue<cfg::HAS_RESIDUAL>(acc[0], ht, cl.consumer, sched.n_tile(t) * cfg::BN, g, out, bias, ep, cring,
-                                         sm, cl, 64 * cl.consumer + cl.row_in_group);
+    const int x = ht.x0 + row_in_group;
+    const long long m_row = (long long)(ht.plane_row0 + consumer) * g.Q + x;
+    // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
+    const int row_limit = (ht.y0 + consumer < g.P && m_row < g.M) ? g.Q - x : 0;
+    sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
+        acc[0], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
+        c_empty_bar, row_base, col_lane, lane == 0);
   }
 }
 
@@ -404,15 +380,19 @@ __device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Sch
 // runs its mainloop, the other runs its epilogue: the tensor cores are never idle for a tile's stores.
 __device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const Scheduler& sched, elem_t* out,
                                                   const elem_t* bias, const cuconv::EpilogueParams& ep,
-                                                  const SmemLayout& sm, const ConsumerLane& cl) {
+                                                  uint32_t a_base, uint32_t b_base, uint32_t c_base, uint32_t full_bar,
+                                                  uint32_t empty_bar, uint32_t c_full_bar, uint32_t c_empty_bar,
+                                                  uint32_t a_full_bar, uint32_t a_empty_bar, uint32_t turn_bar,
+                                                  int consumer, int warp_in_group, int lane) {
   sm90::RingState<cfg::STAGES> ring;
   sm90::RingState<cfg::C_STAGES> cring;
   sm90::RingState<cfg::A_STAGES> aring;
   float acc[cfg::MB][cfg::BN / 2];
   // The warpgroup's index broadcast from lane 0: ptxas then knows it is warp-uniform, so the
   // branches on it below are not divergent paths ahead of wgmmas (it would serialise them: C7519).
-  const int turn = __shfl_sync(0xffffffffu, cl.consumer, 0);
+  const int turn = __shfl_sync(0xffffffffu, consumer, 0);
   const int a_slots = g.T * g.c_blocks;  // window slots of one tile (k_iters filter slots)
+  const int row_in_group = 16 * warp_in_group + lane / 4;
   uint32_t turn_phase = 0;
   int i = 0;
   for (int t = sched.first(); sched.valid(t); t = sched.next(t), ++i) {
@@ -422,18 +402,22 @@ __device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const
       continue;
     }
     if (i > 0) {
-      sm90::mbar_wait(sm.turn_bar + 8 * turn, turn_phase);
+      sm90::mbar_wait(turn_bar + 8 * turn, turn_phase);
       turn_phase ^= 1u;
     }
     sm90::consumer_mainloop_halo<cfg::BN, cfg::MB, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
-                                 cfg::B_STAGE_BYTES, 1, true>(acc, aring, ring, g, 0u, sm.a_base, sm.b_base,
-                                                              sm.a_full_bar, sm.a_empty_bar, sm.full_bar,
-                                                              sm.empty_bar, sm.turn_bar + 8 * (turn ^ 1));
+                                 cfg::B_STAGE_BYTES, 1, true>(acc, aring, ring, g, 0u, a_base, b_base, a_full_bar,
+                                                              a_empty_bar, full_bar, empty_bar,
+                                                              turn_bar + 8 * (turn ^ 1));
     const sm90::HaloTile ht = sm90::halo_tile<cfg::MB>(sched.m_tile(t), g);
+    const int x = ht.x0 + row_in_group;
 #pragma unroll
     for (int b = 0; b < cfg::MB; ++b) {
-      halo_row_epilogue<false>(acc[b], ht, b, sched.n_tile(t) * cfg::BN, g, out, bias, ep, cring, sm, cl,
-                               cl.row_in_group);
+      const long long m_row = (long long)(ht.plane_row0 + b) * g.Q + x;
+      const int row_limit = (ht.y0 + b < g.P && m_row < g.M) ? g.Q - x : 0;
+      sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES>(
+          acc[b], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
+          c_empty_bar, row_in_group, 2 * (lane % 4), lane == 0);
     }
   }
 }
@@ -462,8 +446,6 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const uint32_t a_full_bar = load_order_bar + 8;  // halo tiles only
   const uint32_t a_empty_bar = a_full_bar + 8 * cfg::A_STAGES;
   const uint32_t turn_bar = a_empty_bar + 8 * cfg::A_STAGES;  // ping-pong only: turn_bar[g] = warpgroup g may start
-  const SmemLayout sm{a_base,     b_base,         c_base,   full_bar,   empty_bar, c_full_bar,
-                      c_empty_bar, load_order_bar, a_full_bar, a_empty_bar, turn_bar};
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -532,14 +514,16 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(cfg::CONSUMER_REGS));
-    const ConsumerLane cl{warpgroup - 1, 16 * (warp % 4) + lane / 4, 2 * (lane % 4), lane == 0};
+    const int consumer = warpgroup - 1, warp_in_group = warp % 4;
     if constexpr (cfg::PINGPONG) {
-      consumer_pingpong(g, sched, out, bias, ep, sm, cl);
+      consumer_pingpong(g, sched, out, bias, ep, a_base, b_base, c_base, full_bar, empty_bar, c_full_bar, c_empty_bar,
+                        a_full_bar, a_empty_bar, turn_bar, consumer, warp_in_group, lane);
     } else if constexpr (cfg::HALO) {
-      consumer_halo(g, sched, out, bias, ep, sm, cl);
+      consumer_halo(g, sched, out, bias, ep, a_base, b_base, c_base, full_bar, empty_bar, c_full_bar, c_empty_bar,
+                    a_full_bar, a_empty_bar, consumer, warp_in_group, lane);
     } else {
-      consumer_cooperative(g, sched, out, bias, ep, partials, partial_flags, a_base, b_base, c_base, full_bar, empty_bar,
-                           c_full_bar, c_empty_bar, warpgroup - 1, warp % 4, lane);
+      consumer_cooperative(g, sched, out, bias, ep, partials, partial_flags, a_base, b_base, c_base, full_bar,
+                           empty_bar, c_full_bar, c_empty_bar, consumer, warp_in_group, lane);
     }
   }
   // A CTA leaves only when its peer is done too: the peer's consumers still release slots here.
