@@ -129,8 +129,8 @@ def _select_uncached(problem: ConvProblem, device: DeviceInfo, forced: Optional[
             skipped[k.name] = f"would accept ({answer.reason}), lower priority than {chosen.kernel.name}"
     if chosen is None and strategy is not None:
         raise KernelDeclined(f"strategy: no {strategy!r} kernel supports this problem: {declined}")
-    if chosen is None:  # the generic kernels accept every valid problem; this is a bug if reached
-        raise RuntimeError(f"no cuconv kernel accepts {problem.describe()} on {device.describe()}: {declined}")
+    if chosen is None:  # CPU and CUDA have kernels for every problem; HIP has no fallback kernel
+        raise KernelDeclined(f"no cuconv kernel serves {problem.describe()} on {device.describe()}: {declined}")
     return chosen, Explanation(kernel=chosen.kernel.name, detail=chosen.describe(), reason=chosen.reason,
                                problem=problem, device=device, plan=chosen, overrides=overrides, declined=declined,
                                skipped=skipped)

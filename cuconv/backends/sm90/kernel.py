@@ -93,6 +93,11 @@ class Sm90Plan(Plan):
         self._function = None   # (fn, smem, grid CTAs), loaded on the first run
         self._description = None
 
+    @property
+    def launch_records(self) -> int:
+        """How many launch records (distinct input addresses x streams) the plan holds."""
+        return len(self._records)
+
     def describe(self) -> str:
         if self._description is None:
             self._description = self._describe()

@@ -112,6 +112,10 @@ class TileConfig:
         return self.block_m // 64
 
     @property
+    def num_tiles(self) -> int:
+        return self.m_tiles * self.n_tiles
+
+    @property
     def num_units(self) -> int:
         """Scheduling units (scheduler.cuh): cluster tiles, each split tile counted once per half."""
         return -(-self.m_tiles // self.cluster) * self.n_tiles + self.split_tiles
