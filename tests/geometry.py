@@ -183,13 +183,23 @@ def with_residual(case: Case) -> Case:
 
 
 def explain_detail(cp, case: Case, kernel: str) -> str:
-    """What ``cuconv.explain`` says of ``kernel`` for the case's geometry (tile, loader, grid, split),
-    asked with channels-last zero arrays of the case's shapes."""
+    """What ``cuconv.explain`` says of ``kernel`` for the case (tile, loader, grid, split), asked with
+    channels-last zero arrays of the case's shapes and its epilogue (a bias and a residual when the case
+    has them, its beta), so the variant named is the one the case runs."""
     import cuconv
+    ep = case.epilogue
     x = cp.zeros((case.batch, *case.spatial, case.channels), dtype=cp.float16)
     w = cp.zeros((case.out_channels, *case.filt, case.channels), dtype=cp.float16)
-    return cuconv.explain(x, w, stride=case.stride, padding=case.padding, dilation=case.dilation,
-                          kernel=kernel).detail
+    bias = cp.zeros((case.out_channels,), dtype=cp.float16) if ep.get("bias") else None
+    residual = None
+    if ep.get("residual"):
+        p = ConvProblem.create(nd=case.nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+                               out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
+                               dilation=case.dilation, padding=case.padding, groups=1, dtype="float16",
+                               layout="NHWC" if case.nd == 2 else "NDHWC")
+        residual = cp.zeros((case.batch, *p.out_spatial, case.out_channels), dtype=cp.float16)
+    return cuconv.explain(x, w, bias, stride=case.stride, padding=case.padding, dilation=case.dilation,
+                          residual=residual, beta=ep.get("beta", 1.0), kernel=kernel).detail
 
 
 def _pair(v, nd: int):
