@@ -165,14 +165,14 @@ def test_explain_copies_are_the_callers():
     ("sm80_subpath", "fastest"), ("sm80_subpath", 1),
 ])
 def test_overrides_refuse_bad_values_naming_the_field(field, value):
-    before = current_overrides()
+    outside = current_overrides()
     with pytest.raises(ValueError, match=f"^{field}: expected") as err:
         with cuconv.overrides(**{field: value}):
             pass
     assert repr(value) in str(err.value)
     with pytest.raises(ValueError, match=f"^{field}: expected"):
         Overrides(**{field: value})
-    assert current_overrides() == before
+    assert current_overrides() == outside
 
 
 def test_overrides_blocks_nest_and_are_context_local():

@@ -208,7 +208,7 @@ def test_sm90_is_chosen_automatically(cp):
 def test_sm90_launch_record_reused_across_outputs(cp):
     """A fresh output array per call (no ``out=``) reuses the plan's launch record (descriptors, params,
     packed arguments): the plan that ``explain`` shows is the one the calls run, and its record count
-    does not grow with new output addresses; results stay right."""
+    does not grow with other output addresses; results stay right."""
     from conftest import assert_close
     x = cp.asarray(np.random.default_rng(0).standard_normal((2, 9, 9, 16)), dtype=cp.float16)
     w = cp.asarray(np.random.default_rng(1).standard_normal((32, 3, 3, 16)) * 0.1, dtype=cp.float16)

@@ -3,7 +3,7 @@
 The rules are pinned through the pure :func:`choose_tile_config` (every keyword left None is
 automatic) and :func:`tile_config` (a problem under an :class:`~cuconv.Overrides`); the kernels'
 plans are asked on a model Hopper (:data:`geometry.H100`): their declines carry the reason, their
-descriptions (``cuconv.explain``) name the tile and why halo tiles were or were not taken. Forcing
+descriptions (``cuconv.explain``) name the tile and why halo tiles are or are not taken. Forcing
 goes through ``cuconv.overrides(...)`` and the ``CUCONV_SM90_*`` environment (read once per process,
 re-read by the ``cuconv_env`` fixture). Halo and ping-pong rules: tests/test_sm90_halo_policy.py.
 """
