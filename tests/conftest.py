@@ -1,4 +1,4 @@
-"""Shared test machinery: tolerances, data, the ``gpu`` marker, hypothesis profiles.
+"""Shared test machinery: tolerances, data, the ``gpu`` marker, hypothesis profiles, the environment fixture.
 
 Compare by relative norm error ``||out - ref|| / ||ref||`` against the per-dtype bound in
 :data:`TOLERANCE`; NaN never passes. The reference sees the *same* rounded inputs (converted
@@ -8,6 +8,7 @@ dtype only.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -60,6 +61,26 @@ def cp():
     """The CuPy module, for gpu-marked tests (imported only when one runs)."""
     import cupy
     return cupy
+
+
+@pytest.fixture
+def cuconv_env(monkeypatch):
+    """``cuconv_env(name, value)``: a context manager with the environment variable ``name`` set to
+    ``value``; the once-per-process reading of the ``CUCONV_*`` overrides
+    (:func:`cuconv.overrides.env_overrides`) is redone on entry and on exit."""
+    from cuconv.overrides import env_overrides
+
+    @contextlib.contextmanager
+    def setting(name: str, value: str):
+        monkeypatch.setenv(name, value)
+        env_overrides.cache_clear()
+        try:
+            yield
+        finally:
+            monkeypatch.delenv(name)
+            env_overrides.cache_clear()
+
+    return setting
 
 
 def random_array(rng, shape, dtype_name, scale=1.0):

@@ -1,14 +1,31 @@
-"""Hypothesis strategies for convolution geometry, shared by the CPU and GPU property tests."""
+"""Shared test geometry: hypothesis strategies, named problems and cases, the model devices, and the
+one runner of the GPU property tests over forced tile settings.
+
+* :func:`cases`, :func:`halo_cases`, :func:`coverage_cases`: drawn convolutions.
+* :func:`problem2d`, :func:`problem3d`: a :class:`~cuconv.problem.ConvProblem` from short keywords;
+  :func:`case2d`, :func:`case3d`: the same as a :class:`Case` (for the GPU tests).
+* :data:`H100`, :data:`A100`: :class:`~cuconv.device.DeviceInfo` values of a Hopper and an Ampere GPU,
+  so the CPU tests ask the kernels for plans without a device.
+* :class:`Setting` and :func:`run_property`: one property test over a list of forced tile settings.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Tuple
+from typing import Callable, Tuple, Union
 
-from hypothesis import assume
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cuconv.problem import output_size
+from cuconv.device import DeviceInfo
+from cuconv.problem import ConvProblem, Epilogue, output_size
+
+#: A Hopper GPU as the kernels see it (132 SMs, 227 KiB of shared memory per block).
+H100 = DeviceInfo(kind="cuda", index=0, name="H100", cc=(9, 0), arch="sm_90a", sm_count=132,
+                  smem_per_block_optin=232448)
+#: An Ampere GPU (sm_80: no TMA, no wgmma).
+A100 = DeviceInfo(kind="cuda", index=0, name="A100", cc=(8, 0), arch="sm_80", sm_count=108,
+                  smem_per_block_optin=166912)
 
 
 @dataclass
@@ -166,10 +183,104 @@ def with_residual(case: Case) -> Case:
 
 
 def explain_detail(cp, case: Case, kernel: str) -> str:
-    """What ``cuconv.explain`` says of ``kernel`` for the case's geometry (tile, loader, grid, split),
-    asked with channels-last zero arrays of the case's shapes."""
+    """What ``cuconv.explain`` says of ``kernel`` for the case (tile, loader, grid, split), asked with
+    channels-last zero arrays of the case's shapes and its epilogue (a bias and a residual when the case
+    has them, its beta), so the variant named is the one the case runs."""
     import cuconv
+    ep = case.epilogue
     x = cp.zeros((case.batch, *case.spatial, case.channels), dtype=cp.float16)
     w = cp.zeros((case.out_channels, *case.filt, case.channels), dtype=cp.float16)
-    return cuconv.explain(x, w, stride=case.stride, padding=case.padding, dilation=case.dilation,
-                          kernel=kernel).detail
+    bias = cp.zeros((case.out_channels,), dtype=cp.float16) if ep.get("bias") else None
+    residual = None
+    if ep.get("residual"):
+        p = ConvProblem.create(nd=case.nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+                               out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
+                               dilation=case.dilation, padding=case.padding, groups=1, dtype="float16",
+                               layout="NHWC" if case.nd == 2 else "NDHWC")
+        residual = cp.zeros((case.batch, *p.out_spatial, case.out_channels), dtype=cp.float16)
+    return cuconv.explain(x, w, bias, stride=case.stride, padding=case.padding, dilation=case.dilation,
+                          residual=residual, beta=ep.get("beta", 1.0), kernel=kernel).detail
+
+
+def _pair(v, nd: int):
+    return (v,) * nd if isinstance(v, int) else tuple(v)
+
+
+def problem2d(N=2, H=9, W=11, C=16, K=16, R=3, S=3, stride=1, dilation=1, padding=1, groups=1, dtype="bfloat16",
+              epilogue=Epilogue()) -> ConvProblem:
+    """An NHWC conv2d problem (defaults: 2 x 9 x 11 x 16 -> 16, 3x3, padding 1, bf16)."""
+    return ConvProblem.create(nd=2, batch=N, in_spatial=(H, W), channels=C, out_channels=K, filter_spatial=(R, S),
+                              stride=stride, dilation=dilation, padding=padding, groups=groups, dtype=dtype,
+                              layout="NHWC", epilogue=epilogue)
+
+
+def problem3d(N=1, D=6, H=9, W=11, C=16, K=16, T=3, R=3, S=3, stride=1, dilation=1, padding=1, groups=1,
+              dtype="bfloat16", epilogue=Epilogue()) -> ConvProblem:
+    """An NDHWC conv3d problem (defaults: 1 x 6 x 9 x 11 x 16 -> 16, 3x3x3, padding 1, bf16)."""
+    return ConvProblem.create(nd=3, batch=N, in_spatial=(D, H, W), channels=C, out_channels=K,
+                              filter_spatial=(T, R, S), stride=stride, dilation=dilation, padding=padding,
+                              groups=groups, dtype=dtype, layout="NDHWC", epilogue=epilogue)
+
+
+def case2d(N=2, H=9, W=9, C=16, K=16, R=3, S=3, stride=1, dilation=1, padding=1, dtype="bfloat16", ep=None,
+           seed=0) -> Case:
+    """An NHWC conv2d :class:`Case` (``ep``: the epilogue keywords of :func:`check_case`)."""
+    return Case(nd=2, batch=N, spatial=(H, W), channels=C, out_channels=K, filt=(R, S), stride=_pair(stride, 2),
+                dilation=_pair(dilation, 2), padding=padding, groups=1, dtype=dtype, layout="NHWC",
+                epilogue=ep or {}, seed=seed)
+
+
+def case3d(N=1, D=6, H=9, W=9, C=16, K=16, T=3, R=3, S=3, stride=1, dilation=1, padding=1, dtype="bfloat16",
+           ep=None) -> Case:
+    """An NDHWC conv3d :class:`Case`."""
+    return Case(nd=3, batch=N, spatial=(D, H, W), channels=C, out_channels=K, filt=(T, R, S),
+                stride=_pair(stride, 3), dilation=_pair(dilation, 3), padding=padding, groups=1, dtype=dtype,
+                layout="NDHWC", epilogue=ep or {})
+
+
+def coverage_cases(nd=2, **kw):
+    """Drawn convolutions inside the Hopper kernels' coverage: fp16/bf16, groups 1, C and K multiples of 8
+    (conv2d: up to 14 pixels a side and 80 channels; conv3d: 12 and 72)."""
+    kw.setdefault("max_spatial", 14 if nd == 2 else 12)
+    kw.setdefault("max_channels", 80 if nd == 2 else 72)
+    layouts = ("NHWC", "NCHW") if nd == 2 else ("NDHWC", "NCDHW")
+    return cases(nd=nd, dtypes=("bfloat16", "float16"), layouts=layouts, groups=False, channel_multiple=8, **kw)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One forced tile setting of a property test.
+
+    ``overrides``: the :func:`cuconv.overrides` keywords, or a function of the drawn case giving them;
+    ``expect``: what ``explain`` must name under them (a string or a function of the case; empty for
+    nothing); ``in_place``: the residual is drawn and the output written over it (else the output
+    is NaN-poisoned).
+    """
+
+    id: str
+    cases: object
+    overrides: Union[dict, Callable[[Case], dict]] = field(default_factory=dict)
+    expect: Union[str, Callable[[Case], str]] = ""
+    max_examples: int = 30
+    in_place: bool = False
+
+
+def run_property(cp, kernel: str, setting: Setting):
+    """Draw ``setting.max_examples`` cases and check each against the reference under the setting's
+    overrides, forced onto ``kernel``."""
+    import cuconv
+
+    @settings(max_examples=setting.max_examples)
+    @given(case=setting.cases)
+    def prop(case):
+        if setting.in_place:
+            case = with_residual(case)
+        kw = setting.overrides(case) if callable(setting.overrides) else setting.overrides
+        with cuconv.overrides(**kw):
+            want = setting.expect(case) if callable(setting.expect) else setting.expect
+            if want:
+                detail = explain_detail(cp, case, kernel)
+                assert want in detail, detail
+            check_case(case, xp=cp, kernel=kernel, poison=not setting.in_place, in_place=setting.in_place)
+
+    prop()

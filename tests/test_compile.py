@@ -1,7 +1,9 @@
 """Every kernels_cu/ source compiles (NVRTC) for sm_80 and sm_90a without register spills.
 
-Runs on the CPU (CI). Each backend module lists the (source, defines, arch) variants it launches in
-``COMPILE_VARIANTS``; this test compiles all of them and checks that every .cu file is covered.
+Runs on the CPU (CI). Each backend lists the (source, defines, arch) variants it launches in a
+module-level ``COMPILE_VARIANTS`` (sm90: ``sm90.variants``, sm80: ``sm80.catalog``, generic_gpu,
+conv3d_qslice); this test compiles all of them and checks that every .cu file is covered. The
+per-backend SASS checks are in tests/test_sm90_compile.py and tests/test_sm80_compile.py.
 """
 
 import importlib
@@ -16,12 +18,20 @@ from conftest import nvrtc_available
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (the cuda13 extra) not installed")
 
+
 def _all_variants():
+    """Every module's ``COMPILE_VARIANTS`` under cuconv.backends (subpackages included), each once."""
     variants = []
-    for mod in pkgutil.iter_modules(cuconv.backends.__path__):
-        m = importlib.import_module(f"cuconv.backends.{mod.name}")
-        variants += list(getattr(m, "COMPILE_VARIANTS", ()))
+    for mod in pkgutil.walk_packages(cuconv.backends.__path__, prefix="cuconv.backends."):
+        m = importlib.import_module(mod.name)
+        if "COMPILE_VARIANTS" in vars(m) and not mod.ispkg:
+            variants += list(m.COMPILE_VARIANTS)
     return variants
+
+
+def test_every_backend_declares_its_variants():
+    sources = {v[0].split("/")[0] for v in _all_variants()}
+    assert {"sm90", "sm80", "generic", "conv3d"} <= sources, sources
 
 
 pytestmark = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC library not found (pip install nvidia-cuda-nvrtc)")

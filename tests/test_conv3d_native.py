@@ -1,39 +1,30 @@
 """conv3d "native" strategy: the Hopper kernel over NDHWC with 5-D TMA im2col boxes (``conv3d_native``).
 
-CPU part (CI): ``check`` declines with the rank-5 limits named; the strategy and priority are
-wired into dispatch (``auto`` prefers native, ``strategy=`` restricts). The kernel's compile check
-is in tests/test_hopper.py (COMPILE_VARIANTS holds the SM90_NDIM=3 variants) and the 5-D box
-replay through the NumPy TMA model in ``test_descriptor_params_reproduce_explicit_im2col``.
+CPU part (CI): the kernel's plan declines with the rank-5 limits named; the strategy and priority
+are wired into dispatch (``auto`` prefers native, ``strategy=`` restricts). The kernel's compile
+check is in tests/test_sm90_compile.py (COMPILE_VARIANTS holds the SM90_NDIM=3 variants) and the
+5-D box replay through the NumPy TMA model in tests/test_sm90_model.py.
 
 GPU part (``gpu`` marker, Hopper only): forced onto the kernel, hypothesis vs the float64
 reference over drawn 3-D geometry inside its coverage (any stride, dilation, padding including
-temporal), named edge cases, in-place residual, and the auto choice; the same with halo tiles forced
-(any depth stride, dilation and padding; H/W stride 1 and 3x3-or-smaller windows).
+temporal), one property test per tile setting (:data:`SETTINGS`), named edge cases, in-place
+residual, and the auto choice; the same with halo tiles forced (any depth stride, dilation and
+padding; H/W stride 1 and 3x3-or-smaller windows).
 """
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
 
 import cuconv
 from cuconv import dispatch
-from cuconv.backends.hopper_tma import Sm90TmaConv3d
-from cuconv.device import DeviceInfo
-from cuconv.problem import ConvProblem, Epilogue
+from cuconv.backends.sm90 import Sm90TmaConv3d, Sm90TmaKernel
+from cuconv.overrides import Overrides
+from cuconv.plan import Declined
 
 from conftest import needs_hopper
-from geometry import Case, cases, check_case, explain_detail, halo_cases, with_residual
-
-H100 = DeviceInfo(kind="cuda", index=0, name="H100 (model)", cc=(9, 0), arch="sm_90a", sm_count=132,
-                  smem_per_block_optin=232448)
-
-
-def _problem(N=1, D=6, H=9, W=11, C=16, K=16, T=3, R=3, S=3, stride=1, dilation=1, padding=1, groups=1,
-             dtype="bfloat16"):
-    return ConvProblem.create(nd=3, batch=N, in_spatial=(D, H, W), channels=C, out_channels=K,
-                              filter_spatial=(T, R, S), stride=stride, dilation=dilation, padding=padding,
-                              groups=groups, dtype=dtype, layout="NDHWC", epilogue=Epilogue())
+from geometry import H100, Case, Setting, case3d, check_case, coverage_cases, explain_detail, halo_cases, run_property
+from geometry import problem3d as _problem
 
 
 # ----------------------------------------------------------------------------------------- CPU
@@ -46,63 +37,63 @@ def _problem(N=1, D=6, H=9, W=11, C=16, K=16, T=3, R=3, S=3, stride=1, dilation=
     (dict(D=40, padding=((17, 17), (1, 1), (1, 1))), "rank-5 range"),
     (dict(D=40, T=3, dilation=(16, 1, 1), padding=((16, 16), (1, 1), (1, 1))), "rank-5 limit 31"),
 ])
-def test_check_declines_with_rank5_reasons(kwargs, reason):
-    ok, why = Sm90TmaConv3d().supports(_problem(**kwargs), H100)
-    assert not ok and reason in why, why
+def test_plan_declines_with_rank5_reasons(kwargs, reason):
+    answer = Sm90TmaConv3d().plan(_problem(**kwargs), H100, Overrides())
+    assert isinstance(answer, Declined) and reason in answer.reason, answer
 
 
-def test_check_accepts_temporal_padding_stride_dilation():
+def test_plan_accepts_temporal_padding_stride_dilation():
     p = _problem(D=9, C=24, K=40, stride=(2, 1, 2), dilation=(2, 1, 1), padding=((2, 1), (0, 3), (1, 1)))
-    ok, why = Sm90TmaConv3d().supports(p, H100)
-    assert ok and "5-D boxes" in why, why
+    plan = Sm90TmaConv3d().plan(p, H100, Overrides())
+    assert plan and "5-D boxes" in plan.reason, plan
+    assert plan.describe().startswith("conv3d_fprop_sm90_tma_")
+    # conv2d's kernel serves conv2d only
+    assert "conv2d" in Sm90TmaKernel().plan(p, H100, Overrides()).reason
 
 
 def test_auto_prefers_native_and_strategy_restricts():
     p = _problem(C=64, K=64, padding=((0, 0), (1, 1), (1, 1)))
-    k, e = dispatch.select(p, H100)
-    assert k.name == "conv3d_native", e
+    plan, e = dispatch.select(p, H100)
+    assert plan.kernel.name == "conv3d_native", e
     assert "conv3d_fprop_sm90_tma_128x64x64" in e.detail
-    k, e = dispatch.select(p, H100, strategy="qslice")
-    assert k.name == "conv3d_qslice" and "'qslice' was asked for" in e.declined["conv3d_native"]
+    plan, e = dispatch.select(p, H100, strategy="qslice")
+    assert plan.kernel.name == "conv3d_qslice" and "'qslice' was asked for" in e.declined["conv3d_native"]
     # sm90_tma (conv2d only) never serves a 3-D problem
-    k, e = dispatch.select(p, H100, forced=None)
+    plan, e = dispatch.select(p, H100, forced=None)
     assert "conv2d" in e.declined["sm90_tma"]
+
+
+def test_forced_tiles_reach_the_conv3d_plan():
+    """``cuconv.overrides`` reaches conv3d_native's plan as it does sm90_tma's (the same tile policy)."""
+    p = _problem(C=64, K=96, padding=((0, 0), (1, 1), (1, 1)))
+    _, e = dispatch.select(p, H100, overrides=Overrides(block_n=192, halo=False))
+    assert "conv3d_fprop_sm90_tma_128x192x64" in e.detail and "_halo" not in e.detail, e.detail
+    _, e = dispatch.select(p, H100, overrides=Overrides(halo=True, block_m=192, block_n=128))
+    assert "conv3d_fprop_sm90_tma_192x128x64" in e.detail and "_halo" in e.detail, e.detail
 
 
 # ----------------------------------------------------------------------------------------- GPU
 gpu = pytest.mark.gpu
 
 
-def _coverage_cases(**kw):
-    kw.setdefault("max_spatial", 12)
-    kw.setdefault("max_channels", 72)
-    return cases(nd=3, dtypes=("bfloat16", "float16"), layouts=("NDHWC", "NCDHW"), groups=False,
-                 channel_multiple=8, **kw)
+#: One property test per tile setting: (id, drawn cases, overrides, what explain must name, examples).
+SETTINGS = [
+    Setting("native", coverage_cases(nd=3), {}, max_examples=50),
+    Setting("in_place_residual", coverage_cases(nd=3), {}, max_examples=15, in_place=True),
+    Setting("halo", halo_cases(nd=3, max_width=100, max_channels=72), dict(halo=True)),
+    Setting("halo_pingpong", halo_cases(nd=3, max_width=100, max_channels=72), dict(halo=True, pingpong=True),
+            max_examples=20),
+]
 
 
 @gpu
 @needs_hopper
-@settings(max_examples=50)
-@given(_coverage_cases())
-def test_native_property(cp, case):
-    check_case(case, xp=cp, kernel="conv3d_native", poison=True)
+@pytest.mark.parametrize("setting", SETTINGS, ids=[s.id for s in SETTINGS])
+def test_native_property(cp, setting):
+    run_property(cp, "conv3d_native", setting)
 
 
-@gpu
-@needs_hopper
-@settings(max_examples=15)
-@given(_coverage_cases())
-def test_native_in_place_residual(cp, case):
-    case = with_residual(case)
-    check_case(case, xp=cp, kernel="conv3d_native", in_place=True)
-
-
-def _case(N=1, D=6, H=9, W=9, C=16, K=16, T=3, R=3, S=3, stride=1, dilation=1, padding=1, dtype="bfloat16",
-          ep=None):
-    three = lambda v: (v,) * 3 if isinstance(v, int) else v  # noqa: E731
-    return Case(nd=3, batch=N, spatial=(D, H, W), channels=C, out_channels=K, filt=(T, R, S), stride=three(stride),
-                dilation=three(dilation), padding=padding, groups=1, dtype=dtype, layout="NDHWC",
-                epilogue=ep or {})
+_case = case3d
 
 
 EDGE_CASES = {
@@ -143,8 +134,7 @@ def test_native_edge_cases(cp, name, dtype):
 def test_native_split_tail(cp, name):
     """Tiles split in two along the (t, r, s, channel block) reduction (forced: a half starts mid-tap,
     in the middle of the temporal filter axis); the finishing half runs the fused epilogue."""
-    from cuconv.backends.hopper_tma import tile_settings
-    with tile_settings(split=True):
+    with cuconv.overrides(split=True):
         check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
 
 
@@ -155,8 +145,7 @@ def test_native_split_tail(cp, name):
                                   "fp16_full_epilogue"])
 def test_native_tile_widths(cp, bn, name):
     """The BN = 96 and 192 variants, chosen for the video-VAE widths K = 96 / 192 (forced here)."""
-    from cuconv.backends.hopper_tma import tile_settings
-    with tile_settings(block_n=bn):
+    with cuconv.overrides(block_n=bn):
         check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
 
 
@@ -168,10 +157,9 @@ def test_native_tile_widths(cp, bn, name):
 def test_native_taller_tiles(cp, name, bm, halo):
     """256-row tiles (BN 64/96; automatic for the conv3d K = 96 video-VAE layer) and 192-row tiles
     (BN 128; im2col boxes and, where the stride allows, halo tiles of three output rows), forced."""
-    from cuconv.backends.hopper_tma import tile_settings
     case = EDGE_CASES[name]
     bn = 128 if bm == 192 else 96 if case.out_channels > 64 else 64
-    with tile_settings(block_m=bm, block_n=bn, halo=halo):
+    with cuconv.overrides(block_m=bm, block_n=bn, halo=halo):
         assert f"{bm}x{bn}x64" in explain_detail(cp, case, "conv3d_native")
         check_case(case, xp=cp, kernel="conv3d_native", poison=True)
 
@@ -186,9 +174,8 @@ HALO_NAMES = ["no_temporal_pad", "temporal_pad_both", "causal_pad_front", "strid
 @pytest.mark.parametrize("name", HALO_NAMES)
 def test_native_halo_tiles(cp, name):
     """Halo tiles (forced): one window per (t, channel block), shared by the 3x3 (r, s) taps."""
-    from cuconv.backends.hopper_tma import tile_settings
     case = EDGE_CASES[name]
-    with tile_settings(halo=True):
+    with cuconv.overrides(halo=True):
         assert "_halo" in explain_detail(cp, case, "conv3d_native")
         check_case(case, xp=cp, kernel="conv3d_native", poison=True)
 
@@ -198,8 +185,7 @@ def test_native_halo_tiles(cp, name):
 @pytest.mark.parametrize("name", ["no_temporal_pad", "stride_depth_only", "tile_spans_planes_and_images",
                                   "fp16_full_epilogue"])
 def test_native_halo_cta_pairs(cp, name):
-    from cuconv.backends.hopper_tma import tile_settings
-    with tile_settings(halo=True, cluster=2):
+    with cuconv.overrides(halo=True, cluster=2):
         check_case(EDGE_CASES[name], xp=cp, kernel="conv3d_native", poison=True)
 
 
@@ -209,32 +195,11 @@ def test_native_halo_cta_pairs(cp, name):
 def test_native_halo_pingpong(cp, name):
     """Ping-pong halo tiles (forced): two consumer warpgroups taking turns on whole tiles (many_planes:
     400 tiles of 128 x 128, so that both warpgroups of every CTA take several turns)."""
-    from cuconv.backends.hopper_tma import tile_settings
     case = EDGE_CASES.get(name) or _case(N=2, D=12, H=20, W=70, C=64, K=128, padding=((0, 0), (1, 1), (1, 1)),
                                          ep=dict(bias=True, activation="silu"))
-    with tile_settings(halo=True, pingpong=True):
+    with cuconv.overrides(halo=True, pingpong=True):
         detail = explain_detail(cp, case, "conv3d_native")
         assert ("_halo_pp" in detail) != ("_res" in detail), detail
-        check_case(case, xp=cp, kernel="conv3d_native", poison=True)
-
-
-@gpu
-@needs_hopper
-@settings(max_examples=20)
-@given(halo_cases(nd=3, max_width=100, max_channels=72))
-def test_native_halo_pingpong_property(cp, case):
-    from cuconv.backends.hopper_tma import tile_settings
-    with tile_settings(halo=True, pingpong=True):
-        check_case(case, xp=cp, kernel="conv3d_native", poison=True)
-
-
-@gpu
-@needs_hopper
-@settings(max_examples=30)
-@given(halo_cases(nd=3, max_width=100, max_channels=72))
-def test_native_halo_property(cp, case):
-    from cuconv.backends.hopper_tma import tile_settings
-    with tile_settings(halo=True):
         check_case(case, xp=cp, kernel="conv3d_native", poison=True)
 
 

@@ -7,9 +7,9 @@ No AMD GPU is needed: Debian's clang-19 compiles device code only and prints the
 (-nogpuinc: no HIP headers; kernels_hip/common/hip_min.h declares the little we need.) CI installs
 the Debian package ``clang-19`` (it pulls in libclang-common-19-dev with the AMDGPU target).
 
-What is checked, per kernel variant (cuconv.backends.rocm.all_variants, bf16 and fp16):
+What is checked, per kernel variant (cuconv.backends.cdna3.variants.all_variants, bf16 and fp16):
 
-* the entry point exists under the name the Python side launches (rocm.kernel_name);
+* the entry point exists under the name the Python side launches (cdna3.variants.kernel_name);
 * the loads are ``buffer_load_dword ... offen lds``: exactly 3 load_tile sites (prologue, pong,
   ping) x 2 operands x 8 iterations = 48 per kernel, and no other buffer_load;
 * the MFMA is there: ``v_mfma_f32_32x32x8_bf16`` / ``v_mfma_f32_32x32x8_f16``;
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from cuconv.backends import rocm
+from cuconv.backends.cdna3 import variants as cdna3
 
 ROOT = Path(__file__).resolve().parent.parent
 HIP_DIR = ROOT / "kernels_hip"
@@ -87,13 +87,13 @@ def scratch_size(isa: str, name: str) -> int:
     return int(m.group(1))
 
 
-VARIANTS = rocm.all_variants("bfloat16") + rocm.all_variants("float16")
-BUILDS = [(v, "gfx942") for v in VARIANTS] + [(v, "gfx90a") for v in rocm.all_variants("bfloat16")[:4]]
+VARIANTS = cdna3.all_variants("bfloat16") + cdna3.all_variants("float16")
+BUILDS = [(v, "gfx942") for v in VARIANTS] + [(v, "gfx90a") for v in cdna3.all_variants("bfloat16")[:4]]
 
 
 @pytest.fixture(scope="module")
 def entry_isa():
-    src = HIP_DIR / rocm.SOURCE
+    src = HIP_DIR / cdna3.SOURCE
     with ThreadPoolExecutor(max_workers=2) as pool:  # CI has 2 cores; ~1 s a build
         isas = list(pool.map(lambda b: compile_isa(src, b[1], b[0].defines), BUILDS))
     return dict(zip(BUILDS, isas))
@@ -124,7 +124,7 @@ def test_entry_kernel_isa(entry_isa, build):
     variant, arch = build
     isa = entry_isa[build]
     funcs = functions(isa)
-    name = rocm.kernel_name(variant)
+    name = cdna3.kernel_name(variant)
     assert list(funcs) == [name], f"expected exactly the kernel {name}, found {list(funcs)}"
     body = funcs[name]
     lds_loads = LDS_LOAD.findall(body)

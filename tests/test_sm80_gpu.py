@@ -1,7 +1,7 @@
 """The sm_80+ implicit-GEMM kernel (``sm80_igemm``) and ``cuconv.matmul`` on the GPU.
 
 gpu-marked: skipped without a GPU, or on one older than sm_80. Each im2col loader sub-path is
-forced (``cuconv.backends.sm80.forced_subpath``) and drawn against ``cuconv.reference``; outputs
+forced (``cuconv.overrides(sm80_subpath=...)``) and drawn against ``cuconv.reference``; outputs
 are NaN-poisoned so an unwritten element fails; the loader's staged tile (debug entry) is compared
 with the NumPy model ``cuconv.models.loader.loader_tile``.
 """
@@ -12,7 +12,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cuconv
-from cuconv.backends.sm80 import BLOCK_K, conv_config, forced_subpath, pad_plan, stage_a_tile
+from cuconv.backends.sm80 import stage_a_tile
+from cuconv.backends.sm80.pad import pad_plan
+from cuconv.backends.sm80.variants import BLOCK_K, conv_config
 from cuconv.device import gpu_available
 from cuconv.models.loader import loader_tile
 from cuconv.problem import ConvProblem
@@ -53,7 +55,7 @@ def run_conv(cp, *, subpath, n, hw, c, k, filt, stride=1, padding=0, dilation=1,
     bg = None if b is None else cp.asarray(b)
     rg = None if r is None else cp.asarray(r)
     out = rg if (in_place and rg is not None) else cp.full(out_shape, np.nan, dtype=x.dtype)
-    with forced_subpath(subpath):
+    with cuconv.overrides(sm80_subpath=subpath):
         e = cuconv.explain(xg, wg, bg, residual=rg, out=out, kernel="sm80_igemm", **kw)
         got = cuconv.conv2d(xg, wg, bg, residual=rg, out=out, kernel="sm80_igemm", **kw)
     assert got is out
@@ -165,7 +167,7 @@ def test_explain_names_subpath_and_declines_float32(cp):
     assert "float32" in e.declined["sm80_igemm"]
     with pytest.raises(cuconv.KernelDeclined, match="float32"):
         cuconv.conv2d(xf, wf, padding=1, kernel="sm80_igemm")
-    with forced_subpath("uniform"), pytest.raises(cuconv.KernelDeclined, match="uniform"):
+    with cuconv.overrides(sm80_subpath="uniform"), pytest.raises(cuconv.KernelDeclined, match="uniform"):
         cuconv.conv2d(x, w, padding=1, kernel="sm80_igemm")
 
 
@@ -295,7 +297,7 @@ def test_grouped_mma_misaligned_views(cp):
     rb = cp.empty(x.size + 1, dtype=x.dtype)
     rb[1:] = cp.asarray(r.reshape(-1))
     xv, ov, rv = xb[1:].reshape(x.shape), ob[1:].reshape(x.shape), rb[1:].reshape(x.shape)
-    with forced_subpath("grouped_mma"):
+    with cuconv.overrides(sm80_subpath="grouped_mma"):
         got = cuconv.conv2d(xv, cp.asarray(w), residual=rv, out=ov, padding=1, groups=8, kernel="sm80_igemm")
     assert_close(got, ref, "bfloat16")
     np.testing.assert_array_equal(cp.asnumpy(xv).view(np.uint16), x.view(np.uint16))  # caller's x untouched
@@ -308,7 +310,7 @@ def test_grouped_mma_misaligned_views(cp):
        dilation=st.sampled_from([1, 1, 2]), n=st.integers(1, 3), dtype=st.sampled_from(["bfloat16", "float16"]),
        ep=epilogues, seed=st.integers(0, 2**31 - 1))
 def test_pad_channels_drawn(cp, c, k, hw, filt, stride, pads, dilation, n, dtype, ep, seed):
-    # W strides 2..4 with W dilation 1 and S >= stride take the folded layout (sm80.pad_plan)
+    # W strides 2..4 with W dilation 1 and S >= stride take the folded layout (sm80.pad.pad_plan)
     padding = ((pads[0], pads[1]), (pads[2], pads[3]))
     for size, f, (lo, hi) in zip(hw, filt, padding):
         assume(size + lo + hi >= (f - 1) * dilation + 1)
@@ -338,7 +340,7 @@ def test_pad_channels_stem_leaves_inputs_alone(cp):
     xg, wg = cp.asarray(x), cp.asarray(w)
     e = cuconv.explain(xg, wg, padding=3, stride=2, kernel="sm80_igemm")
     assert "pad_channels" in e.detail and "3 -> 4" in e.detail and "folded 2 pixels -> 1 of 8 channels" in e.detail
-    assert "tile 64x64x32" in e.detail  # the short-reduction config (sm80.SHORT_K_CONFIG)
+    assert "tile 64x64x32" in e.detail  # the short-reduction config (sm80.variants.SHORT_K_CONFIG)
     got = cuconv.conv2d(xg, wg, cp.asarray(b), padding=3, stride=2, activation="relu", kernel="sm80_igemm")
     assert_close(got, cuconv.reference.conv2d(x, w, b, padding=3, stride=2, activation="relu"), "bfloat16")
     np.testing.assert_array_equal(cp.asnumpy(xg).view(np.uint16), x.view(np.uint16))

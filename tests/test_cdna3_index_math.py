@@ -10,11 +10,11 @@ test builds it, with a small C shim, into a shared library using the system C++ 
   sentinel; rows past M (never stored) fall past num_records too;
 * the weight loader's addresses equal the padded weight matrix's;
 * the LDS slot <-> (row, k) map is a bijection and the mainloop's read offsets invert it;
-* FastDivmod with the host's parameters (cuconv.backends.rocm.fast_divmod_params) divides exactly;
+* FastDivmod with the host's parameters (cuconv.backends.cdna3.params.fast_divmod_params) divides exactly;
 * the ported epilogue matches cuconv.epilogue.apply_epilogue_numpy;
-* the struct layout agrees with cuconv.backends.rocm.hip_geometry.
+* the struct layout agrees with cuconv.backends.cdna3.params.hip_geometry.
 
-The geometry struct passed in is the one the ROCm backend builds for the kernel launch.
+The geometry struct passed in is the one the CDNA3 backend builds for the kernel launch.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from cuconv.backends import rocm  # noqa: E402
+from cuconv.backends.cdna3 import params, variants  # noqa: E402
 from cuconv.epilogue import apply_epilogue_numpy  # noqa: E402
 from cuconv.launch import epilogue_params  # noqa: E402
 from cuconv.models.loader import loader_addresses, subpath_ok  # noqa: E402
@@ -172,10 +172,10 @@ def test_constants_and_struct_layout_match_python(lib):
     out = (ctypes.c_longlong * 16)()
     n = lib.cuconv_constants(out)
     c = list(out)[:n]
-    assert c[:6] == [rocm.BLOCK_M, rocm.BLOCK_N, rocm.BLOCK_K, rocm.THREADS, ITERS, rocm.SCHED_K]
+    assert c[:6] == [variants.BLOCK_M, variants.BLOCK_N, variants.BLOCK_K, variants.THREADS, ITERS, variants.SCHED_K]
     p = ConvProblem.create(nd=2, batch=1, in_spatial=(4, 4), channels=8, out_channels=8, filter_spatial=(3, 3),
                            stride=1, dilation=1, padding=1, groups=1, dtype="bfloat16", layout="NHWC")
-    dt = rocm.hip_geometry(p).dtype
+    dt = params.hip_geometry(p).dtype
     assert c[6] == dt.itemsize
     assert c[7] == dt.fields["Kpad"][1]
     assert c[8] == dt.fields["x_bytes"][1]
@@ -199,13 +199,13 @@ def test_lds_slots_are_a_bijection_and_reads_invert_them(lib):
 @settings(max_examples=300, deadline=None)
 @given(d=st.one_of(st.integers(1, 64), st.integers(1, (1 << 31) - 1)), n=st.integers(0, (1 << 32) - 1))
 def test_fast_divmod_is_exact(lib, d, n):
-    dd, mul, shift = rocm.fast_divmod_params(d)
+    dd, mul, shift = params.fast_divmod_params(d)
     assert lib.cuconv_fast_div(dd, mul, shift, n) == n // d
 
 
 def test_fast_divmod_edges(lib):
     for d in [1, 2, 3, 5, 7, 31, 32, 33, 63, 64, 65, 127, 255, 1000, 65535, 65536, 65537, (1 << 31) - 1]:
-        dd, mul, shift = rocm.fast_divmod_params(d)
+        dd, mul, shift = params.fast_divmod_params(d)
         for n in [0, 1, d - 1, d, d + 1, 2 * d - 1, (1 << 31) - 1, (1 << 31), (1 << 32) - 1, (1 << 32) - d]:
             n %= 1 << 32
             assert lib.cuconv_fast_div(dd, mul, shift, n) == n // d, (d, n)
@@ -234,24 +234,24 @@ def conv_cases(draw):
                            out_channels=kg * groups, filter_spatial=(r, s), stride=stride, dilation=dil, padding=pad,
                            groups=groups, dtype="bfloat16", layout="NHWC")
     # the kernel's own choice, or per_lane (valid for every problem) to cover it on the others too
-    subpath = draw(st.sampled_from([rocm.choose_variant(p).subpath, "per_lane"]))
-    kpad = rocm.padded_k(p)
-    m_offset = rocm.BLOCK_M * draw(st.integers(0, (p.gemm_m - 1) // rocm.BLOCK_M))
-    k_offset = rocm.BLOCK_K * draw(st.integers(0, kpad // rocm.BLOCK_K - 1))
+    subpath = draw(st.sampled_from([variants.choose_variant(p).subpath, "per_lane"]))
+    kpad = variants.padded_k(p)
+    m_offset = variants.BLOCK_M * draw(st.integers(0, (p.gemm_m - 1) // variants.BLOCK_M))
+    k_offset = variants.BLOCK_K * draw(st.integers(0, kpad // variants.BLOCK_K - 1))
     group = draw(st.integers(0, groups - 1))
     return p, subpath, m_offset, k_offset, group
 
 
 def _check_tile(lib, slots, p, subpath, m_offset, k_offset, group):
-    v = rocm.choose_variant(p)
-    geom = np.array(rocm.hip_geometry(p))
+    v = variants.choose_variant(p)
+    geom = np.array(params.hip_geometry(p))
     out = np.zeros(ITERS * LANES, np.uint32)
-    rc = lib.cuconv_tile_voffsets(geom.ctypes.data, rocm.SUBPATH_CODES[subpath], int(v.halo), int(v.mask_k),
+    rc = lib.cuconv_tile_voffsets(geom.ctypes.data, variants.SUBPATH_CODES[subpath], int(v.halo), int(v.mask_k),
                                   m_offset, k_offset, group, out)
     assert rc == 0
     rows, ks, _ = slots
     # the model, over the padded K extent (columns >= Kgemm are -1 there)
-    model = loader_addresses(p, m_offset, k_offset, rocm.BLOCK_M, rocm.BLOCK_K, subpath, group)
+    model = loader_addresses(p, m_offset, k_offset, variants.BLOCK_M, variants.BLOCK_K, subpath, group)
     x_bytes = int(geom["x_bytes"])
     addr = model[rows, ks]                    # element of the dword's first half
     addr_hi = model[rows, ks + 1]             # ... and of its second half
@@ -274,7 +274,7 @@ def _check_tile(lib, slots, p, subpath, m_offset, k_offset, group):
 @given(case=conv_cases())
 def test_im2col_loader_matches_model(lib, case):
     p, subpath, m_offset, k_offset, group = case
-    assert subpath_ok(p, subpath, rocm.BLOCK_K)
+    assert subpath_ok(p, subpath, variants.BLOCK_K)
     _check_tile(lib, _slots(lib), p, subpath, m_offset, k_offset, group)
 
 
@@ -296,14 +296,14 @@ def test_named_geometries_every_tile(lib, case):
     p = ConvProblem.create(nd=2, batch=case["n"], in_spatial=case["hw"], channels=case["c"], out_channels=case["k"],
                            filter_spatial=case["rs"], stride=case["stride"], dilation=1, padding=case["pad"],
                            groups=case["groups"], dtype="bfloat16", layout="NHWC")
-    assert rocm.choose_variant(p).subpath == case["subpath"]
+    assert variants.choose_variant(p).subpath == case["subpath"]
     slots = _slots(lib)
     zeros = 0
     for group in range(p.groups):
-        for m_offset in range(0, p.gemm_m, rocm.BLOCK_M):
-            for k_offset in range(0, rocm.padded_k(p), rocm.BLOCK_K):
+        for m_offset in range(0, p.gemm_m, variants.BLOCK_M):
+            for k_offset in range(0, variants.padded_k(p), variants.BLOCK_K):
                 zeros += _check_tile(lib, slots, p, case["subpath"], m_offset, k_offset, group)
-    v = rocm.choose_variant(p)
+    v = variants.choose_variant(p)
     if v.halo or v.mask_k:
         assert zeros > 0, "the halo / K-tail sentinel path was not exercised"
 
@@ -312,7 +312,7 @@ def test_halo_flag_changes_only_padded_lanes(lib):
     """With padding but Halo off, in-bounds lanes keep their address: the flag only adds the sentinel."""
     p = ConvProblem.create(nd=2, batch=1, in_spatial=(8, 8), channels=32, out_channels=8, filter_spatial=(3, 3),
                            stride=1, dilation=1, padding=1, groups=1, dtype="bfloat16", layout="NHWC")
-    geom = np.array(rocm.hip_geometry(p))
+    geom = np.array(params.hip_geometry(p))
     with_halo, without = np.zeros(ITERS * LANES, np.uint32), np.zeros(ITERS * LANES, np.uint32)
     lib.cuconv_tile_voffsets(geom.ctypes.data, 1, 1, 0, 0, 0, 0, with_halo)
     lib.cuconv_tile_voffsets(geom.ctypes.data, 1, 0, 0, 0, 0, 0, without)
@@ -325,12 +325,12 @@ def test_halo_flag_changes_only_padded_lanes(lib):
 @given(case=conv_cases())
 def test_weight_loader_matches_padded_weights(lib, case):
     p, _, _, _, group = case
-    geom = np.array(rocm.hip_geometry(p))
-    kpad = rocm.padded_k(p)
+    geom = np.array(params.hip_geometry(p))
+    kpad = variants.padded_k(p)
     rows, ks, _ = _slots(lib)
     out = np.zeros(ITERS * LANES, np.uint32)
-    for n_tile in range(0, p.gemm_n, rocm.BLOCK_N):
-        for k_offset in range(0, kpad, rocm.BLOCK_K):
+    for n_tile in range(0, p.gemm_n, variants.BLOCK_N):
+        for k_offset in range(0, kpad, variants.BLOCK_K):
             lib.cuconv_weight_voffsets(geom.ctypes.data, n_tile, k_offset, group, out)
             n = n_tile + rows
             real = n < p.gemm_n
