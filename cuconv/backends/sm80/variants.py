@@ -170,13 +170,21 @@ def conv_smem(cfg: TileConfig, subpath: str, defines: dict) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _load(source: str, dev_index: int, defines_items: tuple, name: str, smem: int):
+def _load(source: str, dev_index: int, defines_items: tuple, name: str):
     from ...device import gpu_info
-    fn = load_cuda_module(source, gpu_info(dev_index), dict(defines_items)).get_function(name)
-    fn.max_dynamic_shared_size_bytes = smem
-    return fn
+    return load_cuda_module(source, gpu_info(dev_index), dict(defines_items)).get_function(name)
+
+
+#: The dynamic shared-memory limit raised so far, per loaded function (the limit is an attribute of the
+#: CUfunction, shared by every launch of it: it only ever grows, so no launch finds it below its need).
+_SMEM_LIMITS: dict = {}
 
 
 def load_function(source: str, device, defines: dict, name: str, smem: int):
-    """The loaded entry ``name`` of a variant on ``device``, its shared-memory limit raised (once)."""
-    return _load(source, device.index, tuple(sorted(defines.items())), name, smem)
+    """The loaded entry ``name`` of a variant on ``device`` (loaded once), its dynamic shared-memory limit
+    at least ``smem`` bytes."""
+    fn = _load(source, device.index, tuple(sorted(defines.items())), name)
+    if _SMEM_LIMITS.get(id(fn), -1) < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+        _SMEM_LIMITS[id(fn)] = smem
+    return fn
