@@ -14,7 +14,7 @@
 // past the last tile (odd m_tiles) still runs its unit, on rows >= M that TMA reads as zeros and
 // the epilogue never stores: its share of the multicast filter load is what its peer waits for.
 //
-// Split tail (CLUSTER == 1 only; the host decides, cuconv/backends/hopper_tma.py): when the last
+// Split tail (CLUSTER == 1 only; the host decides, cuconv/backends/sm90/tiles.py): when the last
 // wave of tiles would leave at least half of the SMs idle, its tiles are each cut in two along the
 // reduction. Tiles [0, dp_tiles) stay whole (units 0 .. dp_tiles - 1); split tile j = dp_tiles + i
 // becomes units dp_tiles + 2i (PARTIAL: steps [0, k_split), fp32 partial sums to a workspace) and

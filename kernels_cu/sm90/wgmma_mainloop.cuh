@@ -142,7 +142,7 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
 // each, the scoreboard set by every one, an empty wgmma closing the last), and wait_group 1 waits
 // for the whole slot, so a warpgroup's tensor work drains at every slot (seen in the SASS: it cost
 // the cooperative kernels nothing measurable, the other warpgroup filling the gap, but ping-pong
-// warpgroups 20-33%; see docs/architecture.md). `accumulate` 0 on a tile's first slot: its first
+// warpgroups 20-33%; docs/tuning.md T-wgmma-group). `accumulate` 0 on a tile's first slot: its first
 // step overwrites the accumulators (no zeroing pass).
 template <int BN, int MB, int STEPS>
 __device__ __forceinline__ void issue_group(float (&acc)[MB][BN / 2], const uint64_t (&da)[MB], uint64_t desc_b,

@@ -33,7 +33,7 @@
 //
 // Compile-time variant (-D): CUCONV_DTYPE 0 fp16 / 1 bf16; CUCONV_SUBPATH 0 pointwise / 1 uniform /
 // 2 per_lane; CUCONV_HALO 0/1 (padding present); CUCONV_MASK_K 0/1 (Kgemm < Kpad). The kernel name
-// spells the variant; cuconv/backends/rocm.py: kernel_name() builds the same string.
+// spells the variant; cuconv/backends/cdna3/variants.py: kernel_name() builds the same string.
 // Defaults (a plain compile builds the bf16 uniform variant); the host always passes all four.
 #ifndef CUCONV_DTYPE
 #define CUCONV_DTYPE 1

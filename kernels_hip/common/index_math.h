@@ -52,7 +52,7 @@ enum Subpath : i32 { SUBPATH_POINTWISE = 0, SUBPATH_UNIFORM = 1, SUBPATH_PER_LAN
 
 // ------------------------------------------------------------------------------ fast division
 // n / d for 32-bit unsigned n as a multiply-high and a shift (Granlund & Montgomery): the host
-// computes (multiplier, shift) once per problem (cuconv/backends/rocm.py: fast_divmod_params), so
+// computes (multiplier, shift) once per problem (cuconv/backends/cdna3/params.py: fast_divmod_params), so
 // no lane ever runs the ~20-instruction v_rcp_iflag_f32 division sequence.
 struct FastDivmod {
   u32 divisor;
@@ -71,7 +71,7 @@ CUCONV_HD void fast_divmod(const FastDivmod& d, u32 n, u32& quotient, u32& remai
 }
 
 // -------------------------------------------------------------------------------- geometry
-// Kernel parameter (by value). cuconv/backends/rocm.py: hip_geometry builds the same layout.
+// Kernel parameter (by value). cuconv/backends/cdna3/params.py: hip_geometry builds the same layout.
 struct ConvGeometryHip {
   i32 N, H, W, C;                      // input, NHWC
   i32 P, Q, R, S;                      // output spatial, filter spatial
