@@ -143,20 +143,23 @@ def _tflops(rec: dict, impl: str) -> Optional[float]:
     return rec["tflops"].get(impl)
 
 
+def _roof(c: Ceilings, which: str):
+    """(value, its kind, the Ceilings it came from) of ``c``'s ``which`` roof ("compute" or "memory"),
+    falling back to :data:`DEFAULT_CEILINGS` where ``c`` has none."""
+    value, kind = getattr(c, which)()
+    if value is None:
+        return (*getattr(DEFAULT_CEILINGS, which)(), DEFAULT_CEILINGS)
+    return value, kind, c
+
+
 def _roofs(ceilings: Optional[Ceilings]):
     """(peak TFLOP/s, its label, bandwidth TB/s, its label, measured GEMM or None), each roof taken
     from ``ceilings`` where it has one, else from :data:`DEFAULT_CEILINGS`."""
     c = ceilings or Ceilings()
-    peak, peak_name = c.compute()
-    src = c
-    if peak is None:
-        (peak, peak_name), src = DEFAULT_CEILINGS.compute(), DEFAULT_CEILINGS
+    peak, peak_name, src = _roof(c, "compute")
     peak_label = (f"{peak:g} TFLOP/s dense bf16/fp16 (datasheet, {src.datasheet_source})" if peak_name == "datasheet"
                   else f"{peak:.0f} TFLOP/s (measured cuBLAS GEMM)")
-    bw, bw_name = c.memory()
-    src = c
-    if bw is None:
-        (bw, bw_name), src = DEFAULT_CEILINGS.memory(), DEFAULT_CEILINGS
+    bw, bw_name, src = _roof(c, "memory")
     bw_label = (f"{bw:.2f} TB/s (measured copy)" if bw_name == "copy"
                 else f"{bw:g} TB/s (datasheet, {src.datasheet_source})")
     gemm = c.measured_gemm_tflops if peak_name == "datasheet" else None
