@@ -83,8 +83,10 @@ def np_dtype(name: str):
 
 
 def command_line(argv: Sequence[str], prog: str = "python -m cuconv.bench") -> str:
-    """The command that reproduces a run: the ``CUCONV_*`` environment settings, ``prog`` and ``argv``."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(os.environ.items()) if k.startswith("CUCONV_"))
+    """The command that reproduces a run: the ``CUCONV_SM90_*`` / ``CUCONV_SM80_*`` settings (those that change
+    what runs; not the cache folder), ``prog`` and ``argv``."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(os.environ.items())
+                   if k.startswith(("CUCONV_SM90_", "CUCONV_SM80_")))
     return " ".join(filter(None, [env, prog, shlex.join(list(argv))]))
 
 
