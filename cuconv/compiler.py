@@ -5,9 +5,11 @@
   ``cuconv/kernels_hip``. :func:`kernels_dir` finds either.
 * CUDA sources are compiled with NVRTC (through ``cuda-bindings``) straight to a cubin for the
   exact target (``sm_90a`` unlocks wgmma/setmaxnreg), with ``-Xptxas -v`` so the register and
-  spill report is always at hand (:class:`PtxasReport`). Cubins are cached on disk, keyed by the
-  hash of the whole source tree, the options and the NVRTC version, and loaded through
-  ``cupy.RawModule(path=...)``, memoised per (source, defines, device).
+  spill report is always at hand (:class:`PtxasReport`). Cubins are cached on disk
+  (:mod:`cuconv.kernel_cache`: checked on every hit, rebuilt when damaged), keyed by the hash of the
+  whole source tree, the options and the NVRTC version, and loaded through
+  ``cupy.RawModule(path=...)``, memoised per (source, defines, device). A cached cubin the driver
+  refuses to load is compiled again once.
 * Compile-time choices reach a source as ``-D`` defines; a kernel entry file composes the role
   headers of its folder (loader, pipeline, mainloop, epilogue, scheduler).
 """
@@ -16,13 +18,16 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-__all__ = ["kernels_dir", "compile_cuda", "load_cuda_module", "PtxasReport", "CompileError"]
+from . import kernel_cache
+
+__all__ = ["kernels_dir", "compile_cuda", "load_cuda_module", "clear_cache", "nvrtc_check", "tree_hash",
+           "PtxasReport", "CompileError"]
 
 _PKG = Path(__file__).resolve().parent
 
@@ -41,7 +46,7 @@ def kernels_dir(kind: str = "cu") -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def _tree_hash(kind: str) -> str:
+def tree_hash(kind: str) -> str:
     """Hash of every file of a kernel tree (headers included), so any edit invalidates the cache."""
     root = kernels_dir(kind)
     h = hashlib.sha256()
@@ -50,14 +55,6 @@ def _tree_hash(kind: str) -> str:
             h.update(str(p.relative_to(root)).encode())
             h.update(p.read_bytes())
     return h.hexdigest()
-
-
-def _cache_dir() -> Path:
-    base = os.environ.get("CUCONV_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuconv")
-    p = Path(base)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
 
 
 @dataclass(frozen=True)
@@ -123,7 +120,8 @@ def _nvrtc():
     return nvrtc
 
 
-def _check(result, what: str):
+def nvrtc_check(result, what: str):
+    """The values of an NVRTC call's result tuple, or :class:`CompileError` naming ``what`` on failure."""
     err = result[0]
     if int(err) != 0:
         raise CompileError(f"NVRTC {what} failed: {err}")
@@ -138,63 +136,103 @@ def _options(arch: str, defines: Mapping[str, object], extra: Tuple[str, ...]) -
     return opts
 
 
-@functools.lru_cache(maxsize=256)
-def _compile_cached(source_rel: str, arch: str, defines_items: Tuple[Tuple[str, object], ...],
-                    extra: Tuple[str, ...]) -> Tuple[str, PtxasReport]:
+def _nvrtc_compile(source_rel: str, arch: str, opts: List[str]) -> Tuple[bytes, str]:
+    """(cubin, log) of one NVRTC compile; :class:`CompileError` with the log when it fails."""
     nvrtc = _nvrtc()
     src_path = kernels_dir("cu") / source_rel
-    source = src_path.read_bytes()
-    opts = _options(arch, dict(defines_items), extra)
-    version = _check(nvrtc.nvrtcVersion(), "version")
-    key = hashlib.sha256(repr((_tree_hash("cu"), source_rel, opts, version)).encode()).hexdigest()[:32]
-    cubin_path = _cache_dir() / f"{Path(source_rel).stem}-{arch}-{key}.cubin"
-    log_path = cubin_path.with_suffix(".log")
-    if cubin_path.exists() and log_path.exists():
-        return str(cubin_path), parse_ptxas(log_path.read_text())
-    err, prog = nvrtc.nvrtcCreateProgram(source, str(src_path).encode(), 0, [], [])
-    if int(err):
-        raise CompileError(f"NVRTC could not create a program for {source_rel}: {err}")
+    prog = nvrtc_check(nvrtc.nvrtcCreateProgram(src_path.read_bytes(), str(src_path).encode(), 0, [], []),
+                       f"program creation for {source_rel}")
     try:
         bopts = [o.encode() for o in opts]
         (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
-        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+        size = nvrtc_check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
         buf = b" " * size
         nvrtc.nvrtcGetProgramLog(prog, buf)
         log = buf.decode(errors="replace").rstrip("\x00 ")
         if int(cerr):
             raise CompileError(f"compiling {source_rel} for {arch} with {opts} failed:\n{log}")
-        size = _check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+        size = nvrtc_check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
         cubin = b" " * size
         nvrtc.nvrtcGetCUBIN(prog, cubin)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    tmp = cubin_path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(cubin)
-    os.replace(tmp, cubin_path)
-    log_path.write_text(log)
-    return str(cubin_path), parse_ptxas(log)
+    return cubin, log
+
+
+#: (source, arch, defines, options) -> (cache key, cubin path, report): what this process compiled or read.
+_COMPILED: Dict[tuple, Tuple[str, str, PtxasReport]] = {}
+_COMPILE_LOCK = threading.Lock()
+
+
+def _compile(source_rel: str, arch: str, defines_items: tuple, extra: tuple, fresh: bool = False):
+    memo_key = (source_rel, arch, defines_items, extra)
+    hit = None if fresh else _COMPILED.get(memo_key)
+    if hit is not None:
+        return hit
+    opts = _options(arch, dict(defines_items), extra)
+    version = nvrtc_check(_nvrtc().nvrtcVersion(), "version")
+    key = (f"{Path(source_rel).stem}-{arch}-"
+           + hashlib.sha256(repr((tree_hash("cu"), source_rel, opts, version)).encode()).hexdigest()[:32])
+    if fresh:
+        kernel_cache.discard(key)
+    entry = kernel_cache.read(key)
+    if entry is None:
+        cubin, log = _nvrtc_compile(source_rel, arch, opts)
+        entry = (kernel_cache.write(key, cubin, log), log)
+    result = (key, entry[0], parse_ptxas(entry[1]))
+    with _COMPILE_LOCK:
+        _COMPILED[memo_key] = result
+    return result
 
 
 def compile_cuda(source_rel: str, arch: str, defines: Optional[Mapping[str, object]] = None,
                  extra_options: Tuple[str, ...] = ()) -> Tuple[str, PtxasReport]:
     """Compile ``kernels_cu/<source_rel>`` for ``arch`` (e.g. ``"sm_90a"``); return (cubin path, report).
 
-    Works without a GPU (CI uses it to check every kernel compiles without spills).
+    Works without a GPU (CI uses it to check every kernel compiles without spills). Memoised in the
+    process and cached on disk.
     """
-    items = tuple(sorted((defines or {}).items()))
-    return _compile_cached(source_rel, arch, items, tuple(extra_options))
+    _, path, report = _compile(source_rel, arch, tuple(sorted((defines or {}).items())), tuple(extra_options))
+    return path, report
 
 
 @functools.lru_cache(maxsize=256)
-def _module(cubin_path: str, device_id: int):
+def _module(cubin_path: str, device_id: int, key: str):
     import cupy as cp
     with cp.cuda.Device(device_id):
-        return cp.RawModule(path=cubin_path)
+        mod = cp.RawModule(path=cubin_path)
+        mod.module  # load now: a cubin the driver refuses fails here, where the cache can heal it
+        return mod
 
 
 def load_cuda_module(source_rel: str, device, defines: Optional[Mapping[str, object]] = None,
                      extra_options: Tuple[str, ...] = ()):
-    """Compile (or take from the cache) and load a CUDA source as a ``cupy.RawModule`` on ``device``."""
-    path, _ = compile_cuda(source_rel, device.arch, defines, extra_options)
-    return _module(path, device.index)
-tree_hash = _tree_hash  # public name for the HIP backend (CuPy caches hiprtc builds by code string)
+    """Compile (or take from the cache) and load a CUDA source as a ``cupy.RawModule`` on ``device``.
+
+    A cached cubin that the driver refuses (damaged in a way its checksum cannot see, or written for
+    another driver) is compiled again once, with a warning; a second refusal raises, naming the file.
+    """
+    items, extra = tuple(sorted((defines or {}).items())), tuple(extra_options)
+    key, path, _ = _compile(source_rel, device.arch, items, extra)
+    try:
+        return _module(path, device.index, key)
+    except Exception as first:  # CUDADriverError and friends: the message says what the driver saw
+        import warnings
+        warnings.warn(f"cuconv: the driver refused the cached kernel {path} ({first}); compiling it again",
+                      RuntimeWarning, stacklevel=2)
+        key, path, _ = _compile(source_rel, device.arch, items, extra, fresh=True)
+        _module.cache_clear()
+        try:
+            return _module(path, device.index, key)
+        except Exception as second:
+            raise RuntimeError(f"cuconv: the driver cannot load the kernel {path} even after compiling it "
+                               f"again: {second}. Removing {kernel_cache.cache_dir()} (or cuconv.clear_cache()) "
+                               f"resets the kernel cache.") from second
+
+
+def clear_cache() -> int:
+    """Remove every compiled kernel from the on-disk cache (:mod:`cuconv.kernel_cache`) and forget what
+    this process compiled; return how many entries were removed. Modules already loaded stay loaded."""
+    with _COMPILE_LOCK:
+        _COMPILED.clear()
+    return kernel_cache.clear_entries()
