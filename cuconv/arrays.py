@@ -3,12 +3,15 @@
 * ``numpy.ndarray``                      -> NumPy (CPU backend, NumPy result)
 * ``cupy.ndarray``                       -> CuPy (GPU, CuPy result)
 * ``__dlpack__`` objects on a GPU        -> viewed zero-copy as CuPy (torch, JAX); on the CPU
-  they are viewed as NumPy. Preferred over the array interface when an object has both.
+  they are viewed as NumPy (bfloat16 included: :func:`_cpu_dlpack`). Preferred over the array
+  interface when an object has both. The result of a call is a CuPy array for a GPU tensor and a
+  NumPy array for a CPU tensor, whatever library made the tensor.
 * ``__cuda_array_interface__`` objects   -> viewed zero-copy as CuPy (e.g. Numba)
 """
 
 from __future__ import annotations
 
+import ctypes
 import numbers
 
 import ml_dtypes
@@ -40,17 +43,98 @@ def as_array(obj, name: str):
     # say "<V2" (torch does exactly that for bfloat16 tensors).
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         dev_type = int(obj.__dlpack_device__()[0])
-        if dev_type in _DLPACK_CUDA_DEVICES:
-            if cp is None:
-                raise TypeError(f"{name}: a GPU tensor was given but CuPy is not installed (pip install 'cuconv[cuda13]')")
-            return cp.from_dlpack(obj)
-        return np.from_dlpack(obj)
+        try:
+            if dev_type in _DLPACK_CUDA_DEVICES:
+                if cp is None:
+                    raise TypeError(f"{name}: a GPU tensor was given but CuPy is not installed "
+                                    f"(pip install 'cuconv[cuda13]')")
+                return cp.from_dlpack(obj)
+            return _cpu_dlpack(obj, name)
+        except (BufferError, RuntimeError) as e:  # the producer refuses to export (e.g. requires_grad)
+            raise TypeError(f"{name}: the {type(obj).__name__} cannot be shared through DLPack ({e}); pass a "
+                            f"plain tensor, e.g. tensor.detach()") from e
     if hasattr(obj, "__cuda_array_interface__"):
         if cp is None:
             raise TypeError(f"{name}: a GPU array was given but CuPy is not installed (pip install 'cuconv[cuda13]')")
         return cp.asarray(obj)
     raise TypeError(f"{name}: expected a NumPy or CuPy array (or an object with __cuda_array_interface__ or "
                     f"__dlpack__), got {type(obj).__name__}")
+
+
+_KDL_BFLOAT = 4  # DLDataTypeCode kDLBfloat
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                             ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor)))]
+
+
+class _DLPackOwner:
+    """Keeps a consumed DLPack tensor alive and calls its deleter when the last view goes."""
+
+    def __init__(self, managed):
+        self._managed = managed
+
+    def __del__(self):
+        if self._managed.contents.deleter:
+            self._managed.contents.deleter(self._managed)
+
+
+def _cpu_dlpack(obj, name: str):
+    """A CPU DLPack tensor as a NumPy view. NumPy's own importer takes every dtype but bfloat16; a
+    bfloat16 tensor is read through the DLPack structure itself (the legacy ``dltensor`` capsule) and
+    viewed as ``ml_dtypes.bfloat16``, still without a copy."""
+    try:
+        return np.from_dlpack(obj)
+    except (RuntimeError, TypeError, BufferError) as e:
+        if "dtype" not in str(e).lower():
+            raise
+    capsule = obj.__dlpack__()
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    address = get_pointer(capsule, b"dltensor")
+    managed = ctypes.cast(address, ctypes.POINTER(_DLManagedTensor))
+    t = managed.contents.dl_tensor
+    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
+    if (code, bits, lanes) != (_KDL_BFLOAT, 16, 1):
+        raise TypeError(f"{name}: expected dtype float16, bfloat16 or float32, got the DLPack type "
+                        f"(code {code}, {bits} bits, {lanes} lanes)")
+    set_name = ctypes.pythonapi.PyCapsule_SetName
+    set_name.restype, set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    set_name(capsule, b"used_dltensor")  # consumed: the capsule no longer frees it, the owner does
+    owner = _DLPackOwner(managed)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    if t.strides:
+        strides = tuple(2 * t.strides[i] for i in range(t.ndim))
+    else:
+        strides = tuple(2 * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(t.ndim))
+    extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) // 2 if all(shape) else 0
+    if extent == 0:
+        return np.zeros(shape, dtype=BFLOAT16)
+    # a ctypes buffer over the tensor's memory, carrying the owner: NumPy keeps the buffer (and so the
+    # owner) alive as long as any view of it
+    buffer_type = type("_DLPackBuffer", (ctypes.c_uint16 * extent,), {})
+    buffer = buffer_type.from_address(t.data + t.byte_offset)
+    buffer.owner = owner
+    flat = np.frombuffer(buffer, dtype=np.uint16)
+    return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=strides).view(BFLOAT16)
 
 
 def dtype_name(a, name: str) -> str:
