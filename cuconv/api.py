@@ -14,14 +14,14 @@ from typing import Optional
 import numpy as np
 
 from . import dispatch
-from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, real_scalar
+from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name
 from .device import device_of
-from .problem import ACTIVATIONS, LAYOUTS, ConvProblem, Epilogue
+from .epilogue import apply_epilogue
+from .problem import LAYOUTS, ConvProblem
+from .validate import activation_of, check_ranks, conv_problem, layout_of, strategy_of, user_shape
 
 __all__ = ["conv2d", "conv3d", "explain"]
 
-#: conv3d ``strategy=`` values. Each kernel declares the strategy it implements (``Kernel.strategy``).
-STRATEGIES = ("auto", "qslice", "native", "generic")
 
 
 @dataclass
@@ -54,99 +54,23 @@ def _to_native(a, channels_first: bool, xp):
     return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
 
 
-def _user_shape(native_shape, channels_first: bool):
-    if not channels_first:
-        return tuple(native_shape)
-    return (native_shape[0], native_shape[-1], *native_shape[1:-1])
-
-
-def _typed(v):
-    """A hashable, type-exact image of an argument value (lists -> tuples, scalars -> (type, value))."""
-    if isinstance(v, (list, tuple)):
-        return (type(v).__name__,) + tuple(_typed(u) for u in v)
-    return (type(v), v)
-
-
-_PROBLEMS: dict = {}
-
-
-def _problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, alpha, beta, has_bias,
-             has_residual, activation) -> ConvProblem:
-    """Validate the geometry and build the ConvProblem, memoised on the arguments.
-
-    The memo key carries each user value's type (``1``, ``1.0`` and ``True`` hash alike, but only
-    the int is valid), so a cached problem is never returned for an argument that would be refused.
-    """
-    args = (nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, alpha, beta, has_bias,
-            has_residual, activation)
-    free = (stride, padding, dilation, groups)
-    if all(type(v) is int or type(v) is str for v in free):
-        key = args  # plain ints / strings (the usual call): their values are their types' only form
-    else:
-        try:  # only the caller's free-form values need their types in the key
-            key = (nd, x_shape, w_shape, dtype, layout, *(_typed(v) for v in free), alpha, beta, has_bias,
-                   has_residual, activation)
-            hash(key)
-        except TypeError:  # an unhashable argument: build uncached, which raises the precise error
-            return _build_problem(*args)
-    problem = _PROBLEMS.get(key)
-    if problem is None:
-        problem = _build_problem(*args)
-        if len(_PROBLEMS) >= 1024:
-            _PROBLEMS.clear()
-        _PROBLEMS[key] = problem
-    return problem
-
-
-def _build_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, alpha, beta,
-                   has_bias, has_residual, activation) -> ConvProblem:
-    channels_first = not LAYOUTS[layout][1]
-    if channels_first:
-        N, C, *spatial = x_shape
-        K, Cg_w, *filt = w_shape
-    else:
-        N, *spatial, C = x_shape
-        K, *filt, Cg_w = w_shape
-    if any(v < 1 for v in x_shape):
-        raise ValueError(f"x: every dimension must be >= 1, got shape {x_shape}")
-    if any(v < 1 for v in w_shape):
-        raise ValueError(f"w: every dimension must be >= 1, got shape {w_shape}")
-    if isinstance(groups, (int, np.integer)) and not isinstance(groups, bool) and groups >= 1 \
-            and C % groups == 0 and Cg_w * groups != C:
-        raise ValueError(f"w: channel mismatch: x has C={C} channels and groups={groups}, so w needs "
-                         f"C/groups={C // groups} input channels, got {Cg_w} (w shape {w_shape}, {layout})")
-    epilogue = Epilogue(alpha=alpha, beta=beta, has_bias=has_bias, has_residual=has_residual, activation=activation)
-    return ConvProblem.create(nd=nd, batch=N, in_spatial=tuple(spatial), channels=C, out_channels=K,
-                              filter_spatial=tuple(filt), stride=stride, dilation=dilation, padding=padding,
-                              groups=groups, dtype=dtype, layout=layout, epilogue=epilogue)
-
-
 def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
              activation, out) -> _Call:
-    if not isinstance(layout, str) or layout.upper() not in LAYOUTS or LAYOUTS[layout.upper()][0] != nd:
-        allowed = [k for k, v in LAYOUTS.items() if v[0] == nd]
-        raise ValueError(f"layout: expected one of {allowed}, got {layout!r}")
-    layout = layout.upper()
+    layout = layout_of(layout, nd)
     channels_first = not LAYOUTS[layout][1]
     x = as_array(x, "x")
     w = as_array(w, "w")
     check_same_place(w, "w", x)
-    if x.ndim != nd + 2:
-        raise ValueError(f"x: expected a {nd + 2}-D array ({layout}), got {x.ndim}-D with shape {tuple(x.shape)}")
-    if w.ndim != nd + 2:
-        raise ValueError(f"w: expected a {nd + 2}-D array, got {w.ndim}-D with shape {tuple(w.shape)}")
+    check_ranks(nd, layout, x, w)
     dtype = dtype_name(x, "x")
     wdt = dtype_name(w, "w")
     if wdt != dtype:
         raise TypeError(f"w: expected dtype {dtype} like x, got {wdt}")
-    if activation is not None and activation not in ACTIVATIONS:
-        raise ValueError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
-    alpha = real_scalar(alpha, "alpha")
-    beta = real_scalar(beta, "beta")
-
-    problem = _problem(nd, tuple(x.shape), tuple(w.shape), dtype, layout, stride, padding, dilation, groups, alpha, beta, bias is not None, residual is not None, activation)
+    problem = conv_problem(nd, tuple(x.shape), tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
+                           alpha, beta, bias is not None, residual is not None, activation_of(activation))
     xp = _xp_of(x)
-    user_out_shape = _user_shape(problem.out_shape, channels_first)
+    batch = x.shape[0]  # 0 for an empty batch (the problem is built for one image)
+    user_out_shape = user_shape((batch, *problem.out_shape[1:]), layout)
 
     if bias is not None:
         bias = as_array(bias, "bias")
@@ -173,25 +97,16 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
     if out_user is not None and not channels_first and out_user.flags.c_contiguous:
         out_native = out_user
     else:
-        out_native = xp.empty(problem.out_shape, dtype=x.dtype)
+        out_native = xp.empty((batch, *problem.out_shape[1:]), dtype=x.dtype)
     x_n = _to_native(x, channels_first, xp)
     w_n = _to_native(w, channels_first, xp)
     return _Call(problem=problem, x=x_n, w=w_n, bias=bias, residual=residual, out_native=out_native,
                  out_user=out_user, out_given=out_given, channels_first=channels_first, xp=xp)
 
 
-def _allowed_kernels(nd: int, strategy: Optional[str]):
-    if nd != 3 or strategy in (None, "auto"):
-        return None
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy: expected one of {STRATEGIES}, got {strategy!r}")
-    return strategy
-
-
 def _select(call: _Call, kernel: Optional[str], strategy: Optional[str]):
-    device = device_of(call.x)
-    strat = _allowed_kernels(call.problem.nd, strategy)
-    return dispatch.select(call.problem, device, forced=kernel, strategy=strat)
+    return dispatch.select(call.problem, device_of(call.x), forced=kernel,
+                           strategy=strategy_of(strategy, call.problem.nd))
 
 
 def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
@@ -199,12 +114,17 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
     call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
                     activation, out)
     plan, _ = _select(call, kernel, strategy)
-    if call.xp is np:
+    xp = call.xp
+    if call.out_native.shape[0] == 0:
+        pass  # an empty batch: nothing to compute
+    elif call.problem.epilogue.alpha == 0:  # the convolution's term is exactly zero (see the docstring)
+        values = apply_epilogue(xp, None, call.problem.epilogue, call.bias, call.residual, call.out_native.shape)
+        call.out_native[...] = values.astype(call.out_native.dtype)
+    elif xp is np:
         plan.run(call.x, call.w, call.bias, call.residual, call.out_native)
     else:
         with call.x.device:
             plan.run(call.x, call.w, call.bias, call.residual, call.out_native)
-    xp = call.xp
     if call.out_user is not None:
         if call.out_native is not call.out_user:
             src = xp.moveaxis(call.out_native, -1, 1) if call.channels_first else call.out_native
@@ -313,15 +233,24 @@ def explain(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layou
     ``.declined`` maps every kernel that said no to its reason. ``print()`` it for a summary.
     """
     if layout is None:
-        ndim = getattr(x, "ndim", None)
+        ndim = as_array(x, "x").ndim
         if ndim not in (4, 5):
             raise ValueError(f"x: expected a 4-D (conv2d) or 5-D (conv3d) array, got ndim={ndim}")
         layout = "NHWC" if ndim == 4 else "NDHWC"
     if not isinstance(layout, str) or layout.upper() not in LAYOUTS:
+        ndim = as_array(x, "x").ndim
+        if ndim in (4, 5):
+            layout_of(layout, ndim - 2)  # the message conv2d / conv3d would give
         raise ValueError(f"layout: expected one of {list(LAYOUTS)}, got {layout!r}")
     nd = LAYOUTS[layout.upper()][0]
     call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
                     out)
     _, explanation = _select(call, kernel, strategy)
     # the dispatcher memoises explanations: hand out a copy the caller may keep or change
-    return dataclasses.replace(explanation, declined=dict(explanation.declined), skipped=dict(explanation.skipped))
+    copy = dataclasses.replace(explanation, declined=dict(explanation.declined), skipped=dict(explanation.skipped))
+    if call.problem.epilogue.alpha == 0:
+        copy.reason = ("alpha = 0: the convolution is not computed, the epilogue runs alone "
+                       f"(act(bias + beta * residual)); for alpha != 0: {copy.reason}")
+    elif call.out_native.shape[0] == 0:
+        copy.reason = f"an empty batch: nothing is computed; for images: {copy.reason}"
+    return copy

@@ -57,6 +57,9 @@ def as_array(obj, name: str):
         if cp is None:
             raise TypeError(f"{name}: a GPU array was given but CuPy is not installed (pip install 'cuconv[cuda13]')")
         return cp.asarray(obj)
+    if isinstance(obj, (np.generic, numbers.Number)):
+        raise TypeError(f"{name}: expected an array, got the scalar {obj!r} (a {type(obj).__name__}); pass an "
+                        f"array with the batch, spatial and channel axes")
     raise TypeError(f"{name}: expected a NumPy or CuPy array (or an object with __cuda_array_interface__ or "
                     f"__dlpack__), got {type(obj).__name__}")
 
@@ -141,7 +144,9 @@ def dtype_name(a, name: str) -> str:
     """``"float16"``, ``"bfloat16"`` or ``"float32"``; TypeError for any other dtype."""
     dt = np.dtype(a.dtype)
     if dt not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name}: expected dtype float16, bfloat16 (ml_dtypes.bfloat16) or float32, got {dt}")
+        hint = (f"; convert with {name}.astype(np.float32) (cuconv.reference computes in float64)"
+                if dt == np.float64 else "")
+        raise TypeError(f"{name}: expected dtype float16, bfloat16 (ml_dtypes.bfloat16) or float32, got {dt}{hint}")
     return SUPPORTED_DTYPES[dt]
 
 

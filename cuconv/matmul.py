@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, real_scalar
-from .problem import ACTIVATIONS, Epilogue
+from .epilogue import apply_epilogue
+from .problem import Epilogue
+from .validate import activation_of
 
 __all__ = ["matmul"]
 
@@ -22,27 +24,6 @@ def _companion(arr, name: str, shape, dtype: str, ref):
     arr = as_array(arr, name)
     check_companion(arr, name, shape, dtype, ref, ref_name="a")
     return arr
-
-
-def _epilogue_xp(xp, acc, e: Epilogue, bias, residual):
-    """The epilogue on a float32 accumulator with array module ``xp`` (CPU and float32 GPU paths)."""
-    from .epilogue import activate_numpy
-    v = acc * np.float32(e.alpha)
-    if bias is not None:
-        v = v + bias.astype(np.float32)
-    if e.loads_residual:
-        v = v + np.float32(e.beta) * residual.astype(np.float32)
-    if xp is np:
-        with np.errstate(over="ignore"):
-            return activate_numpy(v, e.activation)
-    if e.activation == "relu":
-        return xp.maximum(v, 0)
-    if e.activation == "silu":
-        return v / (1 + xp.exp(-v))
-    if e.activation == "gelu":
-        import cupyx.scipy.special as sp
-        return 0.5 * v * (1 + sp.erf(v * np.float32(0.7071067811865476)))
-    return v
 
 
 def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None, out=None):
@@ -102,8 +83,7 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
     N = b.shape[1]
     if min(M, K, N) < 1:
         raise ValueError(f"a, b: every dimension must be >= 1, got a {tuple(a.shape)} and b {tuple(b.shape)}")
-    if activation is not None and activation not in ACTIVATIONS:
-        raise ValueError(f"activation: expected None or one of {ACTIVATIONS}, got {activation!r}")
+    activation = activation_of(activation)
     alpha, beta = real_scalar(alpha, "alpha"), real_scalar(beta, "beta")
     if bias is not None:
         bias = _companion(bias, "bias", (N,), dtype, a)
@@ -120,7 +100,7 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
 
     if module_name(a) == "numpy":
         acc = a.astype(np.float32) @ b.astype(np.float32)
-        res = _epilogue_xp(np, acc, e, bias, residual).astype(a.dtype)
+        res = apply_epilogue(np, acc, e, bias, residual).astype(a.dtype)
         if out is None:
             return res
         out[...] = res
@@ -135,7 +115,7 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
         from .backends.sm80.params import MAX_LD
         if dtype == "float32" or dev.cc < (8, 0) or max(K, N) > MAX_LD:
             acc = cp.matmul(a.astype(cp.float32), b.astype(cp.float32))
-            res = _epilogue_xp(cp, acc, e, bias, residual).astype(a.dtype)
+            res = apply_epilogue(cp, acc, e, bias, residual).astype(a.dtype)
             if out is None:
                 return res
             out[...] = res

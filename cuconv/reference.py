@@ -2,7 +2,13 @@
 
 Written for clarity, not speed, and on purpose independent of every backend and of
 :mod:`cuconv.problem`: it resolves padding and output sizes itself, so a mistake there in the
-library cannot hide in the oracle. Every test and the benchmark compare against it.
+library cannot hide in the oracle. Every test and the benchmark compare against it. Its arguments
+are checked by the library's own validation step (:mod:`cuconv.validate`), so it accepts and refuses
+the calls :func:`cuconv.conv2d` does, with the same messages; it also takes float64 arrays.
+
+Conventions (the library's, BLAS's): with ``beta == 0`` the residual is not read, and with
+``alpha == 0`` the convolution is not computed, so NaN or inf in a term that is scaled by zero does
+not reach the result.
 
 The convolution is a sum over filter taps: for each tap ``(t, r, s)`` the input, zero-padded, is
 sampled at ``out * stride + tap * dilation`` and multiplied by that tap's ``(K, C/groups)`` filter
@@ -16,16 +22,18 @@ import math
 
 import numpy as np
 
+from .arrays import as_array, dtype_name
+from .validate import activation_of, check_ranks, conv_problem, layout_of, user_shape
+
 __all__ = ["conv2d", "conv3d", "convnd"]
 
 
 def _to_numpy64(a):
     if a is None:
         return None
-    if hasattr(a, "get") and not isinstance(a, np.ndarray):  # CuPy
+    a = as_array(a, "array")  # NumPy, CuPy or a DLPack tensor (checked by the caller)
+    if not isinstance(a, np.ndarray):  # CuPy
         a = a.get()
-    elif not isinstance(a, np.ndarray):
-        a = np.asarray(a)
     return a.astype(np.float64)
 
 
@@ -58,54 +66,80 @@ _ACT = {None: lambda v: v, "relu": lambda v: np.maximum(v, 0.0), "silu": lambda 
         "gelu": _gelu}
 
 
+def _validated(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation):
+    """The library's checks of a call (float64 arrays allowed); returns the canonical layout and activation."""
+    layout = layout_of(layout, nd)
+    xa, wa = as_array(x, "x"), as_array(w, "w")
+    check_ranks(nd, layout, xa, wa)
+    dtypes = [("float64" if np.dtype(a.dtype) == np.float64 else dtype_name(a, n)) for a, n in ((xa, "x"), (wa, "w"))]
+    if dtypes[1] != dtypes[0]:
+        raise TypeError(f"w: expected dtype {dtypes[0]} like x, got {dtypes[1]}")
+    activation = activation_of(activation)
+    problem = conv_problem(nd, tuple(xa.shape), tuple(wa.shape), "float32", layout, stride, padding, dilation,
+                           groups, alpha, beta, bias is not None, residual is not None, activation)
+    out_shape = user_shape((xa.shape[0], *problem.out_shape[1:]), layout)
+    for name, a, shape in (("bias", bias, (problem.out_channels,)), ("residual", residual, out_shape)):
+        if a is not None and tuple(as_array(a, name).shape) != tuple(shape):
+            raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(as_array(a, name).shape)}")
+    return layout, activation
+
+
 def convnd(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,
            alpha=1.0, beta=1.0, activation=None):
     """N-d convolution in float64: ``act(alpha * conv(x, w) + bias + beta * residual)``.
 
     ``layout`` is "NHWC"/"NCHW" (2-D) or "NDHWC"/"NCDHW" (3-D); weights are ``(K, *filter, C/g)``
     for the channels-last layouts and ``(K, C/g, *filter)`` for the channels-first ones. Returns a
-    float64 NumPy array in ``layout``.
+    float64 NumPy array in ``layout``. ``alpha == 0`` skips the convolution, ``beta == 0`` the residual.
     """
-    channels_first = layout.upper() in ("NCHW", "NCDHW")
+    nd = LAYOUT_RANK.get(layout.upper(), 2) if isinstance(layout, str) else 2
+    return _run(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation)
+
+
+def _run(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation):
+    layout, activation = _validated(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha,
+                                    beta, activation)
+    channels_first = layout in ("NCHW", "NCDHW")
     x, w = _to_numpy64(x), _to_numpy64(w)
     if channels_first:  # work channels-last below
         x, w = np.moveaxis(x, 1, -1), np.moveaxis(w, 1, -1)
-    nd = x.ndim - 2
     N, *size, C = x.shape
     K, *filt, Cg = w.shape
     stride, dilation = _per_dim(stride, nd), _per_dim(dilation, nd)
     pads = _pads(padding, nd, size, filt, stride, dilation)
     out_size = [(n + lo + hi - (f - 1) * d - 1) // s + 1
                 for n, (lo, hi), f, s, d in zip(size, pads, filt, stride, dilation)]
-    xpad = np.pad(x, [(0, 0)] + pads + [(0, 0)])
     Kg = K // groups
     out = np.zeros((N, *out_size, K))
-    for g in range(groups):
-        for tap in itertools.product(*[range(f) for f in filt]):
-            window = tuple(slice(t * d, t * d + (o - 1) * s + 1, s)
-                           for t, d, o, s in zip(tap, dilation, out_size, stride))
-            patch = xpad[(slice(None),) + window + (slice(g * Cg, (g + 1) * Cg),)]  # (N, *out, Cg)
-            taps_w = w[(slice(g * Kg, (g + 1) * Kg),) + tap]                        # (Kg, Cg)
-            out[..., g * Kg:(g + 1) * Kg] += patch @ taps_w.T
-    out *= alpha
+    if alpha != 0:
+        xpad = np.pad(x, [(0, 0)] + pads + [(0, 0)])
+        for g in range(groups):
+            for tap in itertools.product(*[range(f) for f in filt]):
+                window = tuple(slice(t * d, t * d + (o - 1) * s + 1, s)
+                               for t, d, o, s in zip(tap, dilation, out_size, stride))
+                patch = xpad[(slice(None),) + window + (slice(g * Cg, (g + 1) * Cg),)]  # (N, *out, Cg)
+                taps_w = w[(slice(g * Kg, (g + 1) * Kg),) + tap]                        # (Kg, Cg)
+                out[..., g * Kg:(g + 1) * Kg] += patch @ taps_w.T
+        out *= alpha
     if bias is not None:
         out += _to_numpy64(bias)
-    if residual is not None:
+    if residual is not None and beta != 0:
         res = _to_numpy64(residual)
         out += beta * (np.moveaxis(res, 1, -1) if channels_first else res)
     out = _ACT[activation](out)
     return np.moveaxis(out, -1, 1) if channels_first else out
 
 
+LAYOUT_RANK = {"NHWC": 2, "NCHW": 2, "NDHWC": 3, "NCDHW": 3}
+
+
 def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,
            alpha=1.0, beta=1.0, activation=None):
     """Float64 reference of :func:`cuconv.conv2d` (same arguments, no ``out``); returns NumPy float64."""
-    return convnd(x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout,
-                  residual=residual, alpha=alpha, beta=beta, activation=activation)
+    return _run(2, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation)
 
 
 def conv3d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NDHWC", residual=None,
            alpha=1.0, beta=1.0, activation=None):
     """Float64 reference of :func:`cuconv.conv3d` (same arguments, no ``out``); returns NumPy float64."""
-    return convnd(x, w, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout,
-                  residual=residual, alpha=alpha, beta=beta, activation=activation)
+    return _run(3, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation)
