@@ -146,14 +146,18 @@ def _nvrtc_compile(source_rel: str, arch: str, opts: List[str]) -> Tuple[bytes, 
         bopts = [o.encode() for o in opts]
         (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
         size = nvrtc_check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        buf = b" " * size
+        # NVRTC writes into the buffer. A bytes object of length 0 or 1 is one of CPython's shared
+        # singletons (an empty log is 1 byte: its NUL), and writing into it would change that byte
+        # for the whole process; two bytes or more is always a fresh object.
+        buf = b" " * max(size, 2)
         nvrtc.nvrtcGetProgramLog(prog, buf)
         log = buf.decode(errors="replace").rstrip("\x00 ")
         if int(cerr):
             raise CompileError(f"compiling {source_rel} for {arch} with {opts} failed:\n{log}")
         size = nvrtc_check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-        cubin = b" " * size
+        cubin = b" " * max(size, 2)  # a fresh object, as for the log
         nvrtc.nvrtcGetCUBIN(prog, cubin)
+        cubin = cubin[:size]
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     return cubin, log
