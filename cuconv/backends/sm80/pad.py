@@ -4,7 +4,6 @@ folded), then the per-lane implicit GEMM runs on the copies (kernels_cu/sm80/pad
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +30,6 @@ class PadPlan:
     kernel_problem: ConvProblem
 
 
-@functools.lru_cache(maxsize=256)
 def pad_plan(problem: ConvProblem) -> PadPlan:
     """The ``pad_channels`` layout for ``problem`` (groups 1, odd C < 8).
 
