@@ -11,6 +11,7 @@ ml_dtypes.
 from . import reference  # noqa: F401
 from .api import conv2d, conv3d, explain
 from .compiler import clear_cache
+from .conv_plan import ConvPlan, plan_conv2d, plan_conv3d
 from .dispatch import Explanation, KernelDeclined, kernels
 from .overrides import Overrides, overrides
 from .matmul import matmul
@@ -19,5 +20,5 @@ from .scratch import release_scratch
 
 __version__ = "0.1.0"
 
-__all__ = ["conv2d", "conv3d", "explain", "matmul", "clear_cache", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
+__all__ = ["conv2d", "conv3d", "explain", "plan_conv2d", "plan_conv3d", "ConvPlan", "matmul", "clear_cache", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
            "KernelDeclined", "kernels", "overrides", "Overrides", "__version__"]

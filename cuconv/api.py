@@ -109,6 +109,12 @@ def _select(call: _Call, kernel: Optional[str], strategy: Optional[str]):
                            strategy=strategy_of(strategy, call.problem.nd))
 
 
+def _conv_epilogue_only(xp, problem, bias, residual, out_native):
+    """``out = act(bias + beta * residual)``: the call with ``alpha == 0``, whose convolution is not computed."""
+    values = apply_epilogue(xp, None, problem.epilogue, bias, residual, out_native.shape)
+    out_native[...] = values.astype(out_native.dtype)
+
+
 def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
           kernel, strategy):
     call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
@@ -118,9 +124,8 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
     if call.out_native.shape[0] == 0:
         pass  # an empty batch: nothing to compute
     elif call.problem.epilogue.alpha == 0:  # the convolution's term is exactly zero (see the docstring)
-        values = apply_epilogue(xp, None, call.problem.epilogue, call.bias, call.residual, call.out_native.shape)
-        call.out_native[...] = values.astype(call.out_native.dtype)
-    elif xp is np:
+        _conv_epilogue_only(xp, call.problem, call.bias, call.residual, call.out_native)
+    elif xp is np or call.x.device.id == xp.cuda.runtime.getDevice():
         plan.run(call.x, call.w, call.bias, call.residual, call.out_native)
     else:
         with call.x.device:

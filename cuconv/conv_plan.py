@@ -1,0 +1,129 @@
+"""Reusable convolution plans: validate and plan once, then call many times at the launch's cost.
+
+``cuconv.conv2d`` validates every argument and looks its plan up on every call. A network's forward
+pass calls the same layer with new arrays of the same shapes again and again; a :class:`ConvPlan`
+(made by :func:`plan_conv2d` / :func:`plan_conv3d`, in the spirit of ``cupyx.scipy.fft.get_fft_plan``)
+keeps what does not change and checks, per call, only that the arrays are what the plan was made for
+(array library, shape, dtype, device).
+
+>>> plan = cuconv.plan_conv2d(x, w, bias, padding=1, activation="relu")   # doctest: +SKIP
+>>> y = plan(x, w, bias)                     # same as cuconv.conv2d(x, w, bias, padding=1, activation="relu")
+>>> plan(x2, w2, bias2, out=y)               # new arrays of the same shapes, written into y
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .api import _conv_epilogue_only, _prepare, _select, _to_native
+from .arrays import as_array
+
+__all__ = ["ConvPlan", "plan_conv2d", "plan_conv3d"]
+
+
+class ConvPlan:
+    """A validated, planned convolution for arrays of fixed shapes, dtype, layout and device.
+
+    Call it as ``plan(x, w, bias=None, residual=None, out=None)``: ``bias`` and ``residual`` must be
+    given exactly when they were given to make the plan. Returns what :func:`cuconv.conv2d` would.
+    ``plan.explanation`` is the :class:`cuconv.Explanation` of the kernel that runs; the plan keeps the
+    kernel plan chosen under the :func:`cuconv.overrides` in force when it was made.
+    """
+
+    def __init__(self, nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                 kernel, strategy):
+        call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                        None)
+        self._plan, self.explanation = _select(call, kernel, strategy)
+        self.problem = call.problem
+        self._xp = call.xp
+        self._channels_first = call.channels_first
+        self._native_out_shape = call.out_native.shape
+        self._user_out_shape = (self._native_out_shape if not call.channels_first else
+                                (self._native_out_shape[0], self._native_out_shape[-1], *self._native_out_shape[1:-1]))
+        x, w = as_array(x, "x"), as_array(w, "w")
+        self._type, self._dtype = type(x), x.dtype
+        self._device = None if call.xp is np else x.device.id
+        self._shapes = {"x": tuple(x.shape), "w": tuple(w.shape), "bias": None if bias is None else call.bias.shape,
+                        "residual": None if residual is None else self._user_out_shape}
+        self._empty = call.out_native.shape[0] == 0
+        self._alpha_zero = call.problem.epilogue.alpha == 0
+
+    def _operand(self, a, name):
+        """``a`` as the plan's array kind, checked against what the plan was made for."""
+        want = self._shapes[name]
+        if a is None:
+            if want is not None:
+                raise ValueError(f"{name}: this plan was made with a {name}; pass one of shape {want}")
+            return None
+        if want is None:
+            raise ValueError(f"{name}: this plan was made without a {name}; make a plan with one")
+        if type(a) is not self._type:
+            a = as_array(a, name)
+            if type(a) is not self._type:
+                raise TypeError(f"{name}: this plan runs on {self._type.__module__} arrays, got {type(a).__name__}")
+        if a.shape != want or a.dtype != self._dtype:
+            raise ValueError(f"{name}: this plan was made for shape {want} and dtype {self._dtype}, "
+                             f"got shape {tuple(a.shape)} and dtype {a.dtype}")
+        if self._device is not None and a.device.id != self._device:
+            raise ValueError(f"{name}: this plan runs on GPU {self._device}, got an array on GPU {a.device.id}")
+        return a
+
+    def __call__(self, x, w, bias=None, residual=None, out=None):
+        xp, cf = self._xp, self._channels_first
+        x, w = self._operand(x, "x"), self._operand(w, "w")
+        bias, res_user = self._operand(bias, "bias"), self._operand(residual, "residual")
+        out_user = None
+        if out is not None:
+            out_user = as_array(out, "out")
+            if type(out_user) is not self._type or out_user.shape != self._user_out_shape or \
+                    out_user.dtype != self._dtype:
+                raise ValueError(f"out: expected a {self._type.__name__} of shape {self._user_out_shape} and dtype "
+                                 f"{self._dtype}, got {type(out_user).__name__} {tuple(out_user.shape)} {out_user.dtype}")
+            if xp is np and not out_user.flags.writeable:
+                raise ValueError("out: expected a writeable array, got a read-only one")
+        res = None
+        if res_user is not None:
+            in_place = out_user is not None and (res_user is out_user or residual is out)
+            res = _to_native(res_user, cf, xp)
+            if not in_place and out_user is not None and xp.may_share_memory(res, out_user):
+                res = res.copy()
+        if out_user is not None and not cf and out_user.flags.c_contiguous:
+            out_native = out_user
+        else:
+            out_native = xp.empty(self._native_out_shape, dtype=self._dtype)
+        x_n = x if not cf and x.flags.c_contiguous else _to_native(x, cf, xp)
+        w_n = w if not cf and w.flags.c_contiguous else _to_native(w, cf, xp)
+        bias_n = None if bias is None else (bias if bias.flags.c_contiguous else xp.ascontiguousarray(bias))
+        if self._empty:
+            pass
+        elif self._alpha_zero:
+            _conv_epilogue_only(xp, self.problem, bias_n, res, out_native)
+        elif xp is np or self._device == xp.cuda.runtime.getDevice():
+            self._plan.run(x_n, w_n, bias_n, res, out_native)
+        else:
+            with x.device:
+                self._plan.run(x_n, w_n, bias_n, res, out_native)
+        if out_user is not None:
+            if out_native is not out_user:
+                out_user[...] = xp.moveaxis(out_native, -1, 1) if cf else out_native
+            return out
+        return xp.ascontiguousarray(xp.moveaxis(out_native, -1, 1)) if cf else out_native
+
+    def __repr__(self) -> str:
+        return f"<cuconv ConvPlan {self.problem.describe()} -> {self.explanation.kernel}>"
+
+
+def plan_conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,
+                alpha=1.0, beta=1.0, activation=None, kernel=None) -> ConvPlan:
+    """A :class:`ConvPlan` for :func:`cuconv.conv2d` with these arguments (``x``, ``w``, ``bias`` and
+    ``residual`` are example arrays: their shapes, dtype, library and device fix the plan's)."""
+    return ConvPlan(2, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                    kernel, None)
+
+
+def plan_conv3d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NDHWC", residual=None,
+                alpha=1.0, beta=1.0, activation=None, strategy="auto", kernel=None) -> ConvPlan:
+    """A :class:`ConvPlan` for :func:`cuconv.conv3d` (see :func:`plan_conv2d`)."""
+    return ConvPlan(3, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                    kernel, strategy)
