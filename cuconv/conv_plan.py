@@ -46,6 +46,9 @@ class ConvPlan:
         self._device = None if call.xp is np else x.device.id
         self._shapes = {"x": tuple(x.shape), "w": tuple(w.shape), "bias": None if bias is None else call.bias.shape,
                         "residual": None if residual is None else self._user_out_shape}
+        itemsize = np.dtype(self._dtype).itemsize
+        self._contiguous = {name: None if shape is None else _contiguous_strides(shape, itemsize)
+                            for name, shape in self._shapes.items()}
         self._empty = call.out_native.shape[0] == 0
         self._alpha_zero = call.problem.epilogue.alpha == 0
 
@@ -65,9 +68,18 @@ class ConvPlan:
         if a.shape != want or a.dtype != self._dtype:
             raise ValueError(f"{name}: this plan was made for shape {want} and dtype {self._dtype}, "
                              f"got shape {tuple(a.shape)} and dtype {a.dtype}")
-        if self._device is not None and a.device.id != self._device:
+        if self._device is not None and a.data.device_id != self._device:
             raise ValueError(f"{name}: this plan runs on GPU {self._device}, got an array on GPU {a.device.id}")
         return a
+
+    def _native(self, a, name):
+        """``a`` channels-last and contiguous (itself when it already is: a stride comparison, the
+        cheapest test)."""
+        if a is None or (not self._channels_first and a.strides == self._contiguous[name]):
+            return a
+        if name == "bias":
+            return self._xp.ascontiguousarray(a)
+        return _to_native(a, self._channels_first, self._xp)
 
     def __call__(self, x, w, bias=None, residual=None, out=None):
         xp, cf = self._xp, self._channels_first
@@ -92,9 +104,9 @@ class ConvPlan:
             out_native = out_user
         else:
             out_native = xp.empty(self._native_out_shape, dtype=self._dtype)
-        x_n = x if not cf and x.flags.c_contiguous else _to_native(x, cf, xp)
-        w_n = w if not cf and w.flags.c_contiguous else _to_native(w, cf, xp)
-        bias_n = None if bias is None else (bias if bias.flags.c_contiguous else xp.ascontiguousarray(bias))
+        x_n, w_n = self._native(x, "x"), self._native(w, "w")
+        bias_n = None if bias is None or bias.strides == self._contiguous["bias"] else xp.ascontiguousarray(bias)
+        bias_n = bias if bias_n is None else bias_n
         if self._empty:
             pass
         elif self._alpha_zero:
@@ -112,6 +124,14 @@ class ConvPlan:
 
     def __repr__(self) -> str:
         return f"<cuconv ConvPlan {self.problem.describe()} -> {self.explanation.kernel}>"
+
+
+def _contiguous_strides(shape, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def plan_conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,
