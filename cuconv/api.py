@@ -54,6 +54,24 @@ def _to_native(a, channels_first: bool, xp):
     return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
 
 
+def residual_and_output(xp, res_user, res_given, out_user, out_given, channels_first, native_shape, dtype):
+    """(the residual as the kernel reads it, the array the kernel writes) of a validated call.
+
+    The residual may *be* ``out``: an in-place add, which every kernel supports (each output element is
+    read before the same thread writes it); any other overlap with ``out`` reads a snapshot. The kernel
+    writes straight into ``out`` when it is native and contiguous, else into a temporary that the call
+    copies into ``out`` afterwards."""
+    res = None
+    if res_user is not None:
+        in_place = out_user is not None and (res_user is out_user or res_given is out_given)
+        res = _to_native(res_user, channels_first, xp)
+        if not in_place and out_user is not None and xp.may_share_memory(res, out_user):
+            res = res.copy()
+    if out_user is not None and not channels_first and out_user.flags.c_contiguous:
+        return res, out_user
+    return res, xp.empty(native_shape, dtype=dtype)
+
+
 def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
              activation, out) -> _Call:
     layout = layout_of(layout, nd)
@@ -83,21 +101,12 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
         check_companion(out_user, "out", user_out_shape, dtype, x)
         if module_name(out_user) == "numpy" and not out_user.flags.writeable:
             raise ValueError("out: expected a writeable array, got a read-only one")
+    res_user = None
     if residual is not None:
         res_user = as_array(residual, "residual")
         check_companion(res_user, "residual", user_out_shape, dtype, x)
-        # residual *is* out: an in-place add, which every kernel supports (each output element is
-        # read before the same thread writes it). Any other overlap with out: read a snapshot.
-        in_place = out_user is not None and (res_user is out_user or residual is out_given)
-        residual = _to_native(res_user, channels_first, xp)
-        if not in_place and out_user is not None and xp.may_share_memory(residual, out_user):
-            residual = residual.copy()
-    # Where the kernel writes: straight into `out` when it already is native and contiguous
-    # (otherwise into a temporary copied into `out` afterwards).
-    if out_user is not None and not channels_first and out_user.flags.c_contiguous:
-        out_native = out_user
-    else:
-        out_native = xp.empty((batch, *problem.out_shape[1:]), dtype=x.dtype)
+    residual, out_native = residual_and_output(xp, res_user, residual, out_user, out_given, channels_first,
+                                               (batch, *problem.out_shape[1:]), x.dtype)
     x_n = _to_native(x, channels_first, xp)
     w_n = _to_native(w, channels_first, xp)
     return _Call(problem=problem, x=x_n, w=w_n, bias=bias, residual=residual, out_native=out_native,

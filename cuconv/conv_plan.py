@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .api import _conv_epilogue_only, _prepare, _select, _to_native
+from .api import _conv_epilogue_only, _prepare, _select, _to_native, residual_and_output
 from .arrays import as_array
 
 __all__ = ["ConvPlan", "plan_conv2d", "plan_conv3d"]
@@ -94,16 +94,8 @@ class ConvPlan:
                                  f"{self._dtype}, got {type(out_user).__name__} {tuple(out_user.shape)} {out_user.dtype}")
             if xp is np and not out_user.flags.writeable:
                 raise ValueError("out: expected a writeable array, got a read-only one")
-        res = None
-        if res_user is not None:
-            in_place = out_user is not None and (res_user is out_user or residual is out)
-            res = _to_native(res_user, cf, xp)
-            if not in_place and out_user is not None and xp.may_share_memory(res, out_user):
-                res = res.copy()
-        if out_user is not None and not cf and out_user.flags.c_contiguous:
-            out_native = out_user
-        else:
-            out_native = xp.empty(self._native_out_shape, dtype=self._dtype)
+        res, out_native = residual_and_output(xp, res_user, residual, out_user, out, cf, self._native_out_shape,
+                                              self._dtype)
         x_n, w_n = self._native(x, "x"), self._native(w, "w")
         bias_n = None if bias is None or bias.strides == self._contiguous["bias"] else xp.ascontiguousarray(bias)
         bias_n = bias if bias_n is None else bias_n
