@@ -242,3 +242,231 @@ def test_network_merges_repeats_into_the_first_place():
     assert [(layer.name, layer.count) for layer in net.layers] == [("a", 1), ("b (+1 more)", 3), ("c", 1)]
     assert net.conv_layers == 5 and net.macs == 4 * 64 * 8 * (27 + 3 * 72 + 8)
     assert Layer("x", 1, 7, 7, 4, 4, 3, 3, stride=2, pad=1, groups=4).describe() == "C4 7x7 -> K4 3x3 s2 p1 g4"
+
+
+# ------------------------------------------------------------------------------------------- check
+def test_check_layer_crops_rows_for_strided_dilated_grouped_layers(monkeypatch):
+    """The check of :func:`runner.check_layer` on cuconv's CPU result: whole first image, then only
+    its first output rows (a tiny budget), where a wrong row inside the crop fails and one outside
+    it is not looked at."""
+    import cuconv
+    layer = Layer("g", 1, 13, 9, 4, 6, 3, 3, stride=2, pad=1, dilation=2, groups=2)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 13, 9, 4)).astype(np.float32)
+    w = rng.standard_normal((6, 3, 3, 2)).astype(np.float32)
+    y = cuconv.conv2d(x, w, stride=2, padding=1, dilation=2, groups=2)
+    assert y.shape == (1, layer.P, layer.Q, 6) == (1, 6, 4, 6)
+    err, scope = runner.check_layer(layer, x, w, y)
+    assert err < 1e-6 and scope == "first image"
+    monkeypatch.setattr(runner, "CHECK_BUDGET", 2 * layer.Q * 6 * 9 * 2)  # two output rows
+    err, scope = runner.check_layer(layer, x, w, y)
+    assert err < 1e-6 and scope == "first image, output rows 0..1 of 6"
+    bad = y.copy()
+    bad[0, 5] += 1.0
+    assert runner.check_layer(layer, x, w, bad)[0] < 1e-6
+    bad[0, 1] += 1.0
+    assert runner.check_layer(layer, x, w, bad)[0] > 0.1
+    bad[0, 0, 0, 0] = np.nan
+    assert runner.check_layer(layer, x, w, bad)[0] == float("inf")
+
+
+# ------------------------------------------------------------------------------------------- runner
+TOY = network("toy", "Toy", "tests", 2, (8, 8, 3), [conv("stem", 8, 3, 8, 3, stride=2), conv("body", 4, 8, 8, 3),
+                                                    conv("dw", 4, 8, 8, 3, groups=8), conv("body", 4, 8, 8, 3)])
+
+
+class _FakeGpu:
+    """prepare_layer and time_pass without a GPU: each library's call of a layer appends
+    (library, layer name) to ``trace`` and 'takes' ``cost[library] * (index + 1)`` ms (placeholders)."""
+
+    def __init__(self, fail_check=(), no_cuconv=(), cost=None):
+        self.trace, self.fail_check, self.no_cuconv = [], set(fail_check), set(no_cuconv)
+        self.cost = cost or {"cuconv": 1.0, "cudnn": 2.0}
+        self.passes = []
+
+    def prepare_layer(self, layer, dtype, torch=None):
+        rec = runner.layer_record(layer, dtype)
+        index = [lay.name for lay in TOY.layers].index(layer.name) if layer in TOY.layers else 0
+        rec.update(kernel="sm90_tma", rel_error=1.0 if layer.name in self.fail_check else 1e-3,
+                   check_scope="first image", check_ok=not {layer.name} & (self.fail_check | self.no_cuconv))
+
+        def call(lib):
+            f = (lambda: self.trace.append((lib, layer.name)))
+            f.ms = self.cost[lib] * (index + 1)
+            return f
+        cuconv_call = None if layer.name in self.no_cuconv else call("cuconv")
+        return runner.Prepared(layer, rec, cuconv_call, call("cudnn") if torch is not None else None)
+
+    def time_pass(self, calls, passes, sync_each, torch_events):
+        self.passes.append((len(calls), passes, sync_each, torch_events))
+        for _ in range(passes):
+            for f in calls:
+                f()
+        return sum(f.ms for f in calls) + (0.5 * len(calls) if sync_each else 0.0)
+
+
+def test_bench_network_times_layers_then_the_pass_in_network_order(monkeypatch):
+    gpu = _FakeGpu()
+    monkeypatch.setattr(runner, "prepare_layer", gpu.prepare_layer)
+    monkeypatch.setattr(runner, "time_pass", gpu.time_pass)
+    lines = []
+    rec = runner.bench_network(TOY, "bfloat16", torch=object(), log=lines.append)
+    assert [layer["name"] for layer in rec["layers"]] == ["stem", "body (+1 more)", "dw"]
+    assert [layer["count"] for layer in rec["layers"]] == [1, 2, 1]
+    assert rec["layers"][1]["ms"] == {"cuconv": 2.0, "cudnn": 4.0, "cuconv_one_at_a_time": 2.5,
+                                      "cudnn_one_at_a_time": 4.5}
+    assert rec["ms"]["cuconv"] == 1.0 + 2 * 2.0 + 3.0 and rec["ms"]["cudnn"] == 2 * rec["ms"]["cuconv"]
+    assert rec["ms"]["cuconv_one_at_a_time"] == rec["ms"]["cuconv"] + 0.5 * 4
+    assert rec["ms"]["cuconv_sum_of_layers"] == rec["ms"]["cuconv"]
+    assert rec["check_ok"] and rec["conv_layers"] == 4 and rec["macs"] == TOY.macs
+    # the network pass: each layer `count` times in network order, PASSES times, each library alternating
+    network_pass = [("cuconv", "stem"), ("cuconv", "body (+1 more)"), ("cuconv", "body (+1 more)"), ("cuconv", "dw")]
+    n = len(network_pass)
+    timed = gpu.trace[-2 * runner.REPEATS * runner.PASSES * n:]
+    assert timed[:runner.PASSES * n] == network_pass * runner.PASSES
+    assert timed[runner.PASSES * n:][:n] == [("cudnn", name) for _, name in network_pass]
+    assert gpu.passes[-1] == (n, runner.PASSES, True, True)  # cuDNN, one at a time, torch's events
+    assert (1, 1, False, False) in gpu.passes  # each layer's warm-up pass
+    assert len(lines) == 3 and "sm90_tma" in lines[0] and "2.00x" in lines[0] and "1.67x" in lines[0]
+
+
+def test_bench_network_reports_failed_checks_and_layers_cuconv_cannot_run(monkeypatch):
+    gpu = _FakeGpu(fail_check={"dw"}, no_cuconv={"stem"})
+    monkeypatch.setattr(runner, "prepare_layer", gpu.prepare_layer)
+    monkeypatch.setattr(runner, "time_pass", gpu.time_pass)
+    rec = runner.bench_network(TOY, "float16", torch=None, log=lambda *a: None)
+    assert not rec["check_ok"] and "check failed: stem, dw" in rec["notes"]
+    assert "cuconv not timed: stem did not run" in rec["notes"] and rec["ms"] == {}
+    assert all("cudnn" not in layer["ms"] for layer in rec["layers"])
+    assert rec["layers"][2]["ms"]["cuconv"] == 3.0  # a failed check is still timed, and marked
+    text = "\n".join(output.summary_lines([rec]))
+    assert "FAILED" in text and "note: check failed: stem, dw" in text
+
+
+def test_run_goes_over_networks_and_dtypes(monkeypatch):
+    gpu = _FakeGpu()
+    monkeypatch.setattr(runner, "prepare_layer", gpu.prepare_layer)
+    monkeypatch.setattr(runner, "time_pass", gpu.time_pass)
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(get_default_memory_pool=lambda: pool))
+    monkeypatch.setitem(runner.NETWORKS, "toy", TOY)
+    emptied = []
+    torch = types.SimpleNamespace(backends=types.SimpleNamespace(cudnn=types.SimpleNamespace(benchmark=False)),
+                                  cuda=types.SimpleNamespace(empty_cache=lambda: emptied.append(1)))
+    recs = runner.run(["toy", "convnext_tiny"], ["bfloat16", "float16"], torch=torch, log=lambda *a: None)
+    assert [(r["network"], r["dtype"]) for r in recs] == [("toy", "bfloat16"), ("toy", "float16"),
+                                                         ("convnext_tiny", "bfloat16"), ("convnext_tiny", "float16")]
+    assert torch.backends.cudnn.benchmark is True and len(emptied) == 4
+    assert len(recs[2]["layers"]) == len(NETWORKS["convnext_tiny"].layers) and recs[2]["conv_layers"] == 22
+
+
+# ------------------------------------------------------------------------------------------- command line
+def test_cli_parses_the_networks_options():
+    args = cli.parser().parse_args(["--suite", "networks", "--network", "resnet50", "--network", "sd_unet",
+                                    "--layers", "--dtype", "bfloat16"])
+    assert args.suite == ["networks"] and args.network == ["resnet50", "sd_unet"] and args.layers
+    assert "networks" not in cli.ALL_SUITES and "networks" in cli.OPT_IN_SUITES
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--suite", "networks", "--network", "resnet51"], ["--network", "invalid choice: 'resnet51'", "yolov8s"]),
+    (["--suite", "conv3d", "--network", "resnet50"], ["--network", "add --suite networks"])])
+def test_cli_refuses_a_bad_network_naming_the_option(argv, words, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+
+
+@pytest.mark.parametrize("argv", [["--suite", "networks"], ["--network", "yolov8s", "--json", "n.json"]])
+def test_networks_exit_2_without_cupy(argv, monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    assert cli.main(argv) == environment.EXIT_UNAVAILABLE
+    assert "CuPy is not installed" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def _fake_record(name="resnet50", dtype="bfloat16", cuconv=1.0, cudnn=1.5, ok=True):
+    """A network record in the suite's format with placeholder timings, not measurements."""
+    net = NETWORKS[name]
+    layers = []
+    for layer in net.layers[:2]:
+        rec = runner.layer_record(layer, dtype)
+        rec.update(kernel="sm90_tma", rel_error=2e-3, check_scope="first image", check_ok=ok,
+                   ms={"cuconv": 0.1, "cudnn": 0.2, "cuconv_one_at_a_time": 0.3, "cudnn_one_at_a_time": 0.3})
+        layers.append(rec)
+    return dict(network=name, title=net.title, source=net.source, batch=net.batch, input=list(net.input),
+                dtype=dtype, conv_layers=net.conv_layers, unique_layers=len(net.layers), macs=net.macs,
+                ms={"cuconv": cuconv, "cudnn": cudnn, "cuconv_one_at_a_time": 2.0, "cudnn_one_at_a_time": 2.5},
+                notes=[], layers=layers, check_ok=ok)
+
+
+def test_json_and_report_round_trip(tmp_path):
+    common = {"date": "2030-01-02T03:04:05+00:00", "device": "GPU X (sm_90a, 132 SMs)",
+              "command": "python -m cuconv.bench --suite networks --json run.json", "ceilings": {}}
+    recs = [_fake_record(), _fake_record("sd_unet", cuconv=3.0, cudnn=2.4)]
+    cli.write_json(str(tmp_path / "run.json"), [], {"networks": recs}, common, {"cuconv": 20.0})
+    assert [p.name for p in tmp_path.iterdir()] == ["run_networks.json"]
+    doc = report.load_result(str(tmp_path / "run_networks.json"))
+    assert doc["suite"] == "networks" and report.suite_of(doc) == "networks"
+    assert report.suite_of({"records": recs}) == "networks"
+    assert report.speeds(doc) == pytest.approx([1.5, 0.8])
+    page = report.render(str(tmp_path))
+    assert "## run_networks.json: networks" in page and "- device: GPU X (sm_90a, 132 SMs)" in page
+    assert "| ResNet-50, N=32 | bfloat16 | 53 | 130.8 | 1.500 | 1.000 | 1.50x | 2.500 | 2.000 | 1.25x | ok |" in page
+    assert "| SD UNet, N=2 | bfloat16 | 98 | 443.9 | 2.400 | 3.000 | 0.80x |" in page
+    assert "<summary>ResNet-50, N=32, bfloat16: layers (torchvision.models.resnet50" in page
+    assert "| conv1 | C3 224x224 -> K64 7x7 s2 p3 | 1 | sm90_tma | 0.200 | 0.100 | 2.00x | 0.300 | 0.300 | 1.00x " \
+           "| ok (2.0e-03) |" in page
+    assert "geomean speed vs cuDNN: 1.095x over 2 rows (min 0.80x)" in page
+    text = "\n".join(output.summary_lines(recs) + output.layer_lines(recs[0]))
+    assert "1.50x" in text and "0.80x" in text and "sm90_tma" in text and "C64 56x56 -> K64 1x1 s1 p0" in text
+
+
+def test_plot_networks_from_json_needs_no_cupy(monkeypatch, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install '.[bench]')")
+    import matplotlib
+    matplotlib.use("Agg")
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps({"suite": "networks", "device": "GPU X", "records": [
+        _fake_record(), _fake_record("mobilenet_v2", cuconv=4.5, cudnn=1.3)]}))
+    png = tmp_path / "n.png"
+    assert cli.main(["--plot", str(png), "--plot-from", str(path)]) == 0
+    assert png.stat().st_size > 10_000
+    fig = output.plot_networks({"records": [_fake_record(cudnn=None)]})
+    assert "nothing to draw" in fig.axes[0].get_title()
+
+
+def test_a_networks_run_with_the_gpu_work_replaced(monkeypatch, tmp_path, capsys):
+    """``--suite networks`` end to end on the CPU: the named networks run (GPU work replaced by
+    placeholders), the summary and layer tables print, the JSON carries date, device and command."""
+    from cuconv.bench import Ceilings
+    gpu = _FakeGpu()
+    monkeypatch.setattr(runner, "prepare_layer", gpu.prepare_layer)
+    monkeypatch.setattr(runner, "time_pass", gpu.time_pass)
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(get_default_memory_pool=lambda: pool))
+    dev = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", describe=lambda: "NVIDIA H100 80GB HBM3 (sm_90a)")
+    monkeypatch.setattr(cli, "require_gpu", lambda: dev)
+    monkeypatch.setattr(cli, "torch_for_cudnn", lambda disabled=False: (None, "torch is not installed: ..."))
+    monkeypatch.setattr(cli, "spin_up", lambda: None)
+    monkeypatch.setattr(cli, "measure", lambda name, log: Ceilings.for_device(name, measured_copy_tbps=3.0))
+    monkeypatch.setattr(conv2d, "host_overhead_us", lambda with_torch: {"cuconv": 20.0})
+    monkeypatch.setattr(conv2d, "bench_shape", lambda *a, **k: pytest.fail("a conv2d suite ran"))
+    argv = ["--network", "convnext_tiny", "--network", "mobilenet_v2", "--dtype", "bfloat16", "--layers",
+            "--json", str(tmp_path / "h100.json")]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "== network ConvNeXt-T (convnext_tiny), N=32, bfloat16: 22 convs" in printed
+    assert "features.5.dwconv" in printed and "ConvNeXt-T (convnext_tiny), N=32, bfloat16: ms per call" in printed
+    doc = json.loads((tmp_path / "h100_networks.json").read_text())
+    assert [r["network"] for r in doc["records"]] == ["convnext_tiny", "mobilenet_v2"]
+    assert doc["device"] == "NVIDIA H100 80GB HBM3 (sm_90a)" and doc["date"]
+    assert doc["command"].endswith("python -m cuconv.bench " + " ".join(argv))
+    assert [p.name for p in tmp_path.iterdir()] == ["h100_networks.json"]
+    gpu.fail_check = {"features.18"}
+    assert cli.main(["--network", "mobilenet_v2", "--dtype", "float16"]) == 1

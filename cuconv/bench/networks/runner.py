@@ -165,12 +165,12 @@ def measure(libs: Dict[str, Tuple[List[Callable[[], object]], bool]]) -> Dict[st
     return out
 
 
-def _libs(prepared: Sequence[Prepared], notes: List[str]) -> Dict[str, Tuple[list, bool]]:
-    """Each library's calls of a pass over ``prepared`` (a layer ``count`` times), for the libraries
-    that can run every layer; a note for the others."""
+def _libs(prepared: Sequence[Prepared], notes: List[str], counts: bool) -> Dict[str, Tuple[list, bool]]:
+    """Each library's calls of a pass over ``prepared`` (with ``counts``: each layer ``count`` times,
+    else once), for the libraries that can run every layer; a note for the others."""
     libs = {}
     for name, torch_events in (("cuconv", False), ("cudnn", True)):
-        calls = [getattr(p, name) for p in prepared for _ in range(p.layer.count)]
+        calls = [getattr(p, name) for p in prepared for _ in range(p.layer.count if counts else 1)]
         if all(c is not None for c in calls):
             libs[name] = (calls, torch_events)
         elif name == "cuconv":
@@ -187,10 +187,10 @@ def bench_network(net: Network, dtype: str, torch=None, log=print) -> dict:
                notes=[], layers=[])
     prepared = [prepare_layer(layer, dtype, torch) for layer in net.layers]
     for p in prepared:
-        p.record["ms"].update(measure(_libs([p], p.record["notes"])))
+        p.record["ms"].update(measure(_libs([p], p.record["notes"], counts=False)))  # ms per call
         rec["layers"].append(p.record)
         log(layer_line(p.record))
-    rec["ms"].update(measure(_libs(prepared, rec["notes"])))
+    rec["ms"].update(measure(_libs(prepared, rec["notes"], counts=True)))  # ms per forward pass
     for key in ("cuconv", "cudnn"):
         per_layer = [p.record["ms"].get(key) for p in prepared]
         if all(v is not None for v in per_layer):
