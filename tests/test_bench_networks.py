@@ -457,8 +457,11 @@ def test_a_networks_run_with_the_gpu_work_replaced(monkeypatch, tmp_path, capsys
     monkeypatch.setattr(cli, "measure", lambda name, log: Ceilings.for_device(name, measured_copy_tbps=3.0))
     monkeypatch.setattr(conv2d, "host_overhead_us", lambda with_torch: {"cuconv": 20.0})
     monkeypatch.setattr(conv2d, "bench_shape", lambda *a, **k: pytest.fail("a conv2d suite ran"))
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install '.[bench]')")
+    import matplotlib
+    matplotlib.use("Agg")
     argv = ["--network", "convnext_tiny", "--network", "mobilenet_v2", "--dtype", "bfloat16", "--layers",
-            "--json", str(tmp_path / "h100.json")]
+            "--json", str(tmp_path / "h100.json"), "--plot", str(tmp_path / "h100.png")]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "== network ConvNeXt-T (convnext_tiny), N=32, bfloat16: 22 convs" in printed
@@ -467,6 +470,7 @@ def test_a_networks_run_with_the_gpu_work_replaced(monkeypatch, tmp_path, capsys
     assert [r["network"] for r in doc["records"]] == ["convnext_tiny", "mobilenet_v2"]
     assert doc["device"] == "NVIDIA H100 80GB HBM3 (sm_90a)" and doc["date"]
     assert doc["command"].endswith("python -m cuconv.bench " + " ".join(argv))
-    assert [p.name for p in tmp_path.iterdir()] == ["h100_networks.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h100.png", "h100_networks.json"]
+    assert (tmp_path / "h100.png").stat().st_size > 10_000
     gpu.fail_check = {"features.18"}
     assert cli.main(["--network", "mobilenet_v2", "--dtype", "float16"]) == 1
