@@ -9,6 +9,11 @@ With ``--json FILE`` the conv2d suites' records go to ``FILE`` and each other su
 ``FILE_<suite>.json`` (e.g. ``h100.json``, ``h100_conv3d.json``, ``h100_sm80.json``); every file
 carries the run's date, device, command, software versions and ceilings, which the results page
 (:mod:`.report`) prints.
+
+The networks suite (:mod:`.networks`: every conv layer of six networks, as a forward pass runs them)
+runs only when named: ``--suite networks``, or ``--network NAME`` (repeatable) for some of them;
+``--layers`` prints its per-layer tables (the JSON always holds them). Its ``--plot`` chart (each
+network's speed vs cuDNN) goes to ``FILE.png``, or to ``FILE_networks.png`` when a conv2d suite ran too.
 """
 
 from __future__ import annotations
@@ -21,16 +26,19 @@ import sys
 import time
 from typing import List, Optional
 
-from . import conv2d, conv3d, sm80
+from . import conv2d, conv3d, networks, sm80
 from .ceilings import measure
 from .environment import EXIT_UNAVAILABLE, Unavailable, require_gpu, run_metadata, torch_for_cudnn
 from .timing import spin_up
 
-__all__ = ["OTHER_SUITES", "ALL_SUITES", "parser", "main", "write_json"]
+__all__ = ["OTHER_SUITES", "ALL_SUITES", "OPT_IN_SUITES", "parser", "main", "write_json"]
 
 #: Suites with their own module, columns and JSON file, run after the conv2d suites.
 OTHER_SUITES = ("sm80", "conv3d")
+#: The suites a run without ``--suite`` runs.
 ALL_SUITES = tuple(conv2d.SUITES) + OTHER_SUITES
+#: Suites that run only when named (own JSON file too): the networks suite takes minutes.
+OPT_IN_SUITES = ("networks",)
 DTYPES = ("bfloat16", "float16")
 
 
@@ -38,9 +46,14 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m cuconv.bench",
                                  description="cuconv's benchmark: checks each result against the reference, "
                                              "then times it against cuDNN (through torch, when installed)")
-    ap.add_argument("--suite", action="append", choices=ALL_SUITES,
-                    help="suite(s) to run (default: all): conv2d suites resnet50 and vae_unet; sm80 (the sm_80+ "
-                         "kernel and cuconv.matmul); conv3d (every conv3d strategy on video-VAE layers)")
+    ap.add_argument("--suite", action="append", choices=ALL_SUITES + OPT_IN_SUITES,
+                    help="suite(s) to run (default: all but networks): conv2d suites resnet50 and vae_unet; sm80 "
+                         "(the sm_80+ kernel and cuconv.matmul); conv3d (every conv3d strategy on video-VAE "
+                         "layers); networks (every conv layer of six networks, run only when named)")
+    ap.add_argument("--network", action="append", choices=list(networks.NETWORKS), metavar="NAME",
+                    help="networks suite: run this network (repeatable; default: all of "
+                         + ", ".join(networks.NETWORKS) + "); implies --suite networks")
+    ap.add_argument("--layers", action="store_true", help="networks suite: print the per-layer tables")
     ap.add_argument("--dtype", action="append", choices=DTYPES, help="dtype(s) (default: both)")
     ap.add_argument("--json", metavar="FILE", help="write every number to FILE (other suites: FILE_<suite>.json)")
     ap.add_argument("--quick", action="store_true", help="fewer timed runs (20) and no generic_gpu comparison")
@@ -81,10 +94,21 @@ def main(argv: Optional[List[str]] = None) -> int:
             ap.error("--plot-from needs --plot FILE.png")
         if not os.path.isfile(args.plot_from):
             ap.error(f"--plot-from: no such file: {args.plot_from}")
-        from .plot import plot_bench
-        plot_bench(args.plot_from, args.plot)
+        with open(args.plot_from) as f:
+            doc = json.load(f)
+        if isinstance(doc, dict) and doc.get("suite") == "networks":
+            from .networks.output import plot_networks
+            plot_networks(doc, args.plot)
+        else:
+            from .plot import plot_bench
+            plot_bench(doc, args.plot)
         print(f"wrote {args.plot}")
         return 0
+    if args.network:
+        if args.suite and "networks" not in args.suite:
+            ap.error("--network: picks networks of the networks suite, which --suite leaves out: "
+                     "add --suite networks")
+        args.suite = args.suite or ["networks"]
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         ap.error(f"--json: the folder of {args.json} does not exist")  # found now, not after the run
     try:
@@ -126,6 +150,8 @@ def _run(args, argv: List[str], dev) -> int:
     if "conv3d" in suites:
         others["conv3d"] = conv3d.run(dtypes, runs, with_torch=with_torch, sustained=not args.no_sustained,
                                       ceilings=ceilings, log=log)
+    if "networks" in suites:
+        others["networks"] = _run_networks(args, dtypes, torch, log)
     if not args.no_sustained:  # last: a GPU at its power limit for seconds would slow the queued runs
         conv2d.run_sustained(records, with_torch=with_torch, log=log)
     for line in conv2d.geomean_lines(records):
@@ -138,11 +164,33 @@ def _run(args, argv: List[str], dev) -> int:
         from .plot import plot_bench
         plot_bench(dict(common, records=records), args.plot)
         log(f"wrote {args.plot}")
-    elif args.plot:
+    elif args.plot and "networks" not in others:
         log("--plot draws the conv2d suites' records, and none ran: no chart written")
-    ok = all(r.get("check_ok") for r in records + others.get("conv3d", []))
+    if args.plot and "networks" in others:
+        from .networks.output import plot_networks
+        png = f"{os.path.splitext(args.plot)[0]}_networks.png" if records else args.plot
+        plot_networks(dict(common, records=others["networks"]), png)
+        log(f"wrote {png}")
+    ok = all(r.get("check_ok") for r in records + others.get("conv3d", []) + others.get("networks", []))
     ok = ok and all(sm80.check_ok(r) for r in others.get("sm80", []))
     return 0 if ok else 1
+
+
+def _run_networks(args, dtypes: List[str], torch, log) -> List[dict]:
+    """The networks suite (:func:`.networks.runner.run`): the networks named by ``--network`` (default
+    all), then the summary table, and with ``--layers`` every network's per-layer table."""
+    from .networks.output import layer_lines, summary_lines
+    from .networks.runner import run as run_networks
+    names = list(dict.fromkeys(args.network or networks.NETWORKS))
+    recs = run_networks(names, dtypes, torch=torch, log=log)
+    log("== networks: conv layers only, ms per forward pass; speed = cuDNN ms / cuconv ms")
+    for line in summary_lines(recs):
+        log(line)
+    if args.layers:
+        for rec in recs:
+            for line in layer_lines(rec):
+                log(line)
+    return recs
 
 
 def write_json(path: str, records, others, common: dict, host) -> None:

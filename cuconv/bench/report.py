@@ -10,6 +10,10 @@ Files written by the benchmark carry ``date``, ``device`` and ``command``; where
 optional sidecar ``<stem>.meta.json`` (``{"date", "device", "command", "software", "description"}``)
 supplies them, and the page says "not recorded" for what neither holds. The page is a pure function
 of the folder's files: ``--check`` exits 1 when the README differs from what they generate.
+
+A networks file (``--suite networks``) gets a table of networks (cuDNN and cuconv ms per forward pass
+of the conv layers, back to back and one call at a time, and their ratios) and, folded, each
+network's per-layer table with the kernel cuconv chose.
 """
 
 from __future__ import annotations
@@ -90,10 +94,13 @@ def _records(doc: dict) -> List[dict]:
 
 
 def suite_of(doc: dict) -> str:
-    """``"conv2d"``, ``"conv3d"`` or ``"sm80"``: the file's ``suite``, else read off its records."""
-    if doc.get("suite") in ("conv2d", "conv3d", "sm80"):
+    """``"conv2d"``, ``"conv3d"``, ``"sm80"`` or ``"networks"``: the file's ``suite``, else read off its
+    records."""
+    if doc.get("suite") in ("conv2d", "conv3d", "sm80", "networks"):
         return doc["suite"]
     recs = _records(doc)
+    if recs and all("network" in r and "layers" in r for r in recs):
+        return "networks"
     if recs and all("label" in r or "sm80_igemm" in r.get("ms", {}) for r in recs):
         return "sm80"
     if recs and all("D" in r.get("shape", {}) for r in recs):
@@ -175,9 +182,59 @@ def _sm80_rows(recs: List[dict], ceilings: Ceilings):
     return head, rows
 
 
+def _check_cell(r: dict) -> str:
+    return "ok" if r.get("check_ok") else "check failed"
+
+
+def _networks_rows(recs: List[dict], ceilings: Ceilings):
+    head = ["network", "dtype", "conv layers", "GMAC", "cuDNN ms", "cuconv ms", "speed", "1-at-a-time cuDNN ms",
+            "1-at-a-time cuconv ms", "1-at-a-time speed", "check"]
+    rows = []
+    for r in recs:
+        ms = r.get("ms", {})
+        one = "_one_at_a_time"
+        rows.append([f"{r.get('title', r.get('network', '?'))}, N={r.get('batch', '?')}", r.get("dtype", ""),
+                     str(r.get("conv_layers", "-")), f"{r['macs'] / 1e9:.1f}" if r.get("macs") else "-",
+                     _ms(ms.get("cudnn")), _ms(ms.get("cuconv")), _ratio(ms.get("cudnn"), ms.get("cuconv")),
+                     _ms(ms.get("cudnn" + one)), _ms(ms.get("cuconv" + one)),
+                     _ratio(ms.get("cudnn" + one), ms.get("cuconv" + one)), _check_cell(r)])
+    return head, rows
+
+
+def _network_layer_rows(rec: dict):
+    head = ["layer", "geometry", "count", "kernel", "cuDNN ms", "cuconv ms", "speed", "1-at-a-time cuDNN ms",
+            "1-at-a-time cuconv ms", "1-at-a-time speed", "check"]
+    rows = []
+    for r in rec.get("layers", []):
+        ms = r.get("ms", {})
+        one = "_one_at_a_time"
+        check = _check_cell(r) + (f" ({r['rel_error']:.1e})" if "rel_error" in r else "")
+        rows.append([r.get("name", "?"), r.get("describe", "-"), str(r.get("count", 1)), r.get("kernel", "-"),
+                     _ms(ms.get("cudnn")), _ms(ms.get("cuconv")), _ratio(ms.get("cudnn"), ms.get("cuconv")),
+                     _ms(ms.get("cudnn" + one)), _ms(ms.get("cuconv" + one)),
+                     _ratio(ms.get("cudnn" + one), ms.get("cuconv" + one)), check])
+    return head, rows
+
+
+def _network_sections(doc: dict) -> List[str]:
+    """What a networks file adds below its table: how to read it, and each network's layers, folded."""
+    out = ["", "Conv layers only. **back to back**: every layer called in network order (each as often as a "
+               "forward pass runs it) 20 times between two CUDA events, ms per forward pass, median of 5; "
+               "**one at a time**: the same with a device synchronisation after each call (the GPU waits for "
+               "the host). **speed** = cuDNN ms / cuconv ms. Per layer: ms per call.", ""]
+    for rec in _records(doc):
+        out += [f"<details><summary>{rec.get('title', rec.get('network', '?'))}, N={rec.get('batch', '?')}, "
+                f"{rec.get('dtype', '')}: layers ({rec.get('source', 'source not recorded')})</summary>", ""]
+        out += _markdown(*_network_layer_rows(rec))
+        out += [f"- note: {n}" for n in rec.get("notes", [])]
+        out += ["", "</details>", ""]
+    return out
+
+
 def table(doc: dict) -> Tuple[List[str], List[List[str]]]:
     """(column names, rows of cells) of a result file, by its suite."""
-    builder = {"conv2d": _conv2d_rows, "conv3d": _conv3d_rows, "sm80": _sm80_rows}[suite_of(doc)]
+    builder = {"conv2d": _conv2d_rows, "conv3d": _conv3d_rows, "sm80": _sm80_rows,
+               "networks": _networks_rows}[suite_of(doc)]
     return builder(_records(doc), Ceilings.from_json(doc))
 
 
@@ -191,7 +248,8 @@ def _markdown(head: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
 
 
 def speeds(doc: dict) -> List[float]:
-    """The speed column's ratios to cuDNN (conv2d: queued; conv3d: paired medians; sm80: none)."""
+    """The speed column's ratios to cuDNN (conv2d: queued; conv3d: paired medians; networks: back to
+    back per network; sm80: none)."""
     suite, out = suite_of(doc), []
     for r in _records(doc) if suite != "sm80" else []:
         ms = r.get("ms", {})
@@ -240,6 +298,8 @@ def _section(path: str, doc: dict) -> List[str]:
         out.append(f"- geomean speed vs cuDNN: {geo}")
     out.append("")
     out += _markdown(*table(doc))
+    if suite == "networks":
+        out += _network_sections(doc)
     return out + [""]
 
 
