@@ -71,7 +71,7 @@ def spin_up(seconds: float = 1.0) -> None:
         cp.cuda.Device().synchronize()
 
 
-def _event_api(torch_events: bool):
+def event_api(torch_events: bool):
     """(new timing event, device synchronize, elapsed ms between two recorded events): torch's CUDA
     events for calls that run on torch's stream (cuDNN's), CuPy's for cuconv's."""
     if torch_events:
@@ -91,7 +91,7 @@ def time_calls(fn, sets: int, runs: int, warmup: int = 3, torch_events: bool = F
     ``queued=False``: nothing is queued first; the time includes the host overhead of the call.
     """
     flush = flush_buffer() if queued else None
-    ev, sync, elapsed = _event_api(torch_events)
+    ev, sync, elapsed = event_api(torch_events)
     for i in range(max(warmup, 10) if queued else warmup):
         if flush is not None:
             flush.fill(0)
@@ -206,7 +206,7 @@ def time_sustained(fn, sets: int, est_ms: float, torch_events: bool = False) -> 
     :data:`SUSTAIN_S` seconds of calls (``est_ms`` sizes the loops). Returns ``ms`` and, where
     ``nvidia-smi`` answers, the median SM clock (``sm_mhz``) and board power (``watts``).
     """
-    ev, sync, elapsed = _event_api(torch_events)
+    ev, sync, elapsed = event_api(torch_events)
     a, b = ev(), ev()
     batch = max(1, int(50.0 / max(est_ms, 1e-3)))  # about 50 ms of GPU work between host syncs
     t0 = time.perf_counter()

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..conv2d import CHECK_BUDGET, TOLERANCE
 from ..environment import np_dtype
-from ..timing import _event_api
+from ..timing import event_api
 from . import NETWORKS
 from .layers import Layer, Network
 
@@ -137,7 +137,7 @@ def prepare_layer(layer: Layer, dtype: str, torch=None) -> Prepared:
 def time_pass(calls: Sequence[Callable[[], object]], passes: int, sync_each: bool, torch_events: bool) -> float:
     """Milliseconds per pass of ``calls``, run ``passes`` times between two CUDA events, with a device
     synchronisation after every call when ``sync_each``. torch's events for cuDNN's calls."""
-    ev, sync, elapsed = _event_api(torch_events)
+    ev, sync, elapsed = event_api(torch_events)
     a, b = ev(), ev()
     sync()
     a.record()
