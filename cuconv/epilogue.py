@@ -12,7 +12,7 @@ import numpy as np
 
 from .problem import Epilogue
 
-__all__ = ["activate_numpy", "apply_epilogue_numpy", "apply_epilogue", "erf_approx"]
+__all__ = ["activate_numpy", "apply_epilogue", "erf_approx"]
 
 #: Abramowitz & Stegun 7.1.26: erf(x) = 1 - t (a1 + t (a2 + ...)) exp(-x^2), t = 1 / (1 + p x), x >= 0,
 #: absolute error below 1.5e-7: float32's own resolution near 1, which is where gelu uses it.
@@ -44,31 +44,22 @@ def activate_numpy(v: np.ndarray, activation) -> np.ndarray:
     raise ValueError(f"activation: unknown {activation!r}")
 
 
-def apply_epilogue_numpy(acc: np.ndarray, e: Epilogue, bias, residual, dtype) -> np.ndarray:
-    """``act(alpha * acc + bias + beta * residual)`` computed in ``dtype``; acc is channels-last."""
-    v = acc.astype(dtype, copy=False) * dtype(e.alpha)
-    if e.has_bias and bias is not None:
-        v = v + np.asarray(bias).astype(dtype)
-    if e.loads_residual and residual is not None:
-        v = v + dtype(e.beta) * np.asarray(residual).astype(dtype)
-    with np.errstate(over="ignore"):
-        return activate_numpy(v, e.activation)
-
-
-def apply_epilogue(xp, acc, e: Epilogue, bias, residual, shape=None):
-    """``act(alpha * acc + bias + beta * residual)`` in float32 with array module ``xp`` (NumPy or CuPy).
+def apply_epilogue(xp, acc, e: Epilogue, bias, residual, shape=None, dtype=np.float32):
+    """``act(alpha * acc + bias + beta * residual)`` in ``dtype`` (float32 by default) with array module
+    ``xp`` (NumPy or CuPy); ``acc`` is channels-last.
 
     The conventions of every path, BLAS's: with ``beta == 0`` the residual is not read (NaN or inf in it
     do not reach the result), and with ``alpha == 0`` the convolution is not computed: ``acc`` may be
     None, its term is exactly zero (``shape`` then gives the result's shape)."""
+    dt = np.dtype(dtype).type
     if acc is None or e.alpha == 0:
-        v = xp.zeros(shape if acc is None else acc.shape, dtype=np.float32)
+        v = xp.zeros(shape if acc is None else acc.shape, dtype=dt)
     else:
-        v = acc.astype(np.float32, copy=False) * np.float32(e.alpha)
+        v = acc.astype(dt, copy=False) * dt(e.alpha)
     if e.has_bias and bias is not None:
-        v = v + bias.astype(np.float32)
+        v = v + xp.asarray(bias).astype(dt)
     if e.loads_residual and residual is not None:
-        v = v + np.float32(e.beta) * residual.astype(np.float32)
+        v = v + dt(e.beta) * xp.asarray(residual).astype(dt)
     if xp is np:
         with np.errstate(over="ignore"):
             return activate_numpy(v, e.activation)

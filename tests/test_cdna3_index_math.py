@@ -11,7 +11,7 @@ test builds it, with a small C shim, into a shared library using the system C++ 
 * the weight loader's addresses equal the padded weight matrix's;
 * the LDS slot <-> (row, k) map is a bijection and the mainloop's read offsets invert it;
 * FastDivmod with the host's parameters (cuconv.backends.cdna3.params.fast_divmod_params) divides exactly;
-* the ported epilogue matches cuconv.epilogue.apply_epilogue_numpy;
+* the ported epilogue matches cuconv.epilogue.apply_epilogue;
 * the struct layout agrees with cuconv.backends.cdna3.params.hip_geometry.
 
 The geometry struct passed in is the one the CDNA3 backend builds for the kernel launch.
@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from cuconv.backends.cdna3 import params, variants  # noqa: E402
-from cuconv.epilogue import apply_epilogue_numpy  # noqa: E402
+from cuconv.epilogue import apply_epilogue  # noqa: E402
 from cuconv.launch import epilogue_params  # noqa: E402
 from cuconv.models.loader import loader_addresses, subpath_ok  # noqa: E402
 from cuconv.problem import ConvProblem, Epilogue  # noqa: E402
@@ -350,6 +350,6 @@ def test_epilogue_math_matches_numpy(lib, activation):
         e = Epilogue(alpha=alpha, beta=beta, has_bias=has_bias, has_residual=has_res, activation=activation)
         params = np.array(epilogue_params(e))
         got = np.array([lib.cuconv_apply_epilogue(a, b, r, params.ctypes.data) for a, b, r in zip(acc, bias, res)])
-        ref = apply_epilogue_numpy(acc.astype(np.float64), e, bias, res, np.float64)
+        ref = apply_epilogue(np, acc.astype(np.float64), e, bias, res, dtype=np.float64)
         err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         assert np.isfinite(got).all() and err < 1e-6, (activation, has_bias, has_res, err)

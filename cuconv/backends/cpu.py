@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..epilogue import apply_epilogue_numpy
+from ..epilogue import apply_epilogue
 from ..plan import Kernel, Plan
 from ..registry import register
 
@@ -96,7 +96,7 @@ class CPUPlan(Plan):
             del a
             acc = acc.transpose(1, 0, 2).reshape(n1 - n0, *out_sp, p.out_channels)
             res = None if residual is None else residual[n0:n1, r0:r1]
-            out[n0:n1, r0:r1] = apply_epilogue_numpy(acc, p.epilogue, bias, res, np.float32)
+            out[n0:n1, r0:r1] = apply_epilogue(np, acc, p.epilogue, bias, res)
 
 
 register(CPUKernel())
