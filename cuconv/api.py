@@ -118,10 +118,30 @@ def _select(call: _Call, kernel: Optional[str], strategy: Optional[str]):
                            strategy=strategy_of(strategy, call.problem.nd))
 
 
-def _conv_epilogue_only(xp, problem, bias, residual, out_native):
-    """``out = act(bias + beta * residual)``: the call with ``alpha == 0``, whose convolution is not computed."""
-    values = apply_epilogue(xp, None, problem.epilogue, bias, residual, out_native.shape)
-    out_native[...] = values.astype(out_native.dtype)
+def execute(plan, xp, device_id, x, w, bias, residual, out_native) -> None:
+    """Compute ``out_native`` for a validated call: nothing for an empty batch; the epilogue alone,
+    ``act(bias + beta * residual)``, when ``alpha == 0`` (the convolution is not computed); else
+    ``plan.run`` on the arrays' GPU (``device_id``, None on the CPU)."""
+    if out_native.shape[0] == 0:
+        return
+    if plan.problem.epilogue.alpha == 0:
+        values = apply_epilogue(xp, None, plan.problem.epilogue, bias, residual, out_native.shape)
+        out_native[...] = values.astype(out_native.dtype)
+    elif device_id is None or device_id == xp.cuda.runtime.getDevice():
+        plan.run(x, w, bias, residual, out_native)
+    else:
+        with xp.cuda.Device(device_id):
+            plan.run(x, w, bias, residual, out_native)
+
+
+def deliver(xp, out_native, out_user, out_given, channels_first):
+    """The call's result: ``out_given`` (filled from ``out_native`` when the kernel wrote elsewhere), or
+    ``out_native`` in the caller's layout."""
+    if out_user is not None:
+        if out_native is not out_user:
+            out_user[...] = xp.moveaxis(out_native, -1, 1) if channels_first else out_native
+        return out_given
+    return xp.ascontiguousarray(xp.moveaxis(out_native, -1, 1)) if channels_first else out_native
 
 
 def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
@@ -129,24 +149,9 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
     call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
                     activation, out)
     plan, _ = _select(call, kernel, strategy)
-    xp = call.xp
-    if call.out_native.shape[0] == 0:
-        pass  # an empty batch: nothing to compute
-    elif call.problem.epilogue.alpha == 0:  # the convolution's term is exactly zero (see the docstring)
-        _conv_epilogue_only(xp, call.problem, call.bias, call.residual, call.out_native)
-    elif xp is np or call.x.device.id == xp.cuda.runtime.getDevice():
-        plan.run(call.x, call.w, call.bias, call.residual, call.out_native)
-    else:
-        with call.x.device:
-            plan.run(call.x, call.w, call.bias, call.residual, call.out_native)
-    if call.out_user is not None:
-        if call.out_native is not call.out_user:
-            src = xp.moveaxis(call.out_native, -1, 1) if call.channels_first else call.out_native
-            call.out_user[...] = src
-        return call.out_given
-    if call.channels_first:
-        return xp.ascontiguousarray(xp.moveaxis(call.out_native, -1, 1))
-    return call.out_native
+    execute(plan, call.xp, None if call.xp is np else call.x.device.id, call.x, call.w, call.bias, call.residual,
+            call.out_native)
+    return deliver(call.xp, call.out_native, call.out_user, call.out_given, call.channels_first)
 
 
 _COMMON_DOC = """

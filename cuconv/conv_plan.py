@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .api import _conv_epilogue_only, _prepare, _select, _to_native, residual_and_output
+from .api import _prepare, _select, _to_native, deliver, execute, residual_and_output
 from .arrays import as_array
 
 __all__ = ["ConvPlan", "plan_conv2d", "plan_conv3d"]
@@ -49,8 +49,6 @@ class ConvPlan:
         itemsize = np.dtype(self._dtype).itemsize
         self._contiguous = {name: None if shape is None else _contiguous_strides(shape, itemsize)
                             for name, shape in self._shapes.items()}
-        self._empty = call.out_native.shape[0] == 0
-        self._alpha_zero = call.problem.epilogue.alpha == 0
 
     def _operand(self, a, name):
         """``a`` as the plan's array kind, checked against what the plan was made for."""
@@ -75,10 +73,12 @@ class ConvPlan:
     def _native(self, a, name):
         """``a`` channels-last and contiguous (itself when it already is: a stride comparison, the
         cheapest test)."""
-        if a is None or (not self._channels_first and a.strides == self._contiguous[name]):
-            return a
+        if a is None:
+            return None
         if name == "bias":
-            return self._xp.ascontiguousarray(a)
+            return a if a.strides == self._contiguous["bias"] else self._xp.ascontiguousarray(a)
+        if not self._channels_first and a.strides == self._contiguous[name]:
+            return a
         return _to_native(a, self._channels_first, self._xp)
 
     def __call__(self, x, w, bias=None, residual=None, out=None):
@@ -96,23 +96,9 @@ class ConvPlan:
                 raise ValueError("out: expected a writeable array, got a read-only one")
         res, out_native = residual_and_output(xp, res_user, residual, out_user, out, cf, self._native_out_shape,
                                               self._dtype)
-        x_n, w_n = self._native(x, "x"), self._native(w, "w")
-        bias_n = None if bias is None or bias.strides == self._contiguous["bias"] else xp.ascontiguousarray(bias)
-        bias_n = bias if bias_n is None else bias_n
-        if self._empty:
-            pass
-        elif self._alpha_zero:
-            _conv_epilogue_only(xp, self.problem, bias_n, res, out_native)
-        elif xp is np or self._device == xp.cuda.runtime.getDevice():
-            self._plan.run(x_n, w_n, bias_n, res, out_native)
-        else:
-            with x.device:
-                self._plan.run(x_n, w_n, bias_n, res, out_native)
-        if out_user is not None:
-            if out_native is not out_user:
-                out_user[...] = xp.moveaxis(out_native, -1, 1) if cf else out_native
-            return out
-        return xp.ascontiguousarray(xp.moveaxis(out_native, -1, 1)) if cf else out_native
+        x_n, w_n, bias_n = self._native(x, "x"), self._native(w, "w"), self._native(bias, "bias")
+        execute(self._plan, xp, self._device, x_n, w_n, bias_n, res, out_native)
+        return deliver(xp, out_native, out_user, out, cf)
 
     def __repr__(self) -> str:
         return f"<cuconv ConvPlan {self.problem.describe()} -> {self.explanation.kernel}>"
