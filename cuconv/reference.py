@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from .arrays import as_array, dtype_name
+from .problem import LAYOUTS
 from .validate import activation_of, check_ranks, conv_problem, layout_of, user_shape
 
 __all__ = ["conv2d", "conv3d", "convnd"]
@@ -79,8 +80,9 @@ def _validated(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
                            groups, alpha, beta, bias is not None, residual is not None, activation)
     out_shape = user_shape((xa.shape[0], *problem.out_shape[1:]), layout)
     for name, a, shape in (("bias", bias, (problem.out_channels,)), ("residual", residual, out_shape)):
-        if a is not None and tuple(as_array(a, name).shape) != tuple(shape):
-            raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(as_array(a, name).shape)}")
+        got = None if a is None else tuple(as_array(a, name).shape)
+        if got is not None and got != tuple(shape):
+            raise ValueError(f"{name}: expected shape {tuple(shape)}, got {got}")
     return layout, activation
 
 
@@ -92,14 +94,14 @@ def convnd(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     for the channels-last layouts and ``(K, C/g, *filter)`` for the channels-first ones. Returns a
     float64 NumPy array in ``layout``. ``alpha == 0`` skips the convolution, ``beta == 0`` the residual.
     """
-    nd = LAYOUT_RANK.get(layout.upper(), 2) if isinstance(layout, str) else 2
+    nd = LAYOUTS.get(layout.upper(), (2,))[0] if isinstance(layout, str) else 2
     return _run(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation)
 
 
 def _run(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation):
     layout, activation = _validated(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha,
                                     beta, activation)
-    channels_first = layout in ("NCHW", "NCDHW")
+    channels_first = not LAYOUTS[layout][1]
     x, w = _to_numpy64(x), _to_numpy64(w)
     if channels_first:  # work channels-last below
         x, w = np.moveaxis(x, 1, -1), np.moveaxis(w, 1, -1)
@@ -128,9 +130,6 @@ def _run(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, al
         out += beta * (np.moveaxis(res, 1, -1) if channels_first else res)
     out = _ACT[activation](out)
     return np.moveaxis(out, -1, 1) if channels_first else out
-
-
-LAYOUT_RANK = {"NHWC": 2, "NCHW": 2, "NDHWC": 3, "NCDHW": 3}
 
 
 def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,
