@@ -26,7 +26,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from . import kernel_cache
 
-__all__ = ["kernels_dir", "compile_cuda", "load_cuda_module", "clear_cache", "nvrtc_check", "tree_hash",
+__all__ = ["kernels_dir", "compile_cuda", "load_cuda_module", "load_cuda_function", "clear_cache", "nvrtc_check", "tree_hash",
            "PtxasReport", "CompileError"]
 
 _PKG = Path(__file__).resolve().parent
@@ -232,6 +232,26 @@ def load_cuda_module(source_rel: str, device, defines: Optional[Mapping[str, obj
             raise RuntimeError(f"cuconv: the driver cannot load the kernel {path} even after compiling it "
                                f"again: {second}. Removing {kernel_cache.cache_dir()} (or cuconv.clear_cache()) "
                                f"resets the kernel cache.") from second
+
+
+@functools.lru_cache(maxsize=None)
+def _function(source_rel: str, device, defines_items: tuple, name: str):
+    return load_cuda_module(source_rel, device, dict(defines_items)).get_function(name)
+
+
+#: The dynamic shared-memory limit raised so far, per loaded function. The limit is an attribute of the
+#: CUfunction, shared by every launch of it; it only ever grows, so no launch finds it below its need.
+_SMEM_LIMITS: Dict[int, int] = {}
+
+
+def load_cuda_function(source_rel: str, device, defines: Mapping[str, object], name: str, smem: int = 0):
+    """The entry ``name`` of a compiled source on ``device`` (looked up once), its dynamic shared-memory
+    limit at least ``smem`` bytes."""
+    fn = _function(source_rel, device, tuple(sorted(defines.items())), name)
+    if _SMEM_LIMITS.get(id(fn), 0) < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+        _SMEM_LIMITS[id(fn)] = smem
+    return fn
 
 
 def clear_cache() -> int:

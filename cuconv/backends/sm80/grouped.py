@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...compiler import load_cuda_function
 from ...launch import epilogue_params
 from ...scratch import scratch
 from .params import epilogue_operands, grouped_geometry, out_vec
-from .variants import GROUPED_FRAG_BYTES, GROUPED_OCTETS, GROUPED_SOURCE, GROUPED_SUPER, grouped_variant, load_function
+from .variants import GROUPED_FRAG_BYTES, GROUPED_OCTETS, GROUPED_SOURCE, GROUPED_SUPER, grouped_variant
 
 __all__ = ["run_grouped"]
 
@@ -23,12 +24,12 @@ def run_grouped(problem, x, w, bias, residual, out, dev):
     taps = int(np.prod(problem.filter_spatial))
     n_super = -(-problem.channels // GROUPED_SUPER)
     frags = scratch("sm80.grouped_mma.frags", (taps * n_super * GROUPED_FRAG_BYTES // 4,), cp.uint32)
-    prep = load_function(GROUPED_SOURCE, dev, defines, name + "_frags", 0)
+    prep = load_cuda_function(GROUPED_SOURCE, dev, defines, name + "_frags", 0)
     prep((max(1, min(-(-frags.size // 256), 4096)),), (256,),
          (w, frags, np.int32(taps), np.int32(problem.channels), np.int32(problem.channels_per_group),
           np.int32(n_super)))
     smem = taps * sbs * GROUPED_FRAG_BYTES
-    fn = load_function(GROUPED_SOURCE, dev, defines, name, smem)
+    fn = load_cuda_function(GROUPED_SOURCE, dev, defines, name, smem)
     ep = problem.epilogue
     bias_arg, res_arg, res_ptr = epilogue_operands(out, bias, residual, ep)
     vec = out_vec(problem.channels, GROUPED_SUPER, out.data.ptr, res_ptr)  # bias is read per element

@@ -20,6 +20,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...compiler import load_cuda_function
 from ...launch import epilogue_params
 from ...models.loader import SUBPATHS, subpath_ok
 from ...plan import Declined, Kernel, Plan
@@ -29,7 +30,7 @@ from .grouped import run_grouped
 from .pad import pad_channels, pad_plan
 from .params import INT32_MAX, MAX_LD, epilogue_operands, im2col_geometry, m_grid, out_vec
 from .subpaths import choose_subpath
-from .variants import BLOCK_K, CONV_SOURCE, GROUPED_SUPER, conv_smem, conv_variant, grouped_variant, load_function
+from .variants import BLOCK_K, CONV_SOURCE, GROUPED_SUPER, conv_smem, conv_variant, grouped_variant
 
 __all__ = ["Sm80IgemmKernel", "Sm80Plan", "stage_a_tile"]
 
@@ -108,7 +109,7 @@ def run_igemm(problem: ConvProblem, subpath: str, x, w, bias, residual, out, dev
     w_ld = w_ld or problem.gemm_k
     name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr, w_ld)
     smem = conv_smem(cfg, subpath, defines)
-    fn = load_function(CONV_SOURCE, dev, defines, name, smem)
+    fn = load_cuda_function(CONV_SOURCE, dev, defines, name, smem)
     ep = problem.epilogue
     K, Kg = problem.out_channels, problem.gemm_n
     n_tiles = -(-Kg // cfg.bn)
@@ -140,7 +141,7 @@ def stage_a_tile(x, problem: ConvProblem, m_offset: int, k_offset: int, group: i
         raise ValueError(f"subpath: {subpath!r} cannot serve {problem.describe()}")
     name, cfg, defines = conv_variant(problem, subpath, x.data.ptr)
     smem = conv_smem(cfg, subpath, defines)
-    fn = load_function(CONV_SOURCE, device_of(x), defines, name + "_stage_a", smem)
+    fn = load_cuda_function(CONV_SOURCE, device_of(x), defines, name + "_stage_a", smem)
     tile = cp.empty((cfg.bm, cfg.bk), dtype=x.dtype)
     fn((1,), (cfg.threads,), (x, im2col_geometry(problem), np.int32(group), np.int64(m_offset),
                               np.int64(k_offset), tile), shared_mem=smem)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...compiler import load_cuda_function
 from ...launch import epilogue_params
 from ...problem import Epilogue
 from .params import epilogue_operands, m_grid, out_vec
-from .variants import MATMUL_SOURCE, load_function, matmul_variant
+from .variants import MATMUL_SOURCE, matmul_variant
 
 __all__ = ["run_matmul"]
 
@@ -25,7 +26,7 @@ def run_matmul(a, b, bias, residual, out, epilogue: Epilogue) -> None:
     dtype = dtype_name(a, "a")
     name, cfg, defines = matmul_variant(dtype, M, N, K, a.data.ptr, b.data.ptr)
     smem = cfg.smem_bytes(row_table=False)
-    fn = load_function(MATMUL_SOURCE, device_of(a), defines, name, smem)
+    fn = load_cuda_function(MATMUL_SOURCE, device_of(a), defines, name, smem)
     m_tiles = -(-M // cfg.bm)
     gy, gz = m_grid(m_tiles)
     bias_arg, res_arg, res_ptr = epilogue_operands(out, bias, residual, epilogue)

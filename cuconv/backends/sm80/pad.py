@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...compiler import load_cuda_function
 from ...launch import c_struct, divisor_fields, divisor_values
 from ...problem import ConvProblem
 from ...scratch import scratch
-from .variants import PAD_SOURCE, load_function, pad_variant
+from .variants import PAD_SOURCE, pad_variant
 
 __all__ = ["PadPlan", "pad_plan", "pad_channels"]
 
@@ -81,7 +82,7 @@ def pad_channels(problem: ConvProblem, plan: PadPlan, x, w, dev):
         tw = _pad_block(w, wp, K, R * S, plan.w_ld // cp_, 0)
     rows = xp.size // cp_ + wp.size // cp_
     name, defines = pad_variant(cp_)
-    fn = load_function(PAD_SOURCE, dev, defines, name, 0)
+    fn = load_cuda_function(PAD_SOURCE, dev, defines, name, 0)
     fn((max(1, min(-(-rows // 256), 65535 * 4)),), (256,), (tx, tw, np.int32(problem.channels)))
     return xp, wp
 

@@ -9,16 +9,14 @@ channel-pad pre-pass (``pad_channels_sm80.cu``). A variant's kernel name spells 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from typing import Optional
 
-from ...compiler import load_cuda_module
 from ...launch import dtype_code, header_constants
 from ...problem import ConvProblem
 
 __all__ = ["TileConfig", "CONFIGS", "SHORT_K_CONFIG", "conv_config", "matmul_config", "conv_variant",
-           "matmul_variant", "grouped_variant", "pad_variant", "conv_smem", "load_function",
+           "matmul_variant", "grouped_variant", "pad_variant", "conv_smem",
            "CONV_SOURCE", "MATMUL_SOURCE", "GROUPED_SOURCE", "PAD_SOURCE", "BLOCK_K", "SMEM_BUDGET"]
 
 CONV_SOURCE = "sm80/conv2d_fprop_sm80.cu"
@@ -165,26 +163,3 @@ def conv_smem(cfg: TileConfig, subpath: str, defines: dict) -> int:
     """Dynamic shared memory of a conv kernel variant: the RowInfo table only for the im2col loader's
     2-byte copies (:meth:`TileConfig.smem_bytes`)."""
     return cfg.smem_bytes(row_table=subpath != "pointwise" and defines["CUCONV_VEC_A"] == 1)
-
-
-
-
-@functools.lru_cache(maxsize=None)
-def _load(source: str, dev_index: int, defines_items: tuple, name: str):
-    from ...device import gpu_info
-    return load_cuda_module(source, gpu_info(dev_index), dict(defines_items)).get_function(name)
-
-
-#: The dynamic shared-memory limit raised so far, per loaded function (the limit is an attribute of the
-#: CUfunction, shared by every launch of it: it only ever grows, so no launch finds it below its need).
-_SMEM_LIMITS: dict = {}
-
-
-def load_function(source: str, device, defines: dict, name: str, smem: int):
-    """The loaded entry ``name`` of a variant on ``device`` (loaded once), its dynamic shared-memory limit
-    at least ``smem`` bytes."""
-    fn = _load(source, device.index, tuple(sorted(defines.items())), name)
-    if _SMEM_LIMITS.get(id(fn), -1) < smem:
-        fn.max_dynamic_shared_size_bytes = smem
-        _SMEM_LIMITS[id(fn)] = smem
-    return fn

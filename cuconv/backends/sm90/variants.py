@@ -7,11 +7,10 @@ them (``conv2d_fprop_sm90_tma_128x256x64_s4_halo_res``). Source: kernels_cu/sm90
 
 from __future__ import annotations
 
-import functools
 
-from ...compiler import load_cuda_module
+from ...compiler import load_cuda_function
 from ...launch import dtype_code
-from .tiles import (BLOCK_K, BLOCK_MS, STAGES, TileConfig, bm_fits, halo_stages, pingpong_block_m,
+from .tiles import (BLOCK_MS, STAGES, TileConfig, bm_fits, halo_stages, pingpong_block_m,
                     stages_for)
 
 __all__ = ["SOURCE", "ARCH", "kernel_name", "defines", "load_function", "COMPILE_VARIANTS"]
@@ -34,23 +33,14 @@ def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2) -> d
             "SM90_HALO": int(cfg.halo), "SM90_PINGPONG": int(cfg.pingpong)}
 
 
-@functools.lru_cache(maxsize=None)
-def _load(dev_index: int, variant: tuple, dtype: str, res: bool, nd: int):
-    from ...device import gpu_info
-    bm, bn, stages, cluster, halo, pingpong = variant
-    cfg = TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages, m_tiles=1, n_tiles=1, grid=1,
-                     cluster=cluster, halo=halo, pingpong=pingpong)
-    mod = load_cuda_module(SOURCE, gpu_info(dev_index), defines(cfg, dtype, res, nd))
-    fn = mod.get_function(kernel_name(cfg, res, nd))
-    smem = cfg.smem_bytes(res)
-    fn.max_dynamic_shared_size_bytes = smem
-    return fn, smem
-
-
 def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int):
     """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
-    loaded once per device, its shared-memory limit raised."""
-    return _load(dev_index, cfg.variant, dtype, loads_residual, nd)
+    loaded on the device, its shared-memory limit raised."""
+    from ...device import gpu_info
+    smem = cfg.smem_bytes(loads_residual)
+    fn = load_cuda_function(SOURCE, gpu_info(dev_index), defines(cfg, dtype, loads_residual, nd),
+                            kernel_name(cfg, loads_residual, nd), smem)
+    return fn, smem
 
 
 def _compile_variant(dt, nd, bm, bn, stages, res, cl, halo, pp=0):
