@@ -19,7 +19,7 @@ fp32) and the re-laid-out filter (``T*K_pad*R*S*C`` 16-bit); :func:`extra_bytes`
 
 from __future__ import annotations
 
-from ..compiler import load_cuda_module
+from ..compiler import load_cuda_function
 from ..launch import dtype_code, epilogue_params, grid_1d, operand_or
 from ..plan import Declined, Kernel, Plan
 from ..problem import ConvProblem, Epilogue
@@ -103,8 +103,9 @@ class QSlicePlan(Plan):
 
         p = self.problem
         sp = self.inner.problem
-        mod = load_cuda_module(_SOURCE, self.device, {"CUCONV_DTYPE": dtype_code(p.dtype)})
-        accumulate, cast = mod.get_function("qslice_accumulate"), mod.get_function("qslice_cast")
+        defines = {"CUCONV_DTYPE": dtype_code(p.dtype)}
+        accumulate = load_cuda_function(_SOURCE, self.device, defines, "qslice_accumulate")
+        cast = load_cuda_function(_SOURCE, self.device, defines, "qslice_cast")
         T, Z = p.filter_spatial[0], p.out_spatial[0]
         K, kp = p.out_channels, sp.out_channels
         # (K, T, R, S, C) -> (T, K_pad, R, S, C): each depth slice a contiguous 2-D filter.

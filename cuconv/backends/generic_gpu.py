@@ -13,7 +13,7 @@ Data flow for one call (M chunked so the fp32 im2col matrix stays under ``_A_BYT
 
 from __future__ import annotations
 
-from ..compiler import load_cuda_module
+from ..compiler import load_cuda_function
 from ..launch import conv_geometry, dtype_code, epilogue_params, grid_1d, operand_or
 from ..plan import Kernel, Plan
 from ..registry import register
@@ -44,8 +44,9 @@ class GenericGPUPlan(Plan):
         import cupy as cp
 
         problem = self.problem
-        mod = load_cuda_module(_SOURCE, self.device, {"CUCONV_DTYPE": dtype_code(problem.dtype)})
-        im2col, epi = mod.get_function("im2col_f32"), mod.get_function("epilogue")
+        defines = {"CUCONV_DTYPE": dtype_code(problem.dtype)}
+        im2col = load_cuda_function(_SOURCE, self.device, defines, "im2col_f32")
+        epi = load_cuda_function(_SOURCE, self.device, defines, "epilogue")
         geom = conv_geometry(problem)
         ep = epilogue_params(problem.epilogue)
         G, Kg, Kgemm, M = problem.groups, problem.gemm_n, problem.gemm_k, problem.gemm_m
