@@ -28,6 +28,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from .problem import cached_fields_hash, fields_state
+
 __all__ = ["Overrides", "overrides", "current_overrides"]
 
 _SWITCH_WORDS = {"auto": None, "": None, "0": False, "1": True}
@@ -70,6 +72,9 @@ class Overrides:
     halo: Optional[bool] = None
     pingpong: Optional[bool] = None
     sm80_subpath: Optional[str] = None
+
+    __hash__ = cached_fields_hash  # part of the plan memo's key on every call: hashed once
+    __getstate__ = fields_state
 
     def __post_init__(self):
         choices = _choices()
