@@ -89,6 +89,14 @@ _DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_
                              ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor)))]
 
 
+# Private prototypes of the two capsule functions (setting restype/argtypes on ctypes.pythonapi's own
+# attributes would change them for every other user in the process).
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_capsule_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_SetName", ctypes.pythonapi))
+
+
 class _DLPackOwner:
     """Keeps a consumed DLPack tensor alive and calls its deleter when the last view goes."""
 
@@ -110,18 +118,14 @@ def _cpu_dlpack(obj, name: str):
         if "dtype" not in str(e).lower():
             raise
     capsule = obj.__dlpack__()
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    address = get_pointer(capsule, b"dltensor")
+    address = _capsule_pointer(capsule, b"dltensor")
     managed = ctypes.cast(address, ctypes.POINTER(_DLManagedTensor))
     t = managed.contents.dl_tensor
     code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
     if (code, bits, lanes) != (_KDL_BFLOAT, 16, 1):
         raise TypeError(f"{name}: expected dtype float16, bfloat16 or float32, got the DLPack type "
                         f"(code {code}, {bits} bits, {lanes} lanes)")
-    set_name = ctypes.pythonapi.PyCapsule_SetName
-    set_name.restype, set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
-    set_name(capsule, b"used_dltensor")  # consumed: the capsule no longer frees it, the owner does
+    _capsule_set_name(capsule, b"used_dltensor")  # consumed: the capsule no longer frees it, the owner does
     owner = _DLPackOwner(managed)
     shape = tuple(t.shape[i] for i in range(t.ndim))
     if t.strides:

@@ -30,9 +30,7 @@ class Bf16Producer:
 
     def __dlpack__(self, **kwargs):
         capsule = self._bits.__dlpack__()
-        get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-        get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        managed = ctypes.cast(get_pointer(capsule, b"dltensor"), ctypes.POINTER(arrays._DLManagedTensor))
+        managed = ctypes.cast(arrays._capsule_pointer(capsule, b"dltensor"), ctypes.POINTER(arrays._DLManagedTensor))
         managed.contents.dl_tensor.dtype.code = arrays._KDL_BFLOAT
         return capsule
 
