@@ -154,8 +154,8 @@ class PackedLaunch:
     Hopper kernel's seven, three of them 128-byte TMA descriptors); this keeps each argument's bytes
     in host memory (64-byte aligned, as a ``CUtensorMap`` wants) with a ``void*`` table pointing at
     them, and launches through ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``, a fraction of that
-    cost). One argument may be a pointer that changes between launches (``slot``:
-    typically the output), rewritten in place by :meth:`__call__`.
+    cost). Arguments that change between launches (``slots``: the indices of 64-bit pointers, such as
+    the operands' addresses) are rewritten in place by :meth:`__call__`.
 
     ``args`` are NumPy scalars (``np.void`` structs, ``np.uint64`` pointers...) in the kernel's
     parameter order. The grid's y/z are 1; a kernel's compile-time cluster dimensions apply as usual.
@@ -163,7 +163,7 @@ class PackedLaunch:
 
     _ALIGN = 64
 
-    def __init__(self, fn, grid: int, block: int, shared_mem: int, args, slot: int = -1):
+    def __init__(self, fn, grid: int, block: int, shared_mem: int, args, slots: Tuple[int, ...] = ()):
         self._function = fn.kernel.ptr   # RawKernel -> loaded cupy Function -> CUfunction
         self._grid, self._block, self._smem = int(grid), int(block), int(shared_mem)
         blobs = [np.asarray(a).tobytes() for a in args]
@@ -180,15 +180,15 @@ class PackedLaunch:
         self._table_ptr = ctypes.addressof(self._table)
         from cupy.cuda import driver, get_current_stream  # looked up once, not per launch
         self._launch_kernel, self._current_stream = driver.launchKernel, get_current_stream
-        self._slot = None
-        if slot >= 0:
+        self._slots = []
+        for slot in slots:
             if len(blobs[slot]) != 8:
-                raise ValueError(f"slot: argument {slot} is {len(blobs[slot])} bytes, not a 64-bit pointer")
-            self._slot = ctypes.c_uint64.from_address(base + offsets[slot])
+                raise ValueError(f"slots: argument {slot} is {len(blobs[slot])} bytes, not a 64-bit pointer")
+            self._slots.append(ctypes.c_uint64.from_address(base + offsets[slot]))
 
-    def __call__(self, pointer: int = 0) -> None:
-        """Launch on the current CuPy stream, with ``pointer`` in the mutable slot (if any)."""
-        if self._slot is not None:
-            self._slot.value = pointer
+    def __call__(self, *pointers: int) -> None:
+        """Launch on the current CuPy stream, with ``pointers`` (one per slot, in order) in the slots."""
+        for slot, pointer in zip(self._slots, pointers):
+            slot.value = pointer
         self._launch_kernel(self._function, self._grid, 1, 1, self._block, 1, 1, self._smem,
                             self._current_stream().ptr, self._table_ptr, 0)

@@ -284,3 +284,34 @@ def run_property(cp, kernel: str, setting: Setting):
             check_case(case, xp=cp, kernel=kernel, poison=not setting.in_place, in_place=setting.in_place)
 
     prop()
+
+
+@st.composite
+def depthwise_cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layouts=None, max_spatial=20,
+                    max_channels=40, multipliers=(1, 1, 1, 2, 3), max_filter=7, epilogue=True):
+    """A depthwise convolution (groups == C, K = multiplier * C): any C up to ``max_channels`` (odd ones
+    included), filters up to ``max_filter`` a side, strides 1-3, dilations 1-2, asymmetric padding."""
+    if layouts is None:
+        layouts = ("NHWC", "NCHW") if nd == 2 else ("NDHWC", "NCDHW")
+    c = draw(st.integers(1, max_channels))
+    mult = draw(st.sampled_from(multipliers))
+    spatial = tuple(draw(st.integers(1, max_spatial if nd == 2 else max(4, max_spatial // 2))) for _ in range(nd))
+    filt = tuple(draw(st.integers(1, max_filter if d >= nd - 2 else 3)) for d in range(nd))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    padding = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(nd))
+    for n, f, s, d, (lo, hi) in zip(spatial, filt, stride, dilation, padding):
+        assume(output_size(n, f, s, d, lo, hi) >= 1)
+    ep = {}
+    if epilogue:
+        if draw(st.booleans()):
+            ep["bias"] = True
+        if draw(st.booleans()):
+            ep["residual"] = True
+            ep["beta"] = draw(st.sampled_from([1.0, 0.5, -2.0, 0.0]))
+        ep["alpha"] = draw(st.sampled_from([1.0, 1.0, 0.5, -1.25]))
+        ep["activation"] = draw(st.sampled_from([None, None, "relu", "silu", "gelu"]))
+    return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=c, out_channels=mult * c,
+                filt=filt, stride=stride, dilation=dilation, padding=padding, groups=c,
+                dtype=draw(st.sampled_from(dtypes)), layout=draw(st.sampled_from(layouts)), epilogue=ep,
+                seed=draw(st.integers(0, 2**31 - 1)))

@@ -189,7 +189,7 @@ class Sm90Plan(Plan):
         partials, flags = _split_workspace(cfg)
         args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, kernel_params(problem, cfg),
                 epilogue_params(problem.epilogue), np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
-        launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slot=3)  # slot 3: the output pointer
+        launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slots=(3,))  # slot 3: the output pointer
         launch.workspace = (partials, flags)  # lives as long as the launch record
         return launch, cacheable, (xa, wa, ra, ba)
 

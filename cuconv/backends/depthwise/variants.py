@@ -1,0 +1,140 @@
+"""The depthwise kernel's tile policy and compiled variants (kernels_cu/depthwise/depthwise_fprop.cu).
+
+A pure function of the problem: :func:`dw_config` picks the channel vector, the CTA's channel chunk
+and output tile, and checks that the tile fits shared memory; :func:`dw_variant` names the compiled
+variant and its ``-D`` defines. Only what sizes register arrays or unrolls the window loop is
+compile-time (dtype, R, S, stride and dilation along W, the vector widths, QT, multiplier 1 or not),
+so a network's depthwise layers share a few variants (MobileNetV2: two, 3x3 stride 1 and 2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from ...launch import dtype_code
+from ...problem import ConvProblem
+
+__all__ = ["DwConfig", "dw_config", "dw_variant", "DW_SOURCE", "SMEM_LIMIT", "MAX_THREADS", "problem_axes"]
+
+DW_SOURCE = "depthwise/depthwise_fprop.cu"
+#: Shared memory one CTA may use (bytes): under every sm_80+ GPU's per-block opt-in limit (99 KiB on
+#: sm_86/89), so one variant runs everywhere.
+SMEM_LIMIT = 96 * 1024
+#: Threads per CTA at most (``MAX_THREADS`` of the kernel): 8 channel vectors x 32 pixel groups.
+MAX_THREADS = 256
+_MAX_CV = 8
+_PIXEL_GROUPS = 32
+_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+
+@dataclass(frozen=True)
+class DwConfig:
+    """One launch shape of the depthwise kernel for one problem (field meanings: the kernel's ``DwGeometry``)."""
+
+    vec: int        # output channels per thread (one vector access)
+    vin: int        # input channels per copy into shared memory
+    cv: int         # channel vectors per CTA: the CTA's chunk is cb = vec * cv output channels
+    qt: int         # consecutive output pixels per thread along W
+    tqg: int        # column groups of qt per tile (tile width tq = tqg * qt)
+    tp: int         # output rows per tile
+    mult: int       # channel multiplier K / C
+    in_rows: int    # the input tile (halo included)
+    in_cols: int
+    cin: int        # input channels per chunk: cb / mult
+    tiles_p: int
+    tiles_q: int
+    chunks: int
+    smem: int       # dynamic shared memory (bytes): fp32 taps + the input tile
+
+    @property
+    def cb(self) -> int:
+        return self.vec * self.cv
+
+    @property
+    def tq(self) -> int:
+        return self.tqg * self.qt
+
+    @property
+    def threads(self) -> int:
+        return self.cv * self.tp * self.tqg
+
+
+def problem_axes(p: ConvProblem):
+    """``(T, R, S, (stride_h, stride_w), (dil_h, dil_w), (P, Q))`` of a 2-D or 3-D problem."""
+    t = p.filter_spatial[0] if p.nd == 3 else 1
+    return t, p.filter_spatial[-2], p.filter_spatial[-1], p.stride[-2:], p.dilation[-2:], p.out_spatial[-2:]
+
+
+def _pow2_divisor(n: int, cap: int) -> int:
+    """Largest power of two <= ``cap`` dividing ``n``."""
+    v = cap
+    while n % v:
+        v //= 2
+    return v
+
+
+def _channel_vectors(nvec: int, vec: int, mult: int) -> Optional[int]:
+    """Channel vectors per CTA: the fewest padded vectors over the chunks, then the most per CTA; the
+    chunk ``vec * cv`` must hold whole multiplier groups (``mult`` outputs of one input channel)."""
+    best = None
+    for cv in range(min(_MAX_CV, nvec), 0, -1):
+        if (vec * cv) % mult:
+            continue
+        waste = -(-nvec // cv) * cv - nvec
+        if best is None or waste < best[0]:
+            best = (waste, cv)
+        if cv <= 4 and best is not None:  # below 4 vectors only when nothing larger fits
+            break
+    return None if best is None else best[1]
+
+
+def dw_config(p: ConvProblem) -> Union[DwConfig, str]:
+    """The launch shape for depthwise problem ``p`` (``groups == C``), or the reason there is none."""
+    T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
+    esize = p.itemsize
+    C, K = p.channels, p.out_channels
+    mult = K // C
+    vmax = 16 // esize
+    vec = _pow2_divisor(C if mult == 1 else K, vmax)
+    cv = _channel_vectors(K // vec, vec, mult)
+    while cv is None:                 # an odd multiplier and a wide vector: narrow the vector
+        vec //= 2
+        cv = _channel_vectors(K // vec, vec, mult)
+    cb = vec * cv
+    cin = cb // mult
+    vin = vec if mult == 1 else _pow2_divisor(math.gcd(cin, C), vmax)
+    qt = 4 if Q >= 3 else Q
+    tqg = min(-(-Q // qt), 4)
+    tp = min(P, _PIXEL_GROUPS // tqg)
+    while True:
+        in_rows = (tp - 1) * sh + (R - 1) * dh + 1
+        in_cols = (tqg * qt - 1) * sw + (S - 1) * dw + 1
+        smem = -(-T * R * S * cb * 4 // 16) * 16 + in_rows * in_cols * cin * esize
+        if smem <= SMEM_LIMIT:
+            break
+        if tp > 1:
+            tp = -(-tp // 2)
+        elif tqg > 1:
+            tqg = -(-tqg // 2)
+        else:
+            return (f"the smallest tile (one row of {qt} pixels, {cb} channels) needs {smem} bytes of shared "
+                    f"memory with this filter and dilation, over the {SMEM_LIMIT} the kernel uses")
+    tiles_p, tiles_q, chunks = -(-P // tp), -(-Q // (tqg * qt)), -(-K // cb)
+    ctas = p.batch * (p.out_spatial[0] if p.nd == 3 else 1) * tiles_p * tiles_q * chunks
+    if ctas >= 2**31:
+        return f"{ctas} CTAs: over the 2**31 - 1 of a 1-D grid"
+    return DwConfig(vec=vec, vin=vin, cv=cv, qt=qt, tqg=tqg, tp=tp, mult=mult, in_rows=in_rows, in_cols=in_cols,
+                    cin=cin, tiles_p=tiles_p, tiles_q=tiles_q, chunks=chunks, smem=smem)
+
+
+def dw_variant(p: ConvProblem, cfg: DwConfig):
+    """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
+    T, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
+    mult1 = int(cfg.mult == 1)
+    name = (f"depthwise_fprop_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_sw{sw}dw{dw}_v{cfg.vec}i{cfg.vin}_q{cfg.qt}"
+            + ("" if mult1 else "_mult"))
+    defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DW_R=R, DW_S=S, DW_SW=sw, DW_DW=dw, DW_VEC=cfg.vec,
+                   DW_VIN=cfg.vin, DW_QT=cfg.qt, DW_MULT1=mult1, CUCONV_KERNEL_NAME=name)
+    return name, defines

@@ -1,0 +1,95 @@
+"""The depthwise kernel (``depthwise_direct``) on the GPU against the float64 reference.
+
+gpu-marked: skipped without a GPU or on one older than sm_80. Drawn depthwise convolutions (odd and
+wide channel counts, multipliers 1-3, filters up to 7x7, strides, dilations, asymmetric padding, every
+dtype, NHWC / NCHW, conv2d and conv3d, the whole epilogue) run forced onto the kernel with a
+NaN-poisoned output, or written in place over the residual; the network layers it is tuned for run at
+full size.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+
+import cuconv
+from cuconv.device import gpu_available
+
+from conftest import assert_close, random_array
+from geometry import Setting, depthwise_cases, run_property
+
+pytestmark = pytest.mark.gpu
+
+KERNEL = "depthwise_direct"
+
+
+@pytest.fixture(scope="module")
+def cp():
+    if not gpu_available():
+        pytest.skip("needs a GPU visible to CuPy")
+    import cupy
+    if cupy.cuda.Device().compute_capability < "80":
+        pytest.skip("depthwise_direct needs compute capability >= 8.0")
+    return cupy
+
+
+SETTINGS = [
+    Setting("2d", depthwise_cases(nd=2), max_examples=60),
+    Setting("2d_wide", depthwise_cases(nd=2, max_channels=300, max_spatial=40, multipliers=(1,)), max_examples=25),
+    Setting("2d_in_place", depthwise_cases(nd=2), in_place=True, max_examples=20),
+    Setting("3d", depthwise_cases(nd=3, max_spatial=12, max_channels=24), max_examples=30),
+    Setting("3d_in_place", depthwise_cases(nd=3, max_spatial=10, max_channels=20), in_place=True, max_examples=10),
+]
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.id)
+def test_drawn(cp, setting):
+    run_property(cp, KERNEL, setting)
+
+
+@pytest.mark.parametrize("c, hw, filt, stride, mult", [
+    (144, 56, 3, 1, 1), (144, 56, 3, 2, 1), (960, 7, 3, 1, 1), (96, 56, 7, 1, 1), (768, 7, 7, 1, 1),
+    (240, 28, 5, 2, 1), (32, 112, 3, 1, 2), (100, 23, 5, 1, 1),
+])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_network_layers(cp, c, hw, filt, stride, mult, dtype):
+    rng = np.random.default_rng(c + hw)
+    n = 4
+    x = random_array(rng, (n, hw, hw, c), dtype)
+    w = random_array(rng, (mult * c, filt, filt, 1), dtype, scale=1.0 / filt)
+    b = random_array(rng, (mult * c,), dtype)
+    kw = dict(stride=stride, padding=filt // 2, groups=c, activation="gelu")
+    ref = cuconv.reference.conv2d(x, w, b, **kw)
+    e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
+    assert e.kernel == KERNEL, str(e)
+    got = cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
+    assert_close(got, ref, dtype)
+
+
+def test_misaligned_views(cp):
+    """Views whose addresses are 2 bytes off the vector size go through aligned copies."""
+    rng = np.random.default_rng(3)
+    c = 24
+    xs = random_array(rng, (2 * 10 * 10 * c + 1,), "bfloat16")
+    x = xs[1:].reshape(2, 10, 10, c)
+    w = random_array(rng, (c, 3, 3, 1), "bfloat16")
+    rs = random_array(rng, (2 * 10 * 10 * c + 1,), "bfloat16")
+    r = rs[1:].reshape(2, 10, 10, c)
+    ref = cuconv.reference.conv2d(x, w, residual=r, padding=1, groups=c)
+    xg = cp.asarray(xs)[1:].reshape(2, 10, 10, c)
+    rg = cp.asarray(rs)[1:].reshape(2, 10, 10, c)
+    outs = cp.full(2 * 10 * 10 * c + 1, np.nan, dtype=xg.dtype)
+    out = outs[1:].reshape(2, 10, 10, c)
+    got = cuconv.conv2d(xg, cp.asarray(w), residual=rg, out=out, padding=1, groups=c, kernel=KERNEL)
+    assert got is out
+    assert_close(got, ref, "bfloat16")
+
+
+def test_repeated_calls_reuse_the_plan(cp):
+    """The second call with other arrays of the same shapes runs the same plan with their pointers."""
+    rng = np.random.default_rng(5)
+    for seed in range(3):
+        x = random_array(rng, (2, 12, 12, 64), "float16")
+        w = random_array(rng, (64, 3, 3, 1), "float16")
+        ref = cuconv.reference.conv2d(x, w, padding=1, groups=64)
+        assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), padding=1, groups=64), ref, "float16")

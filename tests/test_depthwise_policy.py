@@ -1,0 +1,137 @@
+"""The depthwise kernel's policy and index math on the CPU (cuconv/backends/depthwise/,
+cuconv/models/depthwise.py).
+
+* :func:`dw_config` keeps its invariants on drawn depthwise problems (tile fits shared memory, at
+  most 256 threads, whole multiplier groups per chunk, copy widths that divide the channel runs);
+* the NumPy model of the kernel (its CTAs, halo tiles and thread windows, with the tile shapes the
+  host picks) equals the float64 reference, so the kernel's index math is right before it runs;
+* the dispatcher picks ``depthwise_direct`` for depthwise problems on sm_80+ and says why it declines
+  the others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cuconv
+from cuconv import dispatch
+from cuconv.backends.depthwise.kernel import DepthwiseKernel
+from cuconv.backends.depthwise.params import DW_FIELDS, dw_geometry
+from cuconv.backends.depthwise.variants import MAX_THREADS, SMEM_LIMIT, DwConfig, dw_config, dw_variant
+from cuconv.device import DeviceInfo
+from cuconv.models.depthwise import cta_coordinates, direct_conv
+from cuconv.overrides import Overrides
+from cuconv.problem import ConvProblem
+
+from conftest import random_array
+from geometry import A100, H100, depthwise_cases, problem2d, problem3d
+
+V100 = DeviceInfo(kind="cuda", index=0, name="V100", cc=(7, 0), arch="sm_70", sm_count=80,
+                  smem_per_block_optin=98304)
+
+
+def _problem(case) -> ConvProblem:
+    return ConvProblem.create(nd=case.nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+                              out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
+                              dilation=case.dilation, padding=case.padding, groups=case.groups, dtype=case.dtype,
+                              layout="NHWC" if case.nd == 2 else "NDHWC")
+
+
+def _check_invariants(p: ConvProblem, cfg: DwConfig):
+    mult = p.out_channels // p.channels
+    assert cfg.mult == mult
+    assert 1 <= cfg.threads <= MAX_THREADS and cfg.smem <= SMEM_LIMIT
+    assert cfg.vec * p.itemsize <= 16 and (p.out_channels % cfg.vec == 0)
+    assert cfg.cb % mult == 0 and cfg.cin == cfg.cb // mult
+    assert cfg.cin % cfg.vin == 0 and p.channels % cfg.vin == 0 and cfg.vin * p.itemsize <= 16
+    if mult == 1:
+        assert cfg.vin == cfg.vec
+    T, R, S = ((1,) + p.filter_spatial)[-3:] if p.nd == 2 else p.filter_spatial
+    sh, sw = p.stride[-2:]
+    dh, dw = p.dilation[-2:]
+    assert cfg.in_rows == (cfg.tp - 1) * sh + (R - 1) * dh + 1
+    assert cfg.in_cols == (cfg.tq - 1) * sw + (S - 1) * dw + 1
+    P, Q = p.out_spatial[-2:]
+    assert cfg.tiles_p * cfg.tp >= P > (cfg.tiles_p - 1) * cfg.tp
+    assert cfg.tiles_q * cfg.tq >= Q > (cfg.tiles_q - 1) * cfg.tq
+    assert cfg.chunks * cfg.cb >= p.out_channels > (cfg.chunks - 1) * cfg.cb
+
+
+@settings(max_examples=200)
+@given(case=st.one_of(depthwise_cases(nd=2, max_channels=1100, max_spatial=80),
+                      depthwise_cases(nd=3, max_channels=300, max_spatial=40)))
+def test_config_invariants(case):
+    p = _problem(case)
+    cfg = dw_config(p)
+    assert isinstance(cfg, DwConfig), cfg
+    _check_invariants(p, cfg)
+    name, defines = dw_variant(p, cfg)
+    assert defines["CUCONV_KERNEL_NAME"] == name and defines["DW_VEC"] == cfg.vec
+    geo = dw_geometry(p, cfg)
+    assert geo.dtype.itemsize == 4 * len(DW_FIELDS) and int(geo["cin"]) == cfg.cin
+
+
+@pytest.mark.parametrize("c, hw, filt, stride, vec, cv", [
+    (144, 56, 3, 1, 8, 6),    # MobileNetV2: 18 vectors as 3 chunks of 6
+    (96, 56, 7, 1, 8, 6),     # ConvNeXt-T stage 1
+    (960, 7, 3, 1, 8, 8),
+    (32, 112, 3, 1, 8, 4),
+    (3, 16, 3, 1, 1, 3),      # odd C: one-channel vectors
+])
+def test_config_of_network_layers(c, hw, filt, stride, vec, cv):
+    p = problem2d(N=32, H=hw, W=hw, C=c, K=c, R=filt, S=filt, stride=stride, padding=filt // 2, groups=c)
+    cfg = dw_config(p)
+    assert (cfg.vec, cfg.cv) == (vec, cv)
+    _check_invariants(p, cfg)
+
+
+def test_config_declines_a_tile_too_big():
+    p = problem2d(N=1, H=300, W=300, C=64, K=64, R=31, S=31, dilation=9, padding=135, groups=64)
+    assert isinstance(dw_config(p), str) and "shared memory" in dw_config(p)
+
+
+def test_cta_coordinates_cover_the_grid_once():
+    p = problem3d(N=2, D=5, H=9, W=13, C=40, K=80, T=3, R=3, S=3, padding=1, groups=40, dtype="float16")
+    cfg = dw_config(p)
+    blocks = p.batch * p.out_spatial[0] * cfg.tiles_p * cfg.tiles_q * cfg.chunks
+    seen = {cta_coordinates(b, p, cfg) for b in range(blocks)}
+    assert len(seen) == blocks
+    assert {s[4] for s in seen} == set(range(cfg.chunks)) and {s[0] for s in seen} == {0, 1}
+
+
+@settings(max_examples=30)
+@given(case=st.one_of(depthwise_cases(nd=2, max_spatial=11, max_channels=20, epilogue=False),
+                      depthwise_cases(nd=3, max_spatial=8, max_channels=12, max_filter=3, epilogue=False)))
+def test_model_matches_reference(case):
+    p = _problem(case)
+    cfg = dw_config(p)
+    rng = np.random.default_rng(case.seed)
+    x = random_array(rng, p.x_shape, "float32")
+    w = random_array(rng, p.w_shape, "float32")
+    got = direct_conv(x, w, p, cfg)
+    ref = cuconv.reference.convnd(x, w, stride=case.stride, padding=case.padding, dilation=case.dilation,
+                                  groups=case.groups, layout=p.layout)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_dispatch_picks_depthwise_on_sm80_and_later():
+    p = problem2d(N=2, H=14, W=14, C=64, K=64, groups=64)
+    for dev in (H100, A100):
+        plan, why = dispatch.select(p, dev)
+        assert why.kernel == "depthwise_direct", str(why)
+        assert "memory-bound" in why.reason and "shared memory" in why.detail
+    plan, why = dispatch.select(p, V100)
+    assert why.kernel != "depthwise_direct" and "sm_80" in why.declined["depthwise_direct"]
+    dense = problem2d(C=64, K=64)
+    assert "not depthwise" in DepthwiseKernel().plan(dense, H100, Overrides()).reason
+    grouped = problem2d(C=64, K=64, groups=16)
+    assert "4 channels per group" in DepthwiseKernel().plan(grouped, H100, Overrides()).reason
+
+
+def test_conv3d_depthwise_is_a_native_strategy():
+    p = problem3d(C=32, K=32, groups=32)
+    plan, why = dispatch.select(p, H100, strategy="native")
+    assert why.kernel == "depthwise_direct" and "3 filter slices" in why.detail
