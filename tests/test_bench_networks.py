@@ -3,7 +3,8 @@
 The layer lists (cuconv.bench.networks) are written by hand; here each is re-derived from its
 architecture's configuration by a short builder of its own (torchvision's block settings, diffusers'
 SD 1.5 configs, ultralytics' yaml with its width and depth scaling) and compared layer for layer,
-and the MAC totals are compared with the figures the sources publish. The GPU runner is exercised
+and the MAC totals (and for EfficientNet-B0 and ResNeXt-50 32x4d the parameter counts) are compared
+with the figures the sources publish. The GPU runner is exercised
 with its GPU work replaced by stand-ins (placeholder timings, not measurements).
 """
 
@@ -21,7 +22,8 @@ from cuconv.bench.networks import NETWORKS, Layer, conv, network, output, runner
 EXPECTED = {  # name: (convs per forward pass, batch, input (H, W, C))
     "resnet50": (53, 32, (224, 224, 3)), "mobilenet_v2": (52, 32, (224, 224, 3)),
     "sd_vae_decoder": (36, 1, (64, 64, 4)), "sd_unet": (98, 2, (64, 64, 4)), "yolov8s": (64, 16, (640, 640, 3)),
-    "convnext_tiny": (22, 32, (224, 224, 3))}
+    "convnext_tiny": (22, 32, (224, 224, 3)), "efficientnet_b0": (81, 32, (224, 224, 3)),
+    "resnext50_32x4d": (53, 32, (224, 224, 3))}
 
 
 # ------------------------------------------------------------------------------------------- builders
@@ -69,6 +71,37 @@ def convnext_tiny_convs():
             out.append(_c(hw, CONVNEXT_DIMS[i - 1], dim, 2, 2))
             hw //= 2
         out += [_c(hw, dim, dim, 7, 1, dim)] * depth
+    return out
+
+
+# torchvision _efficientnet_conf("efficientnet_b0"): (expand ratio, kernel, stride, in, out, layers)
+EFFICIENTNET_B0_STAGES = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+                          (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
+
+
+def efficientnet_b0_convs():
+    out, hw = [_c(224, 3, 32, 3, 2)], 112
+    for t, k, s, cin, cout, n in EFFICIENTNET_B0_STAGES:
+        for i in range(n):
+            c, st = (cin, s) if i == 0 else (cout, 1)
+            e, squeeze = c * t, max(1, c // 4)
+            out += [_c(hw, c, e, 1)] if e != c else []
+            out.append(_c(hw, e, e, k, st, e))
+            hw = (hw - 1) // st + 1  # padding k // 2
+            out += [_c(1, e, squeeze, 1), _c(1, squeeze, e, 1), _c(hw, e, cout, 1)]  # SE fc1, fc2; project
+    return out + [_c(hw, 320, 1280, 1)]
+
+
+def resnext50_32x4d_convs():
+    out, hw, c = [_c(224, 3, 64, 7, 2)], 56, 64
+    for planes, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        width = planes * 4 // 64 * 32  # torchvision: int(planes * (width_per_group / 64.0)) * groups
+        for b in range(blocks):
+            s = stride if b == 0 else 1
+            out += [_c(hw, c, width, 1), _c(hw, width, width, 3, s, 32), _c(hw // s, width, 4 * planes, 1)]
+            if b == 0:
+                out.append(_c(hw, c, 4 * planes, 1, s))
+            hw, c = hw // s, 4 * planes
     return out
 
 
@@ -152,7 +185,8 @@ def yolov8s_convs():
 
 
 BUILDERS = {"resnet50": resnet50_convs, "mobilenet_v2": mobilenet_v2_convs, "sd_vae_decoder": sd_vae_decoder_convs,
-            "sd_unet": sd_unet_convs, "yolov8s": yolov8s_convs, "convnext_tiny": convnext_tiny_convs}
+            "sd_unet": sd_unet_convs, "yolov8s": yolov8s_convs, "convnext_tiny": convnext_tiny_convs,
+            "efficientnet_b0": efficientnet_b0_convs, "resnext50_32x4d": resnext50_32x4d_convs}
 NO_PAD = {("convnext_tiny", 4), ("convnext_tiny", 2)}  # (network, filter) without padding
 
 
@@ -194,15 +228,18 @@ def test_layers_are_valid_and_listed_once(name):
 @pytest.mark.parametrize("name", list(NETWORKS))
 def test_each_layer_reads_a_size_an_earlier_layer_made(name):
     """Spatial chaining in forward order: a layer's input is the network's input, an earlier layer's
-    output, or one of those halved (a pool) or doubled (an upsampling); where the network only chains
-    (no concatenation: the classifiers and the VAE) its channels are an earlier output's too."""
+    output, or one of those halved (a pool) or doubled (an upsampling), or 1x1 (EfficientNet's
+    squeeze-excitation convs, on the globally pooled image); where the network only chains (no
+    concatenation: the classifiers and the VAE) its channels are an earlier output's too."""
     net = NETWORKS[name]
     sizes, channels = {net.input[:2]}, {net.input[2]}
     for layer in net.layers:
         if layer.name != "model.22 Detect.dfl":  # the box distributions, reshaped to (16, 4, 8400)
             near = {(h * k, w * k) for h, w in sizes for k in (0.5, 1, 2)}
-            assert (layer.H, layer.W) in near, layer
-        if name in ("resnet50", "mobilenet_v2", "convnext_tiny", "sd_vae_decoder"):
+            pooled = name == "efficientnet_b0" and ".se.fc" in layer.name
+            assert (layer.H, layer.W) == (1, 1) if pooled else (layer.H, layer.W) in near, layer
+        if name in ("resnet50", "mobilenet_v2", "convnext_tiny", "sd_vae_decoder", "efficientnet_b0",
+                    "resnext50_32x4d"):
             assert layer.C in channels, layer
         sizes.add((layer.P, layer.Q))
         channels.add(layer.K)
@@ -211,7 +248,8 @@ def test_each_layer_reads_a_size_an_earlier_layer_made(name):
 
 # Conv MACs of one image, counted from the builders' architectures (printed in the suite's summary).
 CONV_MACS = {"resnet50": 4_087_136_256, "mobilenet_v2": 299_494_272, "sd_vae_decoder": 1_235_784_630_272,
-             "sd_unet": 221_973_053_440, "yolov8s": 14_301_312_000, "convnext_tiny": 292_965_120}
+             "sd_unet": 221_973_053_440, "yolov8s": 14_301_312_000, "convnext_tiny": 292_965_120,
+             "efficientnet_b0": 384_534_752, "resnext50_32x4d": 4_228_431_872}
 
 
 @pytest.mark.parametrize("name", list(NETWORKS))
@@ -224,16 +262,32 @@ def test_conv_macs_per_image(name):
 
 def test_conv_macs_agree_with_the_published_model_figures():
     """torchvision's model docs give GMACs per 224x224 image (ResNet-50 4.09, MobileNetV2 0.30,
-    ConvNeXt-T 4.46, each with its linear layers); ultralytics 28.6 GFLOPs (2 per MAC) for YOLOv8s
-    at 640, batch norms fused into the convs."""
+    ConvNeXt-T 4.46, EfficientNet-B0 0.386, ResNeXt-50 32x4d 4.23, each with its final linear layer);
+    ultralytics 28.6 GFLOPs (2 per MAC) for YOLOv8s at 640, batch norms fused into the convs."""
     per_image = {n: net.macs / net.batch for n, net in NETWORKS.items()}
     assert per_image["resnet50"] + 2048 * 1000 == pytest.approx(4.09e9, rel=2e-3)
     assert per_image["mobilenet_v2"] + 1280 * 1000 == pytest.approx(0.30e9, rel=5e-3)
+    assert per_image["efficientnet_b0"] + 1280 * 1000 == pytest.approx(0.386e9, rel=2e-3)
+    assert per_image["resnext50_32x4d"] + 2048 * 1000 == pytest.approx(4.23e9, rel=2e-3)
     linear = sum(d * (56 // 2 ** i) ** 2 * 8 * dim * dim  # each CNBlock's dim -> 4 dim -> dim
                  for i, (d, dim) in enumerate(zip(CONVNEXT_DEPTHS, CONVNEXT_DIMS))) + 768 * 1000
     assert per_image["convnext_tiny"] == pytest.approx(0.293e9, rel=2e-3)
     assert per_image["convnext_tiny"] + linear == pytest.approx(4.46e9, rel=2e-3)
     assert 2 * per_image["yolov8s"] == pytest.approx(28.6e9, rel=2e-3)
+
+
+@pytest.mark.parametrize("name, features, published", [("efficientnet_b0", 1280, 5_288_548),
+                                                         ("resnext50_32x4d", 2048, 25_028_904)])
+def test_parameters_of_the_listed_convs_add_up_to_the_published_count(name, features, published):
+    """torchvision's ``num_params``, rebuilt from the list: every conv's filter, a batch norm (weight and
+    bias) after each conv but EfficientNet's squeeze-excitation convs (on 1x1 images), which have a
+    bias instead, and the classifier ``nn.Linear`` (features -> 1000, with bias). It pins the channels
+    and groups of every conv, which the MAC total alone would not."""
+    net = NETWORKS[name]
+    per_conv = sum(layer.count * (layer.K * layer.R * layer.S * layer.C // layer.groups
+                                  + (layer.K if (layer.H, layer.W) == (1, 1) else 2 * layer.K))
+                   for layer in net.layers)
+    assert per_conv + features * 1000 + 1000 == published
 
 
 def test_network_merges_repeats_into_the_first_place():
@@ -328,6 +382,16 @@ def test_bench_network_times_layers_then_the_pass_in_network_order(monkeypatch):
     assert gpu.passes[-1] == (n, runner.PASSES, True, True)  # cuDNN, one at a time, torch's events
     assert (1, 1, False, False) in gpu.passes  # each layer's warm-up pass
     assert len(lines) == 3 and "sm90_tma" in lines[0] and "2.00x" in lines[0] and "1.67x" in lines[0]
+    # the depthwise layer "dw" (N2 C8 4x4, 3x3, bf16): 2 bytes x (256 in + 72 filter + 256 out) = 1168
+    # bytes per call, over 3 ms (cuconv) and 6 ms (cuDNN) per call
+    dw = rec["layers"][2]
+    assert dw["kind"] == "depthwise" and dw["bytes"] == 1168
+    assert dw["tbps"] == pytest.approx(1168 / 3e-3 / 1e12) and dw["tbps_cudnn"] == pytest.approx(dw["tbps"] / 2)
+    assert "tbps" not in rec["layers"][0] and "TB/s" in lines[2] and "TB/s" not in lines[0]
+    assert rec["depthwise"] == dict(convs=1, layers=1, ms={"cuconv": 3.0, "cudnn": 6.0}, tbps=dw["tbps"],
+                                    tbps_cudnn=dw["tbps_cudnn"])
+    assert "depthwise: 1 of 4 convs, count x ms per call: cuDNN 6.000 cuconv 3.000 (2.00x, 38% of cuconv's " \
+           "layer sum); TB/s cuDNN 0.00 cuconv 0.00" in "\n".join(output.summary_lines([rec]))
 
 
 def test_bench_network_reports_failed_checks_and_layers_cuconv_cannot_run(monkeypatch):
@@ -358,6 +422,33 @@ def test_run_goes_over_networks_and_dtypes(monkeypatch):
                                                          ("convnext_tiny", "bfloat16"), ("convnext_tiny", "float16")]
     assert torch.backends.cudnn.benchmark is True and len(emptied) == 4
     assert len(recs[2]["layers"]) == len(NETWORKS["convnext_tiny"].layers) and recs[2]["conv_layers"] == 22
+
+
+def test_depthwise_bandwidth_of_a_synthetic_record():
+    """TB/s = (input + filter + output bytes) / back-to-back ms per call, counted here by hand for a
+    depthwise layer with channel multiplier 2 (placeholder times, not measurements): fp16, input
+    32 x 112 x 112 x 96, filter 192 x 3 x 3 x 1, output 32 x 56 x 56 x 192."""
+    layer = Layer("dw", N=32, H=112, W=112, C=96, K=192, R=3, S=3, stride=2, pad=1, groups=96, count=3)
+    rec = dict(runner.layer_record(layer, "float16"), check_ok=True, rel_error=1e-3, kernel="depthwise",
+               ms={"cuconv": 0.04, "cudnn": 0.03, "cuconv_one_at_a_time": 0.05})
+    nbytes = 2 * (38_535_168 + 1_728 + 19_267_584)
+    assert layer.kind == "depthwise" and (layer.P, layer.Q) == (56, 56) and rec["bytes"] == nbytes == 115_608_960
+    assert runner.bandwidth(rec) == {"tbps": pytest.approx(nbytes / 0.04e-3 / 1e12),
+                                     "tbps_cudnn": pytest.approx(nbytes / 0.03e-3 / 1e12)}
+    rec.update(runner.bandwidth(rec))
+    assert rec["tbps"] == pytest.approx(2.890224) and "TB/s cuDNN  3.85 cuconv  2.89" in output.layer_line(rec)
+    # cuconv alone: no cuDNN figure; a grouped or dense layer: none at all
+    assert runner.bandwidth(dict(rec, ms={"cuconv": 0.04})) == {"tbps": pytest.approx(2.890224)}
+    grouped = runner.layer_record(Layer("g", 32, 56, 56, 128, 128, 3, 3, pad=1, groups=32), "float16")
+    assert grouped["kind"] == "grouped" and runner.bandwidth(dict(grouped, ms={"cuconv": 1.0})) == {}
+    dense = dict(runner.layer_record(Layer("d", 32, 56, 56, 192, 32, 1, 1), "float16"), ms={"cuconv": 1.0})
+    assert runner.bandwidth(dense) == {} and "TB/s" not in output.layer_line(dense)
+    # the network's depthwise layers together: count x ms per call, their bytes over that time
+    summary = runner.depthwise_summary([dense, rec])
+    assert summary == dict(convs=3, layers=1, ms={"cuconv": pytest.approx(0.12), "cudnn": pytest.approx(0.09)},
+                           tbps=pytest.approx(2.890224), tbps_cudnn=pytest.approx(3.853632))
+    assert runner.depthwise_summary([dense]) is None
+    assert runner.depthwise_summary([dict(rec, ms={"cuconv": 0.04})])["ms"] == {"cuconv": pytest.approx(0.12)}
 
 
 # ------------------------------------------------------------------------------------------- command line
@@ -466,6 +557,7 @@ def test_a_networks_run_with_the_gpu_work_replaced(monkeypatch, tmp_path, capsys
     printed = capsys.readouterr().out
     assert "== network ConvNeXt-T (convnext_tiny), N=32, bfloat16: 22 convs" in printed
     assert "features.5.dwconv" in printed and "ConvNeXt-T (convnext_tiny), N=32, bfloat16: ms per call" in printed
+    assert "depthwise: 18 of 22 convs" in printed and "depthwise: 17 of 52 convs" in printed
     doc = json.loads((tmp_path / "h100_networks.json").read_text())
     assert [r["network"] for r in doc["records"]] == ["convnext_tiny", "mobilenet_v2"]
     assert doc["device"] == "NVIDIA H100 80GB HBM3 (sm_90a)" and doc["date"]

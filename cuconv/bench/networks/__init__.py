@@ -1,4 +1,4 @@
-"""The networks suite: every conv layer of six networks, run as a forward pass runs them, against cuDNN.
+"""The networks suite: every conv layer of eight networks, run as a forward pass runs them, against cuDNN.
 
 ``python -m cuconv.bench --suite networks [--network NAME ...]``. The layer lists are data
 (:mod:`.classifiers`, :mod:`.diffusion`, :mod:`.yolo`; :mod:`.layers` for the format), each written
@@ -15,6 +15,8 @@ name                    batch       source
                         latent
 ``yolov8s``             16, 640px   ultralytics yolov8.yaml, scale s
 ``convnext_tiny``       32, 224px   torchvision.models.convnext_tiny
+``efficientnet_b0``     32, 224px   torchvision.models.efficientnet_b0
+``resnext50_32x4d``     32, 224px   torchvision.models.resnext50_32x4d
 ======================  ==========  =============================================================
 
 :mod:`.runner` checks and times them on the GPU; :mod:`.output` prints the tables and draws the
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from .classifiers import CONVNEXT_TINY, MOBILENET_V2, RESNET50
+from .classifiers import CONVNEXT_TINY, EFFICIENTNET_B0, MOBILENET_V2, RESNET50, RESNEXT50_32X4D
 from .diffusion import SD_UNET, SD_VAE_DECODER
 from .layers import Layer, Network, conv, network
 from .yolo import YOLOV8S
@@ -34,4 +36,4 @@ __all__ = ["Layer", "Network", "NETWORKS", "conv", "network"]
 
 #: The networks of the suite by name, in the order the suite runs them.
 NETWORKS: Dict[str, Network] = {n.name: n for n in (RESNET50, MOBILENET_V2, SD_VAE_DECODER, SD_UNET, YOLOV8S,
-                                                     CONVNEXT_TINY)}
+                                                     CONVNEXT_TINY, EFFICIENTNET_B0, RESNEXT50_32X4D)}

@@ -1,16 +1,23 @@
-"""The conv layers of three ImageNet classifiers at 224x224, batch 32, written from torchvision's definitions.
+"""The conv layers of five ImageNet classifiers at 224x224, batch 32, written from torchvision's definitions.
 
 Each list is every ``nn.Conv2d`` of the model's forward pass, in order, with the geometry the
 torchvision module builds (channels, filter, stride, padding, groups); repeated blocks carry a
 count. Batch norms, activations, pooling and the final ``nn.Linear`` are not convolutions and are
 left out, and so are ConvNeXt's pointwise ``nn.Linear`` layers (see :data:`CONVNEXT_TINY`).
+
+The sources: ``torchvision.models.resnet50`` (:data:`RESNET50`), ``mobilenet_v2``
+(:data:`MOBILENET_V2`), ``convnext_tiny`` (:data:`CONVNEXT_TINY`), ``efficientnet_b0``
+(:data:`EFFICIENTNET_B0`: ``_efficientnet_conf("efficientnet_b0")`` with its ``MBConv`` blocks) and
+``resnext50_32x4d`` (:data:`RESNEXT50_32X4D`: ``ResNet(Bottleneck, [3, 4, 6, 3], groups=32,
+width_per_group=4)``). MobileNetV2, ConvNeXt-T and EfficientNet-B0 carry depthwise convolutions,
+ResNeXt-50 grouped ones (32 groups).
 """
 
 from __future__ import annotations
 
 from .layers import conv, network
 
-__all__ = ["RESNET50", "MOBILENET_V2", "CONVNEXT_TINY"]
+__all__ = ["RESNET50", "MOBILENET_V2", "CONVNEXT_TINY", "EFFICIENTNET_B0", "RESNEXT50_32X4D"]
 
 #: torchvision.models.resnet50: ``ResNet(Bottleneck, [3, 4, 6, 3])``, the v1.5 bottleneck (the stride
 #: on the 3x3 conv, ``conv2``), stem ``conv1`` 7x7/2 then a 3x3/2 max pool (224 -> 112 -> 56). Each
@@ -121,4 +128,129 @@ CONVNEXT_TINY = network("convnext_tiny", "ConvNeXt-T",
     conv("features.5.dwconv", 14, 384, 384, 7, groups=384, count=9),
     conv("features.6 (downsample)", 14, 384, 768, 2, stride=2, pad=0),
     conv("features.7.dwconv", 7, 768, 768, 7, groups=768, count=3),
+])
+
+#: torchvision.models.efficientnet_b0 (width and depth multipliers 1.0): ``features[0]`` a 3x3/2 conv
+#: 3 -> 32 (224 -> 112), then 16 MBConv blocks in 7 stages, ``_efficientnet_conf``'s (expand ratio,
+#: kernel, stride, in, out, layers) = (1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2),
+#: (6, 3, 2, 40, 80, 3), (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1). A block
+#: runs a 1x1 expansion to ``expanded = ratio * in`` (not when the ratio is 1), a k x k depthwise conv
+#: (padding (k - 1) // 2, the stage's stride on its first block), a squeeze-excitation whose two 1x1
+#: convs run on the pooled 1x1 image (``fc1`` expanded -> max(1, in // 4), ``fc2`` back), and a 1x1
+#: projection to ``out``; the blocks after a stage's first take ``in = out`` and stride 1. Last
+#: ``features[8]`` a 1x1 conv 320 -> 1280. 81 convs.
+EFFICIENTNET_B0 = network("efficientnet_b0", "EfficientNet-B0",
+                          "torchvision.models.efficientnet_b0 (width_mult 1.0, depth_mult 1.0)",
+                          batch=32, input=(224, 224, 3), convs=[
+    conv("features.0", 224, 3, 32, 3, stride=2),
+    # stage 1: ratio 1, 3x3, 32 -> 16 at 112x112 (no expansion)
+    conv("features.1.0.dw", 112, 32, 32, 3, groups=32),
+    conv("features.1.0.se.fc1", 1, 32, 8, 1),
+    conv("features.1.0.se.fc2", 1, 8, 32, 1),
+    conv("features.1.0.project", 112, 32, 16, 1),
+    # stage 2: ratio 6, 3x3, 16 -> 24, 2 blocks, 112 -> 56
+    conv("features.2.0.expand", 112, 16, 96, 1),
+    conv("features.2.0.dw", 112, 96, 96, 3, stride=2, groups=96),
+    conv("features.2.0.se.fc1", 1, 96, 4, 1),
+    conv("features.2.0.se.fc2", 1, 4, 96, 1),
+    conv("features.2.0.project", 56, 96, 24, 1),
+    conv("features.2.1.expand", 56, 24, 144, 1),
+    conv("features.2.1.dw", 56, 144, 144, 3, groups=144),
+    conv("features.2.1.se.fc1", 1, 144, 6, 1),
+    conv("features.2.1.se.fc2", 1, 6, 144, 1),
+    conv("features.2.1.project", 56, 144, 24, 1),
+    # stage 3: ratio 6, 5x5, 24 -> 40, 2 blocks, 56 -> 28
+    conv("features.3.0.expand", 56, 24, 144, 1),
+    conv("features.3.0.dw", 56, 144, 144, 5, stride=2, groups=144),
+    conv("features.3.0.se.fc1", 1, 144, 6, 1),
+    conv("features.3.0.se.fc2", 1, 6, 144, 1),
+    conv("features.3.0.project", 28, 144, 40, 1),
+    conv("features.3.1.expand", 28, 40, 240, 1),
+    conv("features.3.1.dw", 28, 240, 240, 5, groups=240),
+    conv("features.3.1.se.fc1", 1, 240, 10, 1),
+    conv("features.3.1.se.fc2", 1, 10, 240, 1),
+    conv("features.3.1.project", 28, 240, 40, 1),
+    # stage 4: ratio 6, 3x3, 40 -> 80, 3 blocks, 28 -> 14
+    conv("features.4.0.expand", 28, 40, 240, 1),
+    conv("features.4.0.dw", 28, 240, 240, 3, stride=2, groups=240),
+    conv("features.4.0.se.fc1", 1, 240, 10, 1),
+    conv("features.4.0.se.fc2", 1, 10, 240, 1),
+    conv("features.4.0.project", 14, 240, 80, 1),
+    conv("features.4.1-2.expand", 14, 80, 480, 1, count=2),
+    conv("features.4.1-2.dw", 14, 480, 480, 3, groups=480, count=2),
+    conv("features.4.1-2.se.fc1", 1, 480, 20, 1, count=2),
+    conv("features.4.1-2.se.fc2", 1, 20, 480, 1, count=2),
+    conv("features.4.1-2.project", 14, 480, 80, 1, count=2),
+    # stage 5: ratio 6, 5x5, 80 -> 112, 3 blocks at 14x14
+    conv("features.5.0.expand", 14, 80, 480, 1),
+    conv("features.5.0.dw", 14, 480, 480, 5, groups=480),
+    conv("features.5.0.se.fc1", 1, 480, 20, 1),
+    conv("features.5.0.se.fc2", 1, 20, 480, 1),
+    conv("features.5.0.project", 14, 480, 112, 1),
+    conv("features.5.1-2.expand", 14, 112, 672, 1, count=2),
+    conv("features.5.1-2.dw", 14, 672, 672, 5, groups=672, count=2),
+    conv("features.5.1-2.se.fc1", 1, 672, 28, 1, count=2),
+    conv("features.5.1-2.se.fc2", 1, 28, 672, 1, count=2),
+    conv("features.5.1-2.project", 14, 672, 112, 1, count=2),
+    # stage 6: ratio 6, 5x5, 112 -> 192, 4 blocks, 14 -> 7
+    conv("features.6.0.expand", 14, 112, 672, 1),
+    conv("features.6.0.dw", 14, 672, 672, 5, stride=2, groups=672),
+    conv("features.6.0.se.fc1", 1, 672, 28, 1),
+    conv("features.6.0.se.fc2", 1, 28, 672, 1),
+    conv("features.6.0.project", 7, 672, 192, 1),
+    conv("features.6.1-3.expand", 7, 192, 1152, 1, count=3),
+    conv("features.6.1-3.dw", 7, 1152, 1152, 5, groups=1152, count=3),
+    conv("features.6.1-3.se.fc1", 1, 1152, 48, 1, count=3),
+    conv("features.6.1-3.se.fc2", 1, 48, 1152, 1, count=3),
+    conv("features.6.1-3.project", 7, 1152, 192, 1, count=3),
+    # stage 7: ratio 6, 3x3, 192 -> 320, 1 block at 7x7
+    conv("features.7.0.expand", 7, 192, 1152, 1),
+    conv("features.7.0.dw", 7, 1152, 1152, 3, groups=1152),
+    conv("features.7.0.se.fc1", 1, 1152, 48, 1),
+    conv("features.7.0.se.fc2", 1, 48, 1152, 1),
+    conv("features.7.0.project", 7, 1152, 320, 1),
+    conv("features.8", 7, 320, 1280, 1),
+])
+
+#: torchvision.models.resnext50_32x4d: ``ResNet(Bottleneck, [3, 4, 6, 3], groups=32,
+#: width_per_group=4)``, the ResNet-50 layout with each bottleneck's width ``planes * 4 / 64 * 32``
+#: (128, 256, 512, 1024 for planes 64, 128, 256, 512; 4, 8, 16, 32 channels per group) and its 3x3
+#: ``conv2`` grouped 32 ways, carrying the stage's stride; outputs ``4 * planes`` (256 ... 2048) as in
+#: ResNet-50. 53 convs.
+RESNEXT50_32X4D = network("resnext50_32x4d", "ResNeXt-50 32x4d",
+                          "torchvision.models.resnext50_32x4d (Bottleneck, layers [3, 4, 6, 3], groups 32, "
+                          "width_per_group 4)", batch=32, input=(224, 224, 3), convs=[
+    conv("conv1", 224, 3, 64, 7, stride=2, pad=3),
+    # layer1: 3 bottlenecks, width 128, 256 out, at 56x56 (after the max pool)
+    conv("layer1.0.conv1", 56, 64, 128, 1),
+    conv("layer1.0.conv2", 56, 128, 128, 3, groups=32),
+    conv("layer1.0.conv3", 56, 128, 256, 1),
+    conv("layer1.0.downsample", 56, 64, 256, 1),
+    conv("layer1.1-2.conv1", 56, 256, 128, 1, count=2),
+    conv("layer1.1-2.conv2", 56, 128, 128, 3, groups=32, count=2),
+    conv("layer1.1-2.conv3", 56, 128, 256, 1, count=2),
+    # layer2: 4 bottlenecks, width 256, 512 out, 56 -> 28
+    conv("layer2.0.conv1", 56, 256, 256, 1),
+    conv("layer2.0.conv2", 56, 256, 256, 3, stride=2, groups=32),
+    conv("layer2.0.conv3", 28, 256, 512, 1),
+    conv("layer2.0.downsample", 56, 256, 512, 1, stride=2),
+    conv("layer2.1-3.conv1", 28, 512, 256, 1, count=3),
+    conv("layer2.1-3.conv2", 28, 256, 256, 3, groups=32, count=3),
+    conv("layer2.1-3.conv3", 28, 256, 512, 1, count=3),
+    # layer3: 6 bottlenecks, width 512, 1024 out, 28 -> 14
+    conv("layer3.0.conv1", 28, 512, 512, 1),
+    conv("layer3.0.conv2", 28, 512, 512, 3, stride=2, groups=32),
+    conv("layer3.0.conv3", 14, 512, 1024, 1),
+    conv("layer3.0.downsample", 28, 512, 1024, 1, stride=2),
+    conv("layer3.1-5.conv1", 14, 1024, 512, 1, count=5),
+    conv("layer3.1-5.conv2", 14, 512, 512, 3, groups=32, count=5),
+    conv("layer3.1-5.conv3", 14, 512, 1024, 1, count=5),
+    # layer4: 3 bottlenecks, width 1024, 2048 out, 14 -> 7
+    conv("layer4.0.conv1", 14, 1024, 1024, 1),
+    conv("layer4.0.conv2", 14, 1024, 1024, 3, stride=2, groups=32),
+    conv("layer4.0.conv3", 7, 1024, 2048, 1),
+    conv("layer4.0.downsample", 14, 1024, 2048, 1, stride=2),
+    conv("layer4.1-2.conv1", 7, 2048, 1024, 1, count=2),
+    conv("layer4.1-2.conv2", 7, 1024, 1024, 3, groups=32, count=2),
+    conv("layer4.1-2.conv3", 7, 1024, 2048, 1, count=2),
 ])

@@ -59,10 +59,17 @@ class Layer:
 
     @property
     def kind(self) -> str:
-        """``"depthwise"``, ``"grouped"`` or ``"dense"``."""
+        """``"dense"`` (one group), ``"depthwise"`` (a group per input channel, any channel multiplier
+        ``K / C``) or ``"grouped"`` (the others)."""
         if self.groups == 1:
             return "dense"
-        return "depthwise" if self.groups == self.C == self.K else "grouped"
+        return "depthwise" if self.groups == self.C else "grouped"
+
+    def min_bytes(self, itemsize: int) -> int:
+        """The least memory traffic of one call: input, filter and output once each, ``itemsize``
+        bytes an element (the depthwise layers' bandwidth is this over the time of a call)."""
+        return itemsize * (self.N * self.H * self.W * self.C + self.K * self.R * self.S * (self.C // self.groups)
+                           + self.N * self.P * self.Q * self.K)
 
     def describe(self) -> str:
         """``"C64 56x56 -> K256 1x1 s1 p0"`` (plus dilation and groups where they are not 1)."""

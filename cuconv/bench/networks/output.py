@@ -2,9 +2,12 @@
 
 * :func:`summary_lines` -- one row per network and dtype: cuDNN and cuconv milliseconds per forward
   pass and their ratio ("speed", cuDNN ms / cuconv ms: above 1 cuconv is faster), back to back (the
-  main number) and one call at a time; the check.
+  main number) and one call at a time; the check; under a network with depthwise layers, a line
+  on those layers together (:func:`depthwise_line`).
 * :func:`layer_lines` -- one row per layer of a network: count, the kernel cuconv chose
-  (``cuconv.explain``), milliseconds per call of both libraries and the speeds, the check.
+  (``cuconv.explain``), milliseconds per call of both libraries and the speeds, the check; a
+  depthwise layer's row ends with the bandwidth of both libraries in TB/s (memory-bound layers
+  are judged by bytes per second, not by MACs).
 * :func:`plot_networks` -- a bar chart of each network's speed, back to back and one at a time.
 
 All take the records of :func:`.runner.bench_network` (or a ``--json`` file of the suite), so
@@ -19,7 +22,7 @@ from typing import List, Optional, Sequence
 
 from ...models.plot import finish_figure, pyplot
 
-__all__ = ["speed", "summary_lines", "layer_line", "layer_lines", "load_records", "plot_networks"]
+__all__ = ["speed", "summary_lines", "depthwise_line", "layer_line", "layer_lines", "load_records", "plot_networks"]
 
 _NAN = float("nan")
 
@@ -36,6 +39,10 @@ def _ms(v: Optional[float]) -> str:
 
 def _x(v: Optional[float]) -> str:
     return f"{v:6.2f}x" if v else f"{'-':>7}"
+
+
+def _tb(v: Optional[float]) -> str:
+    return f"{v:5.2f}" if v else f"{'-':>5}"
 
 
 def _check(rec: dict) -> str:
@@ -59,8 +66,23 @@ def summary_lines(records: Sequence[dict], header: bool = True) -> List[str]:
                      f"{_ms(ms.get('cudnn'))} {_ms(ms.get('cuconv'))}  {_x(speed(ms))}   | "
                      f"{_ms(ms.get('cudnn_one_at_a_time'))} {_ms(ms.get('cuconv_one_at_a_time'))}  "
                      f"{_x(speed(ms, '_one_at_a_time'))}   | {_check(r)}")
+        if r.get("depthwise"):
+            lines.append(f"{'':<16} {depthwise_line(r)}")
         lines += [f"{'':<16} note: {n}" for n in r.get("notes", [])]
     return lines
+
+
+def depthwise_line(rec: dict) -> str:
+    """A network record's depthwise layers together (``rec["depthwise"]``, from
+    :func:`.runner.depthwise_summary`): convs, the sum of count x ms per call of each library, the
+    speed, their share of cuconv's sum over all layers, and the bandwidth of each library."""
+    dw = rec["depthwise"]
+    ms = dw.get("ms", {})
+    total = rec.get("ms", {}).get("cuconv_sum_of_layers")
+    share = f", {100 * ms['cuconv'] / total:.0f}% of cuconv's layer sum" if total and ms.get("cuconv") else ""
+    return (f"depthwise: {dw['convs']} of {rec['conv_layers']} convs, count x ms per call: cuDNN "
+            f"{_ms(ms.get('cudnn')).strip()} cuconv {_ms(ms.get('cuconv')).strip()} ({_x(speed(ms)).strip()}{share}); "
+            f"TB/s cuDNN {_tb(dw.get('tbps_cudnn')).strip()} cuconv {_tb(dw.get('tbps')).strip()}")
 
 
 def layer_line(rec: dict) -> str:
@@ -72,6 +94,8 @@ def layer_line(rec: dict) -> str:
             f"{_ms(ms.get('cudnn'))} {_ms(ms.get('cuconv'))} {_x(speed(ms))}  one at a time "
             f"{_ms(ms.get('cudnn_one_at_a_time'))} {_ms(ms.get('cuconv_one_at_a_time'))} "
             f"{_x(speed(ms, '_one_at_a_time'))}  {check}")
+    if rec.get("kind") == "depthwise":
+        line += f"  TB/s cuDNN {_tb(rec.get('tbps_cudnn'))} cuconv {_tb(rec.get('tbps'))}"
     return "\n".join([line] + [f"      note: {n}" for n in rec.get("notes", [])])
 
 
@@ -80,7 +104,7 @@ def layer_lines(record: dict) -> List[str]:
     title = (f"{record.get('title', record['network'])} ({record['network']}), N={record['batch']}, "
              f"{record['dtype']}: ms per call")
     head = (f"  {'layer':<44} {'geometry':<36} {'count':<4} {'kernel':<13} {'cuDNN ms':>9} {'cuconv ms':>9} "
-            f"{'speed':>7}  {'':13} {'cuDNN ms':>9} {'cuconv ms':>9} {'speed':>7}  check")
+            f"{'speed':>7}  {'':13} {'cuDNN ms':>9} {'cuconv ms':>9} {'speed':>7}  check  (depthwise: TB/s)")
     return [title, head] + [layer_line(layer) for layer in record.get("layers", [])]
 
 

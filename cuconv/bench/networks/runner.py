@@ -16,6 +16,11 @@ For every network and dtype, :func:`bench_network`:
    measurements, cuconv and cuDNN alternating, after one warm-up pass (cuDNN's autotuning, cuconv's
    kernel compilation). Times are per call (layers) and per forward pass (networks).
 
+Depthwise layers (``groups == C``) are memory-bound, so their records also carry the bandwidth
+each library reaches (:func:`bandwidth`: TB/s of the least traffic, input + filter + output once
+each, over the back-to-back ms per call), and a network with such layers a summary of them
+(:func:`depthwise_summary`).
+
 The layers of a network keep their buffers through the run, so a pass reads each layer's input
 from wherever the previous layers left the caches, as a forward pass does (a layer run ``count``
 times re-reads the same input; both libraries alike). CuPy and torch are imported inside the
@@ -37,8 +42,8 @@ from ..timing import event_api
 from . import NETWORKS
 from .layers import Layer, Network
 
-__all__ = ["PASSES", "REPEATS", "Prepared", "check_layer", "layer_record", "prepare_layer", "time_pass", "measure",
-           "bench_network", "run"]
+__all__ = ["PASSES", "REPEATS", "Prepared", "check_layer", "layer_record", "bandwidth", "depthwise_summary",
+           "prepare_layer", "time_pass", "measure", "bench_network", "run"]
 
 #: Passes between the two CUDA events of one measurement.
 PASSES = 20
@@ -80,9 +85,44 @@ def check_layer(layer: Layer, x0, w, y0) -> Tuple[float, str]:
 
 
 def layer_record(layer: Layer, dtype: str) -> dict:
-    """The JSON record of a layer before it runs: name, geometry, count, MACs per call."""
+    """The JSON record of a layer before it runs: name, geometry, count, MACs and least bytes per call."""
     return dict(name=layer.name, shape=layer.to_json(), describe=layer.describe(), kind=layer.kind, count=layer.count,
-                dtype=dtype, macs=layer.macs, kernel="-", detail="", ms={}, notes=[], check_ok=False)
+                dtype=dtype, macs=layer.macs, bytes=layer.min_bytes(np.dtype(np_dtype(dtype)).itemsize), kernel="-",
+                detail="", ms={}, notes=[], check_ok=False)
+
+
+def _tbps(nbytes: float, ms: Optional[float]) -> Optional[float]:
+    return nbytes / ms / 1e9 if ms else None  # bytes per ms / 1e9 = TB/s
+
+
+def bandwidth(record: dict) -> Dict[str, float]:
+    """``{"tbps": cuconv TB/s, "tbps_cudnn": cuDNN TB/s}`` of a depthwise layer's timed record: its
+    least bytes per call over each library's back-to-back ms per call (a library not timed is left
+    out); ``{}`` for a layer that is not depthwise."""
+    if record.get("kind") != "depthwise" or not record.get("bytes"):
+        return {}
+    out = {key: _tbps(record["bytes"], record.get("ms", {}).get(lib))
+           for key, lib in (("tbps", "cuconv"), ("tbps_cudnn", "cudnn"))}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def depthwise_summary(layers: Sequence[dict]) -> Optional[dict]:
+    """The depthwise layers of a network's timed layer records, together: ``convs`` (per forward
+    pass), ``layers`` (distinct), ``ms`` (per library timed on all of them: the sum of ``count`` x
+    back-to-back ms per call) and ``tbps`` / ``tbps_cudnn`` (their bytes over that time); None
+    where the network has none."""
+    dw = [r for r in layers if r.get("kind") == "depthwise"]
+    if not dw:
+        return None
+    out = dict(convs=sum(r["count"] for r in dw), layers=len(dw), ms={})
+    nbytes = sum(r["count"] * r.get("bytes", 0) for r in dw)
+    for lib, key in (("cuconv", "tbps"), ("cudnn", "tbps_cudnn")):
+        times = [r.get("ms", {}).get(lib) for r in dw]
+        if all(times):
+            out["ms"][lib] = sum(r["count"] * t for r, t in zip(dw, times))
+            if nbytes:
+                out[key] = _tbps(nbytes, out["ms"][lib])
+    return out
 
 
 def _conv_args(layer: Layer) -> dict:
@@ -189,6 +229,7 @@ def bench_network(net: Network, dtype: str, torch=None, log=print) -> dict:
     prepared = [prepare_layer(layer, dtype, torch) for layer in net.layers]
     for p in prepared:
         p.record["ms"].update(measure(_libs([p], p.record["notes"], counts=False)))  # ms per call
+        p.record.update(bandwidth(p.record))
         rec["layers"].append(p.record)
         log(layer_line(p.record))
     rec["ms"].update(measure(_libs(prepared, rec["notes"], counts=True)))  # ms per forward pass
@@ -196,6 +237,9 @@ def bench_network(net: Network, dtype: str, torch=None, log=print) -> dict:
         per_layer = [p.record["ms"].get(key) for p in prepared]
         if all(v is not None for v in per_layer):
             rec["ms"][key + "_sum_of_layers"] = sum(p.layer.count * v for p, v in zip(prepared, per_layer))
+    depthwise = depthwise_summary(rec["layers"])
+    if depthwise:
+        rec["depthwise"] = depthwise
     failed = [p.layer.name for p in prepared if not p.record["check_ok"]]
     rec["check_ok"] = not failed
     if failed:
