@@ -14,18 +14,19 @@
 //      memory (halo_tile.cuh: cp.async, zero-filled padding), so each input byte is read from
 //      global memory once per CTA, (tile + halo) / tile times overall.
 //   3. Thread (cv, row, column group) owns QT consecutive output pixels of one row x VEC channels:
-//      per filter row it loads a window of WIN = (QT - 1) * SW + (S - 1) * DW + 1 input vectors into
-//      registers and does S * QT * VEC multiply-adds with it (each loaded value is used for up to
-//      min(S, QT) outputs), the weights coming from shared memory as float4s.
+//      per filter row it takes the row's S weight vectors into registers, then streams the
+//      WIN = (QT - 1) * SW + (S - 1) * DW + 1 input vectors of its window, each widened to fp32 once
+//      and multiplied into every one of its outputs it reaches (up to min(S, QT)). Registers:
+//      QT * VEC accumulators + S * VEC weights + one vector, so 3-4 CTAs of 256 threads fit an SM.
 //   4. Epilogue act(alpha * acc + bias + beta * residual) (common/epilogue_math.cuh) from registers,
 //      VEC-wide stores: consecutive threads write consecutive channel vectors of one pixel.
-// Shared-memory reads are conflict-free when CV = 8 (a quarter-warp reads one pixel's 128 bytes).
 //
 // Compile-time (host: cuconv.backends.depthwise.variants): dtype, S, SW (stride along W), DW
-// (dilation along W), R, VEC (channels per thread), VIN (channels per input copy), QT, MULT1
+// (dilation along W), R, VEC (channels per thread: 4), VIN (channels per input copy), QT, MULT1
 // (multiplier 1: vector reads of the input window). Everything else is run-time (DwGeometry).
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
+#include "common/fast_div.cuh"
 #include "depthwise/vec_io.cuh"
 #include "depthwise/halo_tile.cuh"
 
@@ -62,7 +63,7 @@ namespace dw {
 
 constexpr int R = DW_R, S = DW_S, SW = DW_SW, DWL = DW_DW, VEC = DW_VEC, QT = DW_QT;
 constexpr int WIN = (QT - 1) * SW + (S - 1) * DWL + 1;  // input columns one thread reads per filter row
-constexpr int MAX_THREADS = 256;                       // CV <= 8 channel vectors x <= 32 pixel groups
+constexpr int MAX_THREADS = 256;                       // CV channel vectors x pixel groups
 
 // The run-time geometry (cuconv.backends.depthwise.params.dw_geometry builds it; same field order).
 struct DwGeometry {
@@ -74,6 +75,7 @@ struct DwGeometry {
   int cv, tp, tqg;               // channel vectors, output rows, column groups of QT per CTA
   int tiles_p, tiles_q;          // tiles per output plane
   int in_rows, in_cols, cin;     // the input tile: rows x cols pixels x cin channels
+  FastDivisor div_upp, div_cols; // the loader's divisions: by cin / VIN (copy units per pixel), by in_cols
 };
 
 // VEC floats of fp32 weights at p (16-byte aligned when VEC >= 4).
@@ -101,24 +103,30 @@ __device__ __forceinline__ void load_inputs(const elem_t* px, int cv, int mult, 
 }
 
 // acc += this thread's share of one input slice (filter depth t), read from the tile in shared memory.
+// Per filter row: the S weight vectors into registers, then the WIN input vectors of the window one
+// at a time, each widened once and multiplied into every output it reaches (q * SW + s * DW == j).
 __device__ __forceinline__ void accumulate_slice(float (&acc)[QT][VEC], const elem_t* sx, const float* sw,
                                                  const DwGeometry& g, int t, int cv, int row, int qg) {
   const int cb = VEC * g.cv;
   const float* wt = sw + t * R * S * cb + cv * VEC;
-#pragma unroll
+#pragma unroll(R <= 5 ? R : 1)  // a 7-row filter's rows one at a time: their loads would not fit the registers
   for (int r = 0; r < R; ++r) {
     const elem_t* src = sx + ((row * g.stride_h + r * g.dil_h) * g.in_cols + qg * QT * SW) * g.cin;
-    float win[WIN][VEC];
+    float wr[S][VEC];
 #pragma unroll
-    for (int j = 0; j < WIN; ++j) load_inputs(src + j * g.cin, cv, g.mult, win[j]);
+    for (int s = 0; s < S; ++s) load_weights(wt + (r * S + s) * cb, wr[s]);
 #pragma unroll
-    for (int s = 0; s < S; ++s) {
-      float wv[VEC];
-      load_weights(wt + (r * S + s) * cb, wv);
+    for (int j = 0; j < WIN; ++j) {
+      float xv[VEC];
+      load_inputs(src + j * g.cin, cv, g.mult, xv);
 #pragma unroll
-      for (int q = 0; q < QT; ++q)
+      for (int s = 0; s < S; ++s) {
+        const int q = (j - s * DWL) / SW;  // compile-time after unrolling
+        if (j >= s * DWL && (j - s * DWL) % SW == 0 && q < QT) {
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[q][v] = fmaf(win[q * SW + s * DWL][v], wv[v], acc[q][v]);
+          for (int v = 0; v < VEC; ++v) acc[q][v] = fmaf(xv[v], wr[s][v], acc[q][v]);
+        }
+      }
     }
   }
 }
@@ -129,7 +137,7 @@ __device__ __forceinline__ void accumulate_slice(float (&acc)[QT][VEC], const el
 using namespace cuconv;
 using namespace cuconv::dw;
 
-extern "C" __global__ void __launch_bounds__(MAX_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(MAX_THREADS, 3)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
                    const elem_t* residual, elem_t* out, DwGeometry g, EpilogueParams ep) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -179,7 +187,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     org.plane = image + d * slice;
     __syncthreads();  // the previous slice is consumed
     // 2. The input tile with its halo.
-    load_input_tile<DW_VIN>(sx, org, g.H, g.W, g.C);
+    load_input_tile<DW_VIN>(sx, org, g.H, g.W, g.C, g.div_upp, g.div_cols);
     sm80::cp_async_commit();
     sm80::cp_async_wait<0>();
     __syncthreads();  // the tile (and, the first time, sw) is visible to every thread

@@ -13,6 +13,7 @@
 #pragma once
 #include "common/types.cuh"
 #include "common/smem.cuh"
+#include "common/fast_div.cuh"
 #include "sm80/ptx_sm80.cuh"
 
 namespace cuconv {
@@ -38,14 +39,15 @@ __device__ __forceinline__ void copy_unit(uint32_t dst, const elem_t* src, bool 
 
 // Every thread of the CTA copies its share of the tile; the caller commits, waits and synchronises.
 template <int VIN>
-__device__ __forceinline__ void load_input_tile(elem_t* tile, const TileOrigin& o, int H, int W, int C) {
+__device__ __forceinline__ void load_input_tile(elem_t* tile, const TileOrigin& o, int H, int W, int C,
+                                                FastDivisor div_upp, FastDivisor div_cols) {
   const int units_per_pixel = o.cin / VIN;
   const int units = o.rows * o.cols * units_per_pixel;
   const uint32_t base = smem_u32(tile);
   for (int u = threadIdx.x; u < units; u += blockDim.x) {
-    const int pix = u / units_per_pixel;
+    const int pix = (int)fast_div((uint32_t)u, div_upp);
     const int cu = u - pix * units_per_pixel;
-    const int row = pix / o.cols;
+    const int row = (int)fast_div((uint32_t)pix, div_cols);
     const int col = pix - row * o.cols;
     const int h = o.h0 + row, w = o.w0 + col, c = o.c_lo + cu * VIN;
     const bool valid = (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W && c < C;

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...launch import c_struct, geometry3d
+from ...launch import c_struct, divisor_fields, divisor_values, geometry3d
 from ...problem import ConvProblem
 from .variants import DwConfig
 
 __all__ = ["dw_geometry", "DW_FIELDS"]
 
-#: ``DwGeometry``'s members in declaration order (all 32-bit ints).
+#: ``DwGeometry``'s members in declaration order (32-bit ints, then the loader's two fast divisors).
 DW_FIELDS = [(n, np.int32) for n in (
     "N", "D", "H", "W", "C", "K", "O", "P", "Q", "T", "stride_d", "stride_h", "dil_d", "dil_h",
-    "pad_d", "pad_h", "pad_w", "mult", "cv", "tp", "tqg", "tiles_p", "tiles_q", "in_rows", "in_cols", "cin")]
+    "pad_d", "pad_h", "pad_w", "mult", "cv", "tp", "tqg", "tiles_p", "tiles_q", "in_rows", "in_cols", "cin")] + \
+    divisor_fields("div_upp", "div_cols")
 
 
 def dw_geometry(p: ConvProblem, cfg: DwConfig) -> np.void:
@@ -23,4 +24,5 @@ def dw_geometry(p: ConvProblem, cfg: DwConfig) -> np.void:
         N=p.batch, D=g.D, H=g.H, W=g.W, C=p.channels, K=p.out_channels, O=g.O, P=g.P, Q=g.Q, T=g.T,
         stride_d=g.stride[0], stride_h=g.stride[1], dil_d=g.dilation[0], dil_h=g.dilation[1],
         pad_d=g.pad[0], pad_h=g.pad[1], pad_w=g.pad[2], mult=cfg.mult, cv=cfg.cv, tp=cfg.tp, tqg=cfg.tqg,
-        tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q, in_rows=cfg.in_rows, in_cols=cfg.in_cols, cin=cfg.cin))
+        tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q, in_rows=cfg.in_rows, in_cols=cfg.in_cols, cin=cfg.cin,
+        **divisor_values(div_upp=cfg.cin // cfg.vin, div_cols=cfg.in_cols)))

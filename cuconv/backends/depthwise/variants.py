@@ -22,10 +22,17 @@ DW_SOURCE = "depthwise/depthwise_fprop.cu"
 #: Shared memory one CTA may use (bytes): under every sm_80+ GPU's per-block opt-in limit (99 KiB on
 #: sm_86/89), so one variant runs everywhere.
 SMEM_LIMIT = 96 * 1024
-#: Threads per CTA at most (``MAX_THREADS`` of the kernel): 8 channel vectors x 32 pixel groups.
+#: Shared memory a tile aims at: 3-4 CTAs of 256 threads per SM (their registers allow 3) on every
+#: sm_80+ GPU (A100: 164 KiB per SM).
+SMEM_TARGET = 40 * 1024
+#: Threads per CTA at most (``MAX_THREADS`` of the kernel).
 MAX_THREADS = 256
-_MAX_CV = 8
-_PIXEL_GROUPS = 32
+#: Channels per thread: one 8-byte (16-bit dtypes) or 16-byte (fp32) vector. Wider vectors cost
+#: registers (QT x VEC accumulators, S x VEC weights) and with them the occupancy that hides the
+#: memory latency.
+_VEC = 4
+_MAX_CV = 16            # channel vectors per CTA: chunks of up to 64 channels
+_MAX_TILE_COLS = 32     # output columns per tile
 _DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
@@ -90,28 +97,56 @@ def _channel_vectors(nvec: int, vec: int, mult: int) -> Optional[int]:
     return None if best is None else best[1]
 
 
+def _tile_cost(P: int, Q: int, tp: int, tq: int, rows: int, cols: int) -> int:
+    """Pixels of work per channel over the plane: input tiles with their halos, plus the outputs the
+    tiles compute (the ones past P or Q included)."""
+    return -(-P // tp) * -(-Q // tq) * (rows * cols + tp * tq)
+
+
 def dw_config(p: ConvProblem) -> Union[DwConfig, str]:
-    """The launch shape for depthwise problem ``p`` (``groups == C``), or the reason there is none."""
+    """The launch shape for depthwise problem ``p`` (``groups == C``), or the reason there is none.
+
+    Channels: vectors of :data:`_VEC` (or fewer, dividing C), chunks of up to 64 channels with the least
+    padding. Tile: each thread takes QT = 8 outputs along W for filters up to 3 wide at W stride 1, else 4
+    (fewer on narrower outputs: QT x VEC accumulators and S x VEC weights live in registers), and among
+    the tiles of at most 256 threads, 32 columns and :data:`SMEM_TARGET` bytes the one with the least
+    halo and padding work (:func:`_tile_cost`); one row over the target is shrunk until it fits
+    :data:`SMEM_LIMIT`."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     esize = p.itemsize
     C, K = p.channels, p.out_channels
     mult = K // C
-    vmax = 16 // esize
-    vec = _pow2_divisor(C if mult == 1 else K, vmax)
+    vec = _pow2_divisor(C if mult == 1 else K, _VEC)
     cv = _channel_vectors(K // vec, vec, mult)
     while cv is None:                 # an odd multiplier and a wide vector: narrow the vector
         vec //= 2
         cv = _channel_vectors(K // vec, vec, mult)
     cb = vec * cv
     cin = cb // mult
-    vin = vec if mult == 1 else _pow2_divisor(math.gcd(cin, C), vmax)
-    qt = 4 if Q >= 3 else Q
-    tqg = min(-(-Q // qt), 4)
-    tp = min(P, _PIXEL_GROUPS // tqg)
+    vin = _pow2_divisor(math.gcd(cin, C), 16 // esize)
+    qt = min(8 if S <= 3 and sw == 1 else 4, 1 << (Q - 1).bit_length())
+    groups = MAX_THREADS // cv        # pixel groups of qt outputs per CTA
+    taps_bytes = -(-T * R * S * cb * 4 // 16) * 16
+
+    def extent(tp_, tqg_):
+        return (tp_ - 1) * sh + (R - 1) * dh + 1, (tqg_ * qt - 1) * sw + (S - 1) * dw + 1
+
+    def smem_of(tp_, tqg_):
+        rows, cols = extent(tp_, tqg_)
+        return taps_bytes + rows * cols * cin * esize
+
+    best = None
+    for tqg in range(1, min(-(-Q // qt), groups, _MAX_TILE_COLS // qt) + 1):
+        tp = min(P, groups // tqg)
+        while tp > 1 and smem_of(tp, tqg) > SMEM_TARGET:
+            tp -= 1
+        cost = _tile_cost(P, Q, tp, tqg * qt, *extent(tp, tqg))
+        if best is None or cost < best[0]:
+            best = (cost, tp, tqg)
+    _, tp, tqg = best
     while True:
-        in_rows = (tp - 1) * sh + (R - 1) * dh + 1
-        in_cols = (tqg * qt - 1) * sw + (S - 1) * dw + 1
-        smem = -(-T * R * S * cb * 4 // 16) * 16 + in_rows * in_cols * cin * esize
+        in_rows, in_cols = extent(tp, tqg)
+        smem = smem_of(tp, tqg)
         if smem <= SMEM_LIMIT:
             break
         if tp > 1:
