@@ -158,14 +158,17 @@ class PackedLaunch:
     the operands' addresses) are rewritten in place by :meth:`__call__`.
 
     ``args`` are NumPy scalars (``np.void`` structs, ``np.uint64`` pointers...) in the kernel's
-    parameter order. The grid's y/z are 1; a kernel's compile-time cluster dimensions apply as usual.
+    parameter order. ``grid`` is an int (x; y and z are 1) or an (x[, y[, z]]) tuple; a kernel's
+    compile-time cluster dimensions apply as usual.
     """
 
     _ALIGN = 64
 
-    def __init__(self, fn, grid: int, block: int, shared_mem: int, args, slots: Tuple[int, ...] = ()):
+    def __init__(self, fn, grid, block: int, shared_mem: int, args, slots: Tuple[int, ...] = ()):
         self._function = fn.kernel.ptr   # RawKernel -> loaded cupy Function -> CUfunction
-        self._grid, self._block, self._smem = int(grid), int(block), int(shared_mem)
+        dims = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
+        self._grid = dims + (1,) * (3 - len(dims))
+        self._block, self._smem = int(block), int(shared_mem)
         blobs = [np.asarray(a).tobytes() for a in args]
         offsets, total = [], 0
         for b in blobs:
@@ -190,5 +193,5 @@ class PackedLaunch:
         """Launch on the current CuPy stream, with ``pointers`` (one per slot, in order) in the slots."""
         for slot, pointer in zip(self._slots, pointers):
             slot.value = pointer
-        self._launch_kernel(self._function, self._grid, 1, 1, self._block, 1, 1, self._smem,
+        self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem,
                             self._current_stream().ptr, self._table_ptr, 0)

@@ -1,7 +1,7 @@
 """Scratch buffers that kernels reuse from call to call: one per (device, stream, purpose).
 
 Some paths need temporary device memory on every call (the sm80 ``pad_channels`` path's padded
-copies of x and w, the ``grouped_mma`` path's weight fragments, the Hopper split tail's partial sums
+copies of x and w, the Hopper split tail's partial sums
 and flags). Allocating it per call costs host
 time, and inside a CUDA-graph capture it turns into allocations replayed with the graph, whose
 replay times then vary. So each purpose gets one buffer per device and stream, grown when a call

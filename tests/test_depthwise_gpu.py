@@ -9,8 +9,6 @@ full size.
 
 import numpy as np
 import pytest
-from hypothesis import settings
-from hypothesis import strategies as st
 
 import cuconv
 from cuconv.device import gpu_available

@@ -40,12 +40,15 @@ PROBLEMS = {
     "conv2d_bf16": problem2d(C=64, K=64),
     "conv2d_fp32": problem2d(dtype="float32"),
     "conv2d_grouped": problem2d(C=64, K=64, groups=16),
+    "conv2d_depthwise": problem2d(C=48, K=96, groups=48),
+    "conv3d_depthwise": problem3d(C=24, K=24, groups=24, dtype="float32"),
     "conv2d_stem": problem2d(N=1, H=32, W=32, C=3, K=64, R=7, S=7, stride=2, padding=3),
     "conv2d_residual": problem2d(C=64, K=128, epilogue=Epilogue(has_residual=True, has_bias=True, activation="relu")),
     "conv3d_bf16": problem3d(C=64, K=64),
     "conv3d_temporal_pad": problem3d(C=32, K=32, padding=1, dtype="float16"),
 }
-KERNEL_NAMES = ["cpu", "generic_gpu", "sm90_tma", "conv3d_native", "conv3d_qslice", "sm80_igemm", "cdna3_igemm"]
+KERNEL_NAMES = ["cpu", "generic_gpu", "sm90_tma", "conv3d_native", "conv3d_qslice", "sm80_igemm", "depthwise_direct",
+                "cdna3_igemm"]
 
 
 # ----------------------------------------------------------------------------------------- the plan contract

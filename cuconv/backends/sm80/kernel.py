@@ -21,12 +21,12 @@ from typing import Optional
 import numpy as np
 
 from ...compiler import load_cuda_function
-from ...launch import epilogue_params
+from ...launch import PackedLaunch, epilogue_params
 from ...models.loader import SUBPATHS, subpath_ok
 from ...plan import Declined, Kernel, Plan
 from ...problem import ConvProblem
 from ...registry import register
-from .grouped import run_grouped
+from .grouped import GroupedLaunch
 from .pad import pad_channels, pad_plan
 from .params import INT32_MAX, MAX_LD, epilogue_operands, im2col_geometry, m_grid, out_vec
 from .subpaths import choose_subpath
@@ -69,6 +69,8 @@ class Sm80Plan(Plan):
         self.subpath = subpath
         self._why = why
         self.pad = pad_plan(problem) if subpath == "pad_channels" else None
+        self._grouped = GroupedLaunch(problem, device) if subpath == "grouped_mma" else None
+        self._launches = {}  # operand alignments -> packed implicit-GEMM launch
 
     def describe(self) -> str:
         problem, subpath, why = self.problem, self.subpath, self._why
@@ -76,7 +78,7 @@ class Sm80Plan(Plan):
             name, sbs, _ = grouped_variant(problem)
             return (f"{name}: {why} path, direct block-diagonal mma.sync over {GROUPED_SUPER}-channel superblocks "
                     f"({problem.groups} groups of {problem.channels_per_group}), {sbs} superblock(s) per CTA, "
-                    f"16-byte activation loads; weights packed into mma fragments by a prep kernel each call")
+                    f"16-byte activation loads; weights packed into mma fragments by a prep kernel each call (both launches packed once per stream)")
         if subpath == "pad_channels":
             plan = self.pad
             kp = plan.kernel_problem
@@ -94,13 +96,44 @@ class Sm80Plan(Plan):
 
     def run(self, x, w, bias, residual, out):
         if self.subpath == "grouped_mma":
-            run_grouped(self.problem, x, w, bias, residual, out, self.device)
+            self._grouped(x, w, bias, residual, out)
         elif self.subpath == "pad_channels":
             xp, wp = pad_channels(self.problem, self.pad, x, w, self.device)
             run_igemm(self.pad.kernel_problem, "per_lane", xp, wp, bias, residual, out, self.device,
                       w_ld=self.pad.w_ld)
         else:
-            run_igemm(self.problem, self.subpath, x, w, bias, residual, out, self.device)
+            self._run_packed(x, w, bias, residual, out)
+
+    def _run_packed(self, x, w, bias, residual, out):
+        """run_igemm's launch, packed once per alignment of the operands' addresses (the copy widths
+        depend on it), then only the five addresses change."""
+        ep = self.problem.epilogue
+        bias_arg, res_arg, _ = epilogue_operands(out, bias, residual, ep)
+        ptrs = (x.data.ptr, w.data.ptr, bias_arg.data.ptr, res_arg.data.ptr, out.data.ptr)
+        key = tuple(q & 15 for q in ptrs) + (bias is None, res_arg is out)
+        launch = self._launches.get(key)
+        if launch is None:
+            launch = self._launches[key] = igemm_launch(self.problem, self.subpath, x, w, bias, residual, out, self.device)
+        launch(*ptrs)
+
+
+def igemm_launch(problem: ConvProblem, subpath: str, x, w, bias, residual, out, dev) -> PackedLaunch:
+    """:func:`run_igemm`'s launch for these operands' alignments, as a :class:`PackedLaunch` whose slots
+    are the addresses of x, w, bias, residual and out (absent operands: out's)."""
+    name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr)
+    smem = conv_smem(cfg, subpath, defines)
+    fn = load_cuda_function(CONV_SOURCE, dev, defines, name, smem)
+    ep = problem.epilogue
+    Kg = problem.gemm_n
+    n_tiles = -(-Kg // cfg.bn)
+    m_tiles = -(-problem.gemm_m // cfg.bm)
+    gy, gz = m_grid(m_tiles)
+    _, _, res_ptr = epilogue_operands(out, bias, residual, ep)
+    vec = out_vec(problem.out_channels, Kg, out.data.ptr, None if bias is None else bias.data.ptr, res_ptr)
+    null = np.uint64(0)
+    args = (null, null, null, null, null, im2col_geometry(problem), np.int32(Kg), np.int32(problem.gemm_k),
+            np.int32(n_tiles), np.int32(m_tiles), np.int32(vec), epilogue_params(ep))
+    return PackedLaunch(fn, (n_tiles * problem.groups, gy, gz), cfg.threads, smem, args, slots=(0, 1, 2, 3, 4))
 
 
 def run_igemm(problem: ConvProblem, subpath: str, x, w, bias, residual, out, dev, w_ld: Optional[int] = None):
