@@ -15,9 +15,11 @@ import numpy as np
 
 from . import dispatch
 from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name
-from .device import device_of
+from .device import cupy_or_none, device_of
 from .epilogue import apply_epilogue
+from .overrides import current_overrides
 from .problem import LAYOUTS, ConvProblem
+from .registry import on_change
 from .validate import activation_of, check_ranks, conv_problem, layout_of, strategy_of, user_shape
 
 __all__ = ["conv2d", "conv3d", "explain"]
@@ -144,14 +146,93 @@ def deliver(xp, out_native, out_user, out_given, channels_first):
     return xp.ascontiguousarray(xp.moveaxis(out_native, -1, 1)) if channels_first else out_native
 
 
+#: Calls already validated and planned, by signature (:func:`_signature`): what a repeated call needs.
+_CALLS: dict = {}
+_CALLS_LIMIT = 1024
+on_change(_CALLS.clear)  # a kernel registered later may plan these calls differently
+_SCALAR_TYPES = (int, float)  # exactly these (bool is refused by validation, so it takes the full path)
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What a validated call of a signature left to reuse: its plan and how to shape its operands."""
+
+    plan: object
+    xp: object
+    device_id: Optional[int]
+    channels_first: bool
+    native_out_shape: tuple
+    x_native: bool      # x (w, bias) is already channels-last and contiguous: passed as is
+    w_native: bool
+    bias_native: bool
+
+
+def _operand_key(a, tx):
+    """(shape, strides, dtype, device) of an operand of the call's array type, or None for an absent one;
+    raises KeyError for one of another type (the full path then validates it)."""
+    if a is None:
+        return None
+    if type(a) is not tx:
+        raise KeyError
+    return (a.shape, a.strides, a.dtype, None if tx is np.ndarray else a.data.device_id)
+
+
+def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
+               kernel, strategy):
+    """A key that fixes everything validation and dispatch decide for a call, or None when the call has
+    arguments this key cannot vouch for (anything but numpy / cupy arrays, sequences of ints, bools):
+    those calls take the full path every time. Operands are keyed by shape, strides, dtype and device,
+    scalars by type and value, and the :func:`cuconv.overrides` in force are part of it."""
+    tx = type(x)
+    if tx is not np.ndarray:
+        cp = cupy_or_none()
+        if cp is None or tx is not cp.ndarray:
+            return None
+    if (type(stride) is not int or type(dilation) is not int or type(groups) is not int
+            or type(padding) not in (int, str) or type(alpha) not in _SCALAR_TYPES
+            or type(beta) not in _SCALAR_TYPES):
+        return None
+    try:
+        key = (nd, tx, _operand_key(x, tx), _operand_key(w, tx), _operand_key(bias, tx),
+               _operand_key(residual, tx), _operand_key(out, tx), stride, padding, dilation, groups, layout,
+               alpha, type(alpha), beta, type(beta), activation, kernel, strategy, current_overrides())
+    except KeyError:
+        return None
+    if out is not None and tx is np.ndarray and not out.flags.writeable:
+        return None
+    return key
+
+
 def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
           kernel, strategy):
-    call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
-                    activation, out)
-    plan, _ = _select(call, kernel, strategy)
-    execute(plan, call.xp, None if call.xp is np else call.x.device.id, call.x, call.w, call.bias, call.residual,
-            call.out_native)
-    return deliver(call.xp, call.out_native, call.out_user, call.out_given, call.channels_first)
+    key = _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                     out, kernel, strategy)
+    try:
+        known = None if key is None else _CALLS.get(key)
+    except TypeError:  # an unhashable argument (a layout or activation of the wrong type): validation says so
+        key = known = None
+    if known is None:
+        call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
+                        activation, out)
+        plan, _ = _select(call, kernel, strategy)
+        device_id = None if call.xp is np else call.x.device.id
+        if key is not None:
+            if len(_CALLS) >= _CALLS_LIMIT:
+                _CALLS.clear()
+            _CALLS[key] = _Known(plan, call.xp, device_id, call.channels_first,
+                                 (x.shape[0], *call.problem.out_shape[1:]), call.x is x, call.w is w,
+                                 call.bias is bias)
+        execute(plan, call.xp, device_id, call.x, call.w, call.bias, call.residual, call.out_native)
+        return deliver(call.xp, call.out_native, call.out_user, call.out_given, call.channels_first)
+    # A signature seen before: its validation and plan hold; what depends on the arrays' identities
+    # (the residual written in place, overlaps with out) is decided again.
+    xp, cf = known.xp, known.channels_first
+    res, out_native = residual_and_output(xp, residual, residual, out, out, cf, known.native_out_shape, x.dtype)
+    x_n = x if known.x_native else _to_native(x, cf, xp)
+    w_n = w if known.w_native else _to_native(w, cf, xp)
+    b_n = bias if known.bias_native else _to_native(bias, False, xp)
+    execute(known.plan, xp, known.device_id, x_n, w_n, b_n, res, out_native)
+    return deliver(xp, out_native, out, out, cf)
 
 
 _COMMON_DOC = """

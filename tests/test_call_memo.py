@@ -1,0 +1,88 @@
+"""Repeated calls (cuconv/api.py ``_signature``): a call whose signature was validated and planned before
+reuses that work, and still computes from its own arrays and refuses what a first call would refuse.
+CPU (NumPy) arrays: the GPU takes the same path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuconv
+from cuconv import api
+
+from conftest import random_array
+
+
+def _operands(seed, shape=(2, 7, 6, 8), k=8, groups=1):
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, shape, "float32")
+    w = random_array(rng, (k, 3, 3, shape[-1] // groups), "float32")
+    return x, w
+
+
+def test_repeated_calls_compute_from_their_own_arrays():
+    api._CALLS.clear()
+    for seed in range(4):
+        x, w = _operands(seed)
+        bias = np.full((8,), 0.5 * seed, np.float32)
+        got = cuconv.conv2d(x, w, bias, padding=1, activation="relu")
+        want = cuconv.reference.conv2d(x, w, bias, padding=1, activation="relu")
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(api._CALLS) == 1
+
+
+def test_in_place_residual_and_out_on_repeated_calls():
+    x, w = _operands(7)
+    for _ in range(3):
+        r = np.ones((2, 7, 6, 8), np.float32)
+        want = cuconv.reference.conv2d(x, w, residual=r, padding=1, beta=2.0)
+        got = cuconv.conv2d(x, w, residual=r, out=r, padding=1, beta=2.0)
+        assert got is r
+        np.testing.assert_allclose(r, want, rtol=1e-4, atol=1e-4)
+
+
+def test_nchw_and_strided_inputs_repeat():
+    x, w = _operands(9)
+    xc = np.ascontiguousarray(np.moveaxis(x, -1, 1))
+    wc = np.ascontiguousarray(np.moveaxis(w, -1, 1))
+    want = np.moveaxis(cuconv.reference.conv2d(x, w, padding=1), -1, 1)
+    for _ in range(2):
+        np.testing.assert_allclose(cuconv.conv2d(xc, wc, padding=1, layout="NCHW"), want, rtol=1e-4, atol=1e-4)
+    big = np.zeros((2, 7, 6, 16), np.float32)
+    big[..., :8] = x
+    for _ in range(2):  # a strided view: keyed by its strides, made contiguous on every call
+        np.testing.assert_allclose(cuconv.conv2d(big[..., :8], w, padding=1), cuconv.reference.conv2d(x, w, padding=1),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_what_a_first_call_refuses_is_refused_after_a_good_one():
+    x, w = _operands(3)
+    cuconv.conv2d(x, w, padding=1, alpha=1)
+    with pytest.raises(TypeError, match="alpha"):
+        cuconv.conv2d(x, w, padding=1, alpha=True)
+    out = np.empty((2, 7, 6, 8), np.float32)
+    cuconv.conv2d(x, w, padding=1, out=out)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out: expected a writeable array"):
+        cuconv.conv2d(x, w, padding=1, out=out)
+    with pytest.raises(TypeError, match="w: expected dtype float32"):
+        cuconv.conv2d(x, w.astype(np.float16), padding=1)
+    with pytest.raises(ValueError, match="layout"):
+        cuconv.conv2d(x, w, padding=1, layout=["NHWC"])
+
+
+def test_overrides_are_part_of_the_signature():
+    x, w = _operands(4)
+    api._CALLS.clear()
+    cuconv.conv2d(x, w, padding=1)
+    with cuconv.overrides(block_n=64):
+        cuconv.conv2d(x, w, padding=1)
+    assert len(api._CALLS) == 2
+
+
+def test_arguments_the_key_cannot_vouch_for_take_the_full_path():
+    x, w = _operands(5)
+    api._CALLS.clear()
+    cuconv.conv2d(x, w, padding=(1, 1), stride=[1, 1])
+    cuconv.conv2d(x, w, padding=1, groups=np.int64(1))
+    assert len(api._CALLS) == 0
