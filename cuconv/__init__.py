@@ -15,10 +15,11 @@ from .conv_plan import ConvPlan, plan_conv2d, plan_conv3d
 from .dispatch import Explanation, KernelDeclined, kernels
 from .overrides import Overrides, overrides
 from .matmul import matmul
+from .precompile import precompile
 from .problem import ConvProblem, Epilogue
 from .scratch import release_scratch
 
 __version__ = "0.1.0"
 
-__all__ = ["conv2d", "conv3d", "explain", "plan_conv2d", "plan_conv3d", "ConvPlan", "matmul", "clear_cache", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
+__all__ = ["conv2d", "conv3d", "explain", "plan_conv2d", "plan_conv3d", "ConvPlan", "precompile", "matmul", "clear_cache", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
            "KernelDeclined", "kernels", "overrides", "Overrides", "__version__"]

@@ -55,6 +55,12 @@ class Plan:
         """The variant that runs (tile config, sub-path...), for :func:`cuconv.explain`."""
         return self.kernel.name
 
+    def compile_jobs(self) -> Tuple[Tuple[str, dict], ...]:
+        """The ``(source, defines)`` pairs of the CUDA kernels :meth:`run` loads, for operands at
+        16-byte aligned addresses (:func:`cuconv.precompile` compiles them ahead of the first call).
+        Empty for a kernel that compiles nothing."""
+        return ()
+
     def run(self, x, w, bias, residual, out) -> None:
         """Compute ``out`` (native layout, contiguous, the problem's dtype) from native-layout inputs.
 

@@ -98,6 +98,9 @@ class QSlicePlan(Plan):
         return (f"{p.batch} x {p.filter_spatial[0]} launches of [{self.inner.describe()}], "
                 f"extra memory {extra_bytes(p) / 2**20:.1f} MiB")
 
+    def compile_jobs(self):
+        return self.inner.compile_jobs() + ((_SOURCE, {"CUCONV_DTYPE": dtype_code(self.problem.dtype)}),)
+
     def run(self, x, w, bias, residual, out):
         import cupy as cp
 

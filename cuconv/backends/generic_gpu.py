@@ -40,6 +40,9 @@ class GenericGPUPlan(Plan):
     def describe(self):
         return f"im2col_f32 + cupy.matmul (batched over {self.problem.groups} group(s)) + epilogue"
 
+    def compile_jobs(self):
+        return ((_SOURCE, {"CUCONV_DTYPE": dtype_code(self.problem.dtype)}),)
+
     def run(self, x, w, bias, residual, out):
         import cupy as cp
 

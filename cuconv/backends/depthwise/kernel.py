@@ -76,6 +76,9 @@ class DepthwisePlan(Plan):
                 f"{c.in_rows}x{c.in_cols}x{c.cin} with halo in shared memory ({c.smem} bytes, copies of {c.vin} "
                 f"channels){depth}, grid {c.chunks} chunks x {c.tiles_p}x{c.tiles_q} tiles per plane")
 
+    def compile_jobs(self):
+        return ((DW_SOURCE, self.defines),)
+
     def _build(self):
         p, c = self.problem, self.cfg
         fn = load_cuda_function(DW_SOURCE, self.device, self.defines, self.name, c.smem)

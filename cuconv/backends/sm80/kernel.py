@@ -30,7 +30,8 @@ from .grouped import GroupedLaunch
 from .pad import pad_channels, pad_plan
 from .params import INT32_MAX, MAX_LD, epilogue_operands, im2col_geometry, m_grid, out_vec
 from .subpaths import choose_subpath
-from .variants import BLOCK_K, CONV_SOURCE, GROUPED_SUPER, conv_smem, conv_variant, grouped_variant
+from .variants import (BLOCK_K, CONV_SOURCE, GROUPED_SOURCE, GROUPED_SUPER, PAD_SOURCE, conv_smem, conv_variant,
+                       grouped_variant, pad_variant)
 
 __all__ = ["Sm80IgemmKernel", "Sm80Plan", "stage_a_tile"]
 
@@ -93,6 +94,15 @@ class Sm80Plan(Plan):
         return (f"{name}: loader {why}, tile {cfg.bm}x{cfg.bn}x{cfg.bk}, {cfg.stages}-stage cp.async ring, "
                 f"{cfg.warps_m}x{cfg.warps_n} warps, copies of {d['CUCONV_VEC_A']} (A) / {d['CUCONV_VEC_B']} (B) "
                 f"elements (when the pointers are aligned), grid covers {problem.groups} group(s)")
+
+    def compile_jobs(self):
+        p = self.problem
+        if self.subpath == "grouped_mma":
+            return ((GROUPED_SOURCE, grouped_variant(p)[2]),)
+        if self.subpath == "pad_channels":
+            return ((PAD_SOURCE, pad_variant(self.pad.cp)[1]),
+                    (CONV_SOURCE, conv_variant(self.pad.kernel_problem, "per_lane", 0, 0, self.pad.w_ld)[2]))
+        return ((CONV_SOURCE, conv_variant(p, self.subpath, 0, 0)[2]),)
 
     def run(self, x, w, bias, residual, out):
         if self.subpath == "grouped_mma":

@@ -29,7 +29,7 @@ from .params import kernel_params
 from .tensormap import (cuda_driver, encode_halo_c, encode_halo_x, encode_im2col_x, encode_tiled_c, encode_tiled_w,
                         placeholder_descriptor, tma_box_params, tma_limits_violation)
 from .tiles import BLOCK_K, HALO_A_STAGES, TileConfig, halo_why_not, halo_window, tile_config
-from .variants import kernel_name, load_function
+from .variants import SOURCE, defines, kernel_name, load_function
 
 __all__ = ["Sm90TmaKernel", "Sm90TmaConv3d", "Sm90Plan"]
 
@@ -125,6 +125,10 @@ class Sm90Plan(Plan):
         return (f"{kernel_name(cfg, res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{consumers}, {grid}{split}, "
                 f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
+
+    def compile_jobs(self):
+        p = self.problem
+        return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd)),)
 
     def run(self, x, w, bias, residual, out):
         """Launch; the record (descriptors, params, function, grid) is reused for the same input addresses.
