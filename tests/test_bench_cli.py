@@ -268,3 +268,27 @@ def test_a_full_run_with_the_gpu_work_replaced(monkeypatch, tmp_path, capsys):
     assert all("cuconv_sustained" in r["ms"] for r in docs["run.json"]["records"])
     page = report.render(str(tmp_path / "out"))
     assert page.count("- command: `") == 3 and "## run_sm80.json: sm80" in page
+
+
+def test_first_call_exits_2_without_a_gpu(monkeypatch, capsys):
+    from cuconv.bench import first_call
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(count=0))
+    assert first_call.main(["--network", "mobilenet_v2"]) == environment.EXIT_UNAVAILABLE
+    assert "0 devices" in capsys.readouterr().err
+
+
+def test_first_call_runs_each_mode_in_a_fresh_process_with_an_empty_cache(monkeypatch, capsys):
+    """The parent only starts children: one per mode, each with its own (new, empty) cache folder."""
+    from cuconv.bench import first_call
+    monkeypatch.setattr(environment, "require_gpu", lambda: None)
+    seen = []
+
+    def fake_run(cmd, env):
+        cache = env["CUCONV_CACHE_DIR"]
+        seen.append((cmd[cmd.index("--mode") + 1], cache, os.listdir(cache)))
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(first_call.subprocess, "run", fake_run)
+    assert first_call.main(["--network", "resnet50"]) == 0
+    assert [m for m, _, _ in seen] == list(first_call.MODES)
+    assert seen[0][1] != seen[1][1] and all(files == [] for _, _, files in seen)
