@@ -31,7 +31,7 @@ def _all_variants():
 
 def test_every_backend_declares_its_variants():
     sources = {v[0].split("/")[0] for v in _all_variants()}
-    assert {"sm90", "sm80", "generic", "conv3d"} <= sources, sources
+    assert {"sm90", "sm80", "depthwise", "generic", "conv3d"} <= sources, sources
 
 
 pytestmark = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC library not found (pip install nvidia-cuda-nvrtc)")

@@ -22,7 +22,8 @@
 //      VEC-wide stores: consecutive threads write consecutive channel vectors of one pixel.
 //
 // Compile-time (host: cuconv.backends.depthwise.variants): dtype, S, SW (stride along W), DW
-// (dilation along W), R, VEC (channels per thread: 4), VIN (channels per input copy), QT, MULT1
+// (dilation along W), R, VEC (channels per thread: 4), VIN (channels per input copy), QT, MULT1,
+// MIN_BLOCKS (the __launch_bounds__ occupancy: 3, or 2 where 80 registers would spill)
 // (multiplier 1: vector reads of the input window). Everything else is run-time (DwGeometry).
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
@@ -53,6 +54,9 @@
 #endif
 #ifndef DW_MULT1
 #define DW_MULT1 1
+#endif
+#ifndef DW_MIN_BLOCKS
+#define DW_MIN_BLOCKS 3  // CTAs of 256 threads per SM the registers must allow (3: <= 80 registers)
 #endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME depthwise_fprop
@@ -137,7 +141,7 @@ __device__ __forceinline__ void accumulate_slice(float (&acc)[QT][VEC], const el
 using namespace cuconv;
 using namespace cuconv::dw;
 
-extern "C" __global__ void __launch_bounds__(MAX_THREADS, 3)
+extern "C" __global__ void __launch_bounds__(MAX_THREADS, DW_MIN_BLOCKS)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
                    const elem_t* residual, elem_t* out, DwGeometry g, EpilogueParams ep) {
   extern __shared__ __align__(16) unsigned char smem[];

@@ -164,12 +164,43 @@ def dw_config(p: ConvProblem) -> Union[DwConfig, str]:
                     cin=cin, tiles_p=tiles_p, tiles_q=tiles_q, chunks=chunks, smem=smem)
 
 
+def min_blocks(dtype: str, qt: int) -> int:
+    """CTAs of 256 threads per SM the kernel's registers must allow (``__launch_bounds__``): 3 (<= 80
+    registers) where ptxas fits the variant there without spilling, else 2. fp32 windows and the fp16
+    8-output window do not fit; tests/test_depthwise_compile.py checks every catalog variant for
+    spills."""
+    return 3 if dtype == "bfloat16" or (dtype == "float16" and qt < 8) else 2
+
+
 def dw_variant(p: ConvProblem, cfg: DwConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     T, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
     mult1 = int(cfg.mult == 1)
-    name = (f"depthwise_fprop_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_sw{sw}dw{dw}_v{cfg.vec}i{cfg.vin}_q{cfg.qt}"
+    blocks = min_blocks(p.dtype, cfg.qt)
+    name = (f"depthwise_fprop_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_sw{sw}dw{dw}_v{cfg.vec}i{cfg.vin}_q{cfg.qt}_b{blocks}"
             + ("" if mult1 else "_mult"))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DW_R=R, DW_S=S, DW_SW=sw, DW_DW=dw, DW_VEC=cfg.vec,
-                   DW_VIN=cfg.vin, DW_QT=cfg.qt, DW_MULT1=mult1, CUCONV_KERNEL_NAME=name)
+                   DW_VIN=cfg.vin, DW_QT=cfg.qt, DW_MULT1=mult1, DW_MIN_BLOCKS=blocks, CUCONV_KERNEL_NAME=name)
     return name, defines
+
+
+def _catalog():
+    """Depthwise problems whose variants CI compiles: the networks' filters and strides in every dtype,
+    a channel multiplier, an odd C and a conv3d."""
+    def dw(c, hw, f, s=1, dtype="bfloat16", mult=1, dil=1, nd=2):
+        return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=mult * c,
+                                  filter_spatial=(f,) * nd, stride=s, dilation=dil, padding=dil * (f // 2), groups=c,
+                                  dtype=dtype, layout="NHWC" if nd == 2 else "NDHWC")
+    out = {}
+    for dtype in ("float16", "bfloat16", "float32"):
+        for f, s in ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1)):
+            out[f"{f}x{f}_s{s}_{dtype}"] = dw(144, 28, f, s, dtype)
+    out.update(odd_c=dw(7, 11, 3), mult3_dil2=dw(16, 12, 3, mult=3, dil=2), conv3d=dw(64, 8, 3, nd=3))
+    return out
+
+
+#: Named depthwise problems covering the compiled variants (tests/test_depthwise_compile.py).
+CATALOG = _catalog()
+#: Every (source, defines, arch) of :data:`CATALOG`, for the CPU compile test (tests/test_compile.py).
+COMPILE_VARIANTS = [(DW_SOURCE, dw_variant(p, dw_config(p))[1], arch) for p in CATALOG.values()
+                    for arch in ("sm_80", "sm_90a")]
