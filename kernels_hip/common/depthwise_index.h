@@ -11,7 +11,8 @@
 //   thread -> (cv, row, qg)                           dw_thread                            thread_outputs
 //   (thread, r, s, q, v) -> the tile element it reads: dw_window_base + dw_window_col * cin
 //                                                      + dw_input_channel                 thread_outputs
-//   weight i -> its fp32 slot in LDS, [tap][cb]       dw_weight_slot                       direct_conv (taps)
+//   weight i -> its fp32 slot in LDS, [tap][cb]       dw_weight_slot, dw_tap_slot          direct_conv (taps)
+//   (thread, j) -> output pixel and offset            dw_output_pixel, dw_output_offset    direct_conv
 //
 // Vocabulary. The tile is the workgroup's input tile with its halo, in_rows x in_cols pixels x cin
 // channels, stored [row][col][cin] in LDS. A unit is VIN consecutive channels of one tile pixel: one
@@ -199,12 +200,29 @@ CUCONV_HD DwWeightSlot dw_weight_slot(i32 i, i32 taps, i32 cb) {
   return s;
 }
 
+// LDS slot of filter tap (t, r, s) of output channel k0 + 0 (add the channel within the chunk).
+CUCONV_HD i32 dw_tap_slot(i32 t, i32 r, i32 s, i32 R, i32 S, i32 cb) { return ((t * R + r) * S + s) * cb; }
+
 // Bytes of the LDS weights, rounded up to 16 so the tile after them is 16-byte aligned.
 CUCONV_HD i32 dw_weight_bytes(const DwGeometry& g, i32 taps_per_slice, i32 vec) {
   return (g.T * taps_per_slice * dw_chunk_channels(g, vec) * 4 + 15) & ~15;
 }
 
 // ------------------------------------------------------------------------------------- the output
+// Output pixel (p, q) and first channel k of a work-item's output j (0 <= j < QT). It is stored when
+// p < P, q < Q and k < K (k < K covers the whole vector: VEC divides K).
+struct DwOutputPixel {
+  i32 p, q, k;
+};
+
+CUCONV_HD DwOutputPixel dw_output_pixel(const DwTileOrigin& t, const DwThread& th, i32 j, i32 vec, i32 qt) {
+  DwOutputPixel o;
+  o.p = t.p0 + th.row;
+  o.q = t.q0 + th.qg * qt + j;
+  o.k = t.k0 + th.cv * vec;
+  return o;
+}
+
 // Element offset of output (n, o, p, q, k), NDHWC (a conv2d has O = 1).
 CUCONV_HD i64 dw_output_offset(const DwGeometry& g, i32 n, i32 o, i32 p, i32 q, i32 k) {
   return ((((i64)n * g.O + o) * g.P + p) * g.Q + q) * g.K + k;

@@ -128,7 +128,6 @@ CUCONV_DEV void load_inputs(const elem_t* px, int cv, const int (&chan)[VEC], fl
 CUCONV_DEV void accumulate_slice(float (&acc)[QT][VEC], const elem_t* sx, const float* sw, const DwGeometry& g,
                                  int t, const DwThread& th, const int (&chan)[VEC]) {
   const int cb = dw_chunk_channels(g, VEC);
-  const float* wt = sw + t * R * S * cb + th.cv * VEC;
 #pragma unroll 1
   for (int r = 0; r < R; ++r) {
     const elem_t* src = sx + dw_window_base(g, th, r, QT, SW);
@@ -146,7 +145,7 @@ CUCONV_DEV void accumulate_slice(float (&acc)[QT][VEC], const elem_t* sx, const 
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       float wv[VEC];
-      load_weights(wt + (r * S + s) * cb, wv);
+      load_weights(sw + dw_tap_slot(t, r, s, R, S, cb) + th.cv * VEC, wv);
 #pragma unroll
       for (int q = 0; q < QT; ++q)
 #pragma unroll
@@ -209,22 +208,21 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   }
 
   // 4. Epilogue.
-  const int p = org.p0 + th.row;
-  const int k = org.k0 + th.cv * VEC;
-  if (p >= g.P || k >= g.K) return;
+  const DwOutputPixel first = dw_output_pixel(org, th, 0, VEC, QT);
+  if (first.p >= g.P || first.k >= g.K) return;
   float bv[VEC];
-  if (ep.has_bias) load_vec<elem_t, VEC>(bias + k, bv);
+  if (ep.has_bias) load_vec<elem_t, VEC>(bias + first.k, bv);
 #pragma unroll
-  for (int q = 0; q < QT; ++q) {
-    const int qq = org.q0 + th.qg * QT + q;
-    if (qq >= g.Q) break;
-    const i64 off = dw_output_offset(g, blk.n, blk.o, p, qq, k);
+  for (int j = 0; j < QT; ++j) {
+    const DwOutputPixel px = dw_output_pixel(org, th, j, VEC, QT);
+    if (px.q >= g.Q) break;
+    const i64 off = dw_output_offset(g, blk.n, blk.o, px.p, px.q, px.k);
     float rv[VEC];
     if (ep.has_residual) load_vec<elem_t, VEC>(residual + off, rv);
     float y[VEC];
 #pragma unroll
     for (int v = 0; v < VEC; ++v)
-      y[v] = apply_epilogue(acc[q][v], ep.has_bias ? bv[v] : 0.f, ep.has_residual ? rv[v] : 0.f, ep);
+      y[v] = apply_epilogue(acc[j][v], ep.has_bias ? bv[v] : 0.f, ep.has_residual ? rv[v] : 0.f, ep);
     store_vec<elem_t, VEC>(out + off, y);
   }
 }
