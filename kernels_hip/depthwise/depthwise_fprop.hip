@@ -82,6 +82,14 @@
 
 typedef DW_ELEM elem_t;
 
+// An empty asm that makes x opaque to the optimiser (see accumulate_slice). The second spelling is for
+// the CPU build of this file (tests/test_cdna3_depthwise_emulation.py), where "v" is no VGPR.
+#if defined(__AMDGCN__)
+#define DW_OPAQUE(x) asm volatile("" : "+v"(x))
+#else
+#define DW_OPAQUE(x) asm volatile("" : "+r"(x))
+#endif
+
 namespace cuconv {
 namespace dw {
 
@@ -136,7 +144,7 @@ CUCONV_DEV void accumulate_slice(float (&acc)[QT][VEC], const elem_t* sx, const 
     for (int v = 0; v < VEC; ++v) {
       ch[v] = chan[v];
 #if !DW_MULT1
-      asm volatile("" : "+v"(ch[v]));
+      DW_OPAQUE(ch[v]);
 #endif
     }
     float win[WIN][VEC];
