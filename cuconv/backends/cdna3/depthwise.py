@@ -1,0 +1,176 @@
+"""``cdna3_depthwise``: depthwise convolution (``groups == C``, any channel multiplier), conv2d and conv3d,
+NHWC / NDHWC, fp16 / bf16 / fp32, on AMD CDNA3 (gfx942) and CDNA2 (gfx90a); device code
+kernels_hip/depthwise/depthwise_fprop.hip.
+
+It is the HIP counterpart of the CUDA ``depthwise_direct`` kernel and shares its host policy: the tile
+shape is :func:`cuconv.backends.depthwise.variants.dw_config`, the compiled variant's name and ``-D``
+defines are :func:`~cuconv.backends.depthwise.variants.dw_variant`, and the parameter struct is
+:func:`cuconv.backends.depthwise.params.dw_geometry` (the HIP ``DwGeometry`` has the same members in the
+same order). What differs is what the AMD side can hold:
+
+* LDS: at most 64 KiB per workgroup (and per CU) on gfx90a / gfx942, so a tile ``dw_config`` sizes for
+  the CUDA kernel's 96 KiB budget is declined here when it is larger (:data:`LDS_LIMIT`);
+* buffer resources: each workgroup addresses one input plane (image, depth slice) through a buffer
+  resource whose ``num_records`` is a 32-bit byte count, so a plane over 4 GiB - 1 bytes is declined;
+* the grid: a HIP launch counts its grid in work-items with 32 bits, so blocks x threads < 2**32.
+
+Compiled at run time by CuPy-ROCm through hiprtc, like ``cdna3_igemm``; CI compiles every variant with
+clang-19 and checks its ISA (tests/test_cdna3_depthwise_compile.py) and checks the index math
+(kernels_hip/common/depthwise_index.h) against cuconv/models/depthwise.py on the CPU
+(tests/test_cdna3_depthwise_index.py). It has never run on AMD hardware: see docs/rocm.md.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Dict, Tuple
+
+import numpy as np
+
+from ...compiler import kernels_dir, tree_hash
+from ...launch import epilogue_params
+from ...plan import Declined, Kernel, Plan
+from ...registry import register
+from ..depthwise.params import dw_geometry
+from ..depthwise.variants import DwConfig, dw_config, dw_variant, problem_axes
+from .params import MAX_RESOURCE_BYTES
+from .variants import SUPPORTED_ARCHS, base_arch, hip_compile_options
+
+__all__ = ["Cdna3DepthwiseKernel", "Cdna3DepthwisePlan", "DW_HIP_SOURCE", "LDS_LIMIT"]
+
+#: Entry file, relative to kernels_hip/.
+DW_HIP_SOURCE = "depthwise/depthwise_fprop.hip"
+#: LDS one workgroup may use on gfx90a / gfx942 (bytes).
+LDS_LIMIT = 64 * 1024
+#: A HIP grid's size in work-items is a 32-bit count.
+MAX_GRID_WORK_ITEMS = 2**32 - 1
+
+_NO_FALLBACK = "no HIP fallback kernel exists (generic_gpu is CUDA-only)"
+
+
+def plane_bytes(problem) -> int:
+    """Bytes of one input plane (one image, one depth slice): what one buffer resource covers."""
+    h, w = problem.in_spatial[-2:]
+    return h * w * problem.channels * problem.itemsize
+
+
+def lds_limit(device) -> int:
+    """LDS bytes a workgroup may use on ``device``: 64 KiB, or less where the device reports less."""
+    reported = device.smem_per_block_optin
+    return min(LDS_LIMIT, reported) if reported > 0 else LDS_LIMIT
+
+
+class Cdna3DepthwiseKernel(Kernel):
+    """Direct depthwise convolution on CDNA: halo tiles in LDS (buffer loads), fp32 FMAs, fused epilogue."""
+
+    name = "cdna3_depthwise"
+    backend = "hip"
+    priority = 60  # above cdna3_igemm (50): a depthwise layer is one channel per group, no GEMM to feed
+    spatial_dims = (2, 3)
+    strategy = "native"
+
+    def make_plan(self, problem, device, overrides):
+        arch = base_arch(device.arch)
+        if arch not in SUPPORTED_ARCHS:
+            return Declined(f"needs gfx942 (CDNA3) or gfx90a (CDNA2), device is {device.arch}")
+        if problem.groups != problem.channels:
+            return Declined(f"not depthwise: groups {problem.groups} != C {problem.channels} "
+                            f"({problem.channels_per_group} channels per group)")
+        extent = max(problem.batch * int(np.prod(problem.in_spatial)) * problem.channels,
+                     problem.gemm_m * problem.out_channels)
+        if max(*problem.in_spatial, problem.out_channels, problem.batch) >= 2**31 or extent >= 2**62:
+            return Declined(f"an extent exceeds the kernel's index range ({extent} elements)")
+        if plane_bytes(problem) > MAX_RESOURCE_BYTES:
+            return Declined(f"one input plane is {plane_bytes(problem)} bytes, above the 4 GiB cap of a buffer "
+                            f"resource (num_records is a 32-bit byte count); {_NO_FALLBACK}")
+        cfg = dw_config(problem)
+        if isinstance(cfg, str):
+            return Declined(f"{cfg}; {_NO_FALLBACK}")
+        limit = lds_limit(device)
+        if cfg.smem > limit:
+            return Declined(f"the tile dw_config picks ({cfg.tp}x{cfg.tq} pixels x {cfg.cb} channels) needs "
+                            f"{cfg.smem} bytes of LDS, over the {limit} of a workgroup on {arch}; {_NO_FALLBACK}")
+        blocks = _blocks(problem, cfg)
+        if blocks * cfg.threads > MAX_GRID_WORK_ITEMS:
+            return Declined(f"{blocks} workgroups of {cfg.threads} work-items: over the 2**32 - 1 work-items "
+                            f"of a HIP grid; {_NO_FALLBACK}")
+        mult = problem.out_channels // problem.channels
+        return Cdna3DepthwisePlan(self, problem, device, cfg, arch,
+                                  f"depthwise (groups == C = {problem.channels}, multiplier {mult}): a memory-bound "
+                                  f"direct kernel, each input tile read once into LDS (compile- and "
+                                  f"index-math-verified; not run on AMD hardware)")
+
+
+def _blocks(problem, cfg: DwConfig) -> int:
+    """Workgroups of the 1-D grid: chunks x images x output depth x tiles per plane."""
+    depth = problem.out_spatial[0] if problem.nd == 3 else 1
+    return problem.batch * depth * cfg.tiles_p * cfg.tiles_q * cfg.chunks
+
+
+class Cdna3DepthwisePlan(Plan):
+    """The tile shape of one depthwise problem, its compiled variant and its grid."""
+
+    def __init__(self, kernel, problem, device, cfg: DwConfig, arch: str, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.cfg = cfg
+        self.name, self.defines = dw_variant(problem, cfg)
+        self.grid = _blocks(problem, cfg)
+        self._arch = arch
+        #: Bytes of alignment each operand's address needs: x for the copy units (VIN channels),
+        #: out / residual / bias for the VEC-wide epilogue accesses.
+        self._align_x = cfg.vin * problem.itemsize
+        self._align_out = cfg.vec * problem.itemsize
+
+    def describe(self) -> str:
+        c, p = self.cfg, self.problem
+        T = problem_axes(p)[0]
+        depth = f", {T} filter slices in turn" if p.nd == 3 else ""
+        return (f"{self.name} ({self._arch}): workgroup tile {c.tp}x{c.tq} output pixels x {c.cb} channels "
+                f"({c.threads} work-items: {c.cv} vectors of {c.vec} channels x {c.tp * c.tqg} pixel groups of "
+                f"{c.qt} along W), input tile {c.in_rows}x{c.in_cols}x{c.cin} with halo in LDS ({c.smem} bytes, "
+                f"buffer loads of {c.vin} channels){depth}, grid {self.grid} workgroups")
+
+    def run(self, x, w, bias, residual, out):
+        fn = _dw_function(self.name, tuple(sorted(self.defines.items())), self._arch, self.device.index)
+        ax, ao = self._align_x, self._align_out
+        if x.data.ptr % ax:
+            x = x.copy()
+        target = out if out.data.ptr % ao == 0 else out.copy()  # a fresh allocation is aligned
+        if bias is not None and bias.data.ptr % ao:
+            bias = bias.copy()
+        if residual is not None and self.problem.epilogue.loads_residual:
+            if residual is out:
+                residual = target  # in place: the aligned copy holds the residual's values
+            elif residual.data.ptr % ao:
+                residual = residual.copy()
+        else:
+            residual = None
+        # Absent operands: any valid array of the call (the kernel reads them only when flagged).
+        b = target if bias is None else bias
+        r = target if residual is None else residual
+        fn((self.grid,), (self.cfg.threads,), (x, w, b, r, target, dw_geometry(self.problem, self.cfg),
+                                                epilogue_params(self.problem.epilogue)),
+           shared_mem=self.cfg.smem)
+        if target is not out:
+            out[...] = target
+
+
+def _source_text() -> str:
+    """The entry file, prefixed with the hash of the whole kernels_hip/ tree (CuPy keys its cache on the
+    code string and options, not on the headers it includes)."""
+    text = (kernels_dir("hip") / DW_HIP_SOURCE).read_text()
+    return f"// cuconv kernels_hip tree {tree_hash('hip')}\n{text}"
+
+
+@functools.lru_cache(maxsize=64)
+def _dw_function(name: str, defines: Tuple[Tuple[str, object], ...], arch: str, device_id: int):
+    """Compile one variant with hiprtc (CuPy caches the code object on disk) and look it up on one device."""
+    import cupy as cp
+    opts: Dict[str, object] = dict(defines)
+    # backend="nvrtc" is hiprtc on a ROCm build of CuPy (see cdna3.variants.hip_function).
+    with cp.cuda.Device(device_id):
+        mod = cp.RawModule(code=_source_text(), backend="nvrtc", options=hip_compile_options(arch, opts))
+        return mod.get_function(name)
+
+
+register(Cdna3DepthwiseKernel())
