@@ -14,7 +14,8 @@ long long dw_struct_size() { return (long long)sizeof(DwGeometry); }
 int dw_struct_members(const DwGeometry* g, int* out) {
   const int v[] = {g->N, g->D, g->H, g->W, g->C, g->K, g->O, g->P, g->Q, g->T, g->stride_d, g->stride_h, g->dil_d,
                    g->dil_h, g->pad_d, g->pad_h, g->pad_w, g->mult, g->cv, g->tp, g->tqg, g->tiles_p, g->tiles_q,
-                   g->in_rows, g->in_cols, g->cin};
+                   g->in_rows, g->in_cols, g->cin, (int)g->div_upp_mul, (int)g->div_upp_shr,
+                   (int)g->div_cols_mul, (int)g->div_cols_shr};
   const int n = (int)(sizeof(v) / sizeof(v[0]));
   for (int i = 0; i < n; ++i) out[i] = v[i];
   return n;

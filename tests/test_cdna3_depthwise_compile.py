@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from cuconv.backends.cdna3.depthwise import DW_HIP_SOURCE, Cdna3DepthwiseKernel
-from cuconv.backends.depthwise.variants import dw_config, dw_variant
+from cuconv.backends.cdna3.depthwise import DW_HIP_SOURCE, Cdna3DepthwiseKernel, hip_dw_config
+from cuconv.backends.depthwise.variants import dw_variant
 from cuconv.device import DeviceInfo
 from cuconv.overrides import Overrides
 
@@ -72,7 +72,7 @@ _STORE = {16: "global_store_dwordx4", 8: "global_store_dwordx2", 4: "global_stor
 
 def _variant(key):
     p = PROBLEMS[key]
-    cfg = dw_config(p)
+    cfg = hip_dw_config(p, MI300)
     name, defines = dw_variant(p, cfg)
     return p, cfg, name, defines
 

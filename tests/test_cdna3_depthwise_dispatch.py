@@ -16,9 +16,9 @@ import dataclasses
 import pytest
 
 from cuconv import dispatch
-from cuconv.backends.cdna3.depthwise import LDS_LIMIT, Cdna3DepthwiseKernel
+from cuconv.backends.cdna3.depthwise import LDS_LIMIT, Cdna3DepthwiseKernel, hip_dw_config
 from cuconv.backends.cdna3.kernel import Cdna3IGemmKernel
-from cuconv.backends.depthwise.variants import dw_config, dw_variant
+from cuconv.backends.depthwise.variants import dw_variant
 from cuconv.device import DeviceInfo
 from cuconv.overrides import Overrides
 
@@ -46,7 +46,7 @@ def test_depthwise_problems_pick_cdna3_depthwise(key, device):
     p = DEPTHWISE[key]
     plan, why = dispatch.select(p, device)
     assert why.kernel == "cdna3_depthwise", str(why)
-    cfg = dw_config(p)
+    cfg = hip_dw_config(p, MI300)
     name, defines = dw_variant(p, cfg)
     assert plan.cfg == cfg and plan.name == name and plan.defines == defines
     assert plan.grid * cfg.threads < 2**32 and cfg.smem <= LDS_LIMIT
@@ -78,20 +78,23 @@ def test_declines_other_amd_architectures():
     assert not answer and "gfx942" in answer.reason and "gfx1100" in answer.reason
 
 
-def test_declines_a_tile_over_the_lds():
-    # EfficientNet-B0's 5x5 stride-2 layer: dw_config sizes its tile for the CUDA kernel's 96 KiB
-    p = problem2d(N=32, H=56, W=56, C=144, K=144, R=5, S=5, stride=2, padding=2, groups=144)
-    cfg = dw_config(p)
-    assert LDS_LIMIT < cfg.smem
-    answer = Cdna3DepthwiseKernel().plan(p, MI300, Overrides())
-    assert not answer and f"{cfg.smem} bytes of LDS" in answer.reason and str(LDS_LIMIT) in answer.reason
-    # a device that reports less LDS per workgroup lowers the bound
+def test_tiles_are_sized_for_the_lds():
+    # EfficientNet-B0's 5x5 stride-2 layer and MobileNetV2's 3x3 stride-2 C=192: tiles within 64 KiB
+    for p in (problem2d(N=32, H=56, W=56, C=144, K=144, R=5, S=5, stride=2, padding=2, groups=144),
+              problem2d(N=32, H=28, W=28, C=192, K=192, stride=2, groups=192),
+              problem2d(N=32, H=112, W=112, C=96, K=96, stride=2, groups=96, dtype="float32")):
+        plan = Cdna3DepthwiseKernel().plan(p, MI300, Overrides())
+        assert plan and plan.cfg.smem <= LDS_LIMIT, getattr(plan, "reason", "")
+    # a device that reports less LDS per workgroup gets smaller tiles
     small = dataclasses.replace(MI300, smem_per_block_optin=32768)
     p7 = DEPTHWISE["7x7_f32"]
-    assert 32768 < dw_config(p7).smem <= LDS_LIMIT
-    assert Cdna3DepthwiseKernel().plan(p7, MI300, Overrides())
-    answer = Cdna3DepthwiseKernel().plan(p7, small, Overrides())
-    assert not answer and "over the 32768" in answer.reason
+    assert Cdna3DepthwiseKernel().plan(p7, small, Overrides()).cfg.smem <= 32768
+
+
+def test_declines_a_filter_whose_smallest_tile_is_over_the_lds():
+    p = problem2d(N=1, H=300, W=300, C=64, K=64, R=31, S=31, dilation=9, padding=135, groups=64)
+    answer = Cdna3DepthwiseKernel().plan(p, MI300, Overrides())
+    assert not answer and "shared memory" in answer.reason and str(LDS_LIMIT) in answer.reason
 
 
 def test_declines_a_plane_over_one_buffer_resource():
@@ -102,7 +105,7 @@ def test_declines_a_plane_over_one_buffer_resource():
 
 def test_declines_a_grid_over_32_bits_of_work_items():
     p = problem2d(N=4096, H=1024, W=1024, C=64, K=64, groups=64)
-    cfg = dw_config(p)
+    cfg = hip_dw_config(p, MI300)
     blocks = p.batch * cfg.tiles_p * cfg.tiles_q * cfg.chunks
     assert blocks < 2**31 and blocks * cfg.threads > 2**32 - 1  # dw_config's 1-D grid bound passes
     answer = Cdna3DepthwiseKernel().plan(p, MI300, Overrides())

@@ -29,9 +29,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cuconv
-from cuconv.backends.cdna3.depthwise import DW_HIP_SOURCE, Cdna3DepthwiseKernel
+from cuconv.backends.cdna3.depthwise import DW_HIP_SOURCE, Cdna3DepthwiseKernel, hip_dw_config
 from cuconv.backends.depthwise.params import dw_geometry
-from cuconv.backends.depthwise.variants import dw_config, dw_variant
+from cuconv.backends.depthwise.variants import dw_variant
 from cuconv.device import DeviceInfo
 from cuconv.launch import epilogue_params
 from cuconv.overrides import Overrides
@@ -182,7 +182,7 @@ def _run_case(build, case: Case):
     plan = Cdna3DepthwiseKernel().plan(p, MI300, Overrides())
     if not plan:
         return None  # a tile over the LDS: declined on the device too
-    cfg = dw_config(p)
+    cfg = hip_dw_config(p, MI300)
     name, defines = dw_variant(p, cfg)
     assert (plan.name, plan.cfg) == (name, cfg)
     x, w, bias, residual = make_operands(case)

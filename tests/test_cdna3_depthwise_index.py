@@ -193,7 +193,7 @@ def test_struct_members_in_order(lib):
     out = sh.i32(64)
     n = lib.dw_struct_members(sh.ptr, out.ctypes.data)
     assert n == len(DW_FIELDS)
-    np.testing.assert_array_equal(out[:n], [int(sh.geo[name]) for name, _ in DW_FIELDS])
+    np.testing.assert_array_equal(out[:n].astype(np.uint32), [int(sh.geo[name]) for name, _ in DW_FIELDS])
 
 
 @settings(max_examples=60, deadline=None)

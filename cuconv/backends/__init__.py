@@ -2,7 +2,8 @@
 
 ``cpu`` (NumPy), ``generic_gpu`` (im2col + cuBLAS, the CUDA fallback), ``sm90`` (Hopper: ``sm90_tma``,
 ``conv3d_native``), ``conv3d_qslice`` (conv3d as slices of the Hopper kernel), ``sm80`` (portable
-sm_80+: ``sm80_igemm``), ``depthwise`` (sm_80+: ``depthwise_direct``), ``cdna3`` (AMD: ``cdna3_igemm``). Device-specific code touches CuPy only
+sm_80+: ``sm80_igemm``), ``depthwise`` (sm_80+: ``depthwise_direct``), ``cdna3`` (AMD: ``cdna3_igemm``,
+``cdna3_depthwise``). Device-specific code touches CuPy only
 inside ``Plan.run``, so importing them on a CPU-only machine is free.
 """
 

@@ -1,4 +1,4 @@
-// cuconv (HIP): loader probes for the ISA checks of tests/test_hip_compile.py; never launched.
+// cuconv (HIP): loader probes for the ISA checks of tests/test_cdna3_compile.py; never launched.
 //
 // Each probe builds one loader and fills one half-tile, with the same arguments, so the instruction
 // streams can be compared mnemonic by mnemonic:

@@ -40,6 +40,8 @@ struct DwGeometry {
   i32 cv, tp, tqg;               // channel vectors, output rows, column groups of QT per workgroup
   i32 tiles_p, tiles_q;          // tiles per output plane
   i32 in_rows, in_cols, cin;     // the input tile: rows x cols pixels x cin channels
+  u32 div_upp_mul, div_upp_shr;  // the CUDA loader's fast divisors (by cin / VIN and by in_cols); the
+  u32 div_cols_mul, div_cols_shr;  // unit walker here steps with carries instead and leaves them unread
 };
 
 // Work-items of a workgroup: cv channel vectors x tp rows x tqg column groups (the host's cfg.threads).

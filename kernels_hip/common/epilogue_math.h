@@ -3,7 +3,7 @@
 //   out = act(alpha * acc + bias + beta * residual)
 //
 // Same terms, same activation codes (cuconv.problem.Epilogue.activation_code: 0 none, 1 relu,
-// 2 silu, 3 gelu with the exact erf form). Host-callable: tests/test_hip_index_math.py compiles it
+// 2 silu, 3 gelu with the exact erf form). Host-callable: tests/test_cdna3_index_math.py compiles it
 // for the CPU and compares with cuconv.epilogue.apply_epilogue_numpy.
 //
 // erf: the device libraries (ocml) are not linked in the CI compile (-nogpulib), so erf is our own

@@ -9,7 +9,7 @@
 // (thread_id_x() etc.), which exist in both worlds, so nothing here can clash with a real header.
 //
 // The headers under common/ that carry index or epilogue math are also compiled for the host
-// (tests/test_hip_index_math.py builds them with the system C++ compiler): CUCONV_HD is then empty.
+// (tests/test_cdna3_index_math.py builds them with the system C++ compiler): CUCONV_HD is then empty.
 #pragma once
 
 #if defined(__HIP__) || defined(__HIPCC_RTC__)

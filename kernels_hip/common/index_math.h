@@ -1,7 +1,7 @@
 // cuconv (HIP): the index math of the DRAM->LDS loaders, host- and device-callable.
 //
 // The formulas mirror cuconv/models/loader.py (same names: pixel_coordinates, tap_decompose, the
-// three sub-paths pointwise / uniform / per_lane) and tests/test_hip_index_math.py compiles this
+// three sub-paths pointwise / uniform / per_lane) and tests/test_cdna3_index_math.py compiles this
 // header for the host and compares every lane's address with loader_addresses(...).
 //
 // Vocabulary

@@ -8,8 +8,9 @@ defines are :func:`~cuconv.backends.depthwise.variants.dw_variant`, and the para
 :func:`cuconv.backends.depthwise.params.dw_geometry` (the HIP ``DwGeometry`` has the same members in the
 same order). What differs is what the AMD side can hold:
 
-* LDS: at most 64 KiB per workgroup (and per CU) on gfx90a / gfx942, so a tile ``dw_config`` sizes for
-  the CUDA kernel's 96 KiB budget is declined here when it is larger (:data:`LDS_LIMIT`);
+* LDS: at most 64 KiB per workgroup (and per CU) on gfx90a / gfx942, so ``dw_config`` sizes the tiles
+  for that budget (:data:`LDS_LIMIT`, aiming at :data:`LDS_TARGET` so that two workgroups share a CU);
+  a filter whose smallest tile does not fit is declined;
 * buffer resources: each workgroup addresses one input plane (image, depth slice) through a buffer
   resource whose ``num_records`` is a 32-bit byte count, so a plane over 4 GiB - 1 bytes is declined;
 * the grid: a HIP launch counts its grid in work-items with 32 bits, so blocks x threads < 2**32.
@@ -36,12 +37,14 @@ from ..depthwise.variants import DwConfig, dw_config, dw_variant, problem_axes
 from .params import MAX_RESOURCE_BYTES
 from .variants import SUPPORTED_ARCHS, base_arch, hip_compile_options
 
-__all__ = ["Cdna3DepthwiseKernel", "Cdna3DepthwisePlan", "DW_HIP_SOURCE", "LDS_LIMIT"]
+__all__ = ["Cdna3DepthwiseKernel", "Cdna3DepthwisePlan", "DW_HIP_SOURCE", "LDS_LIMIT", "LDS_TARGET", "hip_dw_config"]
 
 #: Entry file, relative to kernels_hip/.
 DW_HIP_SOURCE = "depthwise/depthwise_fprop.hip"
 #: LDS one workgroup may use on gfx90a / gfx942 (bytes).
 LDS_LIMIT = 64 * 1024
+#: LDS a tile aims at: two workgroups per CU share its 64 KiB.
+LDS_TARGET = 32 * 1024
 #: A HIP grid's size in work-items is a 32-bit count.
 MAX_GRID_WORK_ITEMS = 2**32 - 1
 
@@ -58,6 +61,12 @@ def lds_limit(device) -> int:
     """LDS bytes a workgroup may use on ``device``: 64 KiB, or less where the device reports less."""
     reported = device.smem_per_block_optin
     return min(LDS_LIMIT, reported) if reported > 0 else LDS_LIMIT
+
+
+def hip_dw_config(problem, device):
+    """:func:`dw_config` with the LDS budgets of ``device`` (:func:`lds_limit`, :data:`LDS_TARGET`)."""
+    limit = lds_limit(device)
+    return dw_config(problem, smem_limit=limit, smem_target=min(LDS_TARGET, limit))
 
 
 class Cdna3DepthwiseKernel(Kernel):
@@ -83,11 +92,11 @@ class Cdna3DepthwiseKernel(Kernel):
         if plane_bytes(problem) > MAX_RESOURCE_BYTES:
             return Declined(f"one input plane is {plane_bytes(problem)} bytes, above the 4 GiB cap of a buffer "
                             f"resource (num_records is a 32-bit byte count); {_NO_FALLBACK}")
-        cfg = dw_config(problem)
+        limit = lds_limit(device)
+        cfg = hip_dw_config(problem, device)
         if isinstance(cfg, str):
             return Declined(f"{cfg}; {_NO_FALLBACK}")
-        limit = lds_limit(device)
-        if cfg.smem > limit:
+        if cfg.smem > limit:  # dw_config keeps within the limit; a guard for the launch's LDS request
             return Declined(f"the tile dw_config picks ({cfg.tp}x{cfg.tq} pixels x {cfg.cb} channels) needs "
                             f"{cfg.smem} bytes of LDS, over the {limit} of a workgroup on {arch}; {_NO_FALLBACK}")
         blocks = _blocks(problem, cfg)

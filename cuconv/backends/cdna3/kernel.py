@@ -10,8 +10,8 @@ Data flow of one call (one launch, no Python loop over tiles)::
 Compiled at run time by CuPy-ROCm through hiprtc (``cupy.RawModule(code=..., backend="nvrtc")``, which
 CuPy routes to hiprtc on a HIP build);
 the CI compiles the same sources with clang-19 for gfx942 and checks the ISA
-(tests/test_hip_compile.py), and checks the loaders' index math against cuconv/models/loader.py on
-the CPU (tests/test_hip_index_math.py). Not yet run on AMD hardware: see docs/rocm.md.
+(tests/test_cdna3_compile.py), and checks the loaders' index math against cuconv/models/loader.py on
+the CPU (tests/test_cdna3_index_math.py). Not yet run on AMD hardware: see docs/rocm.md.
 
 Everything CuPy-related happens inside ``Plan.run``; importing this module on a CPU-only or CUDA machine
 is free.

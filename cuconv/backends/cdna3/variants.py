@@ -1,7 +1,7 @@
 """The CDNA3 kernel's compiled variants: tile constants, the variant choice, names and hiprtc loading.
 
 Source: kernels_hip/cdna3/conv2d_fprop_cdna3.hip (tile shape in kernels_hip/common/index_math.h;
-tests/test_hip_index_math.py checks that the two sides agree).
+tests/test_cdna3_index_math.py checks that the two sides agree).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["Variant", "choose_variant", "kernel_name", "padded_k", "all_variants
 #: Entry file, relative to kernels_hip/.
 SOURCE = "cdna3/conv2d_fprop_cdna3.hip"
 
-# Tile shape: kernels_hip/common/index_math.h (kBlockM...). tests/test_hip_index_math.py checks they agree.
+# Tile shape: kernels_hip/common/index_math.h (kBlockM...). tests/test_cdna3_index_math.py checks they agree.
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 32
 THREADS = 256                      # 4 waves of 64
 SCHED_K = 2 * BLOCK_K              # the 4-wave schedule consumes K in pairs of half-tiles

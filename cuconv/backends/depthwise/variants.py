@@ -103,7 +103,7 @@ def _tile_cost(P: int, Q: int, tp: int, tq: int, rows: int, cols: int) -> int:
     return -(-P // tp) * -(-Q // tq) * (rows * cols + tp * tq)
 
 
-def dw_config(p: ConvProblem) -> Union[DwConfig, str]:
+def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = SMEM_TARGET) -> Union[DwConfig, str]:
     """The launch shape for depthwise problem ``p`` (``groups == C``), or the reason there is none.
 
     Channels: vectors of :data:`_VEC` (or fewer, dividing C), chunks of up to 64 channels with the least
@@ -111,7 +111,8 @@ def dw_config(p: ConvProblem) -> Union[DwConfig, str]:
     (fewer on narrower outputs: QT x VEC accumulators and S x VEC weights live in registers), and among
     the tiles of at most 256 threads, 32 columns and :data:`SMEM_TARGET` bytes the one with the least
     halo and padding work (:func:`_tile_cost`); one row over the target is shrunk until it fits
-    :data:`SMEM_LIMIT`."""
+    :data:`SMEM_LIMIT`. ``smem_limit`` / ``smem_target`` are those two budgets (another backend of the
+    same kernel design passes its own: CDNA's LDS)."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     esize = p.itemsize
     C, K = p.channels, p.out_channels
@@ -138,7 +139,7 @@ def dw_config(p: ConvProblem) -> Union[DwConfig, str]:
     best = None
     for tqg in range(1, min(-(-Q // qt), groups, _MAX_TILE_COLS // qt) + 1):
         tp = min(P, groups // tqg)
-        while tp > 1 and smem_of(tp, tqg) > SMEM_TARGET:
+        while tp > 1 and smem_of(tp, tqg) > smem_target:
             tp -= 1
         cost = _tile_cost(P, Q, tp, tqg * qt, *extent(tp, tqg))
         if best is None or cost < best[0]:
@@ -147,7 +148,7 @@ def dw_config(p: ConvProblem) -> Union[DwConfig, str]:
     while True:
         in_rows, in_cols = extent(tp, tqg)
         smem = smem_of(tp, tqg)
-        if smem <= SMEM_LIMIT:
+        if smem <= smem_limit:
             break
         if tp > 1:
             tp = -(-tp // 2)
@@ -155,7 +156,7 @@ def dw_config(p: ConvProblem) -> Union[DwConfig, str]:
             tqg = -(-tqg // 2)
         else:
             return (f"the smallest tile (one row of {qt} pixels, {cb} channels) needs {smem} bytes of shared "
-                    f"memory with this filter and dilation, over the {SMEM_LIMIT} the kernel uses")
+                    f"memory with this filter and dilation, over the {smem_limit} the kernel uses")
     tiles_p, tiles_q, chunks = -(-P // tp), -(-Q // (tqg * qt)), -(-K // cb)
     ctas = p.batch * (p.out_spatial[0] if p.nd == 3 else 1) * tiles_p * tiles_q * chunks
     if ctas >= 2**31:
