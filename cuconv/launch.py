@@ -154,9 +154,8 @@ class PackedLaunch:
     Hopper kernel's seven, three of them 128-byte TMA descriptors); this keeps each argument's bytes
     in host memory (64-byte aligned, as a ``CUtensorMap`` wants) with a ``void*`` table pointing at
     them, and launches through ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``, a fraction of that
-    cost). Arguments that change between launches (``slots``: the indices of 64-bit pointer arguments,
-    such as the operands' addresses, or ``(index, byte offset)`` of a pointer inside a struct argument)
-    are rewritten in place by :meth:`__call__`.
+    cost). Arguments that change between launches (``slots``: the indices of 64-bit pointers, such as
+    the operands' addresses) are rewritten in place by :meth:`__call__`.
 
     ``args`` are NumPy scalars (``np.void`` structs, ``np.uint64`` pointers...) in the kernel's
     parameter order. ``grid`` is an int (x; y and z are 1) or an (x[, y[, z]]) tuple; a kernel's
@@ -165,7 +164,7 @@ class PackedLaunch:
 
     _ALIGN = 64
 
-    def __init__(self, fn, grid, block: int, shared_mem: int, args, slots: tuple = ()):
+    def __init__(self, fn, grid, block: int, shared_mem: int, args, slots: Tuple[int, ...] = ()):
         self._function = fn.kernel.ptr   # RawKernel -> loaded cupy Function -> CUfunction
         dims = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
         self._grid = dims + (1,) * (3 - len(dims))
@@ -186,12 +185,9 @@ class PackedLaunch:
         self._launch_kernel, self._current_stream = driver.launchKernel, get_current_stream
         self._slots = []
         for slot in slots:
-            index, at = slot if isinstance(slot, tuple) else (slot, 0)
-            if (at == 0 and not isinstance(slot, tuple) and len(blobs[index]) != 8) or at % 8 or \
-                    at + 8 > len(blobs[index]):
-                raise ValueError(f"slots: {slot!r} is not a 64-bit pointer of argument {index} "
-                                 f"({len(blobs[index])} bytes)")
-            self._slots.append(ctypes.c_uint64.from_address(base + offsets[index] + at))
+            if len(blobs[slot]) != 8:
+                raise ValueError(f"slots: argument {slot} is {len(blobs[slot])} bytes, not a 64-bit pointer")
+            self._slots.append(ctypes.c_uint64.from_address(base + offsets[slot]))
 
     def __call__(self, *pointers: int) -> None:
         """Launch on the current CuPy stream, with ``pointers`` (one per slot, in order) in the slots."""

@@ -42,32 +42,3 @@ def test_header_constants_are_the_sources_defines():
     text = (Path(__file__).resolve().parents[1] / "kernels_cu" / "sm90" / "budget.cuh").read_text()
     assert consts and all(f"#define {name}" in text for name in consts)
     assert consts["SM90_SMEM_LIMIT"] == 227 * 1024 and consts["SM90_BLOCK_K"] == 64
-
-
-def test_packed_launch_rewrites_pointer_slots_in_place():
-    """Slots are whole 64-bit arguments or pointers inside a struct argument; the bytes the kernel
-    receives (through the void* table) carry the pointers of the call, the rest as packed."""
-    import ctypes
-    import types
-
-    pytest.importorskip("cupy")
-    from cuconv.launch import PackedLaunch, c_struct
-
-    block = c_struct([("src", np.uint64), ("dst", np.uint64), ("n", np.int32)], dict(src=1, dst=2, n=77))
-    calls = []
-    launch = PackedLaunch(types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0)), (3, 2), 64, 0,
-                          (np.uint64(5), block, np.int32(9)), slots=(0, (1, 8)))
-    launch._launch_kernel = lambda *a: calls.append(a)
-    launch._current_stream = lambda: types.SimpleNamespace(ptr=0)
-    launch(0xABC0, 0xDEF0)
-    (fn, gx, gy, gz, bx, by, bz, smem, stream, table, extra), = calls
-    assert (gx, gy, gz, bx) == (3, 2, 1, 64)
-    ptrs = (ctypes.c_void_p * 3).from_address(table)
-    assert ctypes.c_uint64.from_address(ptrs[0]).value == 0xABC0
-    got = np.frombuffer(ctypes.string_at(ptrs[1], block.dtype.itemsize), dtype=block.dtype)[0]
-    assert (int(got["src"]), int(got["dst"]), int(got["n"])) == (1, 0xDEF0, 77)
-    assert ctypes.c_int32.from_address(ptrs[2]).value == 9
-    with pytest.raises(ValueError, match="slots"):
-        PackedLaunch(types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0)), 1, 32, 0, (np.int32(1),), slots=(0,))
-    with pytest.raises(ValueError, match="slots"):
-        PackedLaunch(types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0)), 1, 32, 0, (block,), slots=((0, 12),))

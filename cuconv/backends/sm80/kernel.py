@@ -27,7 +27,7 @@ from ...plan import Declined, Kernel, Plan
 from ...problem import ConvProblem
 from ...registry import register
 from .grouped import GroupedLaunch
-from .pad import PadLaunch, pad_plan
+from .pad import pad_channels, pad_plan
 from .params import INT32_MAX, MAX_LD, epilogue_operands, im2col_geometry, m_grid, out_vec
 from .subpaths import choose_subpath
 from .variants import (BLOCK_K, CONV_SOURCE, GROUPED_SOURCE, GROUPED_SUPER, PAD_SOURCE, conv_smem, conv_variant,
@@ -72,7 +72,6 @@ class Sm80Plan(Plan):
         self.pad = pad_plan(problem) if subpath == "pad_channels" else None
         self._grouped = GroupedLaunch(problem, device) if subpath == "grouped_mma" else None
         self._launches = {}  # operand alignments -> packed implicit-GEMM launch
-        self._pad_launch = None
 
     def describe(self) -> str:
         problem, subpath, why = self.problem, self.subpath, self._why
@@ -109,37 +108,29 @@ class Sm80Plan(Plan):
         if self.subpath == "grouped_mma":
             self._grouped(x, w, bias, residual, out)
         elif self.subpath == "pad_channels":
-            if self._pad_launch is None:
-                self._pad_launch = PadLaunch(self.problem, self.pad, self.device)
-            xp, wp = self._pad_launch(x, w)
-            self._run_packed(xp, wp, bias, residual, out, self.pad.kernel_problem, self.pad.w_ld)
+            xp, wp = pad_channels(self.problem, self.pad, x, w, self.device)
+            run_igemm(self.pad.kernel_problem, "per_lane", xp, wp, bias, residual, out, self.device,
+                      w_ld=self.pad.w_ld)
         else:
             self._run_packed(x, w, bias, residual, out)
 
-    def _run_packed(self, x, w, bias, residual, out, problem=None, w_ld=None):
-        """The implicit GEMM (on ``problem``, default the plan's, filters ``w_ld`` apart), its launch packed
-        once per alignment of the operands' addresses (the copy widths depend on it): a call writes
-        the five addresses and launches."""
-        problem = problem or self.problem
-        ep = problem.epilogue
+    def _run_packed(self, x, w, bias, residual, out):
+        """run_igemm's launch, packed once per alignment of the operands' addresses (the copy widths
+        depend on it), then only the five addresses change."""
+        ep = self.problem.epilogue
         bias_arg, res_arg, _ = epilogue_operands(out, bias, residual, ep)
         ptrs = (x.data.ptr, w.data.ptr, bias_arg.data.ptr, res_arg.data.ptr, out.data.ptr)
         key = tuple(q & 15 for q in ptrs) + (bias is None, res_arg is out)
         launch = self._launches.get(key)
         if launch is None:
-            subpath = "per_lane" if self.subpath == "pad_channels" else self.subpath
-            launch = self._launches[key] = igemm_launch(problem, subpath, x, w, bias, residual, out, self.device,
-                                                        w_ld)
+            launch = self._launches[key] = igemm_launch(self.problem, self.subpath, x, w, bias, residual, out, self.device)
         launch(*ptrs)
 
 
-def igemm_launch(problem: ConvProblem, subpath: str, x, w, bias, residual, out, dev,
-                 w_ld: Optional[int] = None) -> PackedLaunch:
-    """The implicit-GEMM kernel's launch on ``subpath`` for these operands' alignments, as a
-    :class:`PackedLaunch` whose slots are the addresses of x, w, bias, residual and out (absent
-    operands: out's); the filters' rows are ``w_ld`` elements apart (default ``R*S*C/groups``)."""
-    w_ld = w_ld or problem.gemm_k
-    name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr, w_ld)
+def igemm_launch(problem: ConvProblem, subpath: str, x, w, bias, residual, out, dev) -> PackedLaunch:
+    """:func:`run_igemm`'s launch for these operands' alignments, as a :class:`PackedLaunch` whose slots
+    are the addresses of x, w, bias, residual and out (absent operands: out's)."""
+    name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr)
     smem = conv_smem(cfg, subpath, defines)
     fn = load_cuda_function(CONV_SOURCE, dev, defines, name, smem)
     ep = problem.epilogue
@@ -150,9 +141,28 @@ def igemm_launch(problem: ConvProblem, subpath: str, x, w, bias, residual, out, 
     _, _, res_ptr = epilogue_operands(out, bias, residual, ep)
     vec = out_vec(problem.out_channels, Kg, out.data.ptr, None if bias is None else bias.data.ptr, res_ptr)
     null = np.uint64(0)
-    args = (null, null, null, null, null, im2col_geometry(problem), np.int32(Kg), np.int32(w_ld),
+    args = (null, null, null, null, null, im2col_geometry(problem), np.int32(Kg), np.int32(problem.gemm_k),
             np.int32(n_tiles), np.int32(m_tiles), np.int32(vec), epilogue_params(ep))
     return PackedLaunch(fn, (n_tiles * problem.groups, gy, gz), cfg.threads, smem, args, slots=(0, 1, 2, 3, 4))
+
+
+def run_igemm(problem: ConvProblem, subpath: str, x, w, bias, residual, out, dev, w_ld: Optional[int] = None):
+    """Launch the implicit-GEMM kernel on ``subpath`` (pointwise / uniform / per_lane); the filters'
+    rows are ``w_ld`` elements apart (default ``R*S*C/groups``)."""
+    w_ld = w_ld or problem.gemm_k
+    name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr, w_ld)
+    smem = conv_smem(cfg, subpath, defines)
+    fn = load_cuda_function(CONV_SOURCE, dev, defines, name, smem)
+    ep = problem.epilogue
+    K, Kg = problem.out_channels, problem.gemm_n
+    n_tiles = -(-Kg // cfg.bn)
+    m_tiles = -(-problem.gemm_m // cfg.bm)
+    gy, gz = m_grid(m_tiles)
+    bias_arg, res_arg, res_ptr = epilogue_operands(out, bias, residual, ep)
+    vec = out_vec(K, Kg, out.data.ptr, None if bias is None else bias.data.ptr, res_ptr)
+    fn((n_tiles * problem.groups, gy, gz), (cfg.threads,),
+       (x, w, bias_arg, res_arg, out, im2col_geometry(problem), np.int32(Kg), np.int32(w_ld), np.int32(n_tiles),
+        np.int32(m_tiles), np.int32(vec), epilogue_params(ep)), shared_mem=smem)
 
 
 def stage_a_tile(x, problem: ConvProblem, m_offset: int, k_offset: int, group: int = 0,

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...compiler import load_cuda_function
-from ...launch import PackedLaunch, c_struct, divisor_fields, divisor_values
+from ...launch import c_struct, divisor_fields, divisor_values
 from ...problem import ConvProblem
 from ...scratch import scratch
 from .variants import PAD_SOURCE, pad_variant
 
-__all__ = ["PadPlan", "PadLaunch", "pad_plan"]
+__all__ = ["PadPlan", "pad_plan", "pad_channels"]
 
 
 @dataclass(frozen=True)
@@ -66,36 +66,24 @@ def _pad_block(src, dst, outer: int, inner_src: int, inner_dst: int, lo: int) ->
                                             inner_dst=inner_dst, lo=lo, **divisor_values(div_inner_dst=inner_dst)))
 
 
-class PadLaunch:
-    """The pre-pass of one plan, packed once: its two ``PadBlock`` structs with the source and
-    destination addresses rewritten per call (:class:`cuconv.launch.PackedLaunch` slots inside the
-    structs). The copies live in the stream's scratch buffers, looked up per call (another plan on the
-    stream may have grown them)."""
+def pad_channels(problem: ConvProblem, plan: PadPlan, x, w, dev):
+    """The pad_channels pre-pass (one launch): copies of x ``[N, H, plan.width, CP]`` and of w
+    (``[K][R][plan.taps_w][CP]`` folded, else ``[K][R*S*CP]`` rows ``plan.w_ld`` apart) in the
+    stream's scratch buffers (:mod:`cuconv.scratch`), every padded element written as zero. The
+    caller's arrays are only read."""
+    (R, S), (H, W) = problem.filter_spatial, problem.in_spatial
+    N, K, cp_ = problem.batch, problem.out_channels, plan.cp
+    xp = scratch("sm80.pad_channels.x", (N, H, plan.width, cp_), x.dtype)
+    wp = scratch("sm80.pad_channels.w", (K, plan.w_ld), w.dtype)
+    tx = _pad_block(x, xp, N * H, W, plan.width, plan.pad_w)
+    if plan.fold > 1:   # each filter row (k, r): S taps -> taps_w taps
+        tw = _pad_block(w, wp, K * R, S, plan.taps_w, 0)
+    else:               # each filter: R*S taps -> w_ld / CP rows
+        tw = _pad_block(w, wp, K, R * S, plan.w_ld // cp_, 0)
+    rows = xp.size // cp_ + wp.size // cp_
+    name, defines = pad_variant(cp_)
+    fn = load_cuda_function(PAD_SOURCE, dev, defines, name, 0)
+    fn((max(1, min(-(-rows // 256), 65535 * 4)),), (256,), (tx, tw, np.int32(problem.channels)))
+    return xp, wp
 
-    def __init__(self, problem: ConvProblem, plan: PadPlan, dev):
-        self.problem, self.plan = problem, plan
-        name, defines = pad_variant(plan.cp)
-        self._fn = load_cuda_function(PAD_SOURCE, dev, defines, name, 0)
-        self._launch = None
 
-    def __call__(self, x, w):
-        """``(xp, wp)``: copies of x ``[N, H, plan.width, CP]`` and of w (``[K][R][plan.taps_w][CP]``
-        folded, else ``[K][R*S*CP]`` rows ``plan.w_ld`` apart) in the stream's scratch buffers
-        (:mod:`cuconv.scratch`), every padded element written as zero; the caller's arrays are only read."""
-        problem, plan = self.problem, self.plan
-        (R, S), (H, W) = problem.filter_spatial, problem.in_spatial
-        N, K, cp_ = problem.batch, problem.out_channels, plan.cp
-        xp = scratch("sm80.pad_channels.x", (N, H, plan.width, cp_), x.dtype)
-        wp = scratch("sm80.pad_channels.w", (K, plan.w_ld), w.dtype)
-        if self._launch is None:
-            tx = _pad_block(x, xp, N * H, W, plan.width, plan.pad_w)
-            if plan.fold > 1:
-                tw = _pad_block(w, wp, K * R, S, plan.taps_w, 0)
-            else:
-                tw = _pad_block(w, wp, K, R * S, plan.w_ld // cp_, 0)
-            rows = xp.size // cp_ + wp.size // cp_
-            self._launch = PackedLaunch(self._fn, max(1, min(-(-rows // 256), 65535 * 4)), 256, 0,
-                                        (tx, tw, np.int32(problem.channels)),
-                                        slots=((0, 0), (0, 8), (1, 0), (1, 8)))  # src, dst of each block
-        self._launch(x.data.ptr, xp.data.ptr, w.data.ptr, wp.data.ptr)
-        return xp, wp
