@@ -566,3 +566,18 @@ def test_a_networks_run_with_the_gpu_work_replaced(monkeypatch, tmp_path, capsys
     assert (tmp_path / "h100.png").stat().st_size > 10_000
     gpu.fail_check = {"features.18"}
     assert cli.main(["--network", "mobilenet_v2", "--dtype", "float16"]) == 1
+
+
+def test_report_shows_depthwise_bandwidth():
+    from cuconv.bench import report
+    rec = dict(network="m", title="M", batch=2, dtype="bfloat16", layers=[
+        dict(name="dw", describe="C8 4x4 -> K8 3x3 g8", count=1, kernel="depthwise_direct", kind="depthwise",
+             ms=dict(cuconv=0.5, cudnn=1.0), check_ok=True, tbps=2.5, tbps_cudnn=1.25),
+        dict(name="pw", describe="C8 4x4 -> K8 1x1", count=1, kernel="sm90_tma", kind="conv",
+             ms=dict(cuconv=0.5, cudnn=0.5), check_ok=True)],
+        depthwise=dict(convs=1, layers=1, ms=dict(cuconv=0.5, cudnn=1.0), tbps=2.5, tbps_cudnn=1.25))
+    head, rows = report._network_layer_rows(rec)
+    col = head.index("depthwise TB/s cuDNN / cuconv")
+    assert [r[col] for r in rows] == ["1.25 / 2.50", "-"]
+    text = "\n".join(report._network_sections(dict(suite="networks", records=[rec])))
+    assert "Depthwise layers: 1 of the pass's convs" in text and "1.25 / 2.50 TB/s" in text

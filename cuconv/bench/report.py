@@ -203,7 +203,7 @@ def _networks_rows(recs: List[dict], ceilings: Ceilings):
 
 def _network_layer_rows(rec: dict):
     head = ["layer", "geometry", "count", "kernel", "cuDNN ms", "cuconv ms", "speed", "1-at-a-time cuDNN ms",
-            "1-at-a-time cuconv ms", "1-at-a-time speed", "check"]
+            "1-at-a-time cuconv ms", "1-at-a-time speed", "depthwise TB/s cuDNN / cuconv", "check"]
     rows = []
     for r in rec.get("layers", []):
         ms = r.get("ms", {})
@@ -212,8 +212,16 @@ def _network_layer_rows(rec: dict):
         rows.append([r.get("name", "?"), r.get("describe", "-"), str(r.get("count", 1)), r.get("kernel", "-"),
                      _ms(ms.get("cudnn")), _ms(ms.get("cuconv")), _ratio(ms.get("cudnn"), ms.get("cuconv")),
                      _ms(ms.get("cudnn" + one)), _ms(ms.get("cuconv" + one)),
-                     _ratio(ms.get("cudnn" + one), ms.get("cuconv" + one)), check])
+                     _ratio(ms.get("cudnn" + one), ms.get("cuconv" + one)), _tbps_cell(r), check])
     return head, rows
+
+
+def _tbps_cell(r: dict) -> str:
+    """A depthwise layer's effective bandwidth (x + w + out bytes over the back-to-back time per call)."""
+    if "tbps" not in r and "tbps_cudnn" not in r:
+        return "-"
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    return f"{fmt(r.get('tbps_cudnn'))} / {fmt(r.get('tbps'))}"
 
 
 def _network_sections(doc: dict) -> List[str]:
@@ -225,6 +233,11 @@ def _network_sections(doc: dict) -> List[str]:
     for rec in _records(doc):
         out += [f"<details><summary>{rec.get('title', rec.get('network', '?'))}, N={rec.get('batch', '?')}, "
                 f"{rec.get('dtype', '')}: layers ({rec.get('source', 'source not recorded')})</summary>", ""]
+        dw = rec.get("depthwise")
+        if dw and dw.get("ms"):
+            out += [f"Depthwise layers: {dw['convs']} of the pass's convs, "
+                    f"{_ms(dw['ms'].get('cudnn'))} ms (cuDNN) / {_ms(dw['ms'].get('cuconv'))} ms (cuconv) per pass, "
+                    f"{_tbps_cell(dw)} TB/s.", ""]
         out += _markdown(*_network_layer_rows(rec))
         out += [f"- note: {n}" for n in rec.get("notes", [])]
         out += ["", "</details>", ""]
