@@ -38,6 +38,9 @@
 #ifndef CUCONV_DTYPE
 #define CUCONV_DTYPE 1
 #endif
+#if CUCONV_DTYPE != 0 && CUCONV_DTYPE != 1
+#error "conv2d_fprop_cdna3: CUCONV_DTYPE must be 0 (float16) or 1 (bfloat16); float32 has no MFMA path here"
+#endif
 #ifndef CUCONV_SUBPATH
 #define CUCONV_SUBPATH 1
 #endif

@@ -1,8 +1,8 @@
-// cuconv (HIP): 16-bit element types and their conversions, selected by -DCUCONV_DTYPE.
+// cuconv (HIP): element types and their conversions, selected by -DCUCONV_DTYPE.
 //
-// CUCONV_DTYPE = 0 (float16) or 1 (bfloat16), the codes of cuconv.launch.DTYPE_CODES. float32 has
-// no MFMA path in this kernel (the host declines it). Storage is a plain 16-bit integer, so the
-// same source builds without hip_fp16.h / hip_bf16.h.
+// CUCONV_DTYPE = 0 (float16), 1 (bfloat16) or 2 (float32), the codes of cuconv.launch.DTYPE_CODES;
+// a kernel without a float32 path (the MFMA kernel) refuses code 2 itself. 16-bit storage is a plain
+// 16-bit integer, so the same source builds without hip_fp16.h / hip_bf16.h.
 #pragma once
 
 #include "common/hip_min.h"
@@ -40,7 +40,9 @@ template <> CUCONV_DEV bf16_t from_float<bf16_t>(float f) {
 typedef cuconv::half_t elem_t;
 #elif CUCONV_DTYPE == 1
 typedef cuconv::bf16_t elem_t;
+#elif CUCONV_DTYPE == 2
+typedef float elem_t;
 #else
-#error "kernels_hip: CUCONV_DTYPE must be 0 (float16) or 1 (bfloat16); float32 has no MFMA path here"
+#error "kernels_hip: CUCONV_DTYPE must be 0 (float16), 1 (bfloat16) or 2 (float32)"
 #endif
 #endif

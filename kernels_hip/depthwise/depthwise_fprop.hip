@@ -59,19 +59,6 @@
 #define CUCONV_KERNEL_NAME depthwise_fprop
 #endif
 
-// The element type. common/types.h defines elem_t for the 16-bit codes and refuses float32 (the MFMA
-// kernel has no fp32 path); this kernel also takes code 2, so the code is read here and types.h is
-// included without it.
-#if CUCONV_DTYPE == 0
-#define DW_ELEM cuconv::half_t
-#elif CUCONV_DTYPE == 1
-#define DW_ELEM cuconv::bf16_t
-#elif CUCONV_DTYPE == 2
-#define DW_ELEM float
-#else
-#error "kernels_hip/depthwise: CUCONV_DTYPE must be 0 (float16), 1 (bfloat16) or 2 (float32)"
-#endif
-#undef CUCONV_DTYPE
 
 #include "common/hip_min.h"
 #include "common/types.h"
@@ -79,8 +66,6 @@
 #include "common/depthwise_index.h"
 #include "depthwise/vec_io.h"
 #include "depthwise/halo_tile.h"
-
-typedef DW_ELEM elem_t;
 
 // An empty asm that makes x opaque to the optimiser (see accumulate_slice). The second spelling is for
 // the CPU build of this file (tests/test_cdna3_depthwise_emulation.py), where "v" is no VGPR.
