@@ -292,3 +292,23 @@ def test_first_call_runs_each_mode_in_a_fresh_process_with_an_empty_cache(monkey
     assert first_call.main(["--network", "resnet50"]) == 0
     assert [m for m, _, _ in seen] == list(first_call.MODES)
     assert seen[0][1] != seen[1][1] and all(files == [] for _, _, files in seen)
+
+
+def test_host_work_exits_2_without_a_gpu(monkeypatch, capsys):
+    from cuconv.bench import host_work
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(count=0))
+    assert host_work.main([]) == environment.EXIT_UNAVAILABLE
+    assert "0 devices" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        host_work.main(["--calls", "5"])
+
+
+def test_host_work_cases_are_valid_convolutions():
+    """Every case is a valid call (checked on the CPU with NumPy arrays of its shapes)."""
+    import numpy as np
+
+    import cuconv
+    from cuconv.bench import host_work
+    for label, xs, ws, kw in host_work.CASES:
+        y = cuconv.conv2d(np.zeros(xs, np.float32), np.zeros(ws, np.float32), **kw)
+        assert y.shape[0] == xs[0] and y.shape[-1] == ws[0], label

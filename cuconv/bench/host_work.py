@@ -1,0 +1,90 @@
+"""Host work per call: how fast the host issues one convolution on each path.
+
+``python -m cuconv.bench.host_work`` calls a tiny layer of each path (its GPU time is a few
+microseconds, so the GPU never holds the host back) a few thousand times without synchronising, and
+prints microseconds per call for:
+
+* ``conv2d``: ``cuconv.conv2d(x, w, ...)`` (a new output each call);
+* ``conv2d out=``: the same writing into a given output;
+* ``plan``: a :func:`cuconv.plan_conv2d` plan called with ``out=``;
+* ``plan.run``: the kernel plan's launch alone (what every path above ends with).
+
+A forward pass runs back to back at the host's pace wherever a layer's GPU time is shorter than its
+host work. The figures depend on the host CPU: ``cupy.empty`` of a small array is printed as a yardstick.
+Needs a GPU (exit 2 without one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import List, Optional
+
+#: (label, x shape NHWC, w shape, conv2d keywords): one small layer per path.
+CASES = [
+    ("depthwise 3x3 (depthwise_direct)", (1, 8, 8, 64), (64, 3, 3, 1), dict(padding=1, groups=64)),
+    ("dense 3x3 (sm90_tma)", (1, 8, 8, 64), (64, 3, 3, 64), dict(padding=1)),
+    ("1x1 (sm90_tma)", (1, 8, 8, 64), (64, 1, 1, 64), dict()),
+    ("grouped 3x3, 4 channels per group (grouped_mma)", (1, 8, 8, 128), (128, 3, 3, 4), dict(padding=1, groups=32)),
+    ("1x1 96 -> 4 (sm80 pointwise)", (1, 1, 1, 96), (4, 1, 1, 96), dict()),
+    ("stem C=3 (sm80 pad_channels)", (1, 16, 16, 3), (32, 3, 3, 3), dict(padding=1, stride=2)),
+]
+
+
+def per_call_us(fn, calls: int) -> float:
+    """Microseconds per call of ``fn`` issued back to back (the device synchronised before and after)."""
+    import cupy as cp
+    for _ in range(50):
+        fn()
+    cp.cuda.Device().synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    cp.cuda.Device().synchronize()
+    return elapsed / calls * 1e6
+
+
+def measure(calls: int = 3000, log=print) -> List[dict]:
+    """One record per case: its kernel and the four per-call figures (microseconds)."""
+    import cupy as cp
+
+    import cuconv
+    log(f"cupy.empty (yardstick): {per_call_us(lambda: cp.empty((1, 8, 8, 64), cp.float16), calls):6.2f} us")
+    log(f"{'layer':50s} {'kernel':18s} {'conv2d':>8s} {'out=':>8s} {'plan':>8s} {'plan.run':>9s}  (us per call)")
+    records = []
+    for label, xs, ws, kw in CASES:
+        x, w = cp.zeros(xs, cp.float16), cp.zeros(ws, cp.float16)
+        e = cuconv.explain(x, w, **kw)
+        out = cp.empty_like(cuconv.conv2d(x, w, **kw))
+        plan = cuconv.plan_conv2d(x, w, **kw)
+        rec = dict(label=label, kernel=e.kernel,
+                   conv2d=per_call_us(lambda: cuconv.conv2d(x, w, **kw), calls),
+                   conv2d_out=per_call_us(lambda: cuconv.conv2d(x, w, out=out, **kw), calls),
+                   plan=per_call_us(lambda: plan(x, w, out=out), calls),
+                   plan_run=per_call_us(lambda: e.plan.run(x, w, None, None, out), calls))
+        log(f"{label:50s} {e.kernel:18s} {rec['conv2d']:8.2f} {rec['conv2d_out']:8.2f} {rec['plan']:8.2f} "
+            f"{rec['plan_run']:9.2f}")
+        records.append(rec)
+    return records
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cuconv.bench.host_work", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=3000, help="calls per figure (default 3000)")
+    args = ap.parse_args(argv)
+    if args.calls < 100:
+        ap.error(f"--calls: at least 100, got {args.calls}")
+    from .environment import EXIT_UNAVAILABLE, Unavailable, require_gpu
+    try:
+        require_gpu()
+    except Unavailable as e:
+        print(f"cuconv.bench.host_work: {e}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    measure(args.calls)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
