@@ -114,6 +114,27 @@ def nvrtc_available() -> bool:
         return False
 
 
+def host_shared_library(folder, source, flags=()):
+    """``source`` (C++) built for this CPU into a shared library in ``folder`` and loaded with ctypes, by
+    the first host compiler found (clang-19, clang++, g++, c++); the test is skipped when there is none,
+    and fails with the compiler's message when the build does. For the tests that check kernels_hip/
+    index math on the CPU (``-I kernels_hip``)."""
+    import ctypes
+    import subprocess
+    from pathlib import Path
+
+    cxx = next((p for p in map(shutil.which, ("clang-19", "clang++", "g++", "c++")) if p), None)
+    if cxx is None:
+        pytest.skip("no host C++ compiler (clang-19, clang++, g++ or c++) to build the index-math shim")
+    hip_dir = Path(__file__).resolve().parent.parent / "kernels_hip"
+    so = Path(folder) / "libshim.so"
+    cmd = [cxx, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{hip_dir}", str(source), "-o", str(so),
+           *flags]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
+    return ctypes.CDLL(str(so))
+
+
 def find_cuobjdump():
     """Path of cuobjdump (on PATH, or from the nvidia-cuda-cuobjdump wheel), or None."""
     exe = shutil.which("cuobjdump")

@@ -59,6 +59,20 @@ class Case:
                     layout=self.layout)
 
 
+def draw_epilogue(draw) -> dict:
+    """The epilogue keywords of a drawn case (:func:`check_case`): bias, residual with its beta, alpha,
+    activation, each drawn."""
+    ep = {}
+    if draw(st.booleans()):
+        ep["bias"] = True
+    if draw(st.booleans()):
+        ep["residual"] = True
+        ep["beta"] = draw(st.sampled_from([1.0, 0.5, -2.0, 0.0]))
+    ep["alpha"] = draw(st.sampled_from([1.0, 1.0, 0.5, -1.25]))
+    ep["activation"] = draw(st.sampled_from([None, None, "relu", "silu", "gelu"]))
+    return ep
+
+
 @st.composite
 def cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layouts=None, max_spatial=12,
           max_channels=24, groups=True, epilogue=True, channel_multiple=1, allow_same=True):
@@ -89,15 +103,7 @@ def cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layouts=None, m
     elif pad_kind == "valid":
         for n, f, d in zip(spatial, filt, dilation):
             assume(n >= (f - 1) * d + 1)
-    ep = {}
-    if epilogue:
-        if draw(st.booleans()):
-            ep["bias"] = True
-        if draw(st.booleans()):
-            ep["residual"] = True
-            ep["beta"] = draw(st.sampled_from([1.0, 0.5, -2.0, 0.0]))
-        ep["alpha"] = draw(st.sampled_from([1.0, 1.0, 0.5, -1.25]))
-        ep["activation"] = draw(st.sampled_from([None, None, "relu", "silu", "gelu"]))
+    ep = draw_epilogue(draw) if epilogue else {}
     return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=cg * g, out_channels=kg * g,
                 filt=filt, stride=stride, dilation=dilation, padding=padding, groups=g,
                 dtype=draw(st.sampled_from(dtypes)), layout=draw(st.sampled_from(layouts)), epilogue=ep,
@@ -302,15 +308,7 @@ def depthwise_cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layou
     padding = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(nd))
     for n, f, s, d, (lo, hi) in zip(spatial, filt, stride, dilation, padding):
         assume(output_size(n, f, s, d, lo, hi) >= 1)
-    ep = {}
-    if epilogue:
-        if draw(st.booleans()):
-            ep["bias"] = True
-        if draw(st.booleans()):
-            ep["residual"] = True
-            ep["beta"] = draw(st.sampled_from([1.0, 0.5, -2.0, 0.0]))
-        ep["alpha"] = draw(st.sampled_from([1.0, 1.0, 0.5, -1.25]))
-        ep["activation"] = draw(st.sampled_from([None, None, "relu", "silu", "gelu"]))
+    ep = draw_epilogue(draw) if epilogue else {}
     return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=c, out_channels=mult * c,
                 filt=filt, stride=stride, dilation=dilation, padding=padding, groups=c,
                 dtype=draw(st.sampled_from(dtypes)), layout=draw(st.sampled_from(layouts)), epilogue=ep,

@@ -24,8 +24,6 @@ library (the system C++ compiler) and calls it through ctypes, on depthwise prob
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -39,35 +37,17 @@ from cuconv.backends.depthwise.variants import dw_config
 from cuconv.models.depthwise import cta_coordinates, input_tile, thread_outputs
 from cuconv.problem import ConvProblem
 
+from conftest import host_shared_library
 from geometry import depthwise_cases
 
-ROOT = Path(__file__).resolve().parent.parent
-HIP_DIR = ROOT / "kernels_hip"
 
 #: The C shim (compiled with the header for the host): tests/cdna3_depthwise_index_shim.cpp.
 SHIM = Path(__file__).resolve().parent / "cdna3_depthwise_index_shim.cpp"
 
 
-def _host_compiler():
-    for name in ("clang-19", "clang++", "g++", "c++"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    cxx = _host_compiler()
-    if cxx is None:
-        pytest.skip("no host C++ compiler (clang-19, clang++, g++ or c++) to build the index-math shim")
-    d = tmp_path_factory.mktemp("hip_depthwise_index")
-    so = d / "libshim.so"
-    cmd = [cxx, "-x", "c++", "-std=c++17", "-O1", "-Wall", "-Werror", "-shared", "-fPIC", f"-I{HIP_DIR}", str(SHIM),
-           "-o", str(so)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
-    L = ctypes.CDLL(str(so))
+    L = host_shared_library(tmp_path_factory.mktemp("hip_depthwise_index"), SHIM, ("-Wall", "-Werror"))
     P, I, U = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
     signatures = {  # every pointer typed: an untyped Python int argument is passed as a 32-bit int
         "dw_struct_size": ([], ctypes.c_longlong),

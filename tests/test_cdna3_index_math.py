@@ -20,9 +20,6 @@ The geometry struct passed in is the one the CDNA3 backend builds for the kernel
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,8 +34,8 @@ from cuconv.launch import epilogue_params  # noqa: E402
 from cuconv.models.loader import loader_addresses, subpath_ok  # noqa: E402
 from cuconv.problem import ConvProblem, Epilogue  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-HIP_DIR = ROOT / "kernels_hip"
+from conftest import host_shared_library  # noqa: E402
+
 LANES = 4 * 64  # threads of a workgroup
 ITERS = 8       # loader iterations per half-tile
 
@@ -127,26 +124,12 @@ float cuconv_apply_epilogue(float acc, float bias, float residual, const Epilogu
 """
 
 
-def _host_compiler():
-    for name in ("clang-19", "clang++", "g++", "c++"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    cxx = _host_compiler()
-    if cxx is None:
-        pytest.skip("no host C++ compiler (clang-19, clang++, g++ or c++) to build the index-math shim")
     d = tmp_path_factory.mktemp("hip_index_math")
-    src, so = d / "shim.cpp", d / "libshim.so"
+    src = d / "shim.cpp"
     src.write_text(_SHIM)
-    cmd = [cxx, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{HIP_DIR}", str(src), "-o", str(so), "-lm"]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
-    L = ctypes.CDLL(str(so))
+    L = host_shared_library(d, src, ("-lm",))
     u32p = np.ctypeslib.ndpointer(np.uint32, flags="C_CONTIGUOUS")
     L.cuconv_tile_voffsets.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_uint,
                                        ctypes.c_uint, ctypes.c_uint, u32p]

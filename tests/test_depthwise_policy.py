@@ -133,3 +133,47 @@ def test_conv3d_depthwise_is_a_native_strategy():
     p = problem3d(C=32, K=32, groups=32)
     plan, why = dispatch.select(p, H100, strategy="native")
     assert why.kernel == "depthwise_direct" and "3 filter slices" in why.detail
+
+
+class _Buf:
+    """An array stand-in with a device address (``data.ptr``); a copy is a fresh, 256-byte aligned one."""
+
+    _next = 1 << 20
+
+    def __init__(self, ptr=None):
+        if ptr is None:
+            ptr, _Buf._next = _Buf._next, _Buf._next + 4096
+        self.data = type("Mem", (), {"ptr": ptr})()
+        self.assigned = None
+
+    def copy(self):
+        return _Buf()
+
+    def __setitem__(self, key, value):
+        self.assigned = value
+
+
+def test_run_passes_aligned_addresses_and_copies_back():
+    """``DepthwisePlan.run`` hands the launch aligned operands (copies of misaligned ones), the output's
+    address for absent ones, and writes an aligned copy of a misaligned ``out`` back into it."""
+    from cuconv.problem import Epilogue
+    p = problem2d(C=64, K=64, groups=64, epilogue=Epilogue(has_bias=True, has_residual=True))
+    plan = dispatch.select(p, H100)[0]
+    sent = []
+    plan._launch = lambda *ptrs: sent.append(ptrs)
+    x, w, out = _Buf(), _Buf(), _Buf()
+    plan.run(x, w, None, None, out)
+    assert sent[-1] == (x.data.ptr, w.data.ptr, out.data.ptr, out.data.ptr, out.data.ptr)
+    bias, res = _Buf(), _Buf()
+    plan.run(x, w, bias, res, out)
+    assert sent[-1] == (x.data.ptr, w.data.ptr, bias.data.ptr, res.data.ptr, out.data.ptr)
+    odd_x, odd_out = _Buf(x.data.ptr + 2), _Buf(out.data.ptr + 2)
+    plan.run(odd_x, w, bias, odd_out, odd_out)  # misaligned x and out; the residual is out (in place)
+    xp, _, _, rp, op = sent[-1]
+    assert xp % 16 == 0 and xp != odd_x.data.ptr and op % 16 == 0 and rp == op != odd_out.data.ptr
+    assert odd_out.assigned is not None
+    unread = dispatch.select(problem2d(C=64, K=64, groups=64, epilogue=Epilogue(has_residual=True, beta=0.0)),
+                             H100)[0]
+    unread._launch = lambda *ptrs: sent.append(ptrs)
+    unread.run(x, w, None, res, out)
+    assert sent[-1][3] == out.data.ptr  # beta == 0: the residual is not read

@@ -90,7 +90,7 @@ def direct_conv(x: np.ndarray, w: np.ndarray, p: ConvProblem, cfg) -> np.ndarray
     K = p.out_channels
     w5 = w.reshape(K, T, R, S).astype(np.float32)
     out = np.zeros((p.batch, O, P, Q, K), dtype=np.float32)
-    blocks = p.batch * O * cfg.tiles_p * cfg.tiles_q * cfg.chunks
+    blocks = cfg.tiles(p)
     for block in range(blocks):
         n, o, tile_p, tile_q, chunk = cta_coordinates(block, p, cfg)
         k0 = chunk * cfg.cb

@@ -26,14 +26,13 @@ from __future__ import annotations
 import functools
 from typing import Dict, Tuple
 
-import numpy as np
-
 from ...compiler import kernels_dir, tree_hash
 from ...launch import epilogue_params
 from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from ..depthwise.params import dw_geometry
-from ..depthwise.variants import DwConfig, dw_config, dw_variant, problem_axes
+from ..depthwise.kernel import aligned_operands
+from ..depthwise.variants import DwConfig, depthwise_declined, dw_config, dw_variant, problem_axes
 from .params import MAX_RESOURCE_BYTES
 from .variants import SUPPORTED_ARCHS, base_arch, hip_compile_options
 
@@ -82,24 +81,16 @@ class Cdna3DepthwiseKernel(Kernel):
         arch = base_arch(device.arch)
         if arch not in SUPPORTED_ARCHS:
             return Declined(f"needs gfx942 (CDNA3) or gfx90a (CDNA2), device is {device.arch}")
-        if problem.groups != problem.channels:
-            return Declined(f"not depthwise: groups {problem.groups} != C {problem.channels} "
-                            f"({problem.channels_per_group} channels per group)")
-        extent = max(problem.batch * int(np.prod(problem.in_spatial)) * problem.channels,
-                     problem.gemm_m * problem.out_channels)
-        if max(*problem.in_spatial, problem.out_channels, problem.batch) >= 2**31 or extent >= 2**62:
-            return Declined(f"an extent exceeds the kernel's index range ({extent} elements)")
+        why_not = depthwise_declined(problem)
+        if why_not:
+            return Declined(why_not)
         if plane_bytes(problem) > MAX_RESOURCE_BYTES:
             return Declined(f"one input plane is {plane_bytes(problem)} bytes, above the 4 GiB cap of a buffer "
                             f"resource (num_records is a 32-bit byte count); {_NO_FALLBACK}")
-        limit = lds_limit(device)
-        cfg = hip_dw_config(problem, device)
+        cfg = hip_dw_config(problem, device)  # within the device's LDS, or the reason it cannot be
         if isinstance(cfg, str):
             return Declined(f"{cfg}; {_NO_FALLBACK}")
-        if cfg.smem > limit:  # dw_config keeps within the limit; a guard for the launch's LDS request
-            return Declined(f"the tile dw_config picks ({cfg.tp}x{cfg.tq} pixels x {cfg.cb} channels) needs "
-                            f"{cfg.smem} bytes of LDS, over the {limit} of a workgroup on {arch}; {_NO_FALLBACK}")
-        blocks = _blocks(problem, cfg)
+        blocks = cfg.tiles(problem)
         if blocks * cfg.threads > MAX_GRID_WORK_ITEMS:
             return Declined(f"{blocks} workgroups of {cfg.threads} work-items: over the 2**32 - 1 work-items "
                             f"of a HIP grid; {_NO_FALLBACK}")
@@ -110,12 +101,6 @@ class Cdna3DepthwiseKernel(Kernel):
                                   f"index-math-verified; not run on AMD hardware)")
 
 
-def _blocks(problem, cfg: DwConfig) -> int:
-    """Workgroups of the 1-D grid: chunks x images x output depth x tiles per plane."""
-    depth = problem.out_spatial[0] if problem.nd == 3 else 1
-    return problem.batch * depth * cfg.tiles_p * cfg.tiles_q * cfg.chunks
-
-
 class Cdna3DepthwisePlan(Plan):
     """The tile shape of one depthwise problem, its compiled variant and its grid."""
 
@@ -123,12 +108,8 @@ class Cdna3DepthwisePlan(Plan):
         super().__init__(kernel, problem, device, reason)
         self.cfg = cfg
         self.name, self.defines = dw_variant(problem, cfg)
-        self.grid = _blocks(problem, cfg)
+        self.grid = cfg.tiles(problem)
         self._arch = arch
-        #: Bytes of alignment each operand's address needs: x for the copy units (VIN channels),
-        #: out / residual / bias for the VEC-wide epilogue accesses.
-        self._align_x = cfg.vin * problem.itemsize
-        self._align_out = cfg.vec * problem.itemsize
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
@@ -141,19 +122,7 @@ class Cdna3DepthwisePlan(Plan):
 
     def run(self, x, w, bias, residual, out):
         fn = _dw_function(self.name, tuple(sorted(self.defines.items())), self._arch, self.device.index)
-        ax, ao = self._align_x, self._align_out
-        if x.data.ptr % ax:
-            x = x.copy()
-        target = out if out.data.ptr % ao == 0 else out.copy()  # a fresh allocation is aligned
-        if bias is not None and bias.data.ptr % ao:
-            bias = bias.copy()
-        if residual is not None and self.problem.epilogue.loads_residual:
-            if residual is out:
-                residual = target  # in place: the aligned copy holds the residual's values
-            elif residual.data.ptr % ao:
-                residual = residual.copy()
-        else:
-            residual = None
+        x, bias, residual, target = aligned_operands(self.problem, self.cfg, x, bias, residual, out)
         # Absent operands: any valid array of the call (the kernel reads them only when flagged).
         b = target if bias is None else bias
         r = target if residual is None else residual

@@ -21,9 +21,9 @@ from ...launch import PackedLaunch, epilogue_params
 from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from .params import dw_geometry
-from .variants import DW_SOURCE, DwConfig, dw_config, dw_variant, problem_axes
+from .variants import DW_SOURCE, DwConfig, depthwise_declined, dw_config, dw_variant, problem_axes
 
-__all__ = ["DepthwiseKernel", "DepthwisePlan"]
+__all__ = ["DepthwiseKernel", "DepthwisePlan", "aligned_operands"]
 
 
 class DepthwiseKernel(Kernel):
@@ -38,13 +38,9 @@ class DepthwiseKernel(Kernel):
     def make_plan(self, problem, device, overrides):
         if device.cc < (8, 0):
             return Declined(f"needs sm_80+ (cp.async), the GPU is sm_{device.cc[0]}{device.cc[1]}")
-        if problem.groups != problem.channels:
-            return Declined(f"not depthwise: groups {problem.groups} != C {problem.channels} "
-                            f"({problem.channels_per_group} channels per group)")
-        extent = max(problem.batch * int(np.prod(problem.in_spatial)) * problem.channels,
-                     problem.gemm_m * problem.out_channels)
-        if max(*problem.in_spatial, problem.out_channels, problem.batch) >= 2**31 or extent >= 2**62:
-            return Declined(f"an extent exceeds the kernel's index range ({extent} elements)")
+        why_not = depthwise_declined(problem)
+        if why_not:
+            return Declined(why_not)
         cfg = dw_config(problem)
         if isinstance(cfg, str):
             return Declined(cfg)
@@ -62,10 +58,6 @@ class DepthwisePlan(Plan):
         self.cfg = cfg
         self.name, self.defines = dw_variant(problem, cfg)
         self._launch = None
-        #: Bytes of alignment each operand's address needs for the vector accesses (x: input copies;
-        #: out / residual / bias: VEC-wide epilogue accesses).
-        self._align_x = cfg.vin * problem.itemsize
-        self._align_out = cfg.vec * problem.itemsize
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
@@ -82,41 +74,42 @@ class DepthwisePlan(Plan):
     def _build(self):
         p, c = self.problem, self.cfg
         fn = load_cuda_function(DW_SOURCE, self.device, self.defines, self.name, c.smem)
-        grid = p.batch * (p.out_spatial[0] if p.nd == 3 else 1) * c.tiles_p * c.tiles_q * c.chunks
         null = np.uint64(0)
         args = (null, null, null, null, null, dw_geometry(p, c), epilogue_params(p.epilogue))
-        return PackedLaunch(fn, grid, c.threads, c.smem, args, slots=(0, 1, 2, 3, 4))
+        return PackedLaunch(fn, c.tiles(p), c.threads, c.smem, args, slots=(0, 1, 2, 3, 4))
 
     def run(self, x, w, bias, residual, out):
         launch = self._launch
         if launch is None:
             launch = self._launch = self._build()
-        ax, ao = self._align_x, self._align_out
-        xp = x.data.ptr
-        if xp % ax:
-            x = x.copy()
-            xp = x.data.ptr
-        op = out.data.ptr
-        target = out
-        if op % ao:
-            target = out.copy()  # aligned (a fresh allocation); holds the residual when it is `out`
-            op = target.data.ptr
-        bp = rp = op  # absent operands: any valid address (the kernel reads them only when flagged)
-        if bias is not None:
-            if bias.data.ptr % ao:
-                bias = bias.copy()
-            bp = bias.data.ptr
-        if residual is not None and self.problem.epilogue.loads_residual:
-            if residual is out:
-                rp = op
-            else:
-                if residual.data.ptr % ao:
-                    residual = residual.copy()
-                rp = residual.data.ptr
-        launch(xp, w.data.ptr, bp, rp, op)
+        x, bias, residual, target = aligned_operands(self.problem, self.cfg, x, bias, residual, out)
+        op = target.data.ptr  # absent operands: any valid address (the kernel reads them only when flagged)
+        launch(x.data.ptr, w.data.ptr, op if bias is None else bias.data.ptr,
+               op if residual is None else residual.data.ptr, op)
         if target is not out:
             out[...] = target
-        del x, bias, residual  # copies (if any) stay alive until the launch is queued
+
+
+def aligned_operands(problem, cfg: DwConfig, x, bias, residual, out):
+    """``(x, bias, residual, target)`` for a launch of the depthwise design (CUDA or HIP): each operand
+    itself when its address suits the kernel's vector accesses (x: copies of ``vin`` channels; out,
+    bias, residual: ``vec``-wide epilogue accesses), else an aligned copy; ``target`` is what the
+    kernel writes (``out``, or an aligned copy of it holding its values, for an in-place residual);
+    ``residual`` is None when the epilogue does not read it. The caller copies ``target`` into ``out``
+    when they differ, and keeps the returned arrays alive until the launch is queued."""
+    align_x, align_out = cfg.vin * problem.itemsize, cfg.vec * problem.itemsize
+    if x.data.ptr % align_x:
+        x = x.copy()
+    target = out if out.data.ptr % align_out == 0 else out.copy()  # a fresh allocation is aligned
+    if bias is not None and bias.data.ptr % align_out:
+        bias = bias.copy()
+    if residual is None or not problem.epilogue.loads_residual:
+        residual = None
+    elif residual is out:
+        residual = target  # in place: the aligned copy holds the residual's values
+    elif residual.data.ptr % align_out:
+        residual = residual.copy()
+    return x, bias, residual, target
 
 
 register(DepthwiseKernel())

@@ -16,7 +16,8 @@ from typing import Optional, Union
 from ...launch import dtype_code
 from ...problem import ConvProblem
 
-__all__ = ["DwConfig", "dw_config", "dw_variant", "DW_SOURCE", "SMEM_LIMIT", "MAX_THREADS", "problem_axes"]
+__all__ = ["DwConfig", "dw_config", "dw_variant", "depthwise_declined", "DW_SOURCE", "SMEM_LIMIT", "MAX_THREADS",
+           "problem_axes"]
 
 DW_SOURCE = "depthwise/depthwise_fprop.cu"
 #: Shared memory one CTA may use (bytes): under every sm_80+ GPU's per-block opt-in limit (99 KiB on
@@ -66,6 +67,22 @@ class DwConfig:
     @property
     def threads(self) -> int:
         return self.cv * self.tp * self.tqg
+
+    def tiles(self, p: ConvProblem) -> int:
+        """Output tiles of ``p`` (the kernel's 1-D grid): chunks x images x output depth x tiles per plane."""
+        return p.batch * (p.out_spatial[0] if p.nd == 3 else 1) * self.tiles_p * self.tiles_q * self.chunks
+
+
+def depthwise_declined(p: ConvProblem) -> Optional[str]:
+    """Why the depthwise kernel design (CUDA and HIP alike) cannot take ``p``, or None: it must be
+    depthwise (groups == C) and its extents within the kernels' index range."""
+    if p.groups != p.channels:
+        return (f"not depthwise: groups {p.groups} != C {p.channels} ({p.channels_per_group} channels per "
+                f"group)")
+    extent = max(p.batch * math.prod(p.in_spatial) * p.channels, p.gemm_m * p.out_channels)
+    if max(*p.in_spatial, p.out_channels, p.batch) >= 2**31 or extent >= 2**62:
+        return f"an extent exceeds the kernel's index range ({extent} elements)"
+    return None
 
 
 def problem_axes(p: ConvProblem):
@@ -157,12 +174,11 @@ def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = S
         else:
             return (f"the smallest tile (one row of {qt} pixels, {cb} channels) needs {smem} bytes of shared "
                     f"memory with this filter and dilation, over the {smem_limit} the kernel uses")
-    tiles_p, tiles_q, chunks = -(-P // tp), -(-Q // (tqg * qt)), -(-K // cb)
-    ctas = p.batch * (p.out_spatial[0] if p.nd == 3 else 1) * tiles_p * tiles_q * chunks
-    if ctas >= 2**31:
-        return f"{ctas} CTAs: over the 2**31 - 1 of a 1-D grid"
-    return DwConfig(vec=vec, vin=vin, cv=cv, qt=qt, tqg=tqg, tp=tp, mult=mult, in_rows=in_rows, in_cols=in_cols,
-                    cin=cin, tiles_p=tiles_p, tiles_q=tiles_q, chunks=chunks, smem=smem)
+    cfg = DwConfig(vec=vec, vin=vin, cv=cv, qt=qt, tqg=tqg, tp=tp, mult=mult, in_rows=in_rows, in_cols=in_cols,
+                   cin=cin, tiles_p=-(-P // tp), tiles_q=-(-Q // (tqg * qt)), chunks=-(-K // cb), smem=smem)
+    if cfg.tiles(p) >= 2**31:
+        return f"{cfg.tiles(p)} CTAs: over the 2**31 - 1 of a 1-D grid"
+    return cfg
 
 
 def min_blocks(dtype: str, qt: int) -> int:
