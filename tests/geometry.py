@@ -313,3 +313,43 @@ def depthwise_cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layou
                 filt=filt, stride=stride, dilation=dilation, padding=padding, groups=c,
                 dtype=draw(st.sampled_from(dtypes)), layout=draw(st.sampled_from(layouts)), epilogue=ep,
                 seed=draw(st.integers(0, 2**31 - 1)))
+
+
+def check_depthwise_layer(cp, kernel: str, c, hw, filt, stride, mult, dtype):
+    """A depthwise network layer (N = 4, padding filt // 2, bias, gelu) chosen automatically for
+    ``kernel`` and checked against the reference."""
+    import numpy as np
+
+    import cuconv
+    from conftest import assert_close, random_array
+    rng = np.random.default_rng(c + hw)
+    x = random_array(rng, (4, hw, hw, c), dtype)
+    w = random_array(rng, (mult * c, filt, filt, 1), dtype, scale=1.0 / filt)
+    b = random_array(rng, (mult * c,), dtype)
+    kw = dict(stride=stride, padding=filt // 2, groups=c, activation="gelu")
+    ref = cuconv.reference.conv2d(x, w, b, **kw)
+    e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
+    assert e.kernel == kernel, str(e)
+    assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw), ref, dtype)
+
+
+def check_depthwise_misaligned_views(cp, kernel: str):
+    """x, residual and out as views 2 bytes off their allocations, forced onto ``kernel``: the result
+    lands in ``out`` and matches the reference (the kernel's vector accesses go through aligned copies)."""
+    import numpy as np
+
+    import cuconv
+    from conftest import assert_close, random_array
+    rng = np.random.default_rng(3)
+    c = 24
+    xs = random_array(rng, (2 * 10 * 10 * c + 1,), "bfloat16")
+    w = random_array(rng, (c, 3, 3, 1), "bfloat16")
+    rs = random_array(rng, (2 * 10 * 10 * c + 1,), "bfloat16")
+    ref = cuconv.reference.conv2d(xs[1:].reshape(2, 10, 10, c), w, residual=rs[1:].reshape(2, 10, 10, c),
+                                  padding=1, groups=c)
+    xg = cp.asarray(xs)[1:].reshape(2, 10, 10, c)
+    rg = cp.asarray(rs)[1:].reshape(2, 10, 10, c)
+    out = cp.full(2 * 10 * 10 * c + 1, np.nan, dtype=xg.dtype)[1:].reshape(2, 10, 10, c)
+    got = cuconv.conv2d(xg, cp.asarray(w), residual=rg, out=out, padding=1, groups=c, kernel=kernel)
+    assert got is out
+    assert_close(got, ref, "bfloat16")

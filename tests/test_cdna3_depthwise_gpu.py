@@ -8,20 +8,18 @@ with a NaN-poisoned output or in place over the residual; network layers run at 
 misaligned views go through aligned copies.
 """
 
-import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import cuconv
 from cuconv.backends.cdna3.depthwise import Cdna3DepthwiseKernel
 from cuconv.backends.cdna3.variants import SUPPORTED_ARCHS, base_arch
 from cuconv.device import gpu_available
 from cuconv.overrides import Overrides
 from cuconv.problem import ConvProblem
 
-from conftest import assert_close, random_array
-from geometry import check_case, depthwise_cases, with_residual
+from geometry import (check_case, check_depthwise_layer, check_depthwise_misaligned_views, depthwise_cases,
+                      with_residual)
 
 pytestmark = pytest.mark.gpu
 
@@ -69,29 +67,9 @@ def test_drawn(cp, case, in_place):
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_network_layers(cp, c, hw, filt, stride, mult, dtype):
-    rng = np.random.default_rng(c + hw)
-    x = random_array(rng, (4, hw, hw, c), dtype)
-    w = random_array(rng, (mult * c, filt, filt, 1), dtype, scale=1.0 / filt)
-    b = random_array(rng, (mult * c,), dtype)
-    kw = dict(stride=stride, padding=filt // 2, groups=c, activation="gelu")
-    ref = cuconv.reference.conv2d(x, w, b, **kw)
-    e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
-    assert e.kernel == KERNEL, str(e)
-    assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw), ref, dtype)
+    check_depthwise_layer(cp, KERNEL, c, hw, filt, stride, mult, dtype)
 
 
 def test_misaligned_views(cp):
     """Views whose addresses are 2 bytes off the vector size go through aligned copies."""
-    rng = np.random.default_rng(3)
-    c = 24
-    xs = random_array(rng, (2 * 10 * 10 * c + 1,), "bfloat16")
-    rs = random_array(rng, (2 * 10 * 10 * c + 1,), "bfloat16")
-    w = random_array(rng, (c, 3, 3, 1), "bfloat16")
-    ref = cuconv.reference.conv2d(xs[1:].reshape(2, 10, 10, c), w, residual=rs[1:].reshape(2, 10, 10, c),
-                                  padding=1, groups=c)
-    xg = cp.asarray(xs)[1:].reshape(2, 10, 10, c)
-    rg = cp.asarray(rs)[1:].reshape(2, 10, 10, c)
-    out = cp.full(2 * 10 * 10 * c + 1, np.nan, dtype=xg.dtype)[1:].reshape(2, 10, 10, c)
-    got = cuconv.conv2d(xg, cp.asarray(w), residual=rg, out=out, padding=1, groups=c, kernel=KERNEL)
-    assert got is out
-    assert_close(got, ref, "bfloat16")
+    check_depthwise_misaligned_views(cp, KERNEL)

@@ -14,7 +14,7 @@ import cuconv
 from cuconv.device import gpu_available
 
 from conftest import assert_close, random_array
-from geometry import Setting, depthwise_cases, run_property
+from geometry import Setting, check_depthwise_layer, check_depthwise_misaligned_views, depthwise_cases, run_property
 
 pytestmark = pytest.mark.gpu
 
@@ -51,36 +51,12 @@ def test_drawn(cp, setting):
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_network_layers(cp, c, hw, filt, stride, mult, dtype):
-    rng = np.random.default_rng(c + hw)
-    n = 4
-    x = random_array(rng, (n, hw, hw, c), dtype)
-    w = random_array(rng, (mult * c, filt, filt, 1), dtype, scale=1.0 / filt)
-    b = random_array(rng, (mult * c,), dtype)
-    kw = dict(stride=stride, padding=filt // 2, groups=c, activation="gelu")
-    ref = cuconv.reference.conv2d(x, w, b, **kw)
-    e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
-    assert e.kernel == KERNEL, str(e)
-    got = cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
-    assert_close(got, ref, dtype)
+    check_depthwise_layer(cp, KERNEL, c, hw, filt, stride, mult, dtype)
 
 
 def test_misaligned_views(cp):
     """Views whose addresses are 2 bytes off the vector size go through aligned copies."""
-    rng = np.random.default_rng(3)
-    c = 24
-    xs = random_array(rng, (2 * 10 * 10 * c + 1,), "bfloat16")
-    x = xs[1:].reshape(2, 10, 10, c)
-    w = random_array(rng, (c, 3, 3, 1), "bfloat16")
-    rs = random_array(rng, (2 * 10 * 10 * c + 1,), "bfloat16")
-    r = rs[1:].reshape(2, 10, 10, c)
-    ref = cuconv.reference.conv2d(x, w, residual=r, padding=1, groups=c)
-    xg = cp.asarray(xs)[1:].reshape(2, 10, 10, c)
-    rg = cp.asarray(rs)[1:].reshape(2, 10, 10, c)
-    outs = cp.full(2 * 10 * 10 * c + 1, np.nan, dtype=xg.dtype)
-    out = outs[1:].reshape(2, 10, 10, c)
-    got = cuconv.conv2d(xg, cp.asarray(w), residual=rg, out=out, padding=1, groups=c, kernel=KERNEL)
-    assert got is out
-    assert_close(got, ref, "bfloat16")
+    check_depthwise_misaligned_views(cp, KERNEL)
 
 
 def test_repeated_calls_reuse_the_plan(cp):
