@@ -17,6 +17,7 @@ from . import dispatch
 from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name
 from .device import cupy_or_none, device_of
 from .epilogue import apply_epilogue
+from .layout import native_result, to_channels_first, to_channels_last
 from .overrides import current_overrides
 from .problem import LAYOUTS, ConvProblem
 from .registry import on_change
@@ -49,11 +50,10 @@ def _xp_of(a):
     return cupy
 
 
-def _to_native(a, channels_first: bool, xp):
-    """Channels-first -> channels-last (a copy); channels-last -> contiguous (no copy if already)."""
-    if channels_first:
-        a = xp.moveaxis(a, 1, -1)
-    return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
+def _to_native(a, channels_first: bool, xp, purpose=None):
+    """Channels-first -> channels-last (moved, see :mod:`cuconv.layout`; into the scratch buffer
+    ``purpose`` when named); channels-last -> contiguous (no copy if already)."""
+    return to_channels_last(a, channels_first, xp, purpose)
 
 
 def residual_and_output(xp, res_user, res_given, out_user, out_given, channels_first, native_shape, dtype):
@@ -66,12 +66,12 @@ def residual_and_output(xp, res_user, res_given, out_user, out_given, channels_f
     res = None
     if res_user is not None:
         in_place = out_user is not None and (res_user is out_user or res_given is out_given)
-        res = _to_native(res_user, channels_first, xp)
+        res = _to_native(res_user, channels_first, xp, "residual")
         if not in_place and out_user is not None and xp.may_share_memory(res, out_user):
             res = res.copy()
     if out_user is not None and not channels_first and out_user.flags.c_contiguous:
         return res, out_user
-    return res, xp.empty(native_shape, dtype=dtype)
+    return res, native_result(xp, native_shape, dtype, channels_first)
 
 
 def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
@@ -109,8 +109,8 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
         check_companion(res_user, "residual", user_out_shape, dtype, x)
     residual, out_native = residual_and_output(xp, res_user, residual, out_user, out_given, channels_first,
                                                (batch, *problem.out_shape[1:]), x.dtype)
-    x_n = _to_native(x, channels_first, xp)
-    w_n = _to_native(w, channels_first, xp)
+    x_n = _to_native(x, channels_first, xp, "x")
+    w_n = _to_native(w, channels_first, xp, "w")
     return _Call(problem=problem, x=x_n, w=w_n, bias=bias, residual=residual, out_native=out_native,
                  out_user=out_user, out_given=out_given, channels_first=channels_first, xp=xp)
 
@@ -139,11 +139,14 @@ def execute(plan, xp, device_id, x, w, bias, residual, out_native) -> None:
 def deliver(xp, out_native, out_user, out_given, channels_first):
     """The call's result: ``out_given`` (filled from ``out_native`` when the kernel wrote elsewhere), or
     ``out_native`` in the caller's layout."""
+    if channels_first:
+        result = to_channels_first(out_native, xp, out_user)
+        return out_given if out_user is not None else result
     if out_user is not None:
         if out_native is not out_user:
-            out_user[...] = xp.moveaxis(out_native, -1, 1) if channels_first else out_native
+            out_user[...] = out_native
         return out_given
-    return xp.ascontiguousarray(xp.moveaxis(out_native, -1, 1)) if channels_first else out_native
+    return out_native
 
 
 #: Calls already validated and planned, by signature (:func:`_signature`): what a repeated call needs.
@@ -228,8 +231,8 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
     # (the residual written in place, overlaps with out) is decided again.
     xp, cf = known.xp, known.channels_first
     res, out_native = residual_and_output(xp, residual, residual, out, out, cf, known.native_out_shape, x.dtype)
-    x_n = x if known.x_native else _to_native(x, cf, xp)
-    w_n = w if known.w_native else _to_native(w, cf, xp)
+    x_n = x if known.x_native else _to_native(x, cf, xp, "x")
+    w_n = w if known.w_native else _to_native(w, cf, xp, "w")
     b_n = bias if known.bias_native else _to_native(bias, False, xp)
     execute(known.plan, xp, known.device_id, x_n, w_n, b_n, res, out_native)
     return deliver(xp, out_native, out, out, cf)

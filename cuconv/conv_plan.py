@@ -79,7 +79,7 @@ class ConvPlan:
             return a if a.strides == self._contiguous["bias"] else self._xp.ascontiguousarray(a)
         if not self._channels_first and a.strides == self._contiguous[name]:
             return a
-        return _to_native(a, self._channels_first, self._xp)
+        return _to_native(a, self._channels_first, self._xp, name)
 
     def __call__(self, x, w, bias=None, residual=None, out=None):
         xp, cf = self._xp, self._channels_first

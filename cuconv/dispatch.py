@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 from . import backends  # noqa: F401  (registers the built-in kernels)
 from .device import DeviceInfo
+from .layout import describe as describe_layout
 from .overrides import Overrides, current_overrides
 from .plan import Kernel, KernelDeclined, Plan
 from .problem import ConvProblem
@@ -63,7 +64,8 @@ class Explanation:
 
     def __str__(self) -> str:
         lines = [self.problem.describe(), f"device: {self.device.describe()}",
-                 f"runs: {self.kernel}{' (forced)' if self.forced else ''} [{self.detail}] - {self.reason}"]
+                 f"runs: {self.kernel}{' (forced)' if self.forced else ''} [{self.detail}] - {self.reason}",
+                 self.layout]
         if self.overrides.describe():
             lines.append(f"overrides: {self.overrides.describe()}")
         for name, why in self.declined.items():
@@ -71,6 +73,12 @@ class Explanation:
         for name, why in self.skipped.items():
             lines.append(f"  not needed {name}: {why}")
         return "\n".join(lines)
+
+    @property
+    def layout(self) -> str:
+        """How the call's layout reaches the kernel: whether operands are moved to channels-last, by
+        what, and the bytes that moves (:func:`cuconv.layout.describe`)."""
+        return describe_layout(self.problem, self.device)
 
     _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731  (IPython display)
 

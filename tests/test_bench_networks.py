@@ -338,7 +338,7 @@ class _FakeGpu:
         self.cost = cost or {"cuconv": 1.0, "cudnn": 2.0}
         self.passes = []
 
-    def prepare_layer(self, layer, dtype, torch=None):
+    def prepare_layer(self, layer, dtype, torch=None, layout="NHWC"):
         rec = runner.layer_record(layer, dtype)
         index = [lay.name for lay in TOY.layers].index(layer.name) if layer in TOY.layers else 0
         rec.update(kernel="sm90_tma", rel_error=1.0 if layer.name in self.fail_check else 1e-3,

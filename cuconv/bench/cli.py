@@ -54,6 +54,8 @@ def parser() -> argparse.ArgumentParser:
                     help="networks suite: run this network (repeatable; default: all of "
                          + ", ".join(networks.NETWORKS) + "); implies --suite networks")
     ap.add_argument("--layers", action="store_true", help="networks suite: print the per-layer tables")
+    ap.add_argument("--layout", choices=["NHWC", "NCHW"], default="NHWC",
+                    help="networks suite: the arrays' layout, for cuconv and cuDNN alike (default NHWC)")
     ap.add_argument("--dtype", action="append", choices=DTYPES, help="dtype(s) (default: both)")
     ap.add_argument("--json", metavar="FILE", help="write every number to FILE (other suites: FILE_<suite>.json)")
     ap.add_argument("--quick", action="store_true", help="fewer timed runs (20) and no generic_gpu comparison")
@@ -182,7 +184,7 @@ def _run_networks(args, dtypes: List[str], torch, log) -> List[dict]:
     from .networks.output import layer_lines, summary_lines
     from .networks.runner import run as run_networks
     names = list(dict.fromkeys(args.network or networks.NETWORKS))
-    recs = run_networks(names, dtypes, torch=torch, log=log)
+    recs = run_networks(names, dtypes, torch=torch, log=log, layout=args.layout)
     log("== networks: conv layers only, ms per forward pass; speed = cuDNN ms / cuconv ms")
     for line in summary_lines(recs):
         log(line)

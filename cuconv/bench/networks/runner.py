@@ -129,8 +129,11 @@ def _conv_args(layer: Layer) -> dict:
     return dict(stride=layer.stride, padding=layer.pad, dilation=layer.dilation, groups=layer.groups)
 
 
-def prepare_layer(layer: Layer, dtype: str, torch=None) -> Prepared:
-    """Buffers, kernel choice, checked first call and the calls to time of one layer (step 1)."""
+def prepare_layer(layer: Layer, dtype: str, torch=None, layout: str = "NHWC") -> Prepared:
+    """Buffers, kernel choice, checked first call and the calls to time of one layer (step 1).
+
+    ``layout="NCHW"``: the arrays are contiguous NCHW / KCRS (cuconv called with ``layout="NCHW"``,
+    cuDNN on the same contiguous NCHW tensors); the check reads them channels-last."""
     import cupy as cp
 
     import cuconv
@@ -141,8 +144,15 @@ def prepare_layer(layer: Layer, dtype: str, torch=None) -> Prepared:
     w = (cp.random.standard_normal((layer.K, layer.R, layer.S, cg), dtype=cp.float32)
          / math.sqrt(layer.R * layer.S * cg)).astype(dt)
     out = cp.empty((layer.N, layer.P, layer.Q, layer.K), dtype=dt)
-    out.fill(float("nan"))  # a layer cuconv leaves unwritten fails its check
     kw = _conv_args(layer)
+    cf = layout == "NCHW"
+    if cf:  # the same values, held channels-first; nhwc() reads one back channels-last
+        x, w, out = (cp.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (x, w, out))
+        kw["layout"] = "NCHW"
+    out.fill(float("nan"))  # a layer cuconv leaves unwritten fails its check
+
+    def nhwc(a):
+        return cp.asnumpy(a.transpose(0, 2, 3, 1) if cf else a)
     try:
         explanation = cuconv.explain(x, w, out=out, **kw)
         rec["kernel"], rec["detail"] = explanation.kernel, explanation.detail
@@ -151,7 +161,7 @@ def prepare_layer(layer: Layer, dtype: str, torch=None) -> Prepared:
     except Exception as e:  # a layer cuconv cannot run is reported, and the network is not timed
         rec["notes"].append(f"cuconv failed: {type(e).__name__}: {e}")
         return Prepared(layer, rec, None, None)
-    err, scope = check_layer(layer, cp.asnumpy(x[:1]), cp.asnumpy(w), cp.asnumpy(out[:1]))
+    err, scope = check_layer(layer, nhwc(x[:1]), nhwc(w), nhwc(out[:1]))
     rec.update(rel_error=err, check_scope=scope, check_ok=bool(err <= TOLERANCE[dtype]))
 
     def cuconv_call():
@@ -159,14 +169,16 @@ def prepare_layer(layer: Layer, dtype: str, torch=None) -> Prepared:
 
     cudnn_call = None
     if torch is not None:
-        tx = torch.from_dlpack(x).permute(0, 3, 1, 2)  # NCHW view of the NHWC array: channels_last
-        tw = torch.from_dlpack(w).permute(0, 3, 1, 2)
+        # NCHW arrays as they are; an NHWC array's NCHW view is torch's channels_last
+        tx, tw = (torch.from_dlpack(a) if cf else torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (x, w))
+        tkw = {k: v for k, v in kw.items() if k != "layout"}
 
         def cudnn_call():
-            return torch.nn.functional.conv2d(tx, tw, **kw)
+            return torch.nn.functional.conv2d(tx, tw, **tkw)
 
         try:
-            y = cudnn_call().permute(0, 2, 3, 1).float()
+            y = cudnn_call() if cf else cudnn_call().permute(0, 2, 3, 1)
+            y = y.float()
         except Exception as e:  # keep the benchmark going without cuDNN on this layer; say why
             rec["notes"].append(f"cuDNN failed: {type(e).__name__}: {e}")
             return Prepared(layer, rec, cuconv_call, None)
@@ -220,13 +232,14 @@ def _libs(prepared: Sequence[Prepared], notes: List[str], counts: bool) -> Dict[
     return libs
 
 
-def bench_network(net: Network, dtype: str, torch=None, log=print) -> dict:
-    """Prepare, check and time every layer of ``net``, then the whole network; its JSON record."""
+def bench_network(net: Network, dtype: str, torch=None, log=print, layout: str = "NHWC") -> dict:
+    """Prepare, check and time every layer of ``net`` on ``layout`` arrays, then the whole network;
+    its JSON record."""
     from .output import layer_line
     rec = dict(network=net.name, title=net.title, source=net.source, batch=net.batch, input=list(net.input),
-               dtype=dtype, conv_layers=net.conv_layers, unique_layers=len(net.layers), macs=net.macs, ms={},
-               notes=[], layers=[])
-    prepared = [prepare_layer(layer, dtype, torch) for layer in net.layers]
+               dtype=dtype, layout=layout, conv_layers=net.conv_layers, unique_layers=len(net.layers), macs=net.macs,
+               ms={}, notes=[], layers=[])
+    prepared = [prepare_layer(layer, dtype, torch, layout) for layer in net.layers]
     for p in prepared:
         p.record["ms"].update(measure(_libs([p], p.record["notes"], counts=False)))  # ms per call
         p.record.update(bandwidth(p.record))
@@ -247,9 +260,10 @@ def bench_network(net: Network, dtype: str, torch=None, log=print) -> dict:
     return rec
 
 
-def run(names: Sequence[str], dtypes: Sequence[str], torch=None, log=print) -> List[dict]:
-    """Every network of ``names`` (keys of :data:`NETWORKS`) in every dtype (:func:`bench_network`);
-    the records. ``torch``: the module for the cuDNN comparison, or None for none."""
+def run(names: Sequence[str], dtypes: Sequence[str], torch=None, log=print, layout: str = "NHWC") -> List[dict]:
+    """Every network of ``names`` (keys of :data:`NETWORKS`) in every dtype (:func:`bench_network`) on
+    ``layout`` ("NHWC" or "NCHW") arrays; the records. ``torch``: the module for the cuDNN comparison,
+    or None for none."""
     import cupy as cp
 
     from .output import summary_lines
@@ -259,9 +273,9 @@ def run(names: Sequence[str], dtypes: Sequence[str], torch=None, log=print) -> L
     for name in names:
         for dtype in dtypes:
             net = NETWORKS[name]
-            log(f"== network {net.title} ({net.name}), N={net.batch}, {dtype}: {net.conv_layers} convs, "
+            log(f"== network {net.title} ({net.name}), N={net.batch}, {dtype}, {layout}: {net.conv_layers} convs, "
                 f"{len(net.layers)} distinct; {net.source}")
-            rec = bench_network(net, dtype, torch=torch, log=log)
+            rec = bench_network(net, dtype, torch=torch, log=log, layout=layout)
             records.append(rec)
             for line in summary_lines([rec], header=False):
                 log(line)

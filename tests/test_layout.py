@@ -1,0 +1,145 @@
+"""Channels-first operands (cuconv.layout): the transpose kernel, its views, and NCHW / NCDHW calls.
+
+CPU: the transpose source compiles for sm_80 / sm_90a without spills; which views one transpose
+takes; the explain line. GPU: the transposes equal NumPy's ``moveaxis`` bit for bit on drawn shapes,
+views and dtypes; channels-first convolutions with every epilogue term, non-contiguous inputs,
+``out`` views and in-place residuals against the float64 reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cuconv
+from cuconv.compiler import compile_cuda
+from cuconv.layout import SOURCE, _matrix_view, describe
+
+from conftest import assert_close, nvrtc_available, random_array
+from geometry import H100, cases, check_case, problem2d
+
+KERNELS = ("transpose_b16x2", "transpose_b16", "transpose_b32")
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_transpose_compiles_without_spills(arch):
+    _, report = compile_cuda(SOURCE, arch, {})
+    for name in KERNELS:
+        f = report.function(name)
+        assert f.spill_stores == 0 and f.spill_loads == 0, report.log
+
+
+def test_matrix_view_takes_channel_slices_and_refuses_strided_pixels():
+    a = np.zeros((2, 8, 5, 6), np.float16)
+    assert _matrix_view(a) == (2, 8, 30, 240, 30)
+    assert _matrix_view(a[:, 2:6]) == (2, 4, 30, 240, 30)   # a channel slice: one transpose
+    assert _matrix_view(a[:, ::2]) == (2, 4, 30, 240, 60)   # every other channel: still one
+    assert _matrix_view(a[:, :, :, ::2]) is None            # pixels not contiguous: the library's copy
+    assert _matrix_view(a[:, :, 1:3]) == (2, 8, 12, 240, 30)  # whole rows of pixels: contiguous block
+    assert _matrix_view(a[:, :, :, 1:3]) is None
+    w = np.zeros((16, 4, 3, 3), np.float32)                  # KCRS weights: batch K, rows C, cols RS
+    assert _matrix_view(w) == (16, 4, 9, 36, 9)
+
+
+def test_explain_names_the_moves_and_their_bytes():
+    p = dataclasses.replace(problem2d(N=2, H=8, W=8, C=16, K=32, dtype="float16"), layout="NCHW")
+    line = describe(p, H100)
+    assert "transpose kernel" in line and "NCHW" in line
+    x_bytes, w_bytes, y_bytes = 2 * 8 * 8 * 16 * 2, 32 * 9 * 16 * 2, 2 * 8 * 8 * 32 * 2
+    assert f"x {x_bytes / 1e3:.3g} kB" in line and f"w {w_bytes / 1e3:.3g} kB" in line
+    assert f"result {y_bytes / 1e3:.3g} kB" in line
+    assert "no operand is moved" in describe(problem2d(), H100)
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    assert "array library's copy" in str(cuconv.explain(x, np.zeros((4, 3, 3, 3), np.float32), layout="NCHW"))
+
+
+# --- GPU ---------------------------------------------------------------------------------------
+
+@st.composite
+def _arrays(draw):
+    """A channels-first array view: shape, dtype, and a channel slice or offset drawn."""
+    dtype = draw(st.sampled_from(["float16", "bfloat16", "float32"]))
+    nd = draw(st.sampled_from([2, 3]))
+    n = draw(st.integers(1, 3))
+    c = draw(st.integers(1, 140))
+    spatial = tuple(draw(st.integers(1, 70 if nd == 2 else 12)) for _ in range(nd))
+    lo = draw(st.integers(0, 3))
+    hi = lo + c
+    step = draw(st.sampled_from([1, 1, 2]))
+    return dtype, (n, hi + 2, *spatial), (slice(None), slice(lo, hi, step))
+
+
+@pytest.mark.gpu
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_arrays(), st.integers(0, 2**31 - 1))
+def test_transposes_equal_moveaxis(cp, drawn, seed):
+    from cuconv.layout import to_channels_first, to_channels_last
+    dtype, shape, index = drawn
+    host = random_array(np.random.default_rng(seed), shape, dtype)
+    a = cp.asarray(host)[index]
+    want = np.moveaxis(host[index], 1, -1)
+    got = to_channels_last(a, True, cp)
+    assert got.flags.c_contiguous and got.shape == want.shape
+    assert np.array_equal(cp.asnumpy(got).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+    back = to_channels_first(got, cp)
+    assert np.array_equal(cp.asnumpy(back).view(np.uint8), np.ascontiguousarray(host[index]).view(np.uint8))
+    dest = cp.full((shape[0], a.shape[1] + 3, *shape[2:]), np.nan, dtype=a.dtype)[:, 1:-2]  # an out view
+    assert to_channels_first(got, cp, dest) is dest
+    assert np.array_equal(cp.asnumpy(dest).view(np.uint8), np.ascontiguousarray(host[index]).view(np.uint8))
+
+
+@pytest.mark.gpu
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases(nd=2, layouts=("NCHW",), max_channels=40, max_spatial=14))
+def test_nchw_conv2d_matches_reference(cp, case):
+    check_case(case, cp, poison=True)
+
+
+@pytest.mark.gpu
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases(nd=3, layouts=("NCDHW",), max_channels=24, max_spatial=10))
+def test_ncdhw_conv3d_matches_reference(cp, case):
+    check_case(case, cp, poison=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_nchw_in_place_residual_and_views(cp, dtype):
+    """Residual is ``out`` (in place); x a channel slice; w a view; out a channel slice of a bigger array."""
+    rng = np.random.default_rng(3)
+    xh = random_array(rng, (2, 40, 17, 19), dtype)
+    wh = random_array(rng, (24, 16, 3, 3), dtype, scale=0.25)
+    bh = random_array(rng, (24,), dtype)
+    x, w, b = cp.asarray(xh)[:, 4:36:2], cp.asarray(wh), cp.asarray(bh)
+    ref_x = xh[:, 4:36:2]
+    big = cp.asarray(random_array(rng, (2, 30, 17, 19), dtype))
+    out = big[:, 3:27]
+    res_host = cp.asnumpy(out).copy()
+    outside = cp.asnumpy(big).copy()
+    ref = cuconv.reference.conv2d(ref_x, wh, bh, padding=1, layout="NCHW", residual=res_host, beta=0.5,
+                                  activation="silu")
+    got = cuconv.conv2d(x, w, b, padding=1, layout="NCHW", residual=out, beta=0.5, activation="silu", out=out)
+    assert got is out
+    assert_close(got, ref, dtype)
+    after = cp.asnumpy(big)
+    for keep in (slice(0, 3), slice(27, 30)):  # the channels around the out view are untouched
+        assert np.array_equal(after[:, keep].view(np.uint8), outside[:, keep].view(np.uint8))
+
+
+@pytest.mark.gpu
+def test_nchw_repeated_calls_and_plans_use_fresh_weights(cp):
+    """The weights are moved on every call: new values at the same address give new results."""
+    rng = np.random.default_rng(5)
+    x = cp.asarray(random_array(rng, (2, 32, 12, 12), "bfloat16"))
+    w = cp.asarray(random_array(rng, (32, 32, 3, 3), "bfloat16", scale=0.2))
+    plan = cuconv.plan_conv2d(x, w, padding=1, layout="NCHW")
+    for _ in range(3):
+        w[...] = cp.asarray(random_array(rng, (32, 32, 3, 3), "bfloat16", scale=0.2))
+        ref = cuconv.reference.conv2d(cp.asnumpy(x), cp.asnumpy(w), padding=1, layout="NCHW")
+        assert_close(cuconv.conv2d(x, w, padding=1, layout="NCHW"), ref, "bfloat16")
+        assert_close(plan(x, w), ref, "bfloat16")
