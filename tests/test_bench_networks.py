@@ -555,7 +555,7 @@ def test_a_networks_run_with_the_gpu_work_replaced(monkeypatch, tmp_path, capsys
             "--json", str(tmp_path / "h100.json"), "--plot", str(tmp_path / "h100.png")]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
-    assert "== network ConvNeXt-T (convnext_tiny), N=32, bfloat16: 22 convs" in printed
+    assert "== network ConvNeXt-T (convnext_tiny), N=32, bfloat16, NHWC: 22 convs" in printed
     assert "features.5.dwconv" in printed and "ConvNeXt-T (convnext_tiny), N=32, bfloat16: ms per call" in printed
     assert "depthwise: 18 of 22 convs" in printed and "depthwise: 17 of 52 convs" in printed
     doc = json.loads((tmp_path / "h100_networks.json").read_text())
