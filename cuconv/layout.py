@@ -26,6 +26,7 @@ slices qualify). Other arrays (and NumPy arrays, and ROCm) take the array librar
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -39,62 +40,113 @@ __all__ = ["to_channels_last", "to_channels_first", "describe", "SOURCE"]
 
 SOURCE = "layout/transpose.cu"
 _MAX_GRID_YZ = 65535
-_ARGS_FIELDS = [(n, np.int64) for n in ("rows", "cols", "batch", "x_batch_stride", "x_row_stride",
-                                        "y_batch_stride", "y_row_stride")]
-#: Packed transposes by (device, kernel, geometry): a network's layers repeat the same few.
-_LAUNCHES: dict = {}
-_LAUNCHES_LIMIT = 1024
+_THIN = 16  # rows or cols at most this: the thin kernel (no tile)
+_ARGS_FIELDS = ([(n, np.int64) for n in ("rows", "cols", "x_batch_stride", "x_row_stride", "y_batch_stride",
+                                         "y_row_stride")] + [("word_loads", np.int32), ("word_stores", np.int32)])
 
 
-def _cuda_cupy(xp) -> bool:
-    return xp is not np and not xp.cuda.runtime.is_hip
+class _Move:
+    """One transpose geometry ``y[b][c][r] = x[b][r][c]`` on one GPU, ready to launch: the kernel and
+    grid for it, and a :class:`~cuconv.launch.PackedLaunch` per access width, made on first use (16-bit
+    elements move as 32-bit words where both pointers allow it)."""
+
+    def __init__(self, device_id, itemsize, batch, rows, cols, xbs, xrs, ybs, yrs):
+        self.device_id = device_id
+        if min(rows, cols) <= _THIN:
+            self.name = f"transpose_thin_b{8 * itemsize}"
+            self.grid = (-(-max(rows, cols) // 256), 1, batch)
+        else:
+            tile = 64 if itemsize == 2 else 32
+            self.name = f"transpose_b{8 * itemsize}"
+            self.grid = (-(-cols // tile), -(-rows // tile), batch)
+        self.geometry = dict(rows=rows, cols=cols, x_batch_stride=xbs, x_row_stride=xrs, y_batch_stride=ybs,
+                             y_row_stride=yrs)
+        self._word_loads = itemsize == 2 and cols % 2 == 0 and xbs % 2 == 0 and xrs % 2 == 0
+        self._word_stores = itemsize == 2 and rows % 2 == 0 and ybs % 2 == 0 and yrs % 2 == 0
+        self._launches: dict = {}
+
+    def _launch(self, words):
+        from .compiler import load_cuda_function
+        from .device import gpu_info
+        fn = load_cuda_function(SOURCE, gpu_info(self.device_id), {}, self.name)
+        args = c_struct(_ARGS_FIELDS, dict(self.geometry, word_loads=int(words[0]), word_stores=int(words[1])))
+        launch = self._launches[words] = PackedLaunch(fn, self.grid, 256, 0, (np.uint64(0), np.uint64(0), args),
+                                                      slots=(0, 1))
+        return launch
+
+    def __call__(self, src, dst) -> None:
+        """Launch on ``src``'s GPU (the current CuPy stream of that device)."""
+        sp, dp = src.data.ptr, dst.data.ptr
+        words = (self._word_loads and sp % 4 == 0, self._word_stores and dp % 4 == 0)
+        launch = self._launches.get(words) or self._launch(words)
+        if _RUNTIME.getDevice() == self.device_id:
+            launch(sp, dp)
+        else:
+            import cupy
+            with cupy.cuda.Device(self.device_id):
+                launch(sp, dp)
 
 
 def _matrix_view(a):
     """``(batch, rows, cols, batch stride, row stride)`` in elements when ``a`` (``(B, R, *rest)``)
     reads as a batch of row-major ``R x prod(rest)`` matrices: the ``rest`` axes contiguous among
     themselves, any batch and row strides. None when its strides do not allow one transpose."""
-    item = a.itemsize
-    if any(s % item or s < 0 for s in a.strides):
+    return _matrix_view_of(tuple(a.shape), tuple(a.strides), a.itemsize)
+
+
+@functools.lru_cache(maxsize=1024)
+def _matrix_view_of(shape, strides, item):
+    if any(s % item or s < 0 for s in strides):
         return None
-    st = [s // item for s in a.strides]
+    st = [s // item for s in strides]
     step = 1
-    for n, s in zip(reversed(a.shape[2:]), reversed(st[2:])):
+    for n, s in zip(reversed(shape[2:]), reversed(st[2:])):
         if n > 1 and s != step:
             return None
         step *= n
-    return a.shape[0], a.shape[1], math.prod(a.shape[2:]), st[0], st[1]
+    return shape[0], shape[1], math.prod(shape[2:]), st[0], st[1]
 
 
-def _transpose(xp, src, dst, batch, rows, cols, xbs, xrs, ybs, yrs) -> None:
-    """dst[b][c][r] = src[b][r][c] with one launch of the transpose kernel (caller checked the view)."""
-    from .compiler import load_cuda_function
-    from .device import device_of
-    pair = (src.itemsize == 2 and rows % 2 == 0 and cols % 2 == 0 and xbs % 2 == 0 and xrs % 2 == 0
-            and ybs % 2 == 0 and yrs % 2 == 0 and src.data.ptr % 4 == 0 and dst.data.ptr % 4 == 0)
-    name = "transpose_b16x2" if pair else ("transpose_b16" if src.itemsize == 2 else "transpose_b32")
-    tile = 64 if pair else 32
-    dev = src.data.device_id
-    key = (dev, name, batch, rows, cols, xbs, xrs, ybs, yrs)
-    launch = _LAUNCHES.get(key)
-    if launch is None:
-        fn = load_cuda_function(SOURCE, device_of(src), {}, name)
-        args = c_struct(_ARGS_FIELDS, dict(rows=rows, cols=cols, batch=batch, x_batch_stride=xbs, x_row_stride=xrs,
-                                           y_batch_stride=ybs, y_row_stride=yrs))
-        launch = PackedLaunch(fn, (-(-cols // tile), -(-rows // tile), batch), 256, 0,
-                              (np.uint64(0), np.uint64(0), args), slots=(0, 1))
-        if len(_LAUNCHES) >= _LAUNCHES_LIMIT:
-            _LAUNCHES.clear()
-        _LAUNCHES[key] = launch
-    if dev == xp.cuda.runtime.getDevice():
-        launch(src.data.ptr, dst.data.ptr)
-    else:
-        with xp.cuda.Device(dev):
-            launch(src.data.ptr, dst.data.ptr)
+@functools.lru_cache(maxsize=1024)
+def _move_to_last(shape, strides, item, device_id) -> Optional[_Move]:
+    """The move of a channels-first array ``(B, R, *rest)`` to a contiguous ``(B, *rest, R)``, or None
+    when no kernel takes it."""
+    view = _matrix_view_of(shape, strides, item)
+    if view is None or not _fits(item, *view[:3]):
+        return None
+    batch, rows, cols, xbs, xrs = view
+    return _Move(device_id, item, batch, rows, cols, xbs, xrs, rows * cols, rows)
 
 
-def _kernel_fits(a, batch, rows, cols) -> bool:
-    return (a.itemsize in (2, 4) and a.size > 0 and batch <= _MAX_GRID_YZ and -(-rows // 32) <= _MAX_GRID_YZ)
+@functools.lru_cache(maxsize=1024)
+def _move_to_first(shape, item, dest_strides, device_id) -> Optional[_Move]:
+    """The move of a contiguous channels-last ``(B, *rest, K)`` into a channels-first array of strides
+    ``dest_strides`` (shape ``(B, K, *rest)``), or None when no kernel takes it."""
+    dest_shape = (shape[0], shape[-1], *shape[1:-1])
+    view = _matrix_view_of(dest_shape, dest_strides, item)
+    if view is None or not _fits(item, *view[:3]):
+        return None
+    batch, k, pixels, ybs, yrs = view
+    return _Move(device_id, item, batch, pixels, k, pixels * k, k, ybs, yrs)
+
+
+def _fits(item, batch, rows, cols) -> bool:
+    return item in (2, 4) and batch * rows * cols > 0 and batch <= _MAX_GRID_YZ and -(-rows // 32) <= _MAX_GRID_YZ
+
+
+def _on_cuda(xp) -> bool:
+    return xp is not np and not _is_hip()
+
+
+@functools.lru_cache(maxsize=None)
+def _is_hip() -> bool:
+    import cupy
+    global _RUNTIME
+    _RUNTIME = cupy.cuda.runtime
+    return bool(cupy.cuda.runtime.is_hip)
+
+
+_RUNTIME = None  # cupy.cuda.runtime, bound on the first GPU call
 
 
 def to_channels_last(a, channels_first: bool, xp, purpose: Optional[str] = None):
@@ -104,21 +156,23 @@ def to_channels_last(a, channels_first: bool, xp, purpose: Optional[str] = None)
     before its next call on the stream), else in a new array."""
     if not channels_first:
         return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
-    if _cuda_cupy(xp) and a.ndim >= 3:
-        view = _matrix_view(a)
-        if view is not None and _kernel_fits(a, view[0], view[1], view[2]):
-            batch, rows, cols, xbs, xrs = view
+    if _on_cuda(xp) and a.ndim >= 3:
+        move = _move_to_last(a.shape, a.strides, a.itemsize, a.data.device_id)
+        if move is not None:
             shape = (a.shape[0], *a.shape[2:], a.shape[1])
-            dst = (scratch(f"channels-last {purpose}", shape, a.dtype) if purpose else xp.empty(shape, a.dtype))
-            _transpose(xp, a, dst, batch, rows, cols, xbs, xrs, cols * rows, rows)
+            dst = scratch(_PURPOSES[purpose], shape, a.dtype) if purpose else xp.empty(shape, a.dtype)
+            move(a, dst)
             return dst
     return xp.ascontiguousarray(xp.moveaxis(a, 1, -1))
+
+
+_PURPOSES = {name: f"channels-last {name}" for name in ("x", "w", "residual")}
 
 
 def native_result(xp, shape, dtype, channels_first: bool):
     """Where a kernel writes a result that goes back channels-first: a scratch buffer on a CUDA GPU
     (:func:`to_channels_first` then moves it into the returned array or ``out``), else a new array."""
-    if channels_first and _cuda_cupy(xp):
+    if channels_first and _on_cuda(xp):
         return scratch("channels-last result", shape, dtype)
     return xp.empty(shape, dtype=dtype)
 
@@ -126,15 +180,15 @@ def native_result(xp, shape, dtype, channels_first: bool):
 def to_channels_first(native, xp, dest=None):
     """The channels-last result ``native`` (``(N, *spatial, K)``, contiguous) as ``(N, K, *spatial)``:
     written into ``dest`` (the caller's ``out``) when given, else into a new array; returns it."""
-    shape = (native.shape[0], native.shape[-1], *native.shape[1:-1])
-    if _cuda_cupy(xp) and native.ndim >= 3 and _kernel_fits(native, native.shape[0], math.prod(native.shape[1:-1]),
-                                                            native.shape[-1]):
-        target = dest if dest is not None else xp.empty(shape, dtype=native.dtype)
-        view = _matrix_view(target)
-        if view is not None:
-            batch, k, pixels, ybs, yrs = view
-            _transpose(xp, native, target, batch, pixels, k, pixels * k, k, ybs, yrs)
+    if _on_cuda(xp) and native.ndim >= 3:
+        target = dest if dest is not None else xp.empty((native.shape[0], native.shape[-1], *native.shape[1:-1]),
+                                                        dtype=native.dtype)
+        move = _move_to_first(native.shape, native.itemsize, target.strides, native.data.device_id)
+        if move is not None:
+            move(native, target)
             return target
+        target[...] = xp.moveaxis(native, -1, 1)
+        return target
     moved = xp.moveaxis(native, -1, 1)
     if dest is not None:
         dest[...] = moved

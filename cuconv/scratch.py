@@ -26,6 +26,9 @@ __all__ = ["scratch", "release_scratch", "scratch_bytes", "MAX_BUFFERS"]
 MAX_BUFFERS = 16
 
 _BUFFERS: "OrderedDict[tuple, object]" = OrderedDict()
+#: Views of each buffer handed out, by (shape, dtype): dropped with their buffer.
+_VIEWS: dict = {}
+_VIEWS_PER_BUFFER = 64
 
 
 def scratch(purpose: str, shape, dtype, zeroed: bool = False):
@@ -33,18 +36,31 @@ def scratch(purpose: str, shape, dtype, zeroed: bool = False):
 
     Contents undefined (the caller's kernels write it before reading), unless ``zeroed``: then a
     newly allocated buffer starts as zeros, for state that the kernels using it put back to zero
-    themselves (the Hopper split tail's flags)."""
+    themselves (the Hopper split tail's flags). The view of a (buffer, shape, dtype) is made once and
+    handed out again while that buffer lasts: a layer called again costs two dictionary lookups."""
     import cupy as cp
-    dt = cp.dtype(dtype)
-    nbytes = math.prod(shape) * dt.itemsize
     key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr, purpose)
     buf = _BUFFERS.get(key)
+    views = _VIEWS.get(key)
+    if buf is not None and views is not None:
+        view = views.get((tuple(shape), dtype))
+        if view is not None:
+            _BUFFERS.move_to_end(key)
+            return view
+    dt = cp.dtype(dtype)
+    nbytes = math.prod(shape) * dt.itemsize
     if buf is None or buf.nbytes < nbytes:
         buf = _BUFFERS[key] = (cp.zeros if zeroed else cp.empty)(max(nbytes, 256), dtype=cp.uint8)
+        _VIEWS.pop(key, None)  # views of the buffer it replaces
     _BUFFERS.move_to_end(key)
     while len(_BUFFERS) > MAX_BUFFERS:
-        _BUFFERS.popitem(last=False)
-    return buf[:nbytes].view(dt).reshape(shape)
+        _VIEWS.pop(_BUFFERS.popitem(last=False)[0], None)
+    view = buf[:nbytes].view(dt).reshape(shape)
+    views = _VIEWS.setdefault(key, {})
+    if len(views) >= _VIEWS_PER_BUFFER:
+        views.clear()
+    views[(tuple(shape), dtype)] = view
+    return view
 
 
 def scratch_bytes() -> int:
@@ -55,3 +71,4 @@ def scratch_bytes() -> int:
 def release_scratch() -> None:
     """Drop every scratch buffer; the next call that needs one allocates it again."""
     _BUFFERS.clear()
+    _VIEWS.clear()

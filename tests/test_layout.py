@@ -22,7 +22,7 @@ from cuconv.layout import SOURCE, _matrix_view, describe
 from conftest import assert_close, nvrtc_available, random_array
 from geometry import H100, cases, check_case, problem2d
 
-KERNELS = ("transpose_b16x2", "transpose_b16", "transpose_b32")
+KERNELS = ("transpose_b16", "transpose_b32", "transpose_thin_b16", "transpose_thin_b32")
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")

@@ -4,90 +4,103 @@
 //   x (N, C, H*W)      -> (N, H*W, C)         rows = C,     cols = H*W
 //   out (N, P*Q, K)    -> (N, K, P*Q)         rows = P*Q,   cols = K
 //   w (K, C/g, R*S)    -> (K, R*S, C/g)       rows = C/g,   cols = R*S
-// Each CTA moves one tile through shared memory, so both the reads (along a row of x) and the writes
-// (along a row of y) are whole 128-byte lines.
+// Strides are in elements; y has its own batch and row strides. Three kernels (the host picks):
 //
-// transpose_b16x2 (16-bit elements, even rows and cols, 4-byte aligned rows): a 64 x 64 tile moved
-// as 32-bit words. A thread loads the words (x[r][2l], x[r][2l+1]) and (x[r+1][2l], x[r+1][2l+1])
-// of a row pair and repacks them (prmt) into the output words (y[2l][r], y[2l][r+1]) and
-// (y[2l+1][r], y[2l+1][r+1]). Shared memory holds the tile as 64 output rows of 32 words, word w of
-// row c at c * 32 + (w ^ (c / 2 % 32)): the stores (one row pair, lanes on rows 2l or 2l + 1) and
-// the loads (one output row, lanes on its words) each touch 32 different banks.
+// transpose_b16 (16-bit elements, rows and cols > 16): a 64 x 64 tile through shared memory. A
+// thread loads the pairs (x[r][2l], x[r][2l+1]) and (x[r+1][2l], x[r+1][2l+1]) of a row pair and
+// repacks them (prmt) into the output pairs (y[2l][r], y[2l][r+1]) and (y[2l+1][r], y[2l+1][r+1]).
+// Shared memory holds the tile as 64 output rows of 32 words, word w of row c at
+// c * 32 + (w ^ (c / 2 % 32)): the stores (a row pair, lanes on rows 2l or 2l + 1) and the loads (an
+// output row, lanes on its words) each touch 32 different banks. Global accesses are 32-bit words
+// (a warp: one 128-byte line) where the row starts allow (WORD_LOADS / WORD_STORES, per launch),
+// else two 16-bit accesses per word (odd P*Q such as 7x7, odd C): the same lines, more instructions.
 //
-// transpose_elem<T> (any shape, 16- or 32-bit elements): a 32 x 32 tile of single elements, padded
-// to 33 columns, for the shapes the word kernel cannot take (odd C as in an RGB stem, odd P*Q) and
-// for float32.
+// transpose_b32 (32-bit elements): a 32 x 32 tile padded to 33 columns, one element per access.
 //
-// Strides are in elements; y is written with its own batch and row strides. Grid: (col tiles, row
-// tiles, batch).
+// transpose_thin (rows or cols <= 16, any element size): no tile. A thread owns one position along
+// the long axis and walks the short one: an RGB stem's x (3 rows), a K = 3 result (3 cols). Each
+// warp access covers 32 neighbours along the long axis.
 #include "common/types.cuh"
 
 namespace cuconv {
 namespace layout {
 
 struct TransposeArgs {
-  int64_t rows, cols, batch;
+  int64_t rows, cols;
   int64_t x_batch_stride, x_row_stride;  // x[b][r][c] at b * x_batch_stride + r * x_row_stride + c
   int64_t y_batch_stride, y_row_stride;  // y[b][c][r] at b * y_batch_stride + c * y_row_stride + r
+  int32_t word_loads, word_stores;       // transpose_b16: 32-bit global accesses allowed
 };
 
-constexpr int kWordTile = 64;  // 16-bit elements per tile side (transpose_b16x2)
-constexpr int kElemTile = 32;  // elements per tile side (transpose_elem)
+__device__ __forceinline__ uint32_t load_pair(const uint16_t* p, bool first, bool second, bool word) {
+  if (word) return first ? __ldg(reinterpret_cast<const uint32_t*>(p)) : 0u;
+  const uint32_t lo = first ? __ldg(p) : 0u, hi = second ? __ldg(p + 1) : 0u;
+  return lo | (hi << 16);
+}
+
+__device__ __forceinline__ void store_pair(uint16_t* p, uint32_t v, bool first, bool second, bool word) {
+  if (word) {
+    if (first) *reinterpret_cast<uint32_t*>(p) = v;
+    return;
+  }
+  if (first) p[0] = (uint16_t)(v & 0xFFFF);
+  if (second) p[1] = (uint16_t)(v >> 16);
+}
 
 }  // namespace layout
 }  // namespace cuconv
 
 using cuconv::layout::TransposeArgs;
 
-extern "C" __global__ void __launch_bounds__(256) transpose_b16x2(const uint32_t* __restrict__ x,
-                                                                   uint32_t* __restrict__ y, TransposeArgs a) {
-  __shared__ uint32_t tile[cuconv::layout::kWordTile * 32];
+extern "C" __global__ void __launch_bounds__(256) transpose_b16(const uint16_t* __restrict__ x, uint16_t* __restrict__ y,
+                                                                 TransposeArgs a) {
+  using namespace cuconv::layout;
+  __shared__ uint32_t tile[64 * 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t r0 = (int64_t)blockIdx.y * 64, c0 = (int64_t)blockIdx.x * 64;
-  const int64_t b = blockIdx.z;
-  // x as words: row r starts at word (b * x_batch_stride + r * x_row_stride) / 2.
-  const uint32_t* xb = x + (b * a.x_batch_stride) / 2;
-  const bool col_ok = c0 + 2 * lane < a.cols;
-  uint32_t lo[4], hi[4];  // words of rows r and r + 1 of each row pair
+  const uint16_t* xb = x + (int64_t)blockIdx.z * a.x_batch_stride;
+  const int64_t c = c0 + 2 * lane;  // this lane's column pair (c, c + 1)
+  const bool word_loads = a.word_loads != 0;
+  uint32_t lo[4], hi[4];  // the pairs of rows r and r + 1 of each row pair
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t r = r0 + 2 * (warp + 8 * i);
-    const bool ok = col_ok && r < a.rows;  // rows is even: r + 1 is in range with r
-    lo[i] = ok ? __ldg(xb + (r * a.x_row_stride + c0) / 2 + lane) : 0u;
-    hi[i] = ok ? __ldg(xb + ((r + 1) * a.x_row_stride + c0) / 2 + lane) : 0u;
+    const bool c_in = c < a.cols, c1_in = c + 1 < a.cols;
+    lo[i] = load_pair(xb + r * a.x_row_stride + c, r < a.rows && c_in, r < a.rows && c1_in, word_loads);
+    hi[i] = load_pair(xb + (r + 1) * a.x_row_stride + c, r + 1 < a.rows && c_in, r + 1 < a.rows && c1_in, word_loads);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int w = warp + 8 * i;  // the output word index: rows 2w, 2w + 1 of x
+    const int w = warp + 8 * i;  // the output pair index: rows 2w, 2w + 1 of x
     tile[(2 * lane) * 32 + (w ^ lane)] = __byte_perm(lo[i], hi[i], 0x5410);
     tile[(2 * lane + 1) * 32 + (w ^ lane)] = __byte_perm(lo[i], hi[i], 0x7632);
   }
   __syncthreads();
-  uint32_t* yb = y + (b * a.y_batch_stride) / 2;
-  const bool row_ok = r0 + 2 * lane < a.rows;
+  uint16_t* yb = y + (int64_t)blockIdx.z * a.y_batch_stride;
+  const int64_t r = r0 + 2 * lane;  // this lane's output pair (r, r + 1)
+  const bool word_stores = a.word_stores != 0;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int c = warp + 8 * j;
-    if (row_ok && c0 + c < a.cols) {
-      yb[((c0 + c) * a.y_row_stride + r0) / 2 + lane] = tile[c * 32 + (lane ^ ((c >> 1) & 31))];
-    }
+    const int cc = warp + 8 * j;
+    const bool c_in = c0 + cc < a.cols;
+    store_pair(yb + (c0 + cc) * a.y_row_stride + r, tile[cc * 32 + (lane ^ ((cc >> 1) & 31))], c_in && r < a.rows,
+               c_in && r + 1 < a.rows, word_stores);
   }
 }
 
-template <typename T>
-__device__ __forceinline__ void transpose_elem(const T* __restrict__ x, T* __restrict__ y, const TransposeArgs& a) {
-  __shared__ T tile[cuconv::layout::kElemTile][cuconv::layout::kElemTile + 1];
+extern "C" __global__ void __launch_bounds__(256) transpose_b32(const uint32_t* __restrict__ x, uint32_t* __restrict__ y,
+                                                                 TransposeArgs a) {
+  __shared__ uint32_t tile[32][33];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;  // 8 warps
   const int64_t r0 = (int64_t)blockIdx.y * 32, c0 = (int64_t)blockIdx.x * 32;
-  const int64_t b = blockIdx.z;
-  const T* xb = x + b * a.x_batch_stride;
+  const uint32_t* xb = x + (int64_t)blockIdx.z * a.x_batch_stride;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t r = r0 + ty + 8 * i;
-    if (r < a.rows && c0 + tx < a.cols) tile[ty + 8 * i][tx] = xb[r * a.x_row_stride + c0 + tx];
+    if (r < a.rows && c0 + tx < a.cols) tile[ty + 8 * i][tx] = __ldg(xb + r * a.x_row_stride + c0 + tx);
   }
   __syncthreads();
-  T* yb = y + b * a.y_batch_stride;
+  uint32_t* yb = y + (int64_t)blockIdx.z * a.y_batch_stride;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t c = c0 + ty + 8 * i;
@@ -95,12 +108,28 @@ __device__ __forceinline__ void transpose_elem(const T* __restrict__ x, T* __res
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) transpose_b16(const uint16_t* __restrict__ x,
-                                                                 uint16_t* __restrict__ y, TransposeArgs a) {
-  transpose_elem<uint16_t>(x, y, a);
+// Thin transposes: blockIdx.x * 256 + threadIdx.x is the position along the long axis, blockIdx.z
+// the batch; the short axis (<= 16) is walked in full by each thread.
+template <typename T>
+__device__ __forceinline__ void transpose_thin(const T* __restrict__ x, T* __restrict__ y, const TransposeArgs& a) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const T* xb = x + (int64_t)blockIdx.z * a.x_batch_stride;
+  T* yb = y + (int64_t)blockIdx.z * a.y_batch_stride;
+  if (a.rows <= a.cols) {  // few rows: thread i owns column i
+    if (i >= a.cols) return;
+    for (int r = 0; r < a.rows; ++r) yb[i * a.y_row_stride + r] = xb[r * a.x_row_stride + i];
+  } else {                 // few cols: thread i owns row i
+    if (i >= a.rows) return;
+    for (int c = 0; c < a.cols; ++c) yb[c * a.y_row_stride + i] = xb[i * a.x_row_stride + c];
+  }
 }
 
-extern "C" __global__ void __launch_bounds__(256) transpose_b32(const uint32_t* __restrict__ x,
-                                                                 uint32_t* __restrict__ y, TransposeArgs a) {
-  transpose_elem<uint32_t>(x, y, a);
+extern "C" __global__ void __launch_bounds__(256) transpose_thin_b16(const uint16_t* __restrict__ x,
+                                                                      uint16_t* __restrict__ y, TransposeArgs a) {
+  transpose_thin<uint16_t>(x, y, a);
+}
+
+extern "C" __global__ void __launch_bounds__(256) transpose_thin_b32(const uint32_t* __restrict__ x,
+                                                                      uint32_t* __restrict__ y, TransposeArgs a) {
+  transpose_thin<uint32_t>(x, y, a);
 }
