@@ -155,9 +155,9 @@ def _block(x, residual=None, *, nd, w, bias, pads, spatial_axes, kwargs, block_i
         if isinstance(x, np.ndarray):
             x = np.zeros(shape, x.dtype)
         else:
+            import cupy
             with x.device:
-                x = type(x)(tuple(shape), x.dtype)
-                x.fill(0)
+                x = cupy.zeros(shape, x.dtype)
         pad = [(0, 0, False)] * nd
     conv = api.conv2d if nd == 2 else api.conv3d
     return conv(x, _on_device_of(w, x), _on_device_of(bias, x), padding=tuple((b, a) for b, a, _ in pad),
