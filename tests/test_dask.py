@@ -304,6 +304,17 @@ def test_scaling_benchmark_cli(tmp_path, capsys):
     assert_close(y, cuconv.reference.conv3d(x.compute(), w, padding="same"), "float32")
 
 
+def test_import_cuconv_does_not_import_dask():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    code = "import sys, cuconv; assert 'dask' not in sys.modules, sorted(m for m in sys.modules if 'dask' in m)"
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
 def test_the_extras_install_dask():
     import tomllib
     from pathlib import Path
