@@ -1,0 +1,267 @@
+"""cuconv over dask arrays: :func:`conv2d` / :func:`conv3d` on a chunked input, returning a lazy dask array.
+
+``import cuconv.dask`` needs dask (``pip install 'cuconv[dask]'``); ``import cuconv`` does not.
+
+How the work is split (the same for every spatial axis, independently)::
+
+    input chunk j = rows [b_j, b_j+1)         output chunk j = the output pixels o whose window centre
+                                                 c(o) = o*stride - pad_lo + (extent - 1) // 2 is in it
+    window of output chunk [o0, o1) = padded rows [o0*stride, (o1 - 1)*stride + extent)
+                                    = input rows [o0*stride - pad_lo, (o1 - 1)*stride - pad_lo + extent)
+
+with ``extent = (filter - 1) * dilation + 1``. The part of a window outside the input becomes the block
+call's own zero padding, so every output block is one :func:`cuconv.conv2d` / :func:`cuconv.conv3d` call on
+exactly the input its pixels read: the halo is ``(extent - 1) // 2`` rows before an input chunk and
+``extent // 2`` after it, and output chunk boundaries fall on output pixels for any stride. A window may span
+several input chunks (chunks smaller than the halo are fine); output chunks left empty (a stride larger than
+an input chunk) merge into their neighbours. The batch axis keeps its chunks; the channel axis is rechunked
+to one chunk (a convolution reads every channel of a group); the output's channel axis is one chunk of K.
+
+Each block computes its pixels as the single call computes them (same taps, same padding zeros, same
+epilogue), so the result equals the single-array call up to the accumulation order of the matrix product
+that the backend uses for a block of that size (see docs/architecture.md, "Dask arrays").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:
+    import dask
+    import dask.array as da
+except ImportError as e:  # pragma: no cover - exercised only without dask
+    raise ImportError("cuconv.dask needs dask: pip install 'cuconv[dask]' (dask[array], distributed)") from e
+
+from . import api
+from .arrays import as_array, dtype_name, module_name
+from .dispatch import kernels
+from .problem import LAYOUTS
+from .validate import activation_of, check_ranks, conv_problem, layout_of, strategy_of, user_shape
+
+__all__ = ["conv2d", "conv3d", "axis_blocks"]
+
+
+def axis_blocks(in_chunks, filt: int, stride: int, dilation: int, pad_lo: int, out_size: int):
+    """How one spatial axis splits: ``[(o0, o1, first, last), ...]``, one entry per output chunk.
+
+    ``in_chunks`` are the input's chunk lengths on the axis; output chunk ``[o0, o1)`` holds the pixels
+    whose window centre lies in one input chunk (empty ones dropped), and reads input rows
+    ``[first, last)`` (``first`` may be negative and ``last`` past the input: that part is padding).
+    """
+    extent = (filt - 1) * dilation + 1
+    centre = (extent - 1) // 2
+    bounds = [0]
+    b = 0
+    for length in in_chunks[:-1]:
+        b += length
+        # first output pixel whose centre o*stride - pad_lo + centre is at or past row b
+        o = min(max(-(-(b + pad_lo - centre) // stride), 0), out_size)
+        if o > bounds[-1]:
+            bounds.append(o)
+    if bounds[-1] < out_size:
+        bounds.append(out_size)
+    return [(o0, o1, o0 * stride - pad_lo, (o1 - 1) * stride - pad_lo + extent)
+            for o0, o1 in zip(bounds[:-1], bounds[1:])]
+
+
+def _clip(first: int, last: int, size: int):
+    """Rows ``[first, last)`` of an axis of ``size`` rows: (the input rows the block receives, its padding).
+
+    The padding is ``(zeros before, zeros after, empty)``. A window entirely in the padding (``empty``)
+    still receives one input row, which the block ignores: dask handles chunks of length zero poorly."""
+    lo = min(max(first, 0), size)
+    hi = min(max(last, lo), size)
+    if hi == lo:
+        row = min(lo, size - 1)
+        return (row, row + 1), (last - first, 0, True)
+    before = max(0, lo - first)
+    return (lo, hi), (before, (last - first) - (hi - lo) - before, False)
+
+
+def _gather(x, axis: int, rows):
+    """``x`` with the row ranges ``rows`` (a list of (lo, hi)) laid end to end along ``axis``, one chunk each:
+    chunk ``j`` is then the window of output chunk ``j``."""
+    if [hi - lo for lo, hi in rows] == list(x.chunks[axis]) and rows[0][0] == 0 and rows[-1][1] == x.shape[axis] \
+            and all(a[1] == b[0] for a, b in zip(rows[:-1], rows[1:])):
+        return x  # the windows are the chunks (no halo, no padding)
+    lead = (slice(None),) * axis
+    pieces = [x[lead + (slice(lo, hi),)] for lo, hi in rows]
+    joined = pieces[0] if len(pieces) == 1 else da.concatenate(pieces, axis=axis)
+    return joined.rechunk({axis: tuple(hi - lo for lo, hi in rows)})
+
+
+def _library(a) -> str:
+    """``"numpy"`` or ``"cupy"`` for a NumPy / CuPy array or a dask array of such chunks."""
+    if isinstance(a, da.Array):
+        a = a._meta
+    if isinstance(a, np.ndarray):
+        return "numpy"
+    if type(a).__module__.split(".")[0] == "cupy":
+        return "cupy"
+    return type(a).__module__.split(".")[0]
+
+
+def _whole(a, name: str, shape, dtype: str, lib: str):
+    """An operand every block reads whole (w, bias): a NumPy / CuPy array of the library of x's chunks."""
+    if isinstance(a, da.Array):
+        raise TypeError(f"{name}: expected a NumPy or CuPy array (every block reads it whole), got a dask array; "
+                        f"pass {name}.compute()")
+    a = as_array(a, name)
+    if module_name(a) != lib:
+        raise TypeError(f"{name}: expected a {lib} array like x's chunks, got a {module_name(a)} array")
+    if shape is not None and tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+    got = dtype_name(a, name)
+    if got != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} like x, got {got}")
+    return a
+
+
+def _residual(residual, shape, dtype: str, lib: str, out_chunks):
+    """The residual as a dask array chunked like the output (a dask array is rechunked, an array wrapped)."""
+    if not isinstance(residual, da.Array):
+        residual = _whole(residual, "residual", shape, dtype, lib)
+        return da.from_array(residual, chunks=out_chunks, asarray=False)
+    if any(math.isnan(v) for v in residual.shape):
+        raise ValueError("residual: its chunk sizes are unknown; call residual.compute_chunk_sizes() first")
+    if _library(residual) != lib:
+        raise TypeError(f"residual: expected a dask array of {lib} chunks like x, got {_library(residual)} chunks")
+    if tuple(residual.shape) != tuple(shape):
+        raise ValueError(f"residual: expected shape {tuple(shape)}, got {tuple(residual.shape)}")
+    got = dtype_name(residual, "residual")
+    if got != dtype:
+        raise TypeError(f"residual: expected dtype {dtype} like x, got {got}")
+    return residual.rechunk(out_chunks)
+
+
+def _on_device_of(a, x):
+    """``a`` on the GPU of the CuPy block ``x`` (a copy when it is elsewhere), or ``a`` itself."""
+    if a is None or isinstance(x, np.ndarray) or a.device.id == x.device.id:
+        return a
+    with x.device:
+        return a.copy()  # CuPy copies onto the current device
+
+
+def _block(x, residual=None, *, nd, w, bias, pads, spatial_axes, kwargs, block_id=None):
+    """One output block: the cuconv call on the block's input window ``x`` with its own zero padding."""
+    pad = [per_axis[block_id[axis]] for per_axis, axis in zip(pads, spatial_axes)]
+    if any(empty for _, _, empty in pad):
+        # every row of the window is padding: the call reads zeros, so hand it the zeros themselves
+        shape = list(x.shape)
+        for (before, after, empty), axis in zip(pad, spatial_axes):
+            shape[axis] = before + after + (0 if empty else shape[axis])
+        if isinstance(x, np.ndarray):
+            x = np.zeros(shape, x.dtype)
+        else:
+            import cupy
+            with x.device:
+                x = cupy.zeros(shape, x.dtype)
+        pad = [(0, 0, False)] * nd
+    conv = api.conv2d if nd == 2 else api.conv3d
+    return conv(x, _on_device_of(w, x), _on_device_of(bias, x), padding=tuple((b, a) for b, a, _ in pad),
+                residual=_on_device_of(residual, x), **kwargs)
+
+
+def _lazy_conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
+               kernel, strategy):
+    if out is not None:
+        raise TypeError("out: not supported by cuconv.dask (the result is a lazy dask array); write it into an "
+                        "array with dask.array.store(result, out), or take result.compute()")
+    if not isinstance(x, da.Array):
+        raise TypeError(f"x: expected a dask array (dask.array.Array), got {type(x).__module__}."
+                        f"{type(x).__name__}; call cuconv.conv{nd}d for a NumPy or CuPy array, or wrap it with "
+                        f"dask.array.from_array")
+    layout = layout_of(layout, nd)
+    channels_last = LAYOUTS[layout][1]
+    if any(math.isnan(v) for v in x.shape):
+        raise ValueError("x: its chunk sizes are unknown; call x.compute_chunk_sizes() first")
+    lib = _library(x)
+    if lib not in ("numpy", "cupy"):
+        raise TypeError(f"x: expected a dask array of NumPy or CuPy chunks, got {lib} chunks")
+    dtype = dtype_name(x, "x")
+    if isinstance(w, da.Array):
+        _whole(w, "w", None, dtype, lib)  # raises: the filters must be a whole array
+    w = as_array(w, "w")
+    check_ranks(nd, layout, x, w)
+    w = _whole(w, "w", None, dtype, lib)
+    act = activation_of(activation)
+    strategy = strategy_of(strategy, nd)
+    problem = conv_problem(nd, tuple(x.shape), tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
+                           alpha, beta, bias is not None, residual is not None, act)
+    if kernel is not None and kernel not in [k.name for k in kernels()]:
+        raise ValueError(f"kernel: expected one of {[k.name for k in kernels()]}, got {kernel!r}")
+    if bias is not None:
+        bias = _whole(bias, "bias", (problem.out_channels,), dtype, lib)
+
+    spatial_axes = tuple(range(1, nd + 1)) if channels_last else tuple(range(2, nd + 2))
+    channel_axis = nd + 1 if channels_last else 1
+    x = x.rechunk({channel_axis: -1})
+    out_chunks = [None] * (nd + 2)
+    out_chunks[0] = x.chunks[0]
+    out_chunks[channel_axis] = (problem.out_channels,)
+    pads = []
+    for i, axis in enumerate(spatial_axes):
+        blocks = axis_blocks(x.chunks[axis], problem.filter_spatial[i], problem.stride[i], problem.dilation[i],
+                             problem.pad_lo[i], problem.out_spatial[i])
+        clipped = [_clip(first, last, x.shape[axis]) for _, _, first, last in blocks]
+        x = _gather(x, axis, [rows for rows, _ in clipped])
+        pads.append([pad for _, pad in clipped])
+        out_chunks[axis] = tuple(o1 - o0 for o0, o1, _, _ in blocks)
+    out_chunks = tuple(out_chunks)
+
+    arrays = [x]
+    if residual is not None:
+        shape = user_shape((x.shape[0], *problem.out_shape[1:]), layout)
+        arrays.append(_residual(residual, shape, dtype, lib, out_chunks))
+    kwargs = dict(stride=problem.stride, dilation=problem.dilation, groups=problem.groups, layout=layout,
+                  alpha=alpha, beta=beta, activation=act, kernel=kernel)
+    if nd == 3:
+        kwargs["strategy"] = strategy or "auto"
+    meta = da.utils.meta_from_array(x, ndim=nd + 2, dtype=x.dtype)
+    return da.map_blocks(_block, *arrays, chunks=out_chunks, dtype=x.dtype, meta=meta,
+                         token=f"cuconv-conv{nd}d", nd=nd, w=dask.delayed(w),
+                         bias=None if bias is None else dask.delayed(bias),
+                         pads=tuple(tuple(p) for p in pads), spatial_axes=spatial_axes, kwargs=kwargs)
+
+
+_DOC = """{nd}-D convolution of a dask array, lazily: :func:`cuconv.conv{nd}d` block by block.
+
+    Takes exactly the arguments of :func:`cuconv.conv{nd}d`, validated by the same step with the same
+    errors, and returns a dask array of the result (``act(alpha * conv(x, w) + bias + beta * residual)``)
+    that equals the single-array call. Each output block is one cuconv call on the input window its pixels
+    read (the exact halo of the filter, dilation, padding and stride; see :mod:`cuconv.dask`).
+
+    x : dask.array.Array
+        NumPy chunks run on the CPU, CuPy chunks on the GPU of each chunk. Chunked along the batch and
+        spatial axes as the caller likes (chunks of any size, even smaller than the halo); the channel
+        axis is rechunked to one chunk. Output chunks follow the input's: the batch chunks as they are,
+        the spatial chunks at the output pixels whose window centre falls in each input chunk.
+    w, bias : NumPy or CuPy arrays (the library of x's chunks)
+        Handed whole to every block (copied to a block's GPU when it is on another one).
+    residual : dask array or NumPy / CuPy array, optional
+        The output's shape, any chunking: rechunked like the output.
+    out : must be None
+        Not supported (TypeError); store the result with ``dask.array.store(result, out)``.
+    kernel{strategy} : as for :func:`cuconv.conv{nd}d`
+        Passed to every block's call; a forced kernel that declines a block raises when that block runs.
+
+    Every other argument is as for :func:`cuconv.conv{nd}d`.
+"""
+
+
+def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,
+           alpha=1.0, beta=1.0, activation=None, out=None, kernel=None):
+    return _lazy_conv(2, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                      out, kernel, None)
+
+
+def conv3d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NDHWC", residual=None,
+           alpha=1.0, beta=1.0, activation=None, out=None, strategy="auto", kernel=None):
+    return _lazy_conv(3, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
+                      out, kernel, strategy)
+
+
+conv2d.__doc__ = _DOC.format(nd=2, strategy="")
+conv3d.__doc__ = _DOC.format(nd=3, strategy=", strategy")

@@ -1,0 +1,350 @@
+"""cuconv.dask: the lazy block-by-block convolution of a dask array equals the single-array call.
+
+Bit equality is asserted with the CPU kernel's matrix product replaced by a row-independent one
+(:func:`_rowwise_matmul`): OpenBLAS's sgemm rounds an output row differently depending on how many
+rows the product has and where the row sits among them, so with BLAS the same pixel computed in a
+block of another size can differ in the last bits. Reproduce::
+
+    python -c "import numpy as np; r=np.random.default_rng(0); a=r.standard_normal((1,30,74),'f4'); \
+b=r.standard_normal((1,74,50),'f4'); print(np.array_equal(np.matmul(a,b)[:,:1], np.matmul(a[:,:1],b)))"
+
+With the row-independent product every window, padding and epilogue term of every block must be exact
+for the bits to agree. With BLAS the results are compared to the single call within float32 rounding
+and to :mod:`cuconv.reference` within the library's tolerance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+da = pytest.importorskip("dask.array", reason="dask is not installed (pip install '.[dask]')")
+
+import cuconv  # noqa: E402
+import cuconv.dask as cdask  # noqa: E402
+from cuconv.backends import cpu  # noqa: E402
+
+from conftest import DTYPES, assert_close, random_array, rel_error  # noqa: E402
+
+
+def _rowwise_matmul(a, b):
+    """``a @ b`` (float32, stacked) summed tap by tap in order: each row's bits depend on that row only."""
+    acc = np.zeros((*a.shape[:-1], b.shape[-1]), np.float32)
+    for k in range(a.shape[-1]):
+        acc += a[..., k:k + 1] * b[..., k:k + 1, :]
+    return acc
+
+
+@contextlib.contextmanager
+def rowwise():
+    """The CPU kernel's matmul made row-independent (see the module docstring) inside the block."""
+    assert cpu.np is np  # the kernel calls np.matmul
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(np, "matmul", _rowwise_matmul)
+        yield
+
+
+@st.composite
+def chunking(draw, n):
+    """Chunk lengths summing to ``n``: one chunk, all ones, or random uneven cuts."""
+    kind = draw(st.sampled_from(["one", "ones", "cuts"]))
+    if kind == "one" or n <= 1:
+        return (n,)
+    if kind == "ones":
+        return (1,) * n
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), min_size=1, max_size=n - 1)))
+    return tuple(b - a for a, b in zip([0, *cuts], [*cuts, n]))
+
+
+@st.composite
+def cases(draw, dtypes=("float32",)):
+    """A valid conv2d / conv3d call with its dask chunkings."""
+    nd = draw(st.sampled_from([2, 3]))
+    channels_last = draw(st.booleans())
+    layout = {(2, True): "NHWC", (2, False): "NCHW", (3, True): "NDHWC", (3, False): "NCDHW"}[nd, channels_last]
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    C, K = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
+    top = 9 if nd == 2 else 6
+    spatial = tuple(draw(st.integers(1, top)) for _ in range(nd))
+    filt = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    padding = draw(st.one_of(st.sampled_from(["same", "valid"]), st.integers(0, 2),
+                             st.tuples(*[st.tuples(st.integers(0, 4), st.integers(0, 4))] * nd)))
+    pairs = {"same": None, "valid": [(0, 0)] * nd}.get(padding) if isinstance(padding, str) else (
+        [(padding, padding)] * nd if isinstance(padding, int) else padding)
+    if pairs is not None and any(n + lo + hi < (f - 1) * d + 1 for n, (lo, hi), f, d in zip(spatial, pairs, filt, dilation)):
+        padding = "same"  # no output pixel otherwise
+    N = draw(st.integers(1, 3))
+    x_chunks = [draw(chunking(N)), *[draw(chunking(n)) for n in spatial]]
+    x_chunks.insert(len(x_chunks) if channels_last else 1, draw(chunking(C)))
+    epilogue = dict(alpha=draw(st.sampled_from([1.0, 0.5, 0.0])), beta=draw(st.sampled_from([1.0, -0.5, 0.0])),
+                    activation=draw(st.sampled_from([None, "relu", "silu", "gelu"])))
+    return dict(nd=nd, layout=layout, groups=groups, C=C, K=K, N=N, spatial=spatial, filt=filt, stride=stride,
+                dilation=dilation, padding=padding, x_chunks=tuple(x_chunks), epilogue=epilogue,
+                bias=draw(st.booleans()), residual=draw(st.booleans()), dtype=draw(st.sampled_from(dtypes)),
+                seed=draw(st.integers(0, 2**31 - 1)), res_chunks=draw(st.data()))
+
+
+def _operands(case):
+    """(x, w, bias, residual and its dask chunking, keyword arguments) of a drawn case, as NumPy."""
+    nd, layout, cl = case["nd"], case["layout"], case["layout"].endswith("C")
+    rng = np.random.default_rng(case["seed"])
+    x_shape = (case["N"], *case["spatial"], case["C"]) if cl else (case["N"], case["C"], *case["spatial"])
+    cg = case["C"] // case["groups"]
+    w_shape = (case["K"], *case["filt"], cg) if cl else (case["K"], cg, *case["filt"])
+    x, w = random_array(rng, x_shape, case["dtype"]), random_array(rng, w_shape, case["dtype"], 0.5)
+    bias = random_array(rng, (case["K"],), case["dtype"]) if case["bias"] else None
+    kw = dict(stride=case["stride"], padding=case["padding"], dilation=case["dilation"], groups=case["groups"],
+              layout=layout, **case["epilogue"])
+    conv = cuconv.conv2d if nd == 2 else cuconv.conv3d
+    residual = res_chunks = None
+    if case["residual"]:
+        shape = conv(x, w, bias, **kw).shape
+        residual = random_array(rng, shape, case["dtype"])
+        res_chunks = tuple(case["res_chunks"].draw(chunking(n)) for n in shape)
+    return x, w, bias, residual, res_chunks, kw
+
+
+def _lazy(case, x, w, bias, residual, res_chunks, kw):
+    dconv = cdask.conv2d if case["nd"] == 2 else cdask.conv3d
+    res = None if residual is None else da.from_array(residual, chunks=res_chunks)
+    return dconv(da.from_array(x, chunks=case["x_chunks"]), w, bias, residual=res, **kw)
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=cases(dtypes=("float32", "float32", "float16", "bfloat16")))
+def test_same_bits_as_the_single_call(case):
+    x, w, bias, residual, res_chunks, kw = _operands(case)
+    conv = cuconv.conv2d if case["nd"] == 2 else cuconv.conv3d
+    with rowwise():
+        single = conv(x, w, bias, residual=residual, **kw)
+        lazy = _lazy(case, x, w, bias, residual, res_chunks, kw)
+        assert isinstance(lazy, da.Array) and lazy.shape == single.shape and lazy.dtype == single.dtype
+        got = lazy.compute(scheduler="synchronous")
+    assert got.dtype == single.dtype
+    assert np.array_equal(got, single), f"{case} max diff {np.abs(got.astype(np.float64) - single).max()}"
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=cases())
+def test_close_to_the_single_call_and_the_reference_with_blas(case):
+    x, w, bias, residual, res_chunks, kw = _operands(case)
+    conv = cuconv.conv2d if case["nd"] == 2 else cuconv.conv3d
+    ref = (cuconv.reference.conv2d if case["nd"] == 2 else cuconv.reference.conv3d)(x, w, bias, residual=residual,
+                                                                                      **kw)
+    got = _lazy(case, x, w, bias, residual, res_chunks, kw).compute(scheduler="synchronous")
+    assert rel_error(got, conv(x, w, bias, residual=residual, **kw)) <= 1e-6
+    assert_close(got, ref, "float32", str(case))
+
+
+@settings(max_examples=200, deadline=None)
+@given(in_chunks=st.integers(1, 40).flatmap(chunking), filt=st.integers(1, 5), stride=st.integers(1, 4),
+       dilation=st.integers(1, 3), lo=st.integers(0, 6), hi=st.integers(0, 6))
+def test_axis_blocks_partition_the_output_with_exact_windows(in_chunks, filt, stride, dilation, lo, hi):
+    size = sum(in_chunks)
+    extent = (filt - 1) * dilation + 1
+    out = (size + lo + hi - extent) // stride + 1
+    if out < 1:
+        return
+    blocks = cdask.axis_blocks(in_chunks, filt, stride, dilation, lo, out)
+    assert [b[0] for b in blocks] == [0, *[b[1] for b in blocks[:-1]]] and blocks[-1][1] == out
+    starts = np.cumsum([0, *in_chunks])
+    for o0, o1, first, last in blocks:
+        assert o1 > o0
+        assert (first, last) == (o0 * stride - lo, (o1 - 1) * stride - lo + extent)  # the pixels' taps, no more
+        centres = np.arange(o0, o1) * stride - lo + (extent - 1) // 2
+        owner = np.clip(np.searchsorted(starts, centres, side="right") - 1, 0, len(in_chunks) - 1)
+        assert len(set(owner.tolist())) == 1  # one input chunk holds every centre of an output chunk
+
+
+def test_output_chunks_follow_the_input_chunks():
+    x = np.random.default_rng(0).standard_normal((4, 12, 10, 3)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((5, 3, 3, 3)).astype(np.float32)
+    y = cdask.conv2d(da.from_array(x, chunks=(2, (5, 7), (3, 7), 3)), w, padding="same")
+    assert y.chunks == ((2, 2), (5, 7), (3, 7), (5,))
+    y = cdask.conv2d(da.from_array(x, chunks=(2, 4, 5, 3)), w, padding="same", stride=2)
+    assert y.chunks == ((2, 2), (2, 2, 2), (2, 3), (5,))
+    y = cdask.conv2d(da.from_array(x, chunks=(4, 1, 1, 1)), w, padding="valid", stride=3)  # chunks < halo
+    assert y.chunks == ((4,), (1, 1, 1, 1), (1, 1, 1), (5,))
+    assert_close(y.compute(scheduler="synchronous"), cuconv.reference.conv2d(x, w, stride=3), "float32")
+
+
+def test_channel_axis_is_one_chunk_and_residual_may_be_a_plain_array():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 6, 5, 4, 7)).astype(np.float32)  # NCDHW, C = 6
+    w = rng.standard_normal((4, 3, 2, 3, 1)).astype(np.float32)
+    res = rng.standard_normal((2, 4, 5, 4, 7)).astype(np.float32)
+    kw = dict(layout="NCDHW", groups=2, padding="same", residual=res, beta=0.5, activation="gelu")
+    y = cdask.conv3d(da.from_array(x, chunks=(1, 2, 2, 3, 4)), w, **kw)
+    assert y.chunks[1] == (4,)
+    assert_close(y.compute(scheduler="synchronous"), cuconv.reference.conv3d(x, w, **kw), "float32")
+
+
+def test_threads_scheduler_and_nothing_passed_is_modified():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 9, 8, 4)).astype(np.float32)
+    w = rng.standard_normal((6, 3, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    res = rng.standard_normal((3, 5, 5, 6)).astype(np.float32)
+    copies = [a.copy() for a in (x, w, b, res)]
+    kw = dict(stride=2, padding=((2, 1), (0, 3)), groups=2, residual=res, activation="silu")
+    y = cdask.conv2d(da.from_array(x, chunks=(1, 3, 2, 4)), w, b, **kw).compute(scheduler="threads")
+    assert_close(y, cuconv.reference.conv2d(x, w, b, **kw), "float32")
+    for a, c in zip((x, w, b, res), copies):
+        assert np.array_equal(a, c)
+
+
+def test_distributed_client_runs_the_graph():
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[dask]')")
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 7, 6, 5, 3)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 1, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    kw = dict(stride=(1, 2, 1), padding="same", dilation=(2, 1, 1), activation="relu")
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+        y = client.compute(cdask.conv3d(da.from_array(x, chunks=(1, 3, 4, 2, 3)), w, b, **kw)).result()
+    assert_close(y, cuconv.reference.conv3d(x, w, b, **kw), "float32")
+
+
+def test_empty_batch():
+    x = da.zeros((0, 5, 5, 2), chunks=(1, 2, 2, 2), dtype=np.float32)
+    y = cdask.conv2d(x, np.ones((3, 3, 3, 2), np.float32), padding="same")
+    assert y.shape == (0, 5, 5, 3)
+    assert y.compute(scheduler="synchronous").shape == (0, 5, 5, 3)
+
+
+def test_blocks_entirely_in_padding():
+    # stride 4 over chunks of 1 with 3 rows of padding: the first output chunk reads padding only
+    x = np.random.default_rng(4).standard_normal((1, 6, 3, 2)).astype(np.float32)
+    w = np.random.default_rng(5).standard_normal((2, 1, 1, 2)).astype(np.float32)
+    b = np.array([0.25, -1.0], np.float32)
+    kw = dict(stride=(4, 1), padding=((3, 4), (0, 0)), alpha=2.0)
+    y = cdask.conv2d(da.from_array(x, chunks=(1, 1, 3, 2)), w, b, **kw)
+    assert_close(y.compute(scheduler="synchronous"), cuconv.reference.conv2d(x, w, b, **kw), "float32")
+
+
+def _bad_calls(x, w):
+    """(description, keyword changes) of calls the single call refuses."""
+    K = w.shape[0]
+    return [("stride 0", dict(stride=0)), ("stride type", dict(stride=1.5)), ("padding", dict(padding="full")),
+            ("padding negative", dict(padding=-1)), ("dilation", dict(dilation=(1, 2, 3))),
+            ("groups", dict(groups=3)), ("layout", dict(layout="NDHWC")), ("activation", dict(activation="tanh")),
+            ("alpha", dict(alpha=True)), ("beta", dict(beta="1")), ("w dtype", dict(w=w.astype(np.float16))),
+            ("w rank", dict(w=w[0])), ("x dtype", dict(x=x.astype(np.float64))),
+            ("bias shape", dict(bias=np.ones(K + 1, np.float32))),
+            ("bias dtype", dict(bias=np.ones(K, np.float16))), ("bias scalar", dict(bias=1.0)),
+            ("residual shape", dict(residual=np.ones((2, 6, 6, K + 1), np.float32))),
+            ("residual dtype", dict(residual=np.ones((2, 6, 6, K), np.float16))),
+            ("kernel", dict(kernel="nope")), ("output size", dict(padding="valid", dilation=4))]
+
+
+@pytest.mark.parametrize("what", [c[0] for c in _bad_calls(np.zeros((1, 1, 1, 1)), np.zeros((1, 1, 1, 1)))])
+def test_errors_are_the_single_calls(what):
+    x = np.ones((2, 6, 6, 4), np.float32)
+    w = np.ones((5, 3, 3, 4), np.float32)
+    changes = dict(_bad_calls(x, w))[what]
+    args = {**dict(x=x, w=w, bias=None, padding="same"), **changes}
+    with pytest.raises((TypeError, ValueError)) as single:
+        cuconv.conv2d(**args)
+    args["x"] = da.from_array(args["x"], chunks=(1, 3, 3, 4))
+    with pytest.raises(type(single.value)) as lazy:
+        cdask.conv2d(**args)
+    assert str(lazy.value) == str(single.value)
+
+
+def test_errors_of_the_dask_path():
+    x = np.ones((1, 4, 4, 2), np.float32)
+    w = np.ones((3, 1, 1, 2), np.float32)
+    xd = da.from_array(x, chunks=2)
+    with pytest.raises(TypeError, match="x: expected a dask array"):
+        cdask.conv2d(x, w)
+    with pytest.raises(TypeError, match="out: not supported"):
+        cdask.conv2d(xd, w, out=np.empty((1, 4, 4, 3), np.float32))
+    with pytest.raises(TypeError, match=r"w: expected a NumPy or CuPy array .* pass w.compute\(\)"):
+        cdask.conv2d(xd, da.from_array(w))
+    with pytest.raises(TypeError, match=r"bias: .* pass bias.compute\(\)"):
+        cdask.conv2d(xd, w, da.ones(3, dtype=np.float32))
+    with pytest.raises(ValueError, match="residual: expected shape"):
+        cdask.conv2d(xd, w, residual=da.ones((1, 4, 4, 2), dtype=np.float32))
+    with pytest.raises(TypeError, match="residual: expected dtype float32"):
+        cdask.conv2d(xd, w, residual=da.ones((1, 4, 4, 3), dtype=np.float16))
+    with pytest.raises(ValueError, match="x: its chunk sizes are unknown"):
+        cdask.conv2d(xd[xd[:, 0, 0, 0] > 0], w)
+    with pytest.raises(ValueError, match="strategy: only conv3d"):
+        cuconv.dask._lazy_conv(2, xd, w, None, 1, 0, 1, 1, "NHWC", None, 1.0, 1.0, None, None, None, "native")
+    with pytest.raises(ValueError, match="strategy: expected one of"):
+        cdask.conv3d(da.ones((1, 2, 2, 2, 2), dtype=np.float32), np.ones((1, 1, 1, 1, 2), np.float32),
+                     strategy="fast")
+
+
+def test_scaling_benchmark_cli(tmp_path, capsys):
+    """``python -m cuconv.bench.dask_scaling`` parses its arguments and runs its graphs on the host (--cpu)."""
+    import json
+
+    from cuconv.bench import dask_scaling
+    args = dask_scaling.parser().parse_args(["--volume", "8", "6", "5", "--gpus", "1", "2", "--dtype", "float32"])
+    assert (tuple(args.volume), args.gpus, args.dtype, args.filter, args.cpu) == ((8, 6, 5), [1, 2], "float32", 3, False)
+    with pytest.raises(SystemExit):
+        dask_scaling.main(["--filter", "2", "--cpu"])
+    out = tmp_path / "scaling.json"
+    argv = ["--cpu", "--volume", "9", "8", "7", "--channels", "2", "--out-channels", "3", "--depth-chunk", "4",
+            "--gpus", "1", "2", "--repeats", "1", "--json", str(out)]
+    assert dask_scaling.main(argv) == 0
+    records = json.loads(out.read_text())["records"]
+    assert [(r["library"], r["workers"]) for r in records] == [("cuconv.dask", 1), ("cuconv.dask", 2)]
+    assert "speed-up on 2 host threads" in capsys.readouterr().out
+    # the graph the benchmark times is the convolution: its blocks agree with the single call
+    x, w = dask_scaling.volume(args, False), dask_scaling.filters(args, False)
+    y = cdask.conv3d(x, w, padding="same").compute(scheduler="synchronous")
+    assert_close(y, cuconv.reference.conv3d(x.compute(), w, padding="same"), "float32")
+
+
+def test_import_cuconv_does_not_import_dask():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    code = "import sys, cuconv; assert 'dask' not in sys.modules, sorted(m for m in sys.modules if 'dask' in m)"
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_the_extras_install_dask():
+    import tomllib
+    from pathlib import Path
+    extras = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]
+    assert any(d.startswith("dask[array]") for d in extras["test"]) and any(d.startswith("distributed")
+                                                                          for d in extras["dask"])
+    assert any(d.startswith("dask-cuda") for d in extras["dask-cuda"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nd", [2, 3])
+def test_cupy_chunks_match_the_single_cupy_call(cp, nd):
+    rng = np.random.default_rng(6)
+    shape = (2, 20, 18, 16) if nd == 2 else (2, 10, 12, 9, 16)
+    x = random_array(rng, shape, "float16")
+    w = random_array(rng, (32, *(3,) * nd, 8), "float16", 0.25)
+    b = random_array(rng, (32,), "float16")
+    kw = dict(stride=2, padding="same", groups=2, activation="relu")
+    conv, dconv = (cuconv.conv2d, cdask.conv2d) if nd == 2 else (cuconv.conv3d, cdask.conv3d)
+    out_shape = conv(x, w, b, **kw).shape
+    res = random_array(rng, out_shape, "float16")
+    single = conv(cp.asarray(x), cp.asarray(w), cp.asarray(b), residual=cp.asarray(res), **kw)
+    xd = da.from_array(x, chunks=(1, 7, 5, *((4,) if nd == 3 else ()), 16)).map_blocks(cp.asarray)
+    rd = da.from_array(res, chunks=(2, 3, *((4,) * (nd - 1)), 32)).map_blocks(cp.asarray)
+    lazy = dconv(xd, cp.asarray(w), cp.asarray(b), residual=rd, **kw)
+    assert isinstance(lazy._meta, cp.ndarray)
+    got = lazy.compute(scheduler="synchronous")
+    assert isinstance(got, cp.ndarray)
+    assert rel_error(got, single.get()) <= 2e-3  # a block may run another tile configuration than the whole
+    assert_close(got, (cuconv.reference.conv2d if nd == 2 else cuconv.reference.conv3d)(x, w, b, residual=res, **kw),
+                 "float16")
+    assert got.dtype == DTYPES["float16"]
