@@ -21,5 +21,13 @@ from .scratch import release_scratch
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    """``cuconv.dask`` on first use: dask is an optional dependency, imported only by that module."""
+    if name == "dask":
+        import importlib
+        return importlib.import_module(".dask", __name__)
+    raise AttributeError(f"module 'cuconv' has no attribute {name!r}")
+
 __all__ = ["conv2d", "conv3d", "explain", "plan_conv2d", "plan_conv3d", "ConvPlan", "precompile", "matmul", "clear_cache", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
            "KernelDeclined", "kernels", "overrides", "Overrides", "__version__"]

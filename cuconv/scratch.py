@@ -1,12 +1,13 @@
-"""Scratch buffers that kernels reuse from call to call: one per (device, stream, purpose).
+"""Scratch buffers that kernels reuse from call to call: one per (device, stream, host thread, purpose).
 
 Some paths need temporary device memory on every call (the sm80 ``pad_channels`` path's padded
-copies of x and w, the Hopper split tail's partial sums
-and flags). Allocating it per call costs host
-time, and inside a CUDA-graph capture it turns into allocations replayed with the graph, whose
-replay times then vary. So each purpose gets one buffer per device and stream, grown when a call
-needs more and never shrunk. Calls on one stream run in order, so they can share it; different
-streams get different buffers. At most :data:`MAX_BUFFERS` are kept, the least recently used dropped
+copies of x and w, the Hopper split tail's partial sums and flags, the channels-last copies of a
+channels-first call's operands, :mod:`cuconv.layout`). Allocating it per call costs host time, and
+inside a CUDA-graph capture it turns into allocations replayed with the graph, whose replay times
+then vary. So each purpose gets one buffer per device, stream and host thread, grown when a call
+needs more and never shrunk. The calls one thread queues on one stream run in that order, so they
+can share it; different streams get different buffers, and so do different threads (two threads
+queueing on one stream, as dask's threaded scheduler does, interleave their calls). At most :data:`MAX_BUFFERS` are kept, the least recently used dropped
 first (a program that cycles through many streams re-allocates rather than piling up buffers of
 streams it has destroyed); a dropped buffer goes back to CuPy's pool, which hands it out again only
 in the order of the stream that used it.
@@ -18,12 +19,13 @@ CuPy's pool, from which ``cupy.get_default_memory_pool().free_all_blocks()`` can
 from __future__ import annotations
 
 import math
+from threading import get_ident
 from collections import OrderedDict
 
 __all__ = ["scratch", "release_scratch", "scratch_bytes", "MAX_BUFFERS"]
 
 #: Scratch buffers kept at once (every device, stream and purpose together).
-MAX_BUFFERS = 16
+MAX_BUFFERS = 32
 
 _BUFFERS: "OrderedDict[tuple, object]" = OrderedDict()
 #: Views of each buffer handed out, by (shape, dtype): dropped with their buffer.
@@ -39,7 +41,7 @@ def scratch(purpose: str, shape, dtype, zeroed: bool = False):
     themselves (the Hopper split tail's flags). The view of a (buffer, shape, dtype) is made once and
     handed out again while that buffer lasts: a layer called again costs two dictionary lookups."""
     import cupy as cp
-    key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr, purpose)
+    key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr, get_ident(), purpose)
     buf = _BUFFERS.get(key)
     views = _VIEWS.get(key)
     if buf is not None and views is not None:

@@ -23,7 +23,7 @@ CELL_TIMEOUT_S = 300
 
 def test_notebooks_exist():
     names = [p.name for p in NOTEBOOKS]
-    for expected in ("01_implicit_gemm_and_im2col.ipynb", "02_using_cuconv.ipynb", "03_performance.ipynb"):
+    for expected in ("01_implicit_gemm_and_im2col.ipynb", "02_using_cuconv.ipynb", "03_performance.ipynb", "04_dask_volumes.ipynb"):
         assert expected in names, f"docs/notebooks/{expected} is missing (found {names})"
 
 
