@@ -32,14 +32,17 @@ class _Call:
     """A validated call: the problem, the native-layout operands and how to return the result."""
 
     problem: ConvProblem
+    plan: object                # the dispatcher's plan (Plan) and its Explanation
+    explanation: object
     x: object
     w: object
     bias: object
     residual: object
-    out_native: object          # where the kernel writes (native layout, contiguous)
+    out_native: object          # where the kernel writes (contiguous; native layout unless cf_out)
     out_user: object            # the caller's ``out`` (after as_array) or None
     out_given: object           # the caller's original ``out`` object, returned as is
     channels_first: bool
+    cf_out: bool                # the kernel reads the residual and writes out channels-first itself
     xp: object                  # numpy or cupy
 
 
@@ -56,26 +59,34 @@ def _to_native(a, channels_first: bool, xp, purpose=None):
     return to_channels_last(a, channels_first, xp, purpose)
 
 
-def residual_and_output(xp, res_user, res_given, out_user, out_given, channels_first, native_shape, dtype):
+def residual_and_output(xp, res_user, res_given, out_user, out_given, channels_first, native_shape, dtype,
+                        cf_out=False):
     """(the residual as the kernel reads it, the array the kernel writes) of a validated call.
 
     The residual may *be* ``out``: an in-place add, which every kernel supports (each output element is
     read before the same thread writes it); any other overlap with ``out`` reads a snapshot. The kernel
-    writes straight into ``out`` when it is native and contiguous, else into a temporary that the call
-    copies into ``out`` afterwards."""
+    writes straight into ``out`` when it is in the layout the kernel writes and contiguous, else into a
+    temporary that the call copies into ``out`` afterwards. ``cf_out``: the kernel reads the residual
+    and writes the result channels-first (:attr:`cuconv.plan.Plan.writes_channels_first`), so
+    neither is moved."""
     res = None
     if res_user is not None:
         in_place = out_user is not None and (res_user is out_user or res_given is out_given)
-        res = _to_native(res_user, channels_first, xp, "residual")
+        res = (res_user if res_user.flags.c_contiguous else xp.ascontiguousarray(res_user)) if cf_out else \
+            _to_native(res_user, channels_first, xp, "residual")
         if not in_place and out_user is not None and xp.may_share_memory(res, out_user):
             res = res.copy()
-    if out_user is not None and not channels_first and out_user.flags.c_contiguous:
+    if out_user is not None and (cf_out or not channels_first) and out_user.flags.c_contiguous:
         return res, out_user
+    if cf_out:
+        return res, xp.empty((native_shape[0], native_shape[-1], *native_shape[1:-1]), dtype=dtype)
     return res, native_result(xp, native_shape, dtype, channels_first)
 
 
 def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
-             activation, out) -> _Call:
+             activation, out, kernel=None, strategy=None) -> _Call:
+    """Validate a call, choose its plan (:func:`cuconv.dispatch.select`) and lay its operands out as the
+    plan reads them."""
     layout = layout_of(layout, nd)
     channels_first = not LAYOUTS[layout][1]
     x = as_array(x, "x")
@@ -107,17 +118,22 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
     if residual is not None:
         res_user = as_array(residual, "residual")
         check_companion(res_user, "residual", user_out_shape, dtype, x)
+    plan, explanation = dispatch.select(problem, device_of(x), forced=kernel, strategy=strategy_of(strategy, nd))
+    cf_out = channels_first and _writes_channels_first(plan, batch)
     residual, out_native = residual_and_output(xp, res_user, residual, out_user, out_given, channels_first,
-                                               (batch, *problem.out_shape[1:]), x.dtype)
+                                               (batch, *problem.out_shape[1:]), x.dtype, cf_out)
     x_n = _to_native(x, channels_first, xp, "x")
     w_n = _to_native(w, channels_first, xp, "w")
-    return _Call(problem=problem, x=x_n, w=w_n, bias=bias, residual=residual, out_native=out_native,
-                 out_user=out_user, out_given=out_given, channels_first=channels_first, xp=xp)
+    return _Call(problem=problem, plan=plan, explanation=explanation, x=x_n, w=w_n, bias=bias, residual=residual,
+                 out_native=out_native, out_user=out_user, out_given=out_given, channels_first=channels_first,
+                 cf_out=cf_out, xp=xp)
 
 
-def _select(call: _Call, kernel: Optional[str], strategy: Optional[str]):
-    return dispatch.select(call.problem, device_of(call.x), forced=kernel,
-                           strategy=strategy_of(strategy, call.problem.nd))
+def _writes_channels_first(plan, batch: int) -> bool:
+    """Whether a channels-first call hands ``plan`` its residual and output channels-first: when the
+    plan's kernel stores that layout and runs (not for an empty batch or ``alpha == 0``, where the
+    epilogue is computed channels-last without a kernel)."""
+    return plan.writes_channels_first and batch > 0 and plan.problem.epilogue.alpha != 0
 
 
 def execute(plan, xp, device_id, x, w, bias, residual, out_native) -> None:
@@ -136,10 +152,10 @@ def execute(plan, xp, device_id, x, w, bias, residual, out_native) -> None:
             plan.run(x, w, bias, residual, out_native)
 
 
-def deliver(xp, out_native, out_user, out_given, channels_first):
+def deliver(xp, out_native, out_user, out_given, channels_first, cf_out=False):
     """The call's result: ``out_given`` (filled from ``out_native`` when the kernel wrote elsewhere), or
-    ``out_native`` in the caller's layout."""
-    if channels_first:
+    ``out_native`` in the caller's layout (moved there unless the kernel wrote it so: ``cf_out``)."""
+    if channels_first and not cf_out:
         result = to_channels_first(out_native, xp, out_user)
         return out_given if out_user is not None else result
     if out_user is not None:
@@ -165,6 +181,7 @@ class _Known:
     device_id: Optional[int]
     channels_first: bool
     native_out_shape: tuple
+    cf_out: bool        # the kernel reads the residual and writes the result channels-first
     x_native: bool      # x (w, bias) is already channels-last and contiguous: passed as is
     w_native: bool
     bias_native: bool
@@ -216,26 +233,27 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
         key = known = None
     if known is None:
         call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
-                        activation, out)
-        plan, _ = _select(call, kernel, strategy)
+                        activation, out, kernel, strategy)
+        plan = call.plan
         device_id = None if call.xp is np else call.x.device.id
         if key is not None:
             if len(_CALLS) >= _CALLS_LIMIT:
                 _CALLS.clear()
             _CALLS[key] = _Known(plan, call.xp, device_id, call.channels_first,
-                                 (x.shape[0], *call.problem.out_shape[1:]), call.x is x, call.w is w,
+                                 (x.shape[0], *call.problem.out_shape[1:]), call.cf_out, call.x is x, call.w is w,
                                  call.bias is bias)
         execute(plan, call.xp, device_id, call.x, call.w, call.bias, call.residual, call.out_native)
-        return deliver(call.xp, call.out_native, call.out_user, call.out_given, call.channels_first)
+        return deliver(call.xp, call.out_native, call.out_user, call.out_given, call.channels_first, call.cf_out)
     # A signature seen before: its validation and plan hold; what depends on the arrays' identities
     # (the residual written in place, overlaps with out) is decided again.
     xp, cf = known.xp, known.channels_first
-    res, out_native = residual_and_output(xp, residual, residual, out, out, cf, known.native_out_shape, x.dtype)
+    res, out_native = residual_and_output(xp, residual, residual, out, out, cf, known.native_out_shape, x.dtype,
+                                          known.cf_out)
     x_n = x if known.x_native else _to_native(x, cf, xp, "x")
     w_n = w if known.w_native else _to_native(w, cf, xp, "w")
     b_n = bias if known.bias_native else _to_native(bias, False, xp)
     execute(known.plan, xp, known.device_id, x_n, w_n, b_n, res, out_native)
-    return deliver(xp, out_native, out, out, cf)
+    return deliver(xp, out_native, out, out, cf, known.cf_out)
 
 
 _COMMON_DOC = """
@@ -347,8 +365,8 @@ def explain(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layou
         raise ValueError(f"layout: expected one of {list(LAYOUTS)}, got {layout!r}")
     nd = LAYOUTS[layout.upper()][0]
     call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                    out)
-    _, explanation = _select(call, kernel, strategy)
+                    out, kernel, strategy)
+    explanation = call.explanation
     # the dispatcher memoises explanations: hand out a copy the caller may keep or change
     copy = dataclasses.replace(explanation, declined=dict(explanation.declined), skipped=dict(explanation.skipped))
     if call.problem.epilogue.alpha == 0:

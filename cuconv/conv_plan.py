@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .api import _prepare, _select, _to_native, deliver, execute, residual_and_output
+from .api import _prepare, _to_native, deliver, execute, residual_and_output
 from .arrays import as_array
 
 __all__ = ["ConvPlan", "plan_conv2d", "plan_conv3d"]
@@ -33,12 +33,13 @@ class ConvPlan:
     def __init__(self, nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
                  kernel, strategy):
         call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                        None)
-        self._plan, self.explanation = _select(call, kernel, strategy)
+                        None, kernel, strategy)
+        self._plan, self.explanation = call.plan, call.explanation
+        self._cf_out = call.cf_out
         self.problem = call.problem
         self._xp = call.xp
         self._channels_first = call.channels_first
-        self._native_out_shape = call.out_native.shape
+        self._native_out_shape = (call.x.shape[0], *call.problem.out_shape[1:])
         self._user_out_shape = (self._native_out_shape if not call.channels_first else
                                 (self._native_out_shape[0], self._native_out_shape[-1], *self._native_out_shape[1:-1]))
         x, w = as_array(x, "x"), as_array(w, "w")
@@ -95,10 +96,10 @@ class ConvPlan:
             if xp is np and not out_user.flags.writeable:
                 raise ValueError("out: expected a writeable array, got a read-only one")
         res, out_native = residual_and_output(xp, res_user, residual, out_user, out, cf, self._native_out_shape,
-                                              self._dtype)
+                                              self._dtype, self._cf_out)
         x_n, w_n, bias_n = self._native(x, "x"), self._native(w, "w"), self._native(bias, "bias")
         execute(self._plan, xp, self._device, x_n, w_n, bias_n, res, out_native)
-        return deliver(xp, out_native, out_user, out, cf)
+        return deliver(xp, out_native, out_user, out, cf, self._cf_out)
 
     def __repr__(self) -> str:
         return f"<cuconv ConvPlan {self.problem.describe()} -> {self.explanation.kernel}>"

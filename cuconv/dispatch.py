@@ -78,7 +78,7 @@ class Explanation:
     def layout(self) -> str:
         """How the call's layout reaches the kernel: whether operands are moved to channels-last, by
         what, and the bytes that moves (:func:`cuconv.layout.describe`)."""
-        return describe_layout(self.problem, self.device)
+        return describe_layout(self.problem, self.device, self.plan)
 
     _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731  (IPython display)
 

@@ -196,22 +196,28 @@ def to_channels_first(native, xp, dest=None):
     return xp.ascontiguousarray(moved)
 
 
-def describe(problem, device) -> str:
+def describe(problem, device, plan=None) -> str:
     """How a problem's layout is handled, and the bytes each move reads and writes: the line of
-    :func:`cuconv.explain`."""
+    :func:`cuconv.explain` (``plan``: the plan that runs; one that writes channels-first moves only
+    ``x`` and ``w``)."""
     if LAYOUTS[problem.layout][1]:
         return f"layout: {problem.layout} is the kernels' own (channels-last): no operand is moved"
     item = problem.itemsize
     x = math.prod(problem.x_shape) * item
     w = math.prod(problem.w_shape) * item
     y = math.prod(problem.out_shape) * item
-    moved = {"x": x, "w": w, "result": y}
-    if problem.epilogue.loads_residual:
-        moved["residual"] = y
+    moved = {"x": x, "w": w}
+    direct = plan is not None and plan.writes_channels_first
+    if not direct:
+        moved["result"] = y
+        if problem.epilogue.loads_residual:
+            moved["residual"] = y
     how = ("cuconv's transpose kernel (kernels_cu/layout/transpose.cu)" if device.kind == "cuda"
            else "the array library's copy")
     parts = ", ".join(f"{k} {_size(v)}" for k, v in moved.items())
-    return (f"layout: {problem.layout} operands moved to and from channels-last by {how}: {parts}; "
+    epilogue = (f"; the epilogue writes the result{' and reads the residual' if problem.epilogue.loads_residual else ''}"
+                f" in {problem.layout} itself" if direct else "")
+    return (f"layout: {problem.layout} operands moved to channels-last by {how}: {parts}{epilogue}; "
             f"{_size(2 * sum(moved.values()))} read + written beyond the convolution")
 
 

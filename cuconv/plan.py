@@ -45,6 +45,11 @@ class Plan:
     records); ``reason`` says why the kernel accepted, :meth:`describe` names the variant.
     """
 
+    #: True when :meth:`run` takes ``out`` and ``residual`` in the problem's own channels-first layout
+    #: (contiguous ``(N, K, *out_spatial)``) and writes ``out`` there: the kernel's epilogue stores that
+    #: layout, so the caller moves neither (:mod:`cuconv.layout`). ``x`` and ``w`` are channels-last always.
+    writes_channels_first: bool = False
+
     def __init__(self, kernel: "Kernel", problem: ConvProblem, device: DeviceInfo, reason: str):
         self.kernel = kernel
         self.problem = problem
@@ -62,7 +67,8 @@ class Plan:
         return ()
 
     def run(self, x, w, bias, residual, out) -> None:
-        """Compute ``out`` (native layout, contiguous, the problem's dtype) from native-layout inputs.
+        """Compute ``out`` (native layout, contiguous, the problem's dtype) from native-layout inputs
+        (``out`` and ``residual`` channels-first where :attr:`writes_channels_first`).
 
         ``bias`` and ``residual`` are ``None`` when absent; ``residual`` may be ``out`` itself.
         """

@@ -20,7 +20,7 @@ from cuconv.compiler import compile_cuda
 from cuconv.layout import SOURCE, _matrix_view, describe
 
 from conftest import assert_close, nvrtc_available, random_array
-from geometry import H100, cases, check_case, problem2d
+from geometry import H100, case2d, cases, check_case, make_operands, problem2d
 
 KERNELS = ("transpose_b16", "transpose_b32", "transpose_thin_b16", "transpose_thin_b32")
 
@@ -143,3 +143,57 @@ def test_nchw_repeated_calls_and_plans_use_fresh_weights(cp):
         ref = cuconv.reference.conv2d(cp.asnumpy(x), cp.asnumpy(w), padding=1, layout="NCHW")
         assert_close(cuconv.conv2d(x, w, padding=1, layout="NCHW"), ref, "bfloat16")
         assert_close(plan(x, w), ref, "bfloat16")
+
+
+# --- the Hopper kernel's channels-first epilogue ------------------------------------------------
+
+def test_hopper_plan_writes_channels_first_and_explain_says_so():
+    from cuconv.backends.sm90.kernel import Sm90TmaKernel
+    from cuconv.overrides import Overrides
+    p = dataclasses.replace(problem2d(N=2, H=16, W=16, C=64, K=64), layout="NCHW")
+    plan = Sm90TmaKernel().plan(p, H100, Overrides())
+    assert plan.writes_channels_first and "_nchw" in plan.describe() and "channels-first" in plan.describe()
+    line = describe(p, H100, plan)
+    assert "x " in line and "w " in line and "result" not in line.split(";")[0]
+    assert "epilogue writes the result" in line
+    nhwc = Sm90TmaKernel().plan(problem2d(N=2, H=16, W=16, C=64, K=64), H100, Overrides())
+    assert not nhwc.writes_channels_first and "_nchw" not in nhwc.describe()
+
+
+def _nchw(case):
+    return dataclasses.replace(case, layout="NCHW")
+
+
+#: Channels-first cases for the Hopper kernel: (case, overrides, what explain names).
+HOPPER_NCHW = {
+    "im2col_tiles": (_nchw(case2d(N=3, H=13, W=11, C=32, K=64, ep=dict(bias=True, residual=True, beta=0.5,
+                                                                        activation="relu"))), dict(split=False), "_nchw"),
+    "image_boundaries_in_tile": (_nchw(case2d(N=5, H=5, W=7, C=16, K=24)), dict(split=False), "_nchw"),
+    "split_tail": (_nchw(case2d(N=2, H=8, W=8, C=256, K=128, R=3, S=3, ep=dict(residual=True, activation="silu"))),
+                   dict(split=True, block_m=128), "split in two"),
+    "tall_256": (_nchw(case2d(N=2, H=20, W=20, C=64, K=64, ep=dict(bias=True))), dict(block_m=256, block_n=64,
+                                                                                         split=False), "256x"),
+    "halo": (_nchw(case2d(N=2, H=9, W=70, C=32, K=40, ep=dict(residual=True, beta=-1.0, activation="gelu"))),
+             dict(halo=True), "_halo_nchw"),
+    "halo_pingpong": (_nchw(case2d(N=1, H=6, W=130, C=16, K=64, ep=dict(bias=True))), dict(halo=True, pingpong=True),
+                      "_halo_pp_nchw"),
+    "fp16_odd_plane": (_nchw(case2d(N=3, H=7, W=7, C=64, K=136, dtype="float16", ep=dict(residual=True))),
+                       dict(split=False), "_nchw"),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(HOPPER_NCHW))
+def test_hopper_channels_first_epilogue(cp, name):
+    from conftest import hopper_available
+    if not hopper_available():
+        pytest.skip("needs a Hopper (cc 9.0) GPU")
+    case, overrides, want = HOPPER_NCHW[name]
+    with cuconv.overrides(**overrides):
+        x, w, bias, residual = make_operands(case, cp)
+        detail = cuconv.explain(x, w, bias, residual=residual, beta=case.epilogue.get("beta", 1.0), kernel="sm90_tma",
+                                **case.conv_kwargs()).detail
+        assert want in detail and "_nchw" in detail, detail
+        check_case(case, cp, kernel="sm90_tma", poison=True)
+        if case.epilogue.get("residual"):
+            check_case(case, cp, kernel="sm90_tma", in_place=True)

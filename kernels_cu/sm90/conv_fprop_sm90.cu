@@ -55,8 +55,9 @@
 //
 // Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, 192 or 256: two,
 // three or four consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
-// (1/2), SM90_HALO (0/1). The kernel's name spells them out, e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) /
-// conv3d_..._s4_c2_res (3-D, pair, residual) / conv2d_fprop_sm90_tma_256x96x64_s5 (256-row tile).
+// (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual). The kernel's name spells them out,
+// e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_c2_res (3-D, pair, residual) /
+// conv2d_fprop_sm90_tma_256x96x64_s5 (256-row tile) / conv2d_..._s4_halo_nchw (channels-first output).
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
 #include "common/types.cuh"
@@ -94,6 +95,9 @@
 #ifndef SM90_PINGPONG
 #define SM90_PINGPONG 0
 #endif
+#ifndef SM90_NCHW_OUT
+#define SM90_NCHW_OUT 0
+#endif
 #if SM90_NDIM != 2 && SM90_NDIM != 3
 #error "SM90_NDIM must be 2 (NHWC, 4-D im2col boxes) or 3 (NDHWC, 5-D im2col boxes)"
 #endif
@@ -108,6 +112,9 @@ constexpr int MB = PINGPONG ? BM / 64 : 1;           // 64-row accumulator block
 constexpr int SLOT_READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups reading each ring slot
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
+// Channels-first output (SM90_NCHW_OUT): the epilogue stores (N, K, O*P*Q) and reads a residual from
+// g.residual (epilogue.cuh, consumer_epilogue_nchw); the epilogue-load warp (HAS_RESIDUAL) is off.
+constexpr bool NCHW_OUT = SM90_NCHW_OUT != 0;
 constexpr int C_STAGES = SM90_C_STAGES;
 constexpr int CLUSTER = SM90_CLUSTER;  // CTAs per cluster sharing (multicasting) the filter tile
 constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead of im2col boxes
@@ -158,6 +165,7 @@ static_assert(!PINGPONG || ACC_REGS <= 128, "a ping-pong warpgroup holds its who
 static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
               "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256");
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
+static_assert(!(NCHW_OUT && HAS_RESIDUAL), "a channels-first residual is read by the consumers, not by TMA");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
 static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and MMA");
 static_assert(SMEM_USED <= SMEM_LIMIT, "shared-memory budget exceeded");
@@ -199,12 +207,19 @@ struct Sm90ConvParams {
   cuconv::FastDivisor x_tiles_div;  // halo tiles: tile -> column tile
   cuconv::FastDivisor y_tiles_div;  // halo tiles: -> row tile, plane
   cuconv::FastDivisor o_div;        // halo tiles: plane -> image, depth
+  const void* residual;             // SM90_NCHW_OUT: the channels-first residual (read when ep.has_residual)
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
 #define CUCONV_XCAT10(a, b, c, d, e, f, g, h, i, j) CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j)
-#if SM90_HALO && SM90_PINGPONG
+#if SM90_HALO && SM90_PINGPONG && SM90_NCHW_OUT
+#define CUCONV_SM90_SUFFIX _halo_pp_nchw
+#elif SM90_HALO && SM90_PINGPONG
 #define CUCONV_SM90_SUFFIX _halo_pp
+#elif SM90_HALO && SM90_NCHW_OUT
+#define CUCONV_SM90_SUFFIX _halo_nchw
+#elif SM90_NCHW_OUT
+#define CUCONV_SM90_SUFFIX _nchw
 #elif SM90_HALO && SM90_HAS_RESIDUAL
 #define CUCONV_SM90_SUFFIX _halo_res
 #elif SM90_HALO
@@ -299,6 +314,9 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
   }
 }
 
+// Output pixels per image and channel (O * P * Q): the plane stride of a channels-first output.
+__device__ __forceinline__ long long out_plane(const Sm90ConvParams& g) { return (long long)g.O * g.P * g.Q; }
+
 // Cooperative consumer on im2col tiles: warpgroup `consumer` owns tile rows [64 consumer, +64) of
 // every tile; a split tile's halves meet in the workspace (split_reduce.cuh).
 // The three consumers take the shared addresses and their lane coordinates as scalars: bundled in
@@ -337,9 +355,9 @@ __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, co
     const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
     const long long rows_left = g.M - m_row;
     const int row_limit = rows_left > 16 ? 16 : (int)rows_left;
-    sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
+    sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
         acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-        c_empty_bar, row_base, col_lane, lane == 0);
+        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const elem_t*>(g.residual));
   }
 }
 
@@ -366,9 +384,9 @@ __device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Sch
     const long long m_row = (long long)(ht.plane_row0 + consumer) * g.Q + x;
     // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
     const int row_limit = (ht.y0 + consumer < g.P && m_row < g.M) ? g.Q - x : 0;
-    sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES>(
+    sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
         acc[0], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-        c_empty_bar, row_base, col_lane, lane == 0);
+        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const elem_t*>(g.residual));
   }
 }
 
@@ -415,9 +433,9 @@ __device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const
     for (int b = 0; b < cfg::MB; ++b) {
       const long long m_row = (long long)(ht.plane_row0 + b) * g.Q + x;
       const int row_limit = (ht.y0 + b < g.P && m_row < g.M) ? g.Q - x : 0;
-      sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES>(
+      sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
           acc[b], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-          c_empty_bar, row_in_group, 2 * (lane % 4), lane == 0);
+          c_empty_bar, row_in_group, 2 * (lane % 4), lane == 0, out_plane(g), static_cast<const elem_t*>(g.residual));
     }
   }
 }

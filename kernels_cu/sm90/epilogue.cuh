@@ -171,17 +171,92 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
   }
 }
 
+__device__ __forceinline__ void st_global_b16_if(bool pred, void* ptr, uint16_t v) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t@p st.global.b16 [%0], %1;\n\t}" ::"l"(ptr), "h"(v),
+               "r"((int)pred)
+               : "memory");
+}
+
+__device__ __forceinline__ uint16_t ld_global_b16_if(bool pred, const void* ptr) {
+  uint16_t v;
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\tmov.b16 %0, 0;\n\t@p ld.global.b16 %0, [%1];\n\t}"
+               : "=h"(v)
+               : "l"(ptr), "r"((int)pred)
+               : "memory");
+  return v;
+}
+
+// The channels-first epilogue (SM90_NCHW_OUT): out and the residual are (N, K, O*P*Q), element
+// (m, k) of the GEMM at (m / OPQ) * K * OPQ + k * OPQ + m % OPQ. For one accumulator register the
+// eight row-lanes of a column hold eight consecutive output pixels, so a warp's 16-bit store covers
+// 16 contiguous bytes in each of four channel planes, and the thread's second row (8 pixels further)
+// the next 16: the 32-byte sectors fill in L2 before they are written back. The residual is read
+// from global memory at the same addresses, each element by the thread that then writes it (so
+// `out` may be the residual), not through the epilogue-load warp: a TMA box of C would be
+// channel-major here, and a row tile may cross an image boundary.
+template <typename T, int BN, int ACT>
+__device__ __forceinline__ void consumer_epilogue_nchw(const float (&acc)[BN / 2], long long m_row, int row_limit,
+                                                       int n0, int K, long long opq, T* out, const T* bias,
+                                                       const T* residual, const EpilogueParams& ep, int col_lane) {
+  long long base[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const long long m = m_row + 8 * i;
+    base[i] = m + (m / opq) * (long long)(K - 1) * opq;  // (m / OPQ) * K * OPQ + m % OPQ
+  }
+  const bool has_res = ep.has_residual != 0;
+#pragma unroll
+  for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
+    const int blocks = (BN - 64 * chunk) >= 64 ? 8 : 4;
+#pragma unroll
+    for (int jj = 0; jj < blocks; ++jj) {
+      const int col = n0 + chunk * 64 + jj * 8 + col_lane;  // K is a multiple of 8: col + 1 < K with col
+      const bool col_ok = col < K;
+      float b0 = 0.f, b1 = 0.f;
+      if (ep.has_bias && col_ok) {
+        const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
+        b0 = lo_to_float<T>(bp);
+        b1 = hi_to_float<T>(bp);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const bool ok = col_ok && 8 * i < row_limit;
+        const long long at = base[i] + (long long)col * opq;
+        const int a = (chunk * 8 + jj) * 4 + 2 * i;
+        float v0 = ep.alpha * acc[a] + b0;
+        float v1 = ep.alpha * acc[a + 1] + b1;
+        if (has_res) {
+          T c0, c1;
+          c0.bits = ld_global_b16_if(ok, residual + at);
+          c1.bits = ld_global_b16_if(ok, residual + at + opq);
+          v0 += ep.beta * to_float(c0);
+          v1 += ep.beta * to_float(c1);
+        }
+        st_global_b16_if(ok, out + at, from_float<T>(activate(v0, ACT)).bits);
+        st_global_b16_if(ok, out + at + opq, from_float<T>(activate(v1, ACT)).bits);
+      }
+    }
+  }
+}
+
 // The epilogue for the runtime activation code ep.activation (one switch per tile).
-template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES>
+// NCHW selects the channels-first epilogue (consumer_epilogue_nchw: opq = O * P * Q, residual its
+// channels-first residual, read when ep.has_residual); otherwise opq and residual are unused.
+template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool NCHW = false>
 __device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], long long m_row, int row_limit,
                                                       int n0, int K, T* out, const T* bias, const EpilogueParams& ep,
                                                       RingState<C_STAGES>& cring, uint32_t c_base,
                                                       uint32_t c_full_bar, uint32_t c_empty_bar, int row_base,
-                                                      int col_lane, bool lane_leader) {
+                                                      int col_lane, bool lane_leader, long long opq = 1,
+                                                      const T* residual = nullptr) {
 #define CUCONV_SM90_EPILOGUE_CASE(code)                                                                      \
   case code:                                                                                                 \
-    consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code>(                                                  \
-        acc, m_row, row_limit, n0, K, out, bias, ep, cring, c_base, c_full_bar, c_empty_bar, row_base, col_lane, lane_leader); \
+    if constexpr (NCHW) {                                                                                    \
+      consumer_epilogue_nchw<T, BN, code>(acc, m_row, row_limit, n0, K, opq, out, bias, residual, ep, col_lane); \
+    } else {                                                                                                 \
+      consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code>(                                 \
+          acc, m_row, row_limit, n0, K, out, bias, ep, cring, c_base, c_full_bar, c_empty_bar, row_base, col_lane, lane_leader); \
+    }                                                                                                        \
     break;
   switch (ep.activation) {
     CUCONV_SM90_EPILOGUE_CASE(ACT_RELU)

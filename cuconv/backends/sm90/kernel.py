@@ -88,6 +88,8 @@ class Sm90Plan(Plan):
     def __init__(self, kernel, problem, device, cfg: TileConfig, overrides, reason: str):
         super().__init__(kernel, problem, device, reason)
         self.cfg = cfg
+        #: A channels-first problem's output (and residual) are stored by the epilogue in that layout.
+        self.writes_channels_first = problem.layout in ("NCHW", "NCDHW")
         self._overrides = overrides
         self._records: "OrderedDict" = OrderedDict()
         self._function = None   # (fn, smem, grid CTAs), loaded on the first run
@@ -122,13 +124,16 @@ class Sm90Plan(Plan):
             loads += f" ({cfg.note})"
         consumers = ("2 consumer warpgroups taking turns on whole tiles (ping-pong: one's epilogue runs beside "
                      "the other's mainloop)" if cfg.pingpong else f"{cfg.consumers} consumer warpgroups")
-        return (f"{kernel_name(cfg, res, problem.nd)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
+        nchw = self.writes_channels_first
+        return (f"{kernel_name(cfg, res, problem.nd, nchw)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{consumers}, {grid}{split}, "
-                f"{'epilogue-load warp prefetches the residual' if res else 'no residual load'}")
+                + ("epilogue stores channels-first (16-bit stores along each channel plane)"
+                   + (", reads the residual there" if res else "") if nchw else
+                   ("epilogue-load warp prefetches the residual" if res else "no residual load")))
 
     def compile_jobs(self):
         p = self.problem
-        return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd)),)
+        return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd, self.writes_channels_first)),)
 
     def run(self, x, w, bias, residual, out):
         """Launch; the record (descriptors, params, function, grid) is reused for the same input addresses.
@@ -152,7 +157,7 @@ class Sm90Plan(Plan):
                 self._records[key] = launch
                 while len(self._records) > _RECORDS_PER_PLAN:
                     self._records.popitem(last=False)
-        if out.data.ptr % 16 == 0:          # the epilogue stores 16-byte vectors
+        if self.writes_channels_first or out.data.ptr % 16 == 0:  # channels-last: 16-byte vector stores
             launch(out.data.ptr)
         else:
             target = cp.empty_like(out)
@@ -163,7 +168,8 @@ class Sm90Plan(Plan):
     def _loaded(self):
         if self._function is None:
             cfg, p = self.cfg, self.problem
-            fn, smem = load_function(self.device.index, cfg, p.dtype, p.epilogue.loads_residual, p.nd)
+            fn, smem = load_function(self.device.index, cfg, p.dtype, p.epilogue.loads_residual, p.nd,
+                                     self.writes_channels_first)
             grid = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, self.device))
             self._function = (fn, smem, grid)
         return self._function
@@ -176,7 +182,9 @@ class Sm90Plan(Plan):
         # and such a record is not cached (the copy's address is new every call).
         xa, wa = _aligned(x), _aligned(w)
         ra = residual
-        if res:
+        if res and self.writes_channels_first:  # read by the consumers at its own address
+            tmap_c = placeholder_descriptor()
+        elif res:
             ra = _aligned(residual)
             tmap_c = (encode_halo_c(problem, ra.data.ptr, cfg.tile_rows) if cfg.halo
                       else encode_tiled_c(problem, ra.data.ptr, cfg.block_m))
@@ -191,7 +199,8 @@ class Sm90Plan(Plan):
         tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
         partials, flags = _split_workspace(cfg)
-        args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, kernel_params(problem, cfg),
+        res_ptr = ra.data.ptr if (res and self.writes_channels_first) else 0
+        args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, kernel_params(problem, cfg, res_ptr),
                 epilogue_params(problem.epilogue), np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
         launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slots=(3,))  # slot 3: the output pointer
         launch.workspace = (partials, flags)  # lives as long as the launch record

@@ -19,33 +19,40 @@ SOURCE = "sm90/conv_fprop_sm90.cu"
 ARCH = "sm_90a"
 
 
-def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2) -> str:
-    """The entry point's name of a variant."""
+def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool = False) -> str:
+    """The entry point's name of a variant. ``nchw``: channels-first output (and residual, read by the
+    consumers: ``_res`` names the epilogue-load warp, which a channels-first variant does not have)."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
-            + ("_pp" if cfg.pingpong else "") + ("_res" if loads_residual else ""))
+            + ("_pp" if cfg.pingpong else "") + ("_nchw" if nchw else ("_res" if loads_residual else "")))
 
 
-def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2) -> dict:
+def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False) -> dict:
     """The ``-D`` values that build a variant."""
-    return {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BM": cfg.block_m, "SM90_BN": cfg.block_n,
-            "SM90_STAGES": cfg.stages, "SM90_HAS_RESIDUAL": int(loads_residual), "SM90_CLUSTER": cfg.cluster,
-            "SM90_HALO": int(cfg.halo), "SM90_PINGPONG": int(cfg.pingpong)}
+    d = {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BM": cfg.block_m, "SM90_BN": cfg.block_n,
+         "SM90_STAGES": cfg.stages, "SM90_HAS_RESIDUAL": int(loads_residual and not nchw), "SM90_CLUSTER": cfg.cluster,
+         "SM90_HALO": int(cfg.halo), "SM90_PINGPONG": int(cfg.pingpong)}
+    if nchw:
+        d["SM90_NCHW_OUT"] = 1
+    return d
 
 
-def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int):
+def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int, nchw: bool = False):
     """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
     loaded on the device, its shared-memory limit raised."""
     from ...device import gpu_info
     smem = cfg.smem_bytes(loads_residual)
-    fn = load_cuda_function(SOURCE, gpu_info(dev_index), defines(cfg, dtype, loads_residual, nd),
-                            kernel_name(cfg, loads_residual, nd), smem)
+    fn = load_cuda_function(SOURCE, gpu_info(dev_index), defines(cfg, dtype, loads_residual, nd, nchw),
+                            kernel_name(cfg, loads_residual, nd, nchw), smem)
     return fn, smem
 
 
-def _compile_variant(dt, nd, bm, bn, stages, res, cl, halo, pp=0):
-    return (SOURCE, {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
-                     "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}, ARCH)
+def _compile_variant(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0):
+    d = {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
+         "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}
+    if nchw:
+        d["SM90_NCHW_OUT"] = 1
+    return (SOURCE, d, ARCH)
 
 
 #: Every (source, defines, arch) the kernel may launch, for the CPU compile test.
@@ -60,4 +67,10 @@ COMPILE_VARIANTS = [
 ] + [
     _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1)
     for nd in (2, 3) for dt in (0, 1) for bn in STAGES
+] + [  # channels-first output: bf16 2-D, single CTAs (the epilogue is the only difference)
+    _compile_variant(1, 2, bm, bn, (halo_stages if halo else stages_for)(bm, bn, True), 0, 1, halo, 0, 1)
+    for halo in (0, 1) for bm in BLOCK_MS for bn in STAGES if bm_fits(bm, bn, 1, True, halo=bool(halo))
+] + [
+    _compile_variant(1, 2, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1, 1)
+    for bn in STAGES
 ]
