@@ -91,6 +91,15 @@ def test_config_declines_a_tile_too_big():
     assert isinstance(dw_config(p), str) and "shared memory" in dw_config(p)
 
 
+@pytest.mark.parametrize("c,k", [(1, 17), (1, 34), (2, 38), (3, 51)])
+def test_config_declines_multiplier_groups_wider_than_a_chunk(c, k):
+    """A multiplier (K / C) whose groups fit no channel chunk is declined with the reason (the kernel
+    that serves it next runs), every chunk-fitting multiplier is planned."""
+    p = problem2d(N=1, H=8, W=8, C=c, K=k, groups=c)
+    assert isinstance(dw_config(p), str) and f"channel multiplier {k // c}" in dw_config(p)
+    assert not isinstance(dw_config(problem2d(N=1, H=8, W=8, C=c, K=16 * c, groups=c)), str)
+
+
 def test_cta_coordinates_cover_the_grid_once():
     p = problem3d(N=2, D=5, H=9, W=13, C=40, K=80, T=3, R=3, S=3, padding=1, groups=40, dtype="float16")
     cfg = dw_config(p)

@@ -137,6 +137,9 @@ def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = S
     vec = _pow2_divisor(C if mult == 1 else K, _VEC)
     cv = _channel_vectors(K // vec, vec, mult)
     while cv is None:                 # an odd multiplier and a wide vector: narrow the vector
+        if vec == 1:
+            return (f"channel multiplier {mult}: a CTA's chunk of at most {_MAX_CV} channel vectors holds no whole "
+                    f"group of {mult} outputs")
         vec //= 2
         cv = _channel_vectors(K // vec, vec, mult)
     cb = vec * cv
