@@ -22,7 +22,7 @@ from .overrides import Overrides
 from .problem import PRECISIONS, ConvProblem
 
 __all__ = ["Kernel", "Plan", "Declined", "KernelDeclined", "SIXTEEN_BIT", "FLOAT32_FFMA", "EVERY_PRECISION",
-           "precisions_text"]
+           "precisions_text", "tf32_note"]
 
 #: (dtype, precision) pairs of the 16-bit dtypes (tensor-core products are exact in fp32 for them).
 SIXTEEN_BIT: FrozenSet[Tuple[str, str]] = frozenset({("float16", "float16"), ("bfloat16", "bfloat16")})
@@ -42,6 +42,12 @@ def precisions_text(pairs) -> str:
         elif ps:
             words.append(f"{dtype} at precision {' or '.join(ps)}")
     return ", ".join(words) or "nothing"
+
+
+def tf32_note(problem: ConvProblem, how: str = "fp32 multiply-adds") -> str:
+    """What the reason of a kernel that computes float32 ``how`` adds at precision "tf32": it is more
+    accurate than asked (empty at any other precision)."""
+    return f" ({how}: more accurate than tf32 asks)" if problem.precision == "tf32" else ""
 
 
 class KernelDeclined(ValueError):

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..epilogue import apply_epilogue
-from ..plan import EVERY_PRECISION, Kernel, Plan
+from ..plan import EVERY_PRECISION, Kernel, Plan, tf32_note
 from ..registry import register
 
 __all__ = ["CPUKernel", "CPUPlan", "CHUNK_BYTES", "im2col_windows"]
@@ -71,8 +71,8 @@ class CPUKernel(Kernel):
 
     def make_plan(self, problem, device, overrides):
         dt = compute_dtype(problem).name
-        extra = " (float32 products: more accurate than tf32 asks)" if problem.precision == "tf32" else ""
-        return CPUPlan(self, problem, device, f"NumPy im2col + {dt} matmul accepts every valid problem{extra}")
+        return CPUPlan(self, problem, device, f"NumPy im2col + {dt} matmul accepts every valid problem"
+                                              f"{tf32_note(problem, 'float32 matmul')}")
 
 
 class CPUPlan(Plan):
