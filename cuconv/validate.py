@@ -63,15 +63,15 @@ def precision_of(precision, dtype: str) -> str:
     accuracy), "tf32" (one TF32 product per term) or "float64"; float64 data take None (= "float64"),
     "float64" or "float32" ("tf32" would round float64 operands to 10 mantissa bits and is refused).
     Case does not matter."""
-    if precision is None:
-        return PRECISIONS[dtype][0]
-    if not isinstance(precision, str) or precision.lower() not in PRECISION_VALUES:
-        raise ValueError(f"precision: expected None or one of {PRECISION_VALUES}, got {precision!r}")
-    value = precision.lower()
     allowed = PRECISIONS[dtype]
+    if precision is None:
+        return allowed[0]
     if len(allowed) == 1:
         raise ValueError(f"precision: {dtype} data take precision=None only (16-bit products are exact in the fp32 "
                          f"accumulator), got {precision!r}")
+    if not isinstance(precision, str) or precision.lower() not in PRECISION_VALUES:
+        raise ValueError(f"precision: expected None or one of {PRECISION_VALUES}, got {precision!r}")
+    value = precision.lower()
     if value not in allowed:
         raise ValueError(f"precision: {dtype} data take None or one of {allowed}, got {precision!r}")
     return value
