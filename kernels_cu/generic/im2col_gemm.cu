@@ -9,14 +9,14 @@
 //              out = act(alpha * acc + bias + beta * residual), cast to the output type
 //
 // CUCONV_DTYPE selects the element type (common/types.cuh); CUCONV_ACC the type of A, of the GEMM's
-// result and of the epilogue arithmetic: 0 float (EpilogueParams), 1 double (EpilogueParams64; the
-// problem's precision is "float64"). 2-D problems are run as 3-D ones with D = T = 1. All indices
-// are 64-bit.
+// result and of the epilogue arithmetic: 0 float (EpilogueParams; the default), 1 double
+// (EpilogueParams64; the problem's precision is "float64"). 2-D problems are run as 3-D ones with
+// D = T = 1. All indices are 64-bit.
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
 
 #ifndef CUCONV_ACC
-#error "CUCONV_ACC must be 0 (float accumulator) or 1 (double accumulator)"
+#define CUCONV_ACC 0
 #endif
 
 #if CUCONV_ACC == 1
