@@ -1,9 +1,9 @@
 // cuconv (HIP): element types and their conversions, selected by -DCUCONV_DTYPE.
 //
-// CUCONV_DTYPE = 0 (float16), 1 (bfloat16), 2 (float32) or 3 (float64), the codes of
-// cuconv.launch.DTYPE_CODES; a kernel without a path for a dtype refuses its code itself (the MFMA
-// kernel takes 0 and 1, no HIP kernel takes 3). 16-bit storage is a plain
-// 16-bit integer, so the same source builds without hip_fp16.h / hip_bf16.h.
+// CUCONV_DTYPE = 0 (float16), 1 (bfloat16) or 2 (float32), the codes of cuconv.launch.DTYPE_CODES;
+// a kernel without a float32 path (the MFMA kernel) refuses code 2 itself; code 3 (float64) has no
+// HIP kernel and is refused here. 16-bit storage is a plain 16-bit integer, so the same source builds
+// without hip_fp16.h / hip_bf16.h.
 #pragma once
 
 #include "common/hip_min.h"
@@ -43,9 +43,7 @@ typedef cuconv::half_t elem_t;
 typedef cuconv::bf16_t elem_t;
 #elif CUCONV_DTYPE == 2
 typedef float elem_t;
-#elif CUCONV_DTYPE == 3
-typedef double elem_t;
 #else
-#error "kernels_hip: CUCONV_DTYPE must be 0 (float16), 1 (bfloat16), 2 (float32) or 3 (float64)"
+#error "kernels_hip: CUCONV_DTYPE must be 0 (float16), 1 (bfloat16) or 2 (float32); 3 (float64) has no HIP kernel"
 #endif
 #endif
