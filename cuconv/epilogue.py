@@ -1,7 +1,8 @@
 """The epilogue ``act(alpha * acc + bias + beta * residual)`` in NumPy, and the activations.
 
-Used by the CPU kernel (in float32, or float64 at precision "float64"), the reference (in float64) and multi-pass GPU strategies'
-host-side checks. GPU kernels implement the same arithmetic in kernels_cu/common/epilogue_math.cuh.
+Used by the CPU kernel (in float32, or float64 at precision "float64"), the reference (in float64)
+and multi-pass GPU strategies' host-side checks. GPU kernels implement the same arithmetic in
+kernels_cu/common/epilogue_math.cuh.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ environment or global state is read), so the dispatcher memoises plans on them
 (:mod:`cuconv.dispatch`); ``Plan.run`` is then a cache lookup and a launch.
 
 Adding a kernel: subclass :class:`Kernel`, set ``name``, ``backend``, ``priority``,
-``spatial_dims`` and ``precisions`` (the (dtype, precision) pairs it computes as promised), implement :meth:`Kernel.make_plan` returning your :class:`Plan` subclass (with
+``spatial_dims`` and ``precisions`` (the (dtype, precision) pairs it computes as promised),
+implement :meth:`Kernel.make_plan` returning your :class:`Plan` subclass (with
 :meth:`Plan.describe` and :meth:`Plan.run`), and register an instance with
 :func:`cuconv.registry.register` in a module that ``cuconv/backends/__init__.py`` imports.
 """

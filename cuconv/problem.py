@@ -338,6 +338,6 @@ class ConvProblem:
         sp = "x".join(map(str, self.in_spatial))
         fs = "x".join(map(str, self.filter_spatial))
         pads = ",".join(f"{lo}/{hi}" for lo, hi in zip(self.pad_lo, self.pad_hi))
-        return (f"conv{self.nd}d {self.dtype} (precision {self.precision}) N={self.batch} C={self.channels} {sp} -> K={self.out_channels} "
-                f"filter {fs} stride {self.stride} dilation {self.dilation} pad(lo/hi) {pads} "
+        return (f"conv{self.nd}d {self.dtype} (precision {self.precision}) N={self.batch} C={self.channels} {sp} "
+                f"-> K={self.out_channels} filter {fs} stride {self.stride} dilation {self.dilation} pad(lo/hi) {pads} "
                 f"groups {self.groups}; GEMM M={self.gemm_m} N={self.gemm_n} K={self.gemm_k}")

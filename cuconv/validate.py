@@ -107,8 +107,9 @@ def conv_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation,
     """Validate the geometry and the epilogue and build the ConvProblem, memoised on the arguments.
 
     ``layout``, ``activation`` and ``precision`` must already be canonical (:func:`layout_of`,
-    :func:`activation_of`, :func:`precision_of`; None: the dtype's default); alpha and beta are checked here. An empty batch (N = 0) is valid: the problem is built for one
-    image (the caller returns an empty result without running it). The memo key carries each free-form
+    :func:`activation_of`, :func:`precision_of`; None: the dtype's default); alpha and beta are checked
+    here. An empty batch (N = 0) is valid: the problem is built for one image (the caller returns an
+    empty result without running it). The memo key carries each free-form
     value's type (``1``, ``1.0`` and ``True`` hash alike, but only the int is valid), so a cached
     problem is never returned for an argument that would be refused.
     """
