@@ -21,7 +21,7 @@ from .layout import native_result, to_channels_first, to_channels_last
 from .overrides import current_overrides
 from .problem import LAYOUTS, ConvProblem
 from .registry import on_change
-from .validate import activation_of, check_ranks, conv_problem, layout_of, strategy_of, user_shape
+from .validate import activation_of, check_ranks, conv_problem, layout_of, precision_of, strategy_of, user_shape
 
 __all__ = ["conv2d", "conv3d", "explain"]
 
@@ -84,7 +84,7 @@ def residual_and_output(xp, res_user, res_given, out_user, out_given, channels_f
 
 
 def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
-             activation, out, kernel=None, strategy=None) -> _Call:
+             activation, out, kernel=None, strategy=None, precision=None) -> _Call:
     """Validate a call, choose its plan (:func:`cuconv.dispatch.select`) and lay its operands out as the
     plan reads them."""
     layout = layout_of(layout, nd)
@@ -98,7 +98,8 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
     if wdt != dtype:
         raise TypeError(f"w: expected dtype {dtype} like x, got {wdt}")
     problem = conv_problem(nd, tuple(x.shape), tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
-                           alpha, beta, bias is not None, residual is not None, activation_of(activation))
+                           alpha, beta, bias is not None, residual is not None, activation_of(activation),
+                           precision_of(precision, dtype))
     xp = _xp_of(x)
     batch = x.shape[0]  # 0 for an empty batch (the problem is built for one image)
     user_out_shape = user_shape((batch, *problem.out_shape[1:]), layout)
@@ -143,7 +144,8 @@ def execute(plan, xp, device_id, x, w, bias, residual, out_native) -> None:
     if out_native.shape[0] == 0:
         return
     if plan.problem.epilogue.alpha == 0:
-        values = apply_epilogue(xp, None, plan.problem.epilogue, bias, residual, out_native.shape)
+        values = apply_epilogue(xp, None, plan.problem.epilogue, bias, residual, out_native.shape,
+                                np.float64 if plan.problem.precision == "float64" else np.float32)
         out_native[...] = values.astype(out_native.dtype)
     elif device_id is None or device_id == xp.cuda.runtime.getDevice():
         plan.run(x, w, bias, residual, out_native)
@@ -198,7 +200,7 @@ def _operand_key(a, tx):
 
 
 def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
-               kernel, strategy):
+               kernel, strategy, precision=None):
     """A key that fixes everything validation and dispatch decide for a call, or None when the call has
     arguments this key cannot vouch for (anything but numpy / cupy arrays, sequences of ints, bools):
     those calls take the full path every time. Operands are keyed by shape, strides, dtype and device,
@@ -215,7 +217,7 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
     try:
         key = (nd, tx, _operand_key(x, tx), _operand_key(w, tx), _operand_key(bias, tx),
                _operand_key(residual, tx), _operand_key(out, tx), stride, padding, dilation, groups, layout,
-               alpha, type(alpha), beta, type(beta), activation, kernel, strategy, current_overrides())
+               alpha, type(alpha), beta, type(beta), activation, kernel, strategy, precision, current_overrides())
     except KeyError:
         return None
     if out is not None and tx is np.ndarray and not out.flags.writeable:
@@ -224,16 +226,16 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
 
 
 def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
-          kernel, strategy):
+          kernel, strategy, precision=None):
     key = _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                     out, kernel, strategy)
+                     out, kernel, strategy, precision)
     try:
         known = None if key is None else _CALLS.get(key)
     except TypeError:  # an unhashable argument (a layout or activation of the wrong type): validation says so
         key = known = None
     if known is None:
         call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
-                        activation, out, kernel, strategy)
+                        activation, out, kernel, strategy, precision)
         plan = call.plan
         device_id = None if call.xp is np else call.x.device.id
         if key is not None:
@@ -263,8 +265,8 @@ _COMMON_DOC = """
         Input activations: ``{xshape}`` for layout ``"{native}"`` (native, fastest) or ``{xshape_cf}``
         for ``"{cf}"``. A NumPy array runs on the CPU and returns NumPy; a CuPy array (or a GPU tensor
         exposing ``__cuda_array_interface__`` / ``__dlpack__``, e.g. torch or JAX) runs on its GPU and
-        returns CuPy. dtype float16, bfloat16 (``ml_dtypes.bfloat16``) or float32; non-contiguous
-        arrays are accepted.
+        returns CuPy. dtype float16, bfloat16 (``ml_dtypes.bfloat16``), float32 or float64;
+        non-contiguous arrays are accepted.
     w : array
         Filters: ``{wshape}`` for ``"{native}"``, ``{wshape_cf}`` for ``"{cf}"`` (as torch). Same dtype
         and device as ``x``.
@@ -290,12 +292,20 @@ _COMMON_DOC = """
     kernel : str, optional
         Force one kernel by name (see :func:`cuconv.explain`); raises
         :class:`cuconv.KernelDeclined` (a ValueError) if that kernel does not support the problem.
+    precision : None, "float32", "tf32" or "float64"
+        How the products and sums are computed. None: the dtype's own ("float32" for float32 data,
+        "float64" for float64 data; float16 / bfloat16 multiply exactly into an fp32 accumulator).
+        "float32": relative error at most 1e-5 against float64. "tf32": each product of operands
+        rounded to TF32 (10 mantissa bits), fp32 accumulation (about 1e-3 relative error, the
+        default of cuDNN under torch). "float64": float64 products and sums. float16 / bfloat16
+        data take None only; float64 data take None, "float64" or "float32" (not "tf32"). A kernel
+        that cannot honour the precision declines; :func:`cuconv.explain` names the one that ran.
 
     Returns
     -------
     array
         ``act(alpha * conv(x, w) + bias + beta * residual)`` with the dtype of ``x`` (accumulated in
-        float32 on the GPU and the CPU), in ``layout``, as the array library of ``x``.
+        float32, or in float64 at ``precision="float64"``), in ``layout``, as the array library of ``x``.
 
     Raises
     ------
@@ -305,9 +315,9 @@ _COMMON_DOC = """
 
 
 def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,
-           alpha=1.0, beta=1.0, activation=None, out=None, kernel=None):
+           alpha=1.0, beta=1.0, activation=None, out=None, kernel=None, precision=None):
     return _conv(2, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                 out, kernel, None)
+                 out, kernel, None, precision)
 
 
 conv2d.__doc__ = """2-D convolution (cross-correlation, as in deep learning) with a fused epilogue.
@@ -327,9 +337,9 @@ conv2d.__doc__ = """2-D convolution (cross-correlation, as in deep learning) wit
 
 
 def conv3d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NDHWC", residual=None,
-           alpha=1.0, beta=1.0, activation=None, out=None, strategy="auto", kernel=None):
+           alpha=1.0, beta=1.0, activation=None, out=None, strategy="auto", kernel=None, precision=None):
     return _conv(3, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                 out, kernel, strategy)
+                 out, kernel, strategy, precision)
 
 
 conv3d.__doc__ = """3-D convolution with a fused epilogue; see :func:`conv2d` for the semantics.
@@ -345,13 +355,14 @@ conv3d.__doc__ = """3-D convolution with a fused epilogue; see :func:`conv2d` fo
 
 
 def explain(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout=None, residual=None,
-            alpha=1.0, beta=1.0, activation=None, out=None, kernel=None, strategy="auto"):
+            alpha=1.0, beta=1.0, activation=None, out=None, kernel=None, strategy="auto", precision=None):
     """Which kernel :func:`conv2d` / :func:`conv3d` would run for these arguments, and why.
 
     Takes the same arguments (the rank comes from ``layout``, or from ``x.ndim`` when ``layout`` is
     None: 4-D -> conv2d NHWC, 5-D -> conv3d NDHWC). Validates them exactly as the call would, runs
     nothing, and returns a :class:`cuconv.Explanation`: ``.kernel`` is the chosen kernel,
-    ``.declined`` maps every kernel that said no to its reason. ``print()`` it for a summary.
+    ``.precision`` the precision it computes at, ``.declined`` maps every kernel that said no to its
+    reason. ``print()`` it for a summary.
     """
     if layout is None:
         ndim = as_array(x, "x").ndim
@@ -365,7 +376,7 @@ def explain(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layou
         raise ValueError(f"layout: expected one of {list(LAYOUTS)}, got {layout!r}")
     nd = LAYOUTS[layout.upper()][0]
     call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                    out, kernel, strategy)
+                    out, kernel, strategy, precision)
     explanation = call.explanation
     # the dispatcher memoises explanations: hand out a copy the caller may keep or change
     copy = dataclasses.replace(explanation, declined=dict(explanation.declined), skipped=dict(explanation.skipped))

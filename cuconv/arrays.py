@@ -22,7 +22,8 @@ from .device import cupy_or_none
 __all__ = ["as_array", "module_name", "dtype_name", "check_companion", "check_same_place", "real_scalar", "SUPPORTED_DTYPES"]
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-SUPPORTED_DTYPES = {np.dtype(np.float16): "float16", BFLOAT16: "bfloat16", np.dtype(np.float32): "float32"}
+SUPPORTED_DTYPES = {np.dtype(np.float16): "float16", BFLOAT16: "bfloat16", np.dtype(np.float32): "float32",
+                    np.dtype(np.float64): "float64"}
 
 _DLPACK_CUDA_DEVICES = (2, 3, 10, 13)  # kDLCUDA, kDLCUDAHost, kDLROCM, kDLCUDAManaged
 
@@ -123,7 +124,7 @@ def _cpu_dlpack(obj, name: str):
     t = managed.contents.dl_tensor
     code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
     if (code, bits, lanes) != (_KDL_BFLOAT, 16, 1):
-        raise TypeError(f"{name}: expected dtype float16, bfloat16 or float32, got the DLPack type "
+        raise TypeError(f"{name}: expected dtype float16, bfloat16, float32 or float64, got the DLPack type "
                         f"(code {code}, {bits} bits, {lanes} lanes)")
     _capsule_set_name(capsule, b"used_dltensor")  # consumed: the capsule no longer frees it, the owner does
     owner = _DLPackOwner(managed)
@@ -145,12 +146,11 @@ def _cpu_dlpack(obj, name: str):
 
 
 def dtype_name(a, name: str) -> str:
-    """``"float16"``, ``"bfloat16"`` or ``"float32"``; TypeError for any other dtype."""
+    """``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``; TypeError for any other dtype."""
     dt = np.dtype(a.dtype)
     if dt not in SUPPORTED_DTYPES:
-        hint = (f"; convert with {name}.astype(np.float32) (cuconv.reference computes in float64)"
-                if dt == np.float64 else "")
-        raise TypeError(f"{name}: expected dtype float16, bfloat16 (ml_dtypes.bfloat16) or float32, got {dt}{hint}")
+        raise TypeError(f"{name}: expected dtype float16, bfloat16 (ml_dtypes.bfloat16), float32 or float64, "
+                        f"got {dt}")
     return SUPPORTED_DTYPES[dt]
 
 

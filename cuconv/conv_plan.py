@@ -31,9 +31,9 @@ class ConvPlan:
     """
 
     def __init__(self, nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                 kernel, strategy):
+                 kernel, strategy, precision=None):
         call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                        None, kernel, strategy)
+                        None, kernel, strategy, precision)
         self._plan, self.explanation = call.plan, call.explanation
         self._cf_out = call.cf_out
         self.problem = call.problem
@@ -114,15 +114,16 @@ def _contiguous_strides(shape, itemsize: int) -> tuple:
 
 
 def plan_conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,
-                alpha=1.0, beta=1.0, activation=None, kernel=None) -> ConvPlan:
+                alpha=1.0, beta=1.0, activation=None, kernel=None, precision=None) -> ConvPlan:
     """A :class:`ConvPlan` for :func:`cuconv.conv2d` with these arguments (``x``, ``w``, ``bias`` and
-    ``residual`` are example arrays: their shapes, dtype, library and device fix the plan's)."""
+    ``residual`` are example arrays: their shapes, dtype, library and device fix the plan's; ``precision``
+    as for :func:`cuconv.conv2d`)."""
     return ConvPlan(2, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                    kernel, None)
+                    kernel, None, precision)
 
 
 def plan_conv3d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NDHWC", residual=None,
-                alpha=1.0, beta=1.0, activation=None, strategy="auto", kernel=None) -> ConvPlan:
+                alpha=1.0, beta=1.0, activation=None, strategy="auto", kernel=None, precision=None) -> ConvPlan:
     """A :class:`ConvPlan` for :func:`cuconv.conv3d` (see :func:`plan_conv2d`)."""
     return ConvPlan(3, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
-                    kernel, strategy)
+                    kernel, strategy, precision)

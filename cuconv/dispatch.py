@@ -18,7 +18,7 @@ from .device import DeviceInfo
 from .layout import describe as describe_layout
 from .overrides import Overrides, current_overrides
 from .plan import Kernel, KernelDeclined, Plan
-from .problem import ConvProblem
+from .problem import PRECISION_MEANING, ConvProblem
 from .registry import on_change, registered
 
 __all__ = ["kernels", "select", "Explanation", "KernelDeclined"]
@@ -49,6 +49,9 @@ class Explanation:
         ``{kernel name: reason}`` for kernels of lower priority that would accept but were not needed.
     overrides : Overrides
         The :func:`cuconv.overrides` in force when the plan was made.
+    precision : str
+        The precision the kernel computes at (``problem.precision``: "float16", "bfloat16", "float32",
+        "tf32" or "float64"); the plan's reason says where the kernel is more accurate than asked.
     """
 
     kernel: str
@@ -62,8 +65,13 @@ class Explanation:
     skipped: Dict[str, str] = field(default_factory=dict)
     forced: bool = False
 
+    @property
+    def precision(self) -> str:
+        return self.problem.precision
+
     def __str__(self) -> str:
         lines = [self.problem.describe(), f"device: {self.device.describe()}",
+                 f"precision: {self.precision} ({PRECISION_MEANING[self.precision]})",
                  f"runs: {self.kernel}{' (forced)' if self.forced else ''} [{self.detail}] - {self.reason}",
                  self.layout]
         if self.overrides.describe():

@@ -1,7 +1,8 @@
 """The epilogue ``act(alpha * acc + bias + beta * residual)`` in NumPy, and the activations.
 
-Used by the CPU kernel (in float32), the reference (in float64) and multi-pass GPU strategies'
-host-side checks. GPU kernels implement the same arithmetic in kernels_cu/common/epilogue_math.cuh.
+Used by the CPU kernel (in float32, or float64 at precision "float64"), the reference (in float64)
+and multi-pass GPU strategies' host-side checks. GPU kernels implement the same arithmetic in
+kernels_cu/common/epilogue_math.cuh.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 
 from .problem import Epilogue
 
-__all__ = ["activate_numpy", "apply_epilogue", "erf_approx"]
+__all__ = ["activate_numpy", "apply_epilogue", "erf_approx", "erf_exact"]
 
 #: Abramowitz & Stegun 7.1.26: erf(x) = 1 - t (a1 + t (a2 + ...)) exp(-x^2), t = 1 / (1 + p x), x >= 0,
 #: absolute error below 1.5e-7: float32's own resolution near 1, which is where gelu uses it.
@@ -30,9 +31,14 @@ def erf_approx(v: np.ndarray) -> np.ndarray:
     return np.copysign(1.0 - poly * t * np.exp(-a * a), v)
 
 
+#: erf to float64's own accuracy, elementwise (``math.erf`` per element: slower than :func:`erf_approx`,
+#: which float64 cannot use, its error being far above float64's resolution).
+erf_exact = np.vectorize(math.erf, otypes=[np.float64])
+
+
 def activate_numpy(v: np.ndarray, activation) -> np.ndarray:
     """Apply ``activation`` (None, "relu", "silu", "gelu" in its erf form) elementwise; vectorized
-    (gelu's erf through :func:`erf_approx`)."""
+    (gelu's erf through :func:`erf_approx`, or :func:`erf_exact` for float64 values)."""
     if activation is None:
         return v
     if activation == "relu":
@@ -40,12 +46,13 @@ def activate_numpy(v: np.ndarray, activation) -> np.ndarray:
     if activation == "silu":
         return v / (1 + np.exp(-v))
     if activation == "gelu":
-        return 0.5 * v * (1 + erf_approx(v * v.dtype.type(1 / math.sqrt(2))))
+        erf = erf_exact if v.dtype == np.float64 else erf_approx
+        return 0.5 * v * (1 + erf(v * v.dtype.type(1 / math.sqrt(2))))
     raise ValueError(f"activation: unknown {activation!r}")
 
 
 def apply_epilogue(xp, acc, e: Epilogue, bias, residual, shape=None, dtype=np.float32):
-    """``act(alpha * acc + bias + beta * residual)`` in ``dtype`` (float32 by default) with array module
+    """``act(alpha * acc + bias + beta * residual)`` in ``dtype`` (float32 by default, or float64) with array module
     ``xp`` (NumPy or CuPy); ``acc`` is channels-last.
 
     The conventions of every path, BLAS's: with ``beta == 0`` the residual is not read (NaN or inf in it

@@ -22,11 +22,12 @@ import numpy as np
 
 from .problem import ConvProblem, Epilogue
 
-__all__ = ["c_struct", "geometry3d", "Geometry3d", "conv_geometry", "epilogue_params", "dtype_code", "grid_1d",
+__all__ = ["c_struct", "geometry3d", "Geometry3d", "conv_geometry", "epilogue_params", "epilogue_params64",
+           "dtype_code", "grid_1d",
            "operand_or", "header_constants", "fast_divisor", "divisor_fields", "divisor_values", "PackedLaunch"]
 
 #: Value of ``-DCUCONV_DTYPE`` for each dtype name (see kernels_cu/common/types.cuh).
-DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}
+DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
 
 
 def dtype_code(dtype_name: str) -> int:
@@ -140,6 +141,17 @@ def epilogue_params(e: Epilogue) -> np.void:
     """The ``cuconv::EpilogueParams`` struct of kernels_cu/common/epilogue_math.cuh."""
     return c_struct(_EPILOGUE_FIELDS, dict(alpha=e.alpha, beta=e.beta, activation=e.activation_code,
                                            has_bias=int(e.has_bias), has_residual=int(e.loads_residual)))
+
+
+_EPILOGUE64_FIELDS = [("alpha", np.float64), ("beta", np.float64), ("activation", np.int32),
+                      ("has_bias", np.int32), ("has_residual", np.int32)]
+
+
+def epilogue_params64(e: Epilogue) -> np.void:
+    """The ``cuconv::EpilogueParams64`` struct (alpha and beta as doubles) of kernels_cu/common/epilogue_math.cuh,
+    for the generic path's float64 accumulator."""
+    return c_struct(_EPILOGUE64_FIELDS, dict(alpha=e.alpha, beta=e.beta, activation=e.activation_code,
+                                             has_bias=int(e.has_bias), has_residual=int(e.loads_residual)))
 
 
 def grid_1d(total: int, block: int = 256, max_blocks: int = 65535 * 8) -> tuple:

@@ -2,9 +2,10 @@
 
 On the GPU (CuPy, float16 / bfloat16, sm_80+) it runs the sm80 implicit-GEMM mainloop with two linear
 loaders (``kernels_cu/sm80/matmul_sm80.cu``): the same cp.async ring, ldmatrix and mma.sync as
-``sm80_igemm``. NumPy arrays compute on the CPU (a float32 matmul, then the epilogue in float32);
-CuPy float32 arrays, GPUs older than sm_80 and K or N above 8,388,607 (the kernel's loaders use 32-bit
-in-tile offsets) use ``cupy.matmul`` in float32 and the same epilogue.
+``sm80_igemm``. NumPy arrays compute on the CPU (a matmul, then the epilogue, in float32, or float64 at
+precision "float64"). CuPy float32 and float64 arrays, GPUs older than sm_80 and K or N above 8,388,607
+(the kernel's loaders use 32-bit in-tile offsets) run a cuBLAS GEMM at the call's precision
+(:func:`cuconv.gemm.gemm`) and the same epilogue.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, real_scalar
 from .epilogue import apply_epilogue
 from .problem import Epilogue
-from .validate import activation_of
+from .validate import activation_of, precision_of
 
 __all__ = ["matmul"]
 
@@ -26,14 +27,19 @@ def _companion(arr, name: str, shape, dtype: str, ref):
     return arr
 
 
-def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None, out=None):
+def _gemm_precision(dtype: str, precision: str) -> str:
+    """The :func:`cuconv.gemm.gemm` precision of a GPU product of ``dtype`` data at ``precision``."""
+    return "exact32" if dtype in ("float16", "bfloat16") else precision
+
+
+def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=None, out=None, precision=None):
     """Matrix product with a fused epilogue: ``act(alpha * a @ b + bias + beta * residual)``.
 
     Parameters
     ----------
     a : array, shape (M, K)
         Left operand: NumPy (computed on the CPU) or CuPy / any ``__cuda_array_interface__`` or
-        ``__dlpack__`` GPU array (computed on its GPU). dtype float16, bfloat16 or float32.
+        ``__dlpack__`` GPU array (computed on its GPU). dtype float16, bfloat16, float32 or float64.
     b : array, shape (K, N)
         Right operand; same dtype and device as ``a``.
     bias : array of shape (N,), optional
@@ -46,12 +52,16 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
         Applied last (``"gelu"`` is the exact erf form).
     out : array of shape (M, N), optional
         Written with the result and returned. Nothing else the caller passed is modified.
+    precision : None, "float32", "tf32" or "float64"
+        As for :func:`cuconv.conv2d`: None is the dtype's own; float16 / bfloat16 take None only;
+        float32 takes "float32" (fp32 products, TF32 off), "tf32" (TF32 tensor cores on the GPU; the
+        CPU computes fp32, more accurately) or "float64"; float64 takes "float64" or "float32".
 
     Returns
     -------
     array of shape (M, N)
-        Same dtype and array library as ``a``. Accumulation is float32 everywhere; on the GPU
-        float16 / bfloat16 run the sm_80+ mma.sync kernel.
+        Same dtype and array library as ``a``. Accumulation is float32 (float64 at precision
+        "float64"); on the GPU float16 / bfloat16 run the sm_80+ mma.sync kernel.
 
     Raises
     ------
@@ -84,6 +94,8 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
     if min(M, K, N) < 1:
         raise ValueError(f"a, b: every dimension must be >= 1, got a {tuple(a.shape)} and b {tuple(b.shape)}")
     activation = activation_of(activation)
+    precision = precision_of(precision, dtype)
+    acc_dtype = np.float64 if precision == "float64" else np.float32
     alpha, beta = real_scalar(alpha, "alpha"), real_scalar(beta, "beta")
     if bias is not None:
         bias = _companion(bias, "bias", (N,), dtype, a)
@@ -99,8 +111,8 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
                  activation=activation)
 
     if module_name(a) == "numpy":
-        acc = a.astype(np.float32) @ b.astype(np.float32)
-        res = apply_epilogue(np, acc, e, bias, residual).astype(a.dtype)
+        acc = a.astype(acc_dtype) @ b.astype(acc_dtype)
+        res = apply_epilogue(np, acc, e, bias, residual, dtype=acc_dtype).astype(a.dtype)
         if out is None:
             return res
         out[...] = res
@@ -113,9 +125,12 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
     with a.device:
         from .backends.sm80.matmul import run_matmul
         from .backends.sm80.params import MAX_LD
-        if dtype == "float32" or dev.cc < (8, 0) or max(K, N) > MAX_LD:
-            acc = cp.matmul(a.astype(cp.float32), b.astype(cp.float32))
-            res = apply_epilogue(cp, acc, e, bias, residual).astype(a.dtype)
+        from .gemm import gemm
+        if dtype not in ("float16", "bfloat16") or dev.cc < (8, 0) or max(K, N) > MAX_LD:
+            acc = cp.empty((M, N), dtype=acc_dtype)
+            gemm(cp.ascontiguousarray(a, dtype=acc_dtype), cp.ascontiguousarray(b, dtype=acc_dtype), acc,
+                 _gemm_precision(dtype, precision))
+            res = apply_epilogue(cp, acc, e, bias, residual, dtype=acc_dtype).astype(a.dtype)
             if out is None:
                 return res
             out[...] = res

@@ -6,8 +6,9 @@ configuration, loader sub-path, split, grid) and returns a :class:`Plan` that ca
 environment or global state is read), so the dispatcher memoises plans on them
 (:mod:`cuconv.dispatch`); ``Plan.run`` is then a cache lookup and a launch.
 
-Adding a kernel: subclass :class:`Kernel`, set ``name``, ``backend``, ``priority`` and
-``spatial_dims``, implement :meth:`Kernel.make_plan` returning your :class:`Plan` subclass (with
+Adding a kernel: subclass :class:`Kernel`, set ``name``, ``backend``, ``priority``,
+``spatial_dims`` and ``precisions`` (the (dtype, precision) pairs it computes as promised),
+implement :meth:`Kernel.make_plan` returning your :class:`Plan` subclass (with
 :meth:`Plan.describe` and :meth:`Plan.run`), and register an instance with
 :func:`cuconv.registry.register` in a module that ``cuconv/backends/__init__.py`` imports.
 """
@@ -15,13 +16,39 @@ Adding a kernel: subclass :class:`Kernel`, set ``name``, ``backend``, ``priority
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Tuple, Union
+from typing import FrozenSet, Tuple, Union
 
 from .device import DeviceInfo
 from .overrides import Overrides
-from .problem import ConvProblem
+from .problem import PRECISIONS, ConvProblem
 
-__all__ = ["Kernel", "Plan", "Declined", "KernelDeclined"]
+__all__ = ["Kernel", "Plan", "Declined", "KernelDeclined", "SIXTEEN_BIT", "FLOAT32_FFMA", "EVERY_PRECISION",
+           "precisions_text", "tf32_note"]
+
+#: (dtype, precision) pairs of the 16-bit dtypes (tensor-core products are exact in fp32 for them).
+SIXTEEN_BIT: FrozenSet[Tuple[str, str]] = frozenset({("float16", "float16"), ("bfloat16", "bfloat16")})
+#: float32 computed with fp32 multiply-adds: float32 accuracy, which is also more than "tf32" promises.
+FLOAT32_FFMA: FrozenSet[Tuple[str, str]] = frozenset({("float32", "float32"), ("float32", "tf32")})
+#: Every pair :data:`cuconv.problem.PRECISIONS` allows.
+EVERY_PRECISION: FrozenSet[Tuple[str, str]] = frozenset((d, p) for d, ps in PRECISIONS.items() for p in ps)
+
+
+def precisions_text(pairs) -> str:
+    """``pairs`` in words, for a decline reason: "float16, bfloat16, float32 at precision tf32"."""
+    words = []
+    for dtype in PRECISIONS:
+        ps = [p for p in PRECISIONS[dtype] if (dtype, p) in pairs]
+        if ps == [dtype]:
+            words.append(dtype)
+        elif ps:
+            words.append(f"{dtype} at precision {' or '.join(ps)}")
+    return ", ".join(words) or "nothing"
+
+
+def tf32_note(problem: ConvProblem, how: str = "fp32 multiply-adds") -> str:
+    """What the reason of a kernel that computes float32 ``how`` adds at precision "tf32": it is more
+    accurate than asked (empty at any other precision)."""
+    return f" ({how}: more accurate than tf32 asks)" if problem.precision == "tf32" else ""
 
 
 class KernelDeclined(ValueError):
@@ -90,14 +117,21 @@ class Kernel:
     spatial_dims: Tuple[int, ...] = (2, 3)
     #: For conv3d: the ``strategy=`` this kernel implements ("generic", "qslice" or "native").
     strategy: str = "generic"
+    #: The (dtype, precision) pairs (``problem.dtype``, ``problem.precision``) the kernel computes at least
+    #: as accurately as the precision promises; every other pair is declined before :meth:`make_plan`.
+    precisions: FrozenSet[Tuple[str, str]] = SIXTEEN_BIT
 
     def plan(self, problem: ConvProblem, device: DeviceInfo, overrides: Overrides) -> Union[Plan, Declined]:
         """A :class:`Plan` for ``problem``, or :class:`Declined` with the reason; never raises for a
-        valid problem. Checks the device kind and rank, then asks :meth:`make_plan`."""
+        valid problem. Checks the device kind, rank, dtype and precision, then asks :meth:`make_plan`."""
         if device.kind != self.backend:
             return Declined(f"runs on {self.backend}, the arrays are on {device.kind}")
         if problem.nd not in self.spatial_dims:
             return Declined(f"serves conv{'/'.join(map(str, self.spatial_dims))}d only")
+        if (problem.dtype, problem.precision) not in self.precisions:
+            asked = (problem.dtype if problem.precision == problem.dtype
+                     else f"{problem.dtype} at precision {problem.precision}")
+            return Declined(f"dtype {asked}: this kernel computes {precisions_text(self.precisions)} only")
         return self.make_plan(problem, device, overrides)
 
     def make_plan(self, problem: ConvProblem, device: DeviceInfo, overrides: Overrides) -> Union[Plan, Declined]:

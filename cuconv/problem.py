@@ -37,6 +37,9 @@ __all__ = [
     "normalize_spatial",
     "normalize_padding",
     "output_size",
+    "DTYPE_NAMES",
+    "PRECISIONS",
+    "PRECISION_MEANING",
 ]
 
 #: Activation names accepted by ``activation=`` (``None`` means identity).
@@ -50,7 +53,27 @@ LAYOUTS = {
     "NCDHW": (3, False),
 }
 
-DTYPE_NAMES = ("float16", "bfloat16", "float32")
+DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+#: The precisions a problem of each dtype may ask for, its default first. A 16-bit dtype has only its
+#: own: products of 16-bit values are exact in the fp32 accumulator, so no choice changes the result.
+PRECISIONS = {
+    "float16": ("float16",),
+    "bfloat16": ("bfloat16",),
+    "float32": ("float32", "tf32", "float64"),
+    "float64": ("float64", "float32"),
+}
+
+#: What each precision promises (``cuconv.explain`` prints it).
+PRECISION_MEANING = {
+    "float16": "float16 products, fp32 accumulation",
+    "bfloat16": "bfloat16 products, fp32 accumulation",
+    "float32": "float32-level accuracy (relative error at most 1e-5 against float64)",
+    "tf32": "one TF32 product per term (operands rounded to 10 mantissa bits), fp32 accumulation",
+    "float64": "float64 products and accumulation",
+}
+
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 Ints = Tuple[int, ...]
 
@@ -190,18 +213,31 @@ class ConvProblem:
     layout: str
     out_spatial: Ints
     epilogue: Epilogue = Epilogue()
+    #: How the products and sums are computed (one of ``PRECISIONS[dtype]``); None resolves to the dtype's
+    #: default. Kernels that cannot honour it decline (``Kernel.precisions``).
+    precision: Optional[str] = None
 
     __hash__ = cached_fields_hash
     __getstate__ = fields_state
+
+    def __post_init__(self):
+        if self.dtype not in DTYPE_NAMES:
+            raise TypeError(f"dtype: expected one of {DTYPE_NAMES}, got {self.dtype!r}")
+        allowed = PRECISIONS[self.dtype]
+        if self.precision is None:
+            object.__setattr__(self, "precision", allowed[0])
+        elif self.precision not in allowed:
+            raise ValueError(f"precision: expected one of {allowed} for {self.dtype} data, got {self.precision!r}")
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def create(cls, *, nd: int, batch: int, in_spatial: Ints, channels: int, out_channels: int,
                filter_spatial: Ints, stride, dilation, padding, groups: int, dtype: str, layout: str,
-               epilogue: Epilogue = Epilogue()) -> "ConvProblem":
+               epilogue: Epilogue = Epilogue(), precision: Optional[str] = None) -> "ConvProblem":
         """Validate the geometry and build the problem.
 
-        ``stride``, ``dilation`` and ``padding`` may be given in any form the public API accepts.
+        ``stride``, ``dilation`` and ``padding`` may be given in any form the public API accepts;
+        ``precision`` is None (the dtype's default) or one of ``PRECISIONS[dtype]``.
         """
         if layout not in LAYOUTS or LAYOUTS[layout][0] != nd:
             allowed = [k for k, v in LAYOUTS.items() if v[0] == nd]
@@ -229,7 +265,7 @@ class ConvProblem:
         return cls(nd=nd, batch=int(batch), in_spatial=tuple(int(v) for v in in_spatial), channels=int(channels),
                    out_channels=int(out_channels), filter_spatial=tuple(int(v) for v in filter_spatial),
                    stride=stride_t, dilation=dilation_t, pad_lo=pad_lo, pad_hi=pad_hi, groups=groups,
-                   dtype=dtype, layout=layout, out_spatial=out, epilogue=epilogue)
+                   dtype=dtype, layout=layout, out_spatial=out, epilogue=epilogue, precision=precision)
 
     def with_epilogue(self, epilogue: Epilogue) -> "ConvProblem":
         """The same geometry with another epilogue (used by multi-pass strategies)."""
@@ -267,7 +303,7 @@ class ConvProblem:
 
     @property
     def itemsize(self) -> int:
-        return 4 if self.dtype == "float32" else 2
+        return _ITEMSIZE[self.dtype]
 
     @property
     def min_bytes(self) -> int:
@@ -302,6 +338,6 @@ class ConvProblem:
         sp = "x".join(map(str, self.in_spatial))
         fs = "x".join(map(str, self.filter_spatial))
         pads = ",".join(f"{lo}/{hi}" for lo, hi in zip(self.pad_lo, self.pad_hi))
-        return (f"conv{self.nd}d {self.dtype} N={self.batch} C={self.channels} {sp} -> K={self.out_channels} "
-                f"filter {fs} stride {self.stride} dilation {self.dilation} pad(lo/hi) {pads} "
+        return (f"conv{self.nd}d {self.dtype} (precision {self.precision}) N={self.batch} C={self.channels} {sp} "
+                f"-> K={self.out_channels} filter {fs} stride {self.stride} dilation {self.dilation} pad(lo/hi) {pads} "
                 f"groups {self.groups}; GEMM M={self.gemm_m} N={self.gemm_n} K={self.gemm_k}")

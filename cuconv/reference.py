@@ -4,7 +4,7 @@ Written for clarity, not speed, and on purpose independent of every backend and 
 :mod:`cuconv.problem`: it resolves padding and output sizes itself, so a mistake there in the
 library cannot hide in the oracle. Every test and the benchmark compare against it. Its arguments
 are checked by the library's own validation step (:mod:`cuconv.validate`), so it accepts and refuses
-the calls :func:`cuconv.conv2d` does, with the same messages; it also takes float64 arrays.
+the calls :func:`cuconv.conv2d` does, with the same messages (float64 arrays included).
 
 Conventions (the library's, BLAS's): with ``beta == 0`` the residual is not read, and with
 ``alpha == 0`` the convolution is not computed, so NaN or inf in a term that is scaled by zero does
@@ -68,11 +68,11 @@ _ACT = {None: lambda v: v, "relu": lambda v: np.maximum(v, 0.0), "silu": lambda 
 
 
 def _validated(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation):
-    """The library's checks of a call (float64 arrays allowed); returns the canonical layout and activation."""
+    """The library's checks of a call; returns the canonical layout and activation."""
     layout = layout_of(layout, nd)
     xa, wa = as_array(x, "x"), as_array(w, "w")
     check_ranks(nd, layout, xa, wa)
-    dtypes = [("float64" if np.dtype(a.dtype) == np.float64 else dtype_name(a, n)) for a, n in ((xa, "x"), (wa, "w"))]
+    dtypes = [dtype_name(a, n) for a, n in ((xa, "x"), (wa, "w"))]
     if dtypes[1] != dtypes[0]:
         raise TypeError(f"w: expected dtype {dtypes[0]} like x, got {dtypes[1]}")
     activation = activation_of(activation)

@@ -2,7 +2,7 @@
 
 Every argument that is not an array's contents is checked here, with a ValueError or TypeError that
 names the argument, says what was expected and what was given: the layout, the activation, alpha and
-beta, conv3d's strategy, and the geometry (shapes, stride, padding, dilation, groups), which becomes
+beta, conv3d's strategy, the precision, and the geometry (shapes, stride, padding, dilation, groups), which becomes
 the :class:`~cuconv.problem.ConvProblem` (memoised on the arguments). :func:`cuconv.conv2d`,
 :func:`cuconv.explain` and :mod:`cuconv.reference` all go through it, so they accept and refuse the
 same calls with the same messages.
@@ -15,9 +15,13 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .arrays import real_scalar
-from .problem import ACTIVATIONS, LAYOUTS, ConvProblem, Epilogue
+from .problem import ACTIVATIONS, LAYOUTS, PRECISIONS, ConvProblem, Epilogue
 
-__all__ = ["STRATEGIES", "layout_of", "activation_of", "strategy_of", "check_ranks", "conv_problem", "user_shape"]
+__all__ = ["STRATEGIES", "PRECISION_VALUES", "layout_of", "activation_of", "strategy_of", "precision_of",
+           "check_ranks", "conv_problem", "user_shape"]
+
+#: The values ``precision=`` takes besides None (for float32 and float64 data; see :func:`precision_of`).
+PRECISION_VALUES = ("float32", "tf32", "float64")
 
 #: conv3d ``strategy=`` values. Each kernel declares the strategy it implements (``Kernel.strategy``).
 STRATEGIES = ("auto", "qslice", "native", "generic")
@@ -51,6 +55,28 @@ def strategy_of(strategy, nd: int) -> Optional[str]:
     return strategy.lower()
 
 
+def precision_of(precision, dtype: str) -> str:
+    """The precision a call computes at, for data of ``dtype``.
+
+    The rule: float16 / bfloat16 data take ``precision=None`` only (their products are exact in the fp32
+    accumulator, so there is nothing to choose). float32 data take None (= "float32"), "float32" (float32
+    accuracy), "tf32" (one TF32 product per term) or "float64"; float64 data take None (= "float64"),
+    "float64" or "float32" ("tf32" would round float64 operands to 10 mantissa bits and is refused).
+    Case does not matter."""
+    allowed = PRECISIONS[dtype]
+    if precision is None:
+        return allowed[0]
+    if len(allowed) == 1:
+        raise ValueError(f"precision: {dtype} data take precision=None only (16-bit products are exact in the fp32 "
+                         f"accumulator), got {precision!r}")
+    if not isinstance(precision, str) or precision.lower() not in PRECISION_VALUES:
+        raise ValueError(f"precision: expected None or one of {PRECISION_VALUES}, got {precision!r}")
+    value = precision.lower()
+    if value not in allowed:
+        raise ValueError(f"precision: {dtype} data take None or one of {allowed}, got {precision!r}")
+    return value
+
+
 def check_ranks(nd: int, layout: str, x, w) -> None:
     """``x`` and ``w`` must be ``nd + 2``-dimensional."""
     if x.ndim != nd + 2:
@@ -77,18 +103,19 @@ _PROBLEMS: dict = {}
 
 
 def conv_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, alpha, beta, has_bias,
-                 has_residual, activation) -> ConvProblem:
+                 has_residual, activation, precision=None) -> ConvProblem:
     """Validate the geometry and the epilogue and build the ConvProblem, memoised on the arguments.
 
-    ``layout`` and ``activation`` must already be canonical (:func:`layout_of`, :func:`activation_of`);
-    alpha and beta are checked here. An empty batch (N = 0) is valid: the problem is built for one
-    image (the caller returns an empty result without running it). The memo key carries each free-form
+    ``layout``, ``activation`` and ``precision`` must already be canonical (:func:`layout_of`,
+    :func:`activation_of`, :func:`precision_of`; None: the dtype's default); alpha and beta are checked
+    here. An empty batch (N = 0) is valid: the problem is built for one image (the caller returns an
+    empty result without running it). The memo key carries each free-form
     value's type (``1``, ``1.0`` and ``True`` hash alike, but only the int is valid), so a cached
     problem is never returned for an argument that would be refused.
     """
     alpha, beta = real_scalar(alpha, "alpha"), real_scalar(beta, "beta")
     args = (nd, tuple(x_shape), tuple(w_shape), dtype, layout, stride, padding, dilation, groups, alpha, beta,
-            has_bias, has_residual, activation)
+            has_bias, has_residual, activation, precision)
     free = (stride, padding, dilation, groups)
     if all(type(v) is int or type(v) is str for v in free):
         key = args  # plain ints / strings (the usual call): their values are their types' only form
@@ -108,7 +135,7 @@ def conv_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation,
 
 
 def _build_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, alpha, beta,
-                   has_bias, has_residual, activation) -> ConvProblem:
+                   has_bias, has_residual, activation, precision) -> ConvProblem:
     channels_first = not LAYOUTS[layout][1]
     if channels_first:
         N, C, *spatial = x_shape
@@ -127,4 +154,4 @@ def _build_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilatio
     epilogue = Epilogue(alpha=alpha, beta=beta, has_bias=has_bias, has_residual=has_residual, activation=activation)
     return ConvProblem.create(nd=nd, batch=max(N, 1), in_spatial=tuple(spatial), channels=C, out_channels=K,
                               filter_spatial=tuple(filt), stride=stride, dilation=dilation, padding=padding,
-                              groups=groups, dtype=dtype, layout=layout, epilogue=epilogue)
+                              groups=groups, dtype=dtype, layout=layout, epilogue=epilogue, precision=precision)

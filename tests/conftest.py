@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, settings
 from cuconv.device import gpu_available
 
 #: Relative norm error bound per output dtype (one table for every test).
-TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.5e-2}
+TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.5e-2, "float64": 1e-12}
 
-DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
+DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "float64": np.float64}
 
 settings.register_profile("default", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -230,7 +230,7 @@ try:
 except TypeError as e:
     out["type"] = str(e)
 p = ConvProblem.create(nd=2, batch=1, in_spatial=(4, 4), channels=2, out_channels=2, filter_spatial=(1, 1),
-                       stride=1, dilation=1, padding=0, groups=1, dtype="float32", layout="NHWC")
+                       stride=1, dilation=1, padding=0, groups=1, dtype="bfloat16", layout="NHWC")
 first = dispatch.select(p, CPU)[1]
 class Extra(Kernel):
     name = "extra_test_kernel"

@@ -1,5 +1,6 @@
 """A fuzz of random calls, valid and invalid: every valid call matches the reference, every invalid one
-raises ValueError/TypeError naming the argument, and no input is modified.
+raises ValueError/TypeError naming the argument, and no input is modified. Valid calls pass
+``precision=None`` or a precision at least as accurate as the dtype's default.
 
 ``CUCONV_FUZZ_EXAMPLES`` sets the number of calls (default 300 on NumPy, 100 on CuPy; the acceptance
 runs use 10,000 and 2,000).
@@ -18,9 +19,12 @@ from hypothesis import strategies as st
 import cuconv
 
 ARGUMENT_NAMES = ("x", "w", "bias", "residual", "out", "stride", "padding", "dilation", "groups", "layout",
-                  "alpha", "beta", "activation", "output size", "kernel", "strategy")
-DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
-TOL = {"float16": 3e-3, "bfloat16": 2e-2, "float32": 1e-5}
+                  "alpha", "beta", "activation", "output size", "kernel", "strategy", "precision")
+DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "float64": np.float64}
+TOL = {"float16": 3e-3, "bfloat16": 2e-2, "float32": 1e-5, "float64": 1e-12}
+#: precision= values of valid calls per dtype (None, or one at least as accurate as the default)
+VALID_PRECISIONS = {"float16": [None], "bfloat16": [None], "float32": [None, "float32", "float64"],
+                    "float64": [None, "float64"]}
 
 
 def _examples(default: int) -> int:
@@ -46,8 +50,10 @@ def calls(draw):
     x_shape = (n, C, *spatial) if channels_first else (n, *spatial, C)
     w_shape = (K, c_per, *filt) if channels_first else (K, *filt, c_per)
     use_bias, use_res = draw(st.booleans()), draw(st.booleans())
+    kw["precision"] = draw(st.sampled_from(VALID_PRECISIONS[dtype]))
     broken = draw(st.none() | st.sampled_from(["stride", "padding", "groups", "layout", "activation", "alpha",
-                                               "w_channels", "w_dtype", "bias_shape", "x_rank", "dilation"]))
+                                               "w_channels", "w_dtype", "bias_shape", "x_rank", "dilation",
+                                               "precision"]))
     return dict(nd=nd, dtype=dtype, x_shape=x_shape, w_shape=w_shape, kw=kw, use_bias=use_bias, use_res=use_res,
                 broken=broken, K=K, seed=draw(st.integers(0, 2**31 - 1)))
 
@@ -68,10 +74,12 @@ def _break(call, kw, x, w, bias):
         kw["alpha"] = "2"
     elif b == "dilation":
         kw["dilation"] = -1
+    elif b == "precision":
+        kw["precision"] = "tf32" if call["dtype"] != "float32" else "float16"
     elif b == "w_channels":
         w = np.concatenate([w, w], axis=1 if kw["layout"].startswith("NC") else -1)
     elif b == "w_dtype":
-        w = w.astype(np.float64)
+        w = w.astype(np.float32 if call["dtype"] == "float64" else np.float64)
     elif b == "bias_shape":
         bias = np.ones(call["K"] + 1, x.dtype)
     elif b == "x_rank":
@@ -87,6 +95,7 @@ def _run_call(call, xp):
     bias = rng.standard_normal(call["K"]).astype(np.float32).astype(dt) if call["use_bias"] else None
     kw = dict(call["kw"])
     kw, x, w, bias = _break(call, kw, x, w, bias)
+    precision = kw.pop("precision")  # cuconv's argument; the reference has none
     fn = cuconv.conv3d if call["nd"] == 3 else cuconv.conv2d
     ref_fn = cuconv.reference.conv3d if call["nd"] == 3 else cuconv.reference.conv2d
     try:
@@ -101,7 +110,7 @@ def _run_call(call, xp):
     before = [a.copy() for a in args]
     dev = [xp.asarray(a) for a in (x, w)] + [None if a is None else xp.asarray(a) for a in (bias, res)]
     try:
-        got = fn(dev[0], dev[1], dev[2], residual=dev[3], **kw)
+        got = fn(dev[0], dev[1], dev[2], residual=dev[3], precision=precision, **kw)
     except (ValueError, TypeError) as e:
         assert call["broken"] is not None or isinstance(want, Exception), f"valid call refused: {e}"
         assert str(e).split(":")[0] in ARGUMENT_NAMES, f"the message names no argument: {e}"

@@ -61,8 +61,9 @@ def test_output_too_small():
 
 
 def test_dtypes():
-    _raises(TypeError, r"^x: expected dtype float16, bfloat16.*got float64", cuconv.conv2d, X.astype(np.float64), W)
-    _raises(TypeError, r"^x: expected dtype.*got int32", cuconv.conv2d, X.astype(np.int32), W)
+    _raises(TypeError, r"^x: expected dtype float16, bfloat16.*float32 or float64, got int32", cuconv.conv2d,
+            X.astype(np.int32), W)
+    _raises(TypeError, r"^w: expected dtype float64 like x, got float32", cuconv.conv2d, X.astype(np.float64), W)
     _raises(TypeError, r"^w: expected dtype float32 like x, got float16", cuconv.conv2d, X, W.astype(np.float16))
 
 

@@ -1,10 +1,12 @@
 // cuconv: element types shared by every CUDA kernel.
 //
 // Kernels are compiled by NVRTC with no CUDA headers on the include path, so the 16-bit types are
-// plain 16-bit storage with PTX conversions (sm_80+). fp32 is the accumulation type everywhere.
+// plain 16-bit storage with PTX conversions (sm_80+). fp32 is the accumulation type of every kernel
+// but the generic path, which also accumulates in fp64 (kernels_cu/generic/im2col_gemm.cu).
 //
-// A kernel selects its element type with -DCUCONV_DTYPE=0/1/2 (float16 / bfloat16 / float32),
-// which makes `elem_t` the storage type and `to_float` / `from_float` its conversions.
+// A kernel selects its element type with -DCUCONV_DTYPE=0/1/2/3 (float16 / bfloat16 / float32 /
+// float64, the codes of cuconv.launch.DTYPE_CODES), which makes `elem_t` the storage type and
+// `to_float` / `from_float` its conversions (float64 has none: a kernel that takes it converts itself).
 #pragma once
 
 typedef unsigned char uint8_t;
@@ -63,7 +65,9 @@ typedef cuconv::half_t elem_t;
 typedef cuconv::bf16_t elem_t;
 #elif CUCONV_DTYPE == 2
 typedef float elem_t;
+#elif CUCONV_DTYPE == 3
+typedef double elem_t;
 #else
-#error "CUCONV_DTYPE must be 0 (float16), 1 (bfloat16) or 2 (float32)"
+#error "CUCONV_DTYPE must be 0 (float16), 1 (bfloat16), 2 (float32) or 3 (float64)"
 #endif
 #endif

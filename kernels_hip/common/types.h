@@ -1,8 +1,9 @@
 // cuconv (HIP): element types and their conversions, selected by -DCUCONV_DTYPE.
 //
 // CUCONV_DTYPE = 0 (float16), 1 (bfloat16) or 2 (float32), the codes of cuconv.launch.DTYPE_CODES;
-// a kernel without a float32 path (the MFMA kernel) refuses code 2 itself. 16-bit storage is a plain
-// 16-bit integer, so the same source builds without hip_fp16.h / hip_bf16.h.
+// a kernel without a float32 path (the MFMA kernel) refuses code 2 itself; code 3 (float64) has no
+// HIP kernel and is refused here. 16-bit storage is a plain 16-bit integer, so the same source builds
+// without hip_fp16.h / hip_bf16.h.
 #pragma once
 
 #include "common/hip_min.h"
@@ -43,6 +44,6 @@ typedef cuconv::bf16_t elem_t;
 #elif CUCONV_DTYPE == 2
 typedef float elem_t;
 #else
-#error "kernels_hip: CUCONV_DTYPE must be 0 (float16), 1 (bfloat16) or 2 (float32)"
+#error "kernels_hip: CUCONV_DTYPE must be 0 (float16), 1 (bfloat16) or 2 (float32); 3 (float64) has no HIP kernel"
 #endif
 #endif

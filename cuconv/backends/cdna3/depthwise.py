@@ -28,7 +28,7 @@ from typing import Dict, Tuple
 
 from ...compiler import kernels_dir, tree_hash
 from ...launch import epilogue_params
-from ...plan import Declined, Kernel, Plan
+from ...plan import FLOAT32_FFMA, SIXTEEN_BIT, Declined, Kernel, Plan, tf32_note
 from ...registry import register
 from ..depthwise.params import dw_geometry
 from ..depthwise.kernel import aligned_operands
@@ -76,6 +76,8 @@ class Cdna3DepthwiseKernel(Kernel):
     priority = 60  # above cdna3_igemm (50): a depthwise layer is one channel per group, no GEMM to feed
     spatial_dims = (2, 3)
     strategy = "native"
+    #: fp32 FMAs for every dtype: float32 at precision "float32", and "tf32" more accurately.
+    precisions = SIXTEEN_BIT | FLOAT32_FFMA
 
     def make_plan(self, problem, device, overrides):
         arch = base_arch(device.arch)
@@ -98,7 +100,7 @@ class Cdna3DepthwiseKernel(Kernel):
         return Cdna3DepthwisePlan(self, problem, device, cfg, arch,
                                   f"depthwise (groups == C = {problem.channels}, multiplier {mult}): a memory-bound "
                                   f"direct kernel, each input tile read once into LDS (compile- and "
-                                  f"index-math-verified; not run on AMD hardware)")
+                                  f"index-math-verified; not run on AMD hardware){tf32_note(problem)}")
 
 
 class Cdna3DepthwisePlan(Plan):

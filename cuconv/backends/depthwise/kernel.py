@@ -18,7 +18,7 @@ import numpy as np
 
 from ...compiler import load_cuda_function
 from ...launch import PackedLaunch, epilogue_params
-from ...plan import Declined, Kernel, Plan
+from ...plan import FLOAT32_FFMA, SIXTEEN_BIT, Declined, Kernel, Plan, tf32_note
 from ...registry import register
 from .params import dw_geometry
 from .variants import DW_SOURCE, DwConfig, depthwise_declined, dw_config, dw_variant, problem_axes
@@ -34,6 +34,8 @@ class DepthwiseKernel(Kernel):
     priority = 110
     spatial_dims = (2, 3)
     strategy = "native"
+    #: fp32 multiply-adds for every dtype: float32 at precision "float32", and "tf32" more accurately.
+    precisions = SIXTEEN_BIT | FLOAT32_FFMA
 
     def make_plan(self, problem, device, overrides):
         if device.cc < (8, 0):
@@ -47,7 +49,7 @@ class DepthwiseKernel(Kernel):
         mult = problem.out_channels // problem.channels
         return DepthwisePlan(self, problem, device, cfg,
                              f"depthwise (groups == C = {problem.channels}, multiplier {mult}): a memory-bound "
-                             f"direct kernel, each input tile read once into shared memory")
+                             f"direct kernel, each input tile read once into shared memory{tf32_note(problem)}")
 
 
 class DepthwisePlan(Plan):
