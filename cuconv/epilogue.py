@@ -76,5 +76,5 @@ def apply_epilogue(xp, acc, e: Epilogue, bias, residual, shape=None, dtype=np.fl
         return v / (1 + xp.exp(-v))
     if e.activation == "gelu":
         import cupyx.scipy.special as sp
-        return 0.5 * v * (1 + sp.erf(v * np.float32(1 / math.sqrt(2))))
+        return 0.5 * v * (1 + sp.erf(v * dt(1 / math.sqrt(2))))
     return v

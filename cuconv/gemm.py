@@ -30,6 +30,9 @@ __all__ = ["gemm", "GEMM_PRECISIONS"]
 GEMM_PRECISIONS = {"float32": np.float32, "tf32": np.float32, "exact32": np.float32, "float64": np.float64}
 
 _INT_MAX = 2**31 - 1
+# cublasMath_t values (cublas_api.h); CuPy's binding names only some of them.
+_DEFAULT_MATH = 0
+_TF32_TENSOR_OP_MATH = 3
 _M_CHUNK = 1 << 30  # rows per call: cuBLAS counts m, n, k in 32-bit ints
 
 
@@ -80,9 +83,9 @@ def gemm(a, b, out, precision: str, b_is_nk: bool = False) -> None:
     mode = restore = None
     if precision == "float32":
         mode = cublas.getMathMode(handle)
-        if mode & 0xF == cublas.CUBLAS_TF32_TENSOR_OP_MATH:  # someone allowed TF32 on this handle
+        if mode & 0xF == _TF32_TENSOR_OP_MATH:  # someone allowed TF32 on this handle
             restore = mode
-            cublas.setMathMode(handle, (mode & ~0xF) | cublas.CUBLAS_DEFAULT_MATH)
+            cublas.setMathMode(handle, (mode & ~0xF) | _DEFAULT_MATH)
     try:
         size = dtype.itemsize
         for m0 in range(0, M, _M_CHUNK):

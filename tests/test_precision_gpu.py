@@ -97,10 +97,10 @@ def test_float32_ignores_a_tf32_math_mode_on_the_handle(cp, big):
     x, w, ref = big
     handle = cp.cuda.device.get_cublas_handle()
     old = cublas.getMathMode(handle)
-    cublas.setMathMode(handle, cublas.CUBLAS_TF32_TENSOR_OP_MATH)
+    cublas.setMathMode(handle, 3)  # CUBLAS_TF32_TENSOR_OP_MATH (cublas_api.h)
     try:
         got = cuconv.conv2d(x, w, padding=1, precision="float32", kernel="generic_gpu")
-        assert cublas.getMathMode(handle) == cublas.CUBLAS_TF32_TENSOR_OP_MATH  # put back after the call
+        assert cublas.getMathMode(handle) == 3  # put back after the call
     finally:
         cublas.setMathMode(handle, old)
     assert rel_error(got, ref) <= 1e-5
