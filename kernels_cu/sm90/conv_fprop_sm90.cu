@@ -55,7 +55,8 @@
 //
 // Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, 192 or 256: two,
 // three or four consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
-// (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual). The kernel's name spells them out,
+// (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_OUT_F32 (0/1: float32 output, bias
+// and residual). The kernel's name spells them out,
 // e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_c2_res (3-D, pair, residual) /
 // conv2d_fprop_sm90_tma_256x96x64_s5 (256-row tile) / conv2d_..._s4_halo_nchw (channels-first output).
 #include "common/epilogue_math.cuh"
@@ -98,6 +99,18 @@
 #ifndef SM90_NCHW_OUT
 #define SM90_NCHW_OUT 0
 #endif
+#ifndef SM90_OUT_F32
+#define SM90_OUT_F32 0
+#endif
+#ifndef SM90_PROMOTE_SLOTS
+#define SM90_PROMOTE_SLOTS 2
+#endif
+// The output (and bias and residual) element type: the operands' own, or float32 (SM90_OUT_F32).
+#if SM90_OUT_F32
+typedef float out_t;
+#else
+typedef elem_t out_t;
+#endif
 #if SM90_NDIM != 2 && SM90_NDIM != 3
 #error "SM90_NDIM must be 2 (NHWC, 4-D im2col boxes) or 3 (NDHWC, 5-D im2col boxes)"
 #endif
@@ -115,6 +128,13 @@ constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
 // Channels-first output (SM90_NCHW_OUT): the epilogue stores (N, K, O*P*Q) and reads a residual from
 // g.residual (epilogue.cuh, consumer_epilogue_nchw); the epilogue-load warp (HAS_RESIDUAL) is off.
 constexpr bool NCHW_OUT = SM90_NCHW_OUT != 0;
+// float32 output (SM90_OUT_F32): the epilogue stores fp32 sums (epilogue.cuh, consumer_epilogue_f32) and
+// reads a float32 residual from g.residual; the epilogue-load warp (HAS_RESIDUAL) is off.
+constexpr bool OUT_F32 = SM90_OUT_F32 != 0;
+// Slots per promoted partial sum in the float32-output variant (wgmma_mainloop.cuh, Promotion): the
+// operands are split parts of float32 data, whose accuracy the tensor cores' one-sided accumulation
+// error would otherwise cap. 0 (off) in every other variant.
+constexpr int PROMOTE = OUT_F32 ? SM90_PROMOTE_SLOTS : 0;
 constexpr int C_STAGES = SM90_C_STAGES;
 constexpr int CLUSTER = SM90_CLUSTER;  // CTAs per cluster sharing (multicasting) the filter tile
 constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead of im2col boxes
@@ -166,6 +186,8 @@ static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN 
               "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256");
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
 static_assert(!(NCHW_OUT && HAS_RESIDUAL), "a channels-first residual is read by the consumers, not by TMA");
+static_assert(!(OUT_F32 && HAS_RESIDUAL), "a float32 residual is read by the consumers, not by TMA");
+static_assert(!(OUT_F32 && NCHW_OUT), "float32 output is channels-last");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
 static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and MMA");
 static_assert(SMEM_USED <= SMEM_LIMIT, "shared-memory budget exceeded");
@@ -175,7 +197,8 @@ static_assert(A_STAGE_BYTES % 128 == 0, "window slots hold whole 128-byte pixel 
 static_assert(2 * STAGES + 2 * C_STAGES + 1 + (HALO ? 2 * A_STAGES : 0) + 2 <= BARRIER_BYTES / 8, "barrier area too small");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= LAUNCH_REGS * THREADS,
               "setmaxnreg: the roles' registers exceed the CTA's launch allocation");
-static_assert(ACC_REGS + 48 <= CONSUMER_REGS, "consumers need room beyond their accumulators (the compile test checks for spills)");
+static_assert(!(PROMOTE && PINGPONG), "promotion doubles the accumulators: not with ping-pong warpgroups");
+static_assert(ACC_REGS * (PROMOTE ? 2 : 1) + 48 <= CONSUMER_REGS, "consumers need room beyond their accumulators (the compile test checks for spills)");
 static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 }  // namespace cfg
 
@@ -207,12 +230,18 @@ struct Sm90ConvParams {
   cuconv::FastDivisor x_tiles_div;  // halo tiles: tile -> column tile
   cuconv::FastDivisor y_tiles_div;  // halo tiles: -> row tile, plane
   cuconv::FastDivisor o_div;        // halo tiles: plane -> image, depth
-  const void* residual;             // SM90_NCHW_OUT: the channels-first residual (read when ep.has_residual)
+  const void* residual;             // SM90_NCHW_OUT / SM90_OUT_F32: the residual the consumers read (when ep.has_residual)
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
 #define CUCONV_XCAT10(a, b, c, d, e, f, g, h, i, j) CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j)
-#if SM90_HALO && SM90_PINGPONG && SM90_NCHW_OUT
+#if SM90_HALO && SM90_PINGPONG && SM90_OUT_F32
+#define CUCONV_SM90_SUFFIX _halo_pp_f32
+#elif SM90_HALO && SM90_OUT_F32
+#define CUCONV_SM90_SUFFIX _halo_f32
+#elif SM90_OUT_F32
+#define CUCONV_SM90_SUFFIX _f32
+#elif SM90_HALO && SM90_PINGPONG && SM90_NCHW_OUT
 #define CUCONV_SM90_SUFFIX _halo_pp_nchw
 #elif SM90_HALO && SM90_PINGPONG
 #define CUCONV_SM90_SUFFIX _halo_pp
@@ -322,8 +351,8 @@ __device__ __forceinline__ long long out_plane(const Sm90ConvParams& g) { return
 // The three consumers take the shared addresses and their lane coordinates as scalars: bundled in
 // structs, ptxas spills 8 bytes in the 192 x 192 tiles with a residual (the compile test checks
 // every variant for spills).
-__device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, const Scheduler& sched, elem_t* out,
-                                                     const elem_t* bias, const cuconv::EpilogueParams& ep,
+__device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, const Scheduler& sched, out_t* out,
+                                                     const out_t* bias, const cuconv::EpilogueParams& ep,
                                                      float4* partials, int* partial_flags, uint32_t a_base,
                                                      uint32_t b_base, uint32_t c_base, uint32_t full_bar,
                                                      uint32_t empty_bar, uint32_t c_full_bar, uint32_t c_empty_bar,
@@ -337,7 +366,8 @@ __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, co
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
     const int part = sched.part(t);
     const int k_begin = sched.k_begin(t);
-    sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER>(
+    sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER,
+                            cfg::PROMOTE>(
         acc, ring, sched.k_end(t) - k_begin, k_begin % g.c_blocks, g.c_blocks, g.last_k16, a_rows, b_base,
         full_bar, empty_bar);
     if (part != sm90::UNIT_WHOLE) {
@@ -355,16 +385,16 @@ __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, co
     const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
     const long long rows_left = g.M - m_row;
     const int row_limit = rows_left > 16 ? 16 : (int)rows_left;
-    sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
+    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
         acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const elem_t*>(g.residual));
+        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const out_t*>(g.residual));
   }
 }
 
 // Cooperative consumer on halo tiles: warpgroup `consumer` owns output row y0 + consumer of every
 // tile (its window rows start `consumer` rows down).
-__device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Scheduler& sched, elem_t* out,
-                                              const elem_t* bias, const cuconv::EpilogueParams& ep, uint32_t a_base,
+__device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Scheduler& sched, out_t* out,
+                                              const out_t* bias, const cuconv::EpilogueParams& ep, uint32_t a_base,
                                               uint32_t b_base, uint32_t c_base, uint32_t full_bar, uint32_t empty_bar,
                                               uint32_t c_full_bar, uint32_t c_empty_bar, uint32_t a_full_bar,
                                               uint32_t a_empty_bar, int consumer, int warp_in_group, int lane) {
@@ -377,16 +407,16 @@ __device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Sch
   float acc[1][cfg::BN / 2];
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
     sm90::consumer_mainloop_halo<cfg::BN, 1, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES, cfg::B_STAGE_BYTES,
-                                 cfg::CLUSTER, false>(acc, aring, ring, g, (uint32_t)(consumer * g.halo_w * 128), a_base,
+                                 cfg::CLUSTER, false, Sm90ConvParams, cfg::PROMOTE>(acc, aring, ring, g, (uint32_t)(consumer * g.halo_w * 128), a_base,
                                                       b_base, a_full_bar, a_empty_bar, full_bar, empty_bar);
     const sm90::HaloTile ht = sm90::halo_tile<cfg::BM / 64>(sched.m_tile(t), g);
     const int x = ht.x0 + row_in_group;
     const long long m_row = (long long)(ht.plane_row0 + consumer) * g.Q + x;
     // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
     const int row_limit = (ht.y0 + consumer < g.P && m_row < g.M) ? g.Q - x : 0;
-    sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
+    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
         acc[0], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const elem_t*>(g.residual));
+        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const out_t*>(g.residual));
   }
 }
 
@@ -396,8 +426,8 @@ __device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Sch
 // tile before (turn_bar): the producer has then filled them, so no slot of the new tile can be a
 // whole ring lap ahead of its full barrier (a parity wait would pass on it). While one warpgroup
 // runs its mainloop, the other runs its epilogue: the tensor cores are never idle for a tile's stores.
-__device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const Scheduler& sched, elem_t* out,
-                                                  const elem_t* bias, const cuconv::EpilogueParams& ep,
+__device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const Scheduler& sched, out_t* out,
+                                                  const out_t* bias, const cuconv::EpilogueParams& ep,
                                                   uint32_t a_base, uint32_t b_base, uint32_t c_base, uint32_t full_bar,
                                                   uint32_t empty_bar, uint32_t c_full_bar, uint32_t c_empty_bar,
                                                   uint32_t a_full_bar, uint32_t a_empty_bar, uint32_t turn_bar,
@@ -433,9 +463,9 @@ __device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const
     for (int b = 0; b < cfg::MB; ++b) {
       const long long m_row = (long long)(ht.plane_row0 + b) * g.Q + x;
       const int row_limit = (ht.y0 + b < g.P && m_row < g.M) ? g.Q - x : 0;
-      sm90::consumer_epilogue_any<elem_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
+      sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
           acc[b], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-          c_empty_bar, row_in_group, 2 * (lane % 4), lane == 0, out_plane(g), static_cast<const elem_t*>(g.residual));
+          c_empty_bar, row_in_group, 2 * (lane % 4), lane == 0, out_plane(g), static_cast<const out_t*>(g.residual));
     }
   }
 }
@@ -443,7 +473,7 @@ __device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const
 extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTER_ATTR
     CUCONV_SM90_KERNEL(const __grid_constant__ sm90::TmaDescriptor tmap_x,
                        const __grid_constant__ sm90::TmaDescriptor tmap_w,
-                       const __grid_constant__ sm90::TmaDescriptor tmap_c, elem_t* out, const elem_t* bias,
+                       const __grid_constant__ sm90::TmaDescriptor tmap_c, out_t* out, const out_t* bias,
                        const __grid_constant__ Sm90ConvParams g, const cuconv::EpilogueParams ep, float4* partials,
                        int* partial_flags) {
   extern __shared__ uint8_t smem_raw[];

@@ -239,19 +239,81 @@ __device__ __forceinline__ void consumer_epilogue_nchw(const float (&acc)[BN / 2
   }
 }
 
-// The epilogue for the runtime activation code ep.activation (one switch per tile).
-// NCHW selects the channels-first epilogue (consumer_epilogue_nchw: opq = O * P * Q, residual its
-// channels-first residual, read when ep.has_residual); otherwise opq and residual are unused.
-template <typename T, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool NCHW = false>
+// The float32-output epilogue (SM90_OUT_F32: the kernel multiplies 16-bit operands, the split parts of
+// float32 data, see cuconv/backends/sm90/split_precision.py, and keeps the fp32 sums). out, bias and the
+// residual are float32, channels-last (M, K). Each thread's pair of adjacent columns is one 8-byte
+// vector: for one accumulator register pair a warp covers 8 rows x 32 contiguous bytes (whole
+// sectors). The residual is read at the same addresses by the thread that then writes them (so `out`
+// may be the residual), not through the epilogue-load warp, whose C ring holds 16-bit chunks.
+__device__ __forceinline__ void st_global_f32x2_if(bool pred, void* ptr, float a, float b) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\t@p st.global.v2.f32 [%0], {%1, %2};\n\t}" ::"l"(ptr),
+               "f"(a), "f"(b), "r"((int)pred)
+               : "memory");
+}
+
+__device__ __forceinline__ float2 ld_global_f32x2_if(bool pred, const void* ptr) {
+  float a, b;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\tmov.f32 %0, 0f00000000;\n\tmov.f32 %1, 0f00000000;\n\t"
+      "@p ld.global.v2.f32 {%0, %1}, [%2];\n\t}"
+      : "=f"(a), "=f"(b)
+      : "l"(ptr), "r"((int)pred)
+      : "memory");
+  return make_float2(a, b);
+}
+
+template <int BN, int ACT>
+__device__ __forceinline__ void consumer_epilogue_f32(const float (&acc)[BN / 2], long long m_row, int row_limit,
+                                                      int n0, int K, float* out, const float* bias,
+                                                      const float* residual, const EpilogueParams& ep, int col_lane) {
+  const bool has_res = ep.has_residual != 0;
+#pragma unroll
+  for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
+    const int blocks = (BN - 64 * chunk) >= 64 ? 8 : 4;
+#pragma unroll
+    for (int jj = 0; jj < blocks; ++jj) {
+      const int col = n0 + chunk * 64 + jj * 8 + col_lane;  // K is a multiple of 8: col + 1 < K with col
+      const bool col_ok = col < K;
+      float2 b = make_float2(0.f, 0.f);
+      if (ep.has_bias && col_ok) b = *reinterpret_cast<const float2*>(bias + col);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const bool ok = col_ok && 8 * i < row_limit;
+        const long long at = (m_row + 8 * i) * K + col;
+        const int a = (chunk * 8 + jj) * 4 + 2 * i;
+        float v0 = ep.alpha * acc[a] + b.x;
+        float v1 = ep.alpha * acc[a + 1] + b.y;
+        if (has_res) {
+          const float2 c = ld_global_f32x2_if(ok, residual + at);
+          v0 += ep.beta * c.x;
+          v1 += ep.beta * c.y;
+        }
+        st_global_f32x2_if(ok, out + at, activate(v0, ACT), activate(v1, ACT));
+      }
+    }
+  }
+}
+
+template <typename A, typename B> struct same_type { static constexpr bool value = false; };
+template <typename A> struct same_type<A, A> { static constexpr bool value = true; };
+
+// The epilogue for the runtime activation code ep.activation (one switch per tile). OutT is the
+// output (and bias and residual) type: T, or float for the float32-output epilogue
+// (consumer_epilogue_f32, residual read from `residual` when ep.has_residual). NCHW selects the
+// channels-first epilogue (consumer_epilogue_nchw: opq = O * P * Q, residual its channels-first
+// residual, read when ep.has_residual); otherwise opq is unused.
+template <typename T, typename OutT, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool NCHW = false>
 __device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], long long m_row, int row_limit,
-                                                      int n0, int K, T* out, const T* bias, const EpilogueParams& ep,
+                                                      int n0, int K, OutT* out, const OutT* bias, const EpilogueParams& ep,
                                                       RingState<C_STAGES>& cring, uint32_t c_base,
                                                       uint32_t c_full_bar, uint32_t c_empty_bar, int row_base,
                                                       int col_lane, bool lane_leader, long long opq = 1,
-                                                      const T* residual = nullptr) {
+                                                      const OutT* residual = nullptr) {
 #define CUCONV_SM90_EPILOGUE_CASE(code)                                                                      \
   case code:                                                                                                 \
-    if constexpr (NCHW) {                                                                                    \
+    if constexpr (same_type<OutT, float>::value) {                                                           \
+      consumer_epilogue_f32<BN, code>(acc, m_row, row_limit, n0, K, out, bias, residual, ep, col_lane);       \
+    } else if constexpr (NCHW) {                                                                             \
       consumer_epilogue_nchw<T, BN, code>(acc, m_row, row_limit, n0, K, opq, out, bias, residual, ep, col_lane); \
     } else {                                                                                                 \
       consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code>(                                 \

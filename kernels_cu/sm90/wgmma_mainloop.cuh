@@ -186,7 +186,62 @@ __device__ __forceinline__ void issue_slot(float (&acc)[MB][BN / 2], const uint6
 // The accumulator is overwritten (scale_d = 0 on the first k16 step), so no zeroing pass.
 // CLUSTER > 1: a slot is released to the producers of every CTA of the cluster (each filled half of
 // its filter tile by multicast).
-template <int BN, int STAGES, int BK, int A_STAGE_BYTES, int B_STAGE_BYTES, int CLUSTER>
+// Promotion (PROMOTE > 0: the float32-output variant, whose operands are split parts of float32
+// data). The tensor cores add each group of products into the fp32 accumulator with its own
+// alignment and truncation, an error proportional to the accumulator's magnitude and, being
+// one-sided, growing with the number of steps: about 2e-5 of the result after 4,608 * 3 terms. So the
+// wgmmas accumulate PROMOTE slots at a time into `acc` from zero, and each such partial sum is added
+// to `total` with ordinary fp32 adds (round to nearest): the one-sided error then grows only within a
+// partial sum. Each promotion waits for the wgmmas in flight (the tensor cores idle for that wait and
+// the adds), and `total` doubles the accumulator registers (the tile policy keeps BN <= 128).
+template <int PROMOTE, int MB, int N>
+struct Promotion {
+  float total[PROMOTE ? MB : 1][PROMOTE ? N : 1];
+  int until;
+  __device__ __forceinline__ Promotion() : until(PROMOTE) {
+    if constexpr (PROMOTE > 0) {
+#pragma unroll
+      for (int b = 0; b < MB; ++b)
+#pragma unroll
+        for (int i = 0; i < N; ++i) total[b][i] = 0.f;
+    }
+  }
+  // Before a slot's wgmmas: fold the partial sum into total when PROMOTE slots have gone into it;
+  // returns the slot's accumulate flag (0: start a new partial sum).
+  __device__ __forceinline__ uint32_t before_slot(float (&acc)[MB][N], uint32_t accumulate) {
+    if constexpr (PROMOTE > 0) {
+      if (accumulate && --until == 0) {
+        until = PROMOTE;
+        fold(acc);
+        return 0u;
+      }
+    }
+    return accumulate;
+  }
+  // After the last slot (its wgmmas retired): acc = total + acc.
+  __device__ __forceinline__ void finish(float (&acc)[MB][N]) {
+    if constexpr (PROMOTE > 0) {
+#pragma unroll
+      for (int b = 0; b < MB; ++b)
+#pragma unroll
+        for (int i = 0; i < N; ++i) acc[b][i] += total[b][i];
+    }
+  }
+  __device__ __forceinline__ void fold(float (&acc)[MB][N]) {
+    if constexpr (PROMOTE > 0) {
+      wgmma_wait<0>();
+#pragma unroll
+      for (int b = 0; b < MB; ++b) {
+        fence_accumulators(acc[b]);
+#pragma unroll
+        for (int i = 0; i < N; ++i) total[b][i] += acc[b][i];
+      }
+    }
+  }
+};
+
+template <int BN, int STAGES, int BK, int A_STAGE_BYTES, int B_STAGE_BYTES, int CLUSTER,
+          int PROMOTE = 0>
 __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingState<STAGES>& ring, int k_iters,
                                                   int first_cb, int c_blocks, int last_k16, uint32_t a_base,
                                                   uint32_t b_base, uint32_t full_bar, uint32_t empty_bar) {
@@ -194,6 +249,8 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
   const int lane = threadIdx.x % 32;
   int prev_stage = -1;
   int cb = first_cb;  // channel block of slot k (kept as a counter)
+  auto& acc1 = reinterpret_cast<float(&)[1][BN / 2]>(acc);
+  Promotion<PROMOTE, 1, BN / 2> promo;
   for (int k = 0; k < k_iters; ++k) {
     mbar_wait(full_bar + 8 * ring.stage, ring.phase);
     const uint64_t da = smem_desc_sw128(a_base + ring.stage * A_STAGE_BYTES);
@@ -201,13 +258,15 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
     const int steps = (cb == c_blocks - 1) ? last_k16 : BK / 16;
     cb = (cb + 1 == c_blocks) ? 0 : cb + 1;
     const uint64_t das[1] = {da};
-    issue_slot<BN, 1>(reinterpret_cast<float(&)[1][BN / 2]>(acc), das, db, steps, k > 0 ? 1u : 0u);  // the previous slot's wgmmas have retired: it may be refilled
+    const uint32_t accumulate = promo.before_slot(acc1, k > 0 ? 1u : 0u);
+    issue_slot<BN, 1>(acc1, das, db, steps, accumulate);  // the previous slot's wgmmas have retired: it may be refilled
     if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
     prev_stage = ring.stage;
     ring.advance();
   }
   wgmma_wait<0>();
   fence_accumulators(acc);
+  promo.finish(acc1);
   if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
 }
 
@@ -224,7 +283,7 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
 //                last slot is full and its wgmmas are issued (the other warpgroup's turn), before
 //                they retire: the tensor pipe then has the next tile's wgmmas queued behind them.
 template <int BN, int MB, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES, int CLUSTER, bool TURNS,
-          typename Params>
+          typename Params, int PROMOTE = 0>
 __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2], RingState<A_STAGES>& aring,
                                                        RingState<STAGES>& bring, const Params& g,
                                                        uint32_t a_rows_off, uint32_t a_base, uint32_t b_base,
@@ -238,6 +297,7 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2],
   int prev_b = -1;
   int pending_a = -1;  // a window slot whose last tap's wgmmas are still in flight
   uint32_t accumulate = 0;  // 0 on the first tap: overwrite the accumulators
+  Promotion<PROMOTE, MB, BN / 2> promo;
 #pragma unroll 1
   for (int ft = 0; ft < g.T; ++ft) {
 #pragma unroll 1
@@ -254,7 +314,7 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2],
         uint64_t da[MB];  // block b reads the window from output row b on
 #pragma unroll
         for (int b = 0; b < MB; ++b) da[b] = smem_desc_sw128(window + tap_off + b * out_row_bytes);
-        issue_slot<BN, MB>(acc, da, db, steps, accumulate);  // the previous tap's wgmmas have retired
+        issue_slot<BN, MB>(acc, da, db, steps, promo.before_slot(acc, accumulate));  // the previous tap's wgmmas have retired
         accumulate = 1;
         if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
         if (pending_a >= 0) {
@@ -277,6 +337,7 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2],
   wgmma_wait<0>();
 #pragma unroll
   for (int b = 0; b < MB; ++b) fence_accumulators(acc[b]);
+  promo.finish(acc);
   if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
   if (pending_a >= 0) mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
 }

@@ -45,7 +45,10 @@ class Sm90TmaKernel(Kernel):
     priority = 100
     spatial_dims = (2,)
 
-    def make_plan(self, problem, device, overrides):
+    def make_plan(self, problem, device, overrides, out_f32: bool = False):
+        """The plan, or why not. ``out_f32``: the variant whose epilogue stores float32 (with float32
+        bias and residual), for 16-bit operands that are parts of float32 data
+        (:mod:`.split_precision`)."""
         if not device.is_hopper:
             return Declined(f"needs a Hopper GPU (compute capability 9.0, sm_90a: TMA im2col + wgmma); "
                             f"this one is cc {device.cc[0]}.{device.cc[1]} ({device.name})")
@@ -60,13 +63,14 @@ class Sm90TmaKernel(Kernel):
         why = tma_limits_violation(problem)
         if why:
             return Declined(why)
-        cfg = tile_config(problem, device.sm_count, overrides)
+        cfg = tile_config(problem, device.sm_count, overrides, out_f32)
         need = cfg.smem_bytes(problem.epilogue.loads_residual)
         if device.smem_per_block_optin and need > device.smem_per_block_optin:
             return Declined(f"needs {need} bytes of shared memory per block, the device allows "
                             f"{device.smem_per_block_optin}")
         return Sm90Plan(self, problem, device, cfg, overrides,
-                        f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem")
+                        f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem",
+                        out_f32=out_f32)
 
 
 class Sm90TmaConv3d(Sm90TmaKernel):
@@ -85,11 +89,13 @@ class Sm90TmaConv3d(Sm90TmaKernel):
 class Sm90Plan(Plan):
     """A Hopper plan: the tile configuration, the compiled variant, and launch records per address set."""
 
-    def __init__(self, kernel, problem, device, cfg: TileConfig, overrides, reason: str):
+    def __init__(self, kernel, problem, device, cfg: TileConfig, overrides, reason: str, out_f32: bool = False):
         super().__init__(kernel, problem, device, reason)
         self.cfg = cfg
+        #: The epilogue stores float32 (``out``, ``bias`` and ``residual`` are float32, channels-last).
+        self.out_f32 = out_f32
         #: A channels-first problem's output (and residual) are stored by the epilogue in that layout.
-        self.writes_channels_first = problem.layout in ("NCHW", "NCDHW")
+        self.writes_channels_first = problem.layout in ("NCHW", "NCDHW") and not out_f32
         self._overrides = overrides
         self._records: "OrderedDict" = OrderedDict()
         self._function = None   # (fn, smem, grid CTAs), loaded on the first run
@@ -124,16 +130,21 @@ class Sm90Plan(Plan):
             loads += f" ({cfg.note})"
         consumers = ("2 consumer warpgroups taking turns on whole tiles (ping-pong: one's epilogue runs beside "
                      "the other's mainloop)" if cfg.pingpong else f"{cfg.consumers} consumer warpgroups")
-        nchw = self.writes_channels_first
-        return (f"{kernel_name(cfg, res, problem.nd, nchw)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
-                f"{consumers}, {grid}{split}, "
-                + ("epilogue stores channels-first (16-bit stores along each channel plane)"
-                   + (", reads the residual there" if res else "") if nchw else
-                   ("epilogue-load warp prefetches the residual" if res else "no residual load")))
+        nchw, f32 = self.writes_channels_first, self.out_f32
+        if f32:
+            stores = "epilogue stores float32 (8-byte stores)" + (", reads the float32 residual there" if res else "")
+        elif nchw:
+            stores = "epilogue stores channels-first (16-bit stores along each channel plane)" + (
+                ", reads the residual there" if res else "")
+        else:
+            stores = "epilogue-load warp prefetches the residual" if res else "no residual load"
+        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
+                f"{consumers}, {grid}{split}, {stores}")
 
     def compile_jobs(self):
         p = self.problem
-        return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd, self.writes_channels_first)),)
+        return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd, self.writes_channels_first,
+                                 self.out_f32)),)
 
     def run(self, x, w, bias, residual, out):
         """Launch; the record (descriptors, params, function, grid) is reused for the same input addresses.
@@ -169,7 +180,7 @@ class Sm90Plan(Plan):
         if self._function is None:
             cfg, p = self.cfg, self.problem
             fn, smem = load_function(self.device.index, cfg, p.dtype, p.epilogue.loads_residual, p.nd,
-                                     self.writes_channels_first)
+                                     self.writes_channels_first, self.out_f32)
             grid = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, self.device))
             self._function = (fn, smem, grid)
         return self._function
@@ -182,7 +193,9 @@ class Sm90Plan(Plan):
         # and such a record is not cached (the copy's address is new every call).
         xa, wa = _aligned(x), _aligned(w)
         ra = residual
-        if res and self.writes_channels_first:  # read by the consumers at its own address
+        direct = self.writes_channels_first or self.out_f32  # the residual is read by the consumers
+        if res and direct:  # at its own address (float32: 8-byte loads)
+            ra = _aligned(residual, 8) if self.out_f32 else residual
             tmap_c = placeholder_descriptor()
         elif res:
             ra = _aligned(residual)
@@ -190,7 +203,7 @@ class Sm90Plan(Plan):
                       else encode_tiled_c(problem, ra.data.ptr, cfg.block_m))
         else:
             tmap_c = placeholder_descriptor()
-        ba = _aligned(bias, 4) if bias is not None else None
+        ba = _aligned(bias, 8 if self.out_f32 else 4) if bias is not None else None
         cacheable = xa is x and wa is w and ra is residual and ba is bias
         if cfg.halo:
             tmap_x = encode_halo_x(problem, xa.data.ptr, *halo_window(problem, cfg))
@@ -199,7 +212,7 @@ class Sm90Plan(Plan):
         tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
         partials, flags = _split_workspace(cfg)
-        res_ptr = ra.data.ptr if (res and self.writes_channels_first) else 0
+        res_ptr = ra.data.ptr if (res and direct) else 0
         args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, kernel_params(problem, cfg, res_ptr),
                 epilogue_params(problem.epilogue), np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
         launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slots=(3,))  # slot 3: the output pointer

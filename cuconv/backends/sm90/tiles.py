@@ -392,14 +392,31 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
                       split_tiles=sp, k_iters=k_iters)
 
 
-def tile_config(problem, sm_count: int, overrides) -> TileConfig:
+#: Tile widths of the float32-output variant: its promotion (kernels_cu/sm90/wgmma_mainloop.cuh)
+#: keeps a second set of accumulators, which fits 128-row tiles up to 128 columns (no ping-pong).
+F32_BLOCK_NS = (64, 96, 128)
+
+
+def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
+    """The float32-output variant's BN: ``forced`` where it is one of :data:`F32_BLOCK_NS`, else the
+    narrowest that covers N, at most 128."""
+    if forced in F32_BLOCK_NS:
+        return forced
+    return next((b for b in F32_BLOCK_NS if b >= gemm_n), F32_BLOCK_NS[-1])
+
+
+def tile_config(problem, sm_count: int, overrides, out_f32: bool = False) -> TileConfig:
     """The tile configuration of ``problem`` on ``sm_count`` SMs under ``overrides``
-    (:class:`cuconv.overrides.Overrides`)."""
+    (:class:`cuconv.overrides.Overrides`); ``out_f32``: for the float32-output variant (128-row tiles,
+    :func:`f32_block_n`, no ping-pong)."""
     o = overrides
-    return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=o.block_n,
-                              k_iters=k_iters(problem), split=o.split, block_m=o.block_m,
+    block_m, block_n, pingpong = o.block_m, o.block_n, o.pingpong
+    if out_f32:
+        block_m, block_n, pingpong = BLOCK_M, f32_block_n(problem.gemm_n, o.block_n), False
+    return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=block_n,
+                              k_iters=k_iters(problem), split=o.split, block_m=block_m,
                               loads_residual=problem.epilogue.loads_residual, halo_geometry=halo_geometry(problem),
-                              halo=o.halo, pingpong=o.pingpong)
+                              halo=o.halo, pingpong=pingpong)
 
 
 def halo_why_not(problem, overrides) -> str:

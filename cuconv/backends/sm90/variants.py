@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...compiler import load_cuda_function
 from ...launch import dtype_code
-from .tiles import (BLOCK_MS, STAGES, TileConfig, bm_fits, halo_stages, pingpong_block_m,
+from .tiles import (BLOCK_MS, F32_BLOCK_NS, STAGES, TileConfig, bm_fits, halo_stages, pingpong_block_m,
                     stages_for)
 
 __all__ = ["SOURCE", "ARCH", "kernel_name", "defines", "load_function", "COMPILE_VARIANTS"]
@@ -19,39 +19,46 @@ SOURCE = "sm90/conv_fprop_sm90.cu"
 ARCH = "sm_90a"
 
 
-def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool = False) -> str:
-    """The entry point's name of a variant. ``nchw``: channels-first output (and residual, read by the
-    consumers: ``_res`` names the epilogue-load warp, which a channels-first variant does not have)."""
+def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool = False, f32: bool = False) -> str:
+    """The entry point's name of a variant. ``nchw``: channels-first output; ``f32``: float32 output
+    (both read the residual in the consumers: ``_res`` names the epilogue-load warp, which neither has)."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
-            + ("_pp" if cfg.pingpong else "") + ("_nchw" if nchw else ("_res" if loads_residual else "")))
+            + ("_pp" if cfg.pingpong else "")
+            + ("_f32" if f32 else "_nchw" if nchw else "_res" if loads_residual else ""))
 
 
-def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False) -> dict:
+def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False,
+            f32: bool = False) -> dict:
     """The ``-D`` values that build a variant."""
     d = {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BM": cfg.block_m, "SM90_BN": cfg.block_n,
-         "SM90_STAGES": cfg.stages, "SM90_HAS_RESIDUAL": int(loads_residual and not nchw), "SM90_CLUSTER": cfg.cluster,
-         "SM90_HALO": int(cfg.halo), "SM90_PINGPONG": int(cfg.pingpong)}
+         "SM90_STAGES": cfg.stages, "SM90_HAS_RESIDUAL": int(loads_residual and not (nchw or f32)),
+         "SM90_CLUSTER": cfg.cluster, "SM90_HALO": int(cfg.halo), "SM90_PINGPONG": int(cfg.pingpong)}
     if nchw:
         d["SM90_NCHW_OUT"] = 1
+    if f32:
+        d["SM90_OUT_F32"] = 1
     return d
 
 
-def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int, nchw: bool = False):
+def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int, nchw: bool = False,
+                  f32: bool = False):
     """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
     loaded on the device, its shared-memory limit raised."""
     from ...device import gpu_info
     smem = cfg.smem_bytes(loads_residual)
-    fn = load_cuda_function(SOURCE, gpu_info(dev_index), defines(cfg, dtype, loads_residual, nd, nchw),
-                            kernel_name(cfg, loads_residual, nd, nchw), smem)
+    fn = load_cuda_function(SOURCE, gpu_info(dev_index), defines(cfg, dtype, loads_residual, nd, nchw, f32),
+                            kernel_name(cfg, loads_residual, nd, nchw, f32), smem)
     return fn, smem
 
 
-def _compile_variant(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0):
+def _compile_variant(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0):
     d = {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
          "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}
     if nchw:
         d["SM90_NCHW_OUT"] = 1
+    if f32:
+        d["SM90_OUT_F32"] = 1
     return (SOURCE, d, ARCH)
 
 
@@ -73,4 +80,9 @@ COMPILE_VARIANTS = [
 ] + [
     _compile_variant(1, 2, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1, 1)
     for bn in STAGES
+] + [  # float32 output (the split-bf16 float32 path): bf16 2-D, 128-row tiles of at most 128 columns
+    # (promotion doubles the accumulators: tiles.F32_BLOCK_NS), single CTAs and pairs, whole and halo tiles
+    _compile_variant(1, 2, 128, bn, stages, 0, cl, halo, 0, 0, 1)
+    for halo in (0, 1) for cl in (1, 2) for bn in F32_BLOCK_NS
+    for stages in sorted({(halo_stages if halo else stages_for)(128, bn, res) for res in (False, True)})
 ]

@@ -1,0 +1,150 @@
+"""float32 convolution on Hopper tensor cores: ``sm90_bf16x3``, split bfloat16 parts + the wgmma kernel.
+
+The Hopper kernel multiplies 16-bit operands. A float32 value ``v`` is ``hi + lo`` to 16 significant
+bits (``hi = bf16(v)``, ``lo = bf16(v - hi)``), and a product of two such values is, to a relative
+error of a few ``2^-18``, ``hi_x hi_w + lo_x hi_w + hi_x lo_w``. Those three products are one bf16
+convolution over three times the channels, with the parts laid out along the channel axis
+(kernels_cu/precision/split_bf16.cu)::
+
+    x (N, H, W, C) float32   --split-->  xs (N, H, W, 3 Cp) bf16   [hi | lo | hi]
+    w (K, R, S, C) float32   --split-->  ws (K, R, S, 3 Cp) bf16   [hi | hi | lo]
+    xs (*) ws: the Hopper kernel (TMA im2col or halo tiles, wgmma, fp32 accumulation), its float32
+    epilogue variant (SM90_OUT_F32): out = act(alpha * acc + bias + beta * residual), all float32
+
+``Cp`` is ``C`` rounded up to a multiple of 8 (the padding is zero), so any channel count runs. The
+split copies land in per-stream scratch buffers (:mod:`cuconv.scratch`) and are rewritten on every
+call (x and w may change between calls). The error against float64 stays within the 1e-5 that
+precision ``"float32"`` promises on the tests' data (tests/test_precision_gpu.py measures it), and is
+far below TF32's, so the kernel also serves precision ``"tf32"``. The cost is three bf16 products per
+term, about 1.5 times one TF32 product on the tensor cores, plus the split (x read once, 1.5 times
+its bytes written).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ...launch import PackedLaunch, c_struct, grid_1d
+from ...plan import Declined, Kernel, Plan, tf32_note
+from ...registry import register
+from ...scratch import scratch
+from .kernel import Sm90TmaKernel
+
+__all__ = ["Sm90SplitBf16Kernel", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_PARTS"]
+
+SPLIT_SOURCE = "precision/split_bf16.cu"
+#: Which of the three channel blocks hold ``lo`` (bit b: block b): x is [hi | lo | hi], w [hi | hi | lo].
+X_PARTS, W_PARTS = 0b010, 0b100
+_ARGS_FIELDS = [("rows", np.int64), ("src_row_stride", np.int64), ("C", np.int32), ("Cp", np.int32),
+                ("lo_parts", np.int32), ("vec_loads", np.int32)]
+
+#: What CI compiles (tests/test_compile.py); the float32-output Hopper variants are in :mod:`.variants`.
+COMPILE_VARIANTS = [(SPLIT_SOURCE, {}, arch) for arch in ("sm_80", "sm_90a")]
+
+
+def padded_channels(c: int) -> int:
+    """Channels per part block: ``c`` rounded up to a multiple of 8 (16-byte rows for TMA)."""
+    return -(-c // 8) * 8
+
+
+class _Split:
+    """One split geometry (``rows`` rows of ``C`` float32 values -> ``rows`` rows of ``3 Cp`` bf16) on
+    one GPU: a :class:`~cuconv.launch.PackedLaunch` per load width, packed on first use."""
+
+    def __init__(self, device_index: int, rows: int, c: int, lo_parts: int):
+        self.device_index = device_index
+        self.geometry = dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), lo_parts=lo_parts)
+        self.grid = grid_1d(rows * (padded_channels(c) // 8), 256, max_blocks=132 * 16)
+        self._vec_ok = c % 4 == 0
+        self._launches: dict = {}
+
+    def __call__(self, src, dst) -> None:
+        vec = self._vec_ok and src.data.ptr % 16 == 0
+        launch = self._launches.get(vec)
+        if launch is None:
+            from ...compiler import load_cuda_function
+            from ...device import gpu_info
+            fn = load_cuda_function(SPLIT_SOURCE, gpu_info(self.device_index), {}, "split_bf16x3")
+            args = c_struct(_ARGS_FIELDS, dict(self.geometry, vec_loads=int(vec)))
+            launch = self._launches[vec] = PackedLaunch(fn, self.grid, 256, 0, (np.uint64(0), np.uint64(0), args),
+                                                        slots=(0, 1))
+        launch(src.data.ptr, dst.data.ptr)
+
+
+def split_bf16x3(a, lo_parts: int):
+    """The split of a C-contiguous float32 CuPy array ``a`` (``(..., C)``) into a new ``(..., 3 Cp)``
+    array of bf16 bit patterns (uint16), blocks laid out as ``lo_parts`` says (:data:`X_PARTS`,
+    :data:`W_PARTS`). For tests and inspection; plans split into scratch buffers."""
+    import cupy as cp
+    if a.dtype != np.float32 or not a.flags.c_contiguous:
+        raise ValueError(f"a: expected a C-contiguous float32 array, got {a.dtype} "
+                         f"({'contiguous' if a.flags.c_contiguous else 'non-contiguous'})")
+    c = a.shape[-1]
+    out = cp.empty((*a.shape[:-1], 3 * padded_channels(c)), dtype=cp.uint16)
+    if a.size:
+        _Split(a.data.device_id, a.size // c, c, lo_parts)(a, out)
+    return out
+
+
+class Sm90SplitBf16Kernel(Kernel):
+    """conv2d of float32 data on Hopper: bf16 hi/lo parts, three products per term, one wgmma launch."""
+
+    name = "sm90_bf16x3"
+    backend = "cuda"
+    priority = 100
+    spatial_dims = (2,)
+    precisions = frozenset({("float32", "float32"), ("float32", "tf32")})
+
+    def __init__(self, inner: Kernel):
+        self.inner = inner
+
+    def make_plan(self, problem, device, overrides):
+        if not device.is_hopper:
+            return Declined(f"needs a Hopper GPU (compute capability 9.0, sm_90a: TMA im2col + wgmma); "
+                            f"this one is cc {device.cc[0]}.{device.cc[1]} ({device.name})")
+        if problem.groups != 1:
+            return Declined(f"groups={problem.groups}: grouped/depthwise convolution is not covered (groups == 1 only)")
+        if problem.out_channels % 8:
+            return Declined(f"K={problem.out_channels} is not a multiple of 8 (the epilogue stores 8-column blocks)")
+        cp_ = padded_channels(problem.channels)
+        channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
+        inner_problem = dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=3 * cp_,
+                                            layout=channels_last)
+        inner = self.inner.make_plan(inner_problem, device, overrides, out_f32=True)
+        if not inner:
+            return Declined(f"the bf16 convolution over the 3 x {cp_} split channels: {inner.reason}")
+        return SplitBf16Plan(self, problem, device, inner,
+                             "float32 as bf16 hi + lo parts, three products per term on the Hopper kernel "
+                             "(relative error ~1e-6 against float64)" + tf32_note(problem, "split bf16"))
+
+
+class SplitBf16Plan(Plan):
+    """Split x and w into scratch buffers, then the float32-output Hopper plan on the parts."""
+
+    def __init__(self, kernel, problem, device, inner, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.inner = inner
+        c = problem.channels
+        self._x_split = _Split(device.index, problem.batch * int(np.prod(problem.in_spatial)), c, X_PARTS)
+        self._w_split = _Split(device.index, problem.out_channels * int(np.prod(problem.filter_spatial)), c, W_PARTS)
+
+    def describe(self) -> str:
+        cp_ = padded_channels(self.problem.channels)
+        return (f"split_bf16x3 of x and w (hi | lo | hi, hi | hi | lo: 3 x {cp_} bf16 channels), then "
+                f"{self.inner.describe()}")
+
+    def compile_jobs(self):
+        return self.inner.compile_jobs() + ((SPLIT_SOURCE, {}),)
+
+    def run(self, x, w, bias, residual, out):
+        ip = self.inner.problem
+        xs = scratch("bf16x3 x", ip.x_shape, "uint16")
+        ws = scratch("bf16x3 w", ip.w_shape, "uint16")
+        self._x_split(x, xs)
+        self._w_split(w, ws)
+        self.inner.run(xs, ws, bias, residual, out)
+
+
+register(Sm90SplitBf16Kernel(Sm90TmaKernel()))

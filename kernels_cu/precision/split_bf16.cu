@@ -1,0 +1,72 @@
+// cuconv: float32 operands as bfloat16 parts, for the tensor-core float32 path
+// (cuconv/backends/sm90/split_precision.py).
+//
+// Each float32 value v is split into hi = bf16(v) and lo = bf16(v - hi) (v - hi is exact in fp32), so
+// v = hi + lo + r with |r| <= 2^-18 |v|: 16 significant bits in two 8-bit parts. The product of two
+// split values, hi_x hi_w + lo_x hi_w + hi_x lo_w, leaves out lo_x lo_w (at most 2^-18 of the product)
+// and r: a relative error of a few 2^-18 per product, against 2^-11 for one TF32 product.
+//
+// The three products are one bf16 convolution over three times the channels: every row of C float32
+// values (a pixel of x, or a tap of one filter) becomes three blocks of Cp bf16 values (Cp = C rounded
+// up to a multiple of 8, the padding zero), each block holding hi or lo of the row:
+//
+//   x rows: [hi | lo | hi]        w rows: [hi | hi | lo]        sum over the 3 Cp channels =
+//                                                             hi_x hi_w + lo_x hi_w + hi_x lo_w
+//
+// `lo_parts` says which blocks hold lo (bit b: block b). One thread writes eight channels of every
+// block of a row (three 16-byte stores); with vec_loads it reads them as two 16-byte loads (C a
+// multiple of 4 and a 16-byte aligned source), else element by element.
+//
+// Non-finite values: hi = v and lo = 0 (v - hi would be NaN for an infinity), so an infinity in x or w
+// gives the same infinities and NaNs in the result as the float32 products would.
+#include "common/types.cuh"
+
+struct SplitArgs {
+  long long rows;            // rows of the source matrix
+  long long src_row_stride;  // in elements
+  int C;                     // float32 values per row
+  int Cp;                    // values per destination block: C rounded up to a multiple of 8
+  int lo_parts;              // bit b set: block b holds lo, else hi
+  int vec_loads;             // 1: two 16-byte loads per eight channels
+};
+
+namespace {
+
+__device__ __forceinline__ void split_one(float v, uint16_t& hi, uint16_t& lo) {
+  hi = cuconv::from_float<cuconv::bf16_t>(v).bits;
+  const float h = cuconv::to_float(cuconv::bf16_t{hi});
+  lo = isfinite(h) ? cuconv::from_float<cuconv::bf16_t>(v - h).bits : (uint16_t)0;
+}
+
+__device__ __forceinline__ uint32_t pack(uint16_t a, uint16_t b) { return (uint32_t)a | ((uint32_t)b << 16); }
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256) split_bf16x3(const float* __restrict__ src,
+                                                               uint16_t* __restrict__ dst, const SplitArgs a) {
+  const int groups = a.Cp / 8;  // eight-channel groups per row
+  const long long total = a.rows * groups;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long row = i / groups;
+    const int c0 = (int)(i - row * groups) * 8;
+    const float* s = src + row * a.src_row_stride + c0;
+    float v[8];
+    if (a.vec_loads && c0 + 8 <= a.C) {
+      const float4 p = __ldg(reinterpret_cast<const float4*>(s));
+      const float4 q = __ldg(reinterpret_cast<const float4*>(s) + 1);
+      v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = c0 + j < a.C ? __ldg(s + j) : 0.f;
+    }
+    uint16_t hi[8], lo[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) split_one(v[j], hi[j], lo[j]);
+    const uint4 h = make_uint4(pack(hi[0], hi[1]), pack(hi[2], hi[3]), pack(hi[4], hi[5]), pack(hi[6], hi[7]));
+    const uint4 l = make_uint4(pack(lo[0], lo[1]), pack(lo[2], lo[3]), pack(lo[4], lo[5]), pack(lo[6], lo[7]));
+    uint16_t* d = dst + row * 3 * a.Cp + c0;
+#pragma unroll
+    for (int b = 0; b < 3; ++b) *reinterpret_cast<uint4*>(d + b * a.Cp) = (a.lo_parts >> b) & 1 ? l : h;
+  }
+}

@@ -1,0 +1,77 @@
+"""``sm90_bf16x3`` (float32 data on Hopper as split bf16 parts): the dispatcher's choices, on the CPU.
+
+The kernel serves float32 at precision "float32" and "tf32" (split products are more accurate than
+TF32), declines everything else with a reason, and plans the Hopper kernel's float32-output variant
+on 3 x Cp bf16 channels (C rounded up to a multiple of 8).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cuconv import dispatch
+from cuconv.backends.sm90.split_precision import X_PARTS, W_PARTS, padded_channels
+from cuconv.backends.sm90.variants import COMPILE_VARIANTS, kernel_name
+from cuconv.problem import ConvProblem, Epilogue
+
+from geometry import A100, H100
+
+
+def _problem(C=64, K=64, dtype="float32", precision=None, layout="NHWC", groups=1, residual=False, **kw):
+    return ConvProblem.create(nd=2, batch=2, in_spatial=(20, 20), channels=C, out_channels=K, filter_spatial=(3, 3),
+                              stride=kw.get("stride", 1), dilation=1, padding=1, groups=groups, dtype=dtype,
+                              layout=layout, epilogue=Epilogue(has_bias=True, has_residual=residual),
+                              precision=precision)
+
+
+@pytest.mark.parametrize("C", [2, 3, 4, 8, 13, 64, 100, 512])
+@pytest.mark.parametrize("precision", [None, "tf32"])
+def test_float32_runs_split_on_hopper(C, precision):
+    plan, _ = dispatch.select(_problem(C=C, precision=precision), H100)
+    assert plan.kernel.name == "sm90_bf16x3"
+    inner = plan.inner
+    assert inner.out_f32 and inner.problem.dtype == "bfloat16"
+    assert inner.problem.channels == 3 * padded_channels(C) and padded_channels(C) % 8 == 0
+    assert padded_channels(C) - C < 8
+    assert "_f32" in plan.describe() and "split_bf16x3" in plan.describe()
+    assert ("more accurate than tf32 asks" in plan.reason) == (precision == "tf32")
+
+
+def test_channels_first_float32_moves_the_result():
+    """The float32 epilogue stores channels-last: a channels-first call's result is transposed back."""
+    plan, _ = dispatch.select(_problem(layout="NCHW", residual=True), H100)
+    assert plan.kernel.name == "sm90_bf16x3" and not plan.writes_channels_first
+    assert plan.inner.problem.layout == "NHWC" and not plan.inner.writes_channels_first
+
+
+@pytest.mark.parametrize("problem,why", [
+    (_problem(K=12), "K=12 is not a multiple of 8"),
+    (_problem(C=8, K=8, groups=2), "groups=2"),
+])
+def test_declines_with_a_reason(problem, why):
+    plan, explanation = dispatch.select(problem, H100)
+    assert plan.kernel.name != "sm90_bf16x3"
+    assert why in explanation.declined["sm90_bf16x3"]
+
+
+def test_other_dtypes_and_devices_are_declined():
+    for p in (_problem(dtype="bfloat16"), _problem(precision="float64"), _problem(dtype="float64")):
+        _, explanation = dispatch.select(p, H100)
+        assert explanation.declined["sm90_bf16x3"].startswith("dtype ")
+    _, explanation = dispatch.select(_problem(), A100)
+    assert "needs a Hopper GPU" in explanation.declined["sm90_bf16x3"]
+
+
+def test_parts_layout_gives_the_three_products():
+    """x blocks [hi, lo, hi] against w blocks [hi, hi, lo]: hi*hi + lo*hi + hi*lo, never lo*lo."""
+    pairs = {(X_PARTS >> b & 1, W_PARTS >> b & 1) for b in range(3)}
+    assert pairs == {(0, 0), (1, 0), (0, 1)}
+
+
+def test_float32_output_variants_are_compiled_in_ci():
+    """Every float32-output variant is in the compile list, with no epilogue-load warp."""
+    f32 = [d for _, d, _ in COMPILE_VARIANTS if d.get("SM90_OUT_F32")]
+    assert f32 and all(d["SM90_HAS_RESIDUAL"] == 0 and d["CUCONV_DTYPE"] == 1 for d in f32)
+    plan, _ = dispatch.select(_problem(C=256, K=256, residual=True), H100)
+    assert kernel_name(plan.inner.cfg, True, 2, False, True).endswith("_f32")
+    assert plan.inner.compile_jobs()[0][1]["SM90_HAS_RESIDUAL"] == 0

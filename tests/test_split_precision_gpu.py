@@ -1,0 +1,128 @@
+"""``sm90_bf16x3`` on a Hopper GPU: float32 convolutions within 1e-5 of float64 (gpu marker).
+
+* the split kernel against its NumPy model (hi = bf16(v), lo = bf16(v - hi)), bit for bit;
+* drawn conv2d calls (any C, stride, dilation, padding, every epilogue term, NHWC and NCHW, precision
+  "float32" and "tf32") against the float64 reference within 1e-5;
+* the residual read in place (``out`` is the residual), misaligned views, equal bits on two runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import cuconv
+from cuconv.backends.sm90.split_precision import W_PARTS, X_PARTS, padded_channels, split_bf16x3
+
+from conftest import needs_hopper, rel_error
+from geometry import cases, make_operands
+
+pytestmark = [pytest.mark.gpu, needs_hopper]
+
+BOUND = 1e-5  # what precision "float32" promises (cuconv.problem.PRECISION_MEANING)
+
+
+def _split_model(a: np.ndarray, lo_parts: int) -> np.ndarray:
+    hi = a.astype(ml_dtypes.bfloat16)
+    lo = (a - hi.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    c, cp_ = a.shape[-1], padded_channels(a.shape[-1])
+    pad = [(0, 0)] * (a.ndim - 1) + [(0, cp_ - c)]
+    blocks = [np.pad((lo if lo_parts >> b & 1 else hi).view(np.uint16), pad) for b in range(3)]
+    return np.concatenate(blocks, axis=-1)
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 7, 3), (2, 4, 4, 8), (1, 3, 3, 13), (64, 3, 3, 64), (5, 100)])
+@pytest.mark.parametrize("parts", [X_PARTS, W_PARTS])
+def test_split_matches_its_model(cp, shape, parts):
+    r = np.random.default_rng(sum(shape))
+    a = (r.standard_normal(shape) * np.exp(r.uniform(-20, 20, shape))).astype(np.float32)
+    a.flat[::7] = 0.0
+    got = split_bf16x3(cp.asarray(a), parts)
+    np.testing.assert_array_equal(cp.asnumpy(got), _split_model(a, parts))
+
+
+def test_split_keeps_infinities_out_of_lo(cp):
+    a = np.array([[np.inf, -np.inf, np.nan, 1.0, 3.0e38, -1e-40, 0.0, 2.5]], dtype=np.float32)
+    got = cp.asnumpy(split_bf16x3(cp.asarray(a), X_PARTS)).view(ml_dtypes.bfloat16).astype(np.float32)
+    hi, lo = got[0, :8], got[0, 8:16]
+    assert np.isinf(hi[0]) and np.isinf(hi[1]) and np.isnan(hi[2])
+    assert lo[0] == 0 and lo[1] == 0 and lo[3] == 0
+
+
+def _float32_case(case):
+    """The drawn case with K a multiple of 8 (the kernel's condition), groups 1, C >= 2 (C = 1 is a
+    depthwise problem, served by depthwise_direct)."""
+    return dataclasses.replace(case, out_channels=-(-case.out_channels // 8) * 8, groups=1,
+                               channels=max(2, case.channels))
+
+
+def _check(cp, case, precision=None, in_place=False):
+    x, w, bias, residual = make_operands(case, cp)
+    ep = case.epilogue
+    kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),
+                  activation=ep.get("activation"), precision=precision)
+    e = cuconv.explain(x, w, bias, residual=residual, **kwargs)
+    assert e.kernel == "sm90_bf16x3", str(e)
+    ref = cuconv.reference.conv2d(x, w, bias, residual=residual, **{k: v for k, v in kwargs.items() if k != "precision"})
+    out = residual if in_place and residual is not None else None
+    got = cuconv.conv2d(x, w, bias, residual=residual, out=out, kernel="sm90_bf16x3", **kwargs)
+    assert got.dtype == cp.float32 and tuple(got.shape) == ref.shape
+    if out is not None:
+        assert got is out
+    err = rel_error(got, ref)
+    assert err <= BOUND, f"relative error {err:.3g} > {BOUND} {case!r}"
+    return err
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(nd=2, dtypes=("float32",), groups=False, max_channels=40, max_spatial=14))
+def test_drawn_float32_calls(cp, case):
+    _check(cp, _float32_case(case))
+
+
+@settings(max_examples=25, deadline=None)
+@given(cases(nd=2, dtypes=("float32",), groups=False, max_channels=24, max_spatial=10))
+def test_drawn_tf32_and_in_place(cp, case):
+    _check(cp, _float32_case(case), precision="tf32", in_place=True)
+
+
+@pytest.mark.parametrize("C,K,hw,filt,stride", [
+    (512, 256, 16, 3, 1),    # a 4,608-term reduction (halo tiles)
+    (64, 64, 56, 3, 1),      # ResNet-50 stage 1
+    (256, 512, 28, 1, 2),    # strided 1x1 (im2col boxes)
+    (3, 64, 64, 7, 2),       # an RGB stem: 3 channels padded to 8 per part
+    (320, 320, 8, 3, 1),     # few output tiles: the split tail
+])
+def test_network_layers(cp, C, K, hw, filt, stride):
+    r = np.random.default_rng(C + K)
+    x = r.standard_normal((2, hw, hw, C)).astype(np.float32)
+    w = (r.standard_normal((K, filt, filt, C)) / np.sqrt(C * filt * filt)).astype(np.float32)
+    bias = r.standard_normal(K).astype(np.float32)
+    res = r.standard_normal((2, (hw + 2 * (filt // 2) - filt) // stride + 1, (hw + 2 * (filt // 2) - filt) // stride + 1,
+                             K)).astype(np.float32)
+    kw = dict(stride=stride, padding=filt // 2, residual=None, beta=0.5, activation="relu")
+    ref = cuconv.reference.conv2d(x, w, bias, **dict(kw, residual=res))
+    xg, wg, bg, rg = (cp.asarray(a) for a in (x, w, bias, res))
+    got = cuconv.conv2d(xg, wg, bg, **dict(kw, residual=rg))
+    assert cuconv.explain(xg, wg, bg, **dict(kw, residual=rg)).kernel == "sm90_bf16x3"
+    assert rel_error(got, ref) <= BOUND
+    again = cuconv.conv2d(xg, wg, bg, **dict(kw, residual=rg))
+    assert cp.array_equal(got, again)  # a fixed reduction order: the same bits on every run
+
+
+def test_misaligned_views_and_nchw(cp):
+    r = np.random.default_rng(7)
+    x = r.standard_normal((2, 12, 12, 33)).astype(np.float32)
+    w = (r.standard_normal((16, 3, 3, 33)) / 17).astype(np.float32)
+    bias = r.standard_normal(17).astype(np.float32)
+    ref = cuconv.reference.conv2d(x[..., 1:], w[..., 1:], bias[1:], padding=1)
+    got = cuconv.conv2d(cp.asarray(x)[..., 1:], cp.asarray(w)[..., 1:], cp.asarray(bias)[1:], padding=1)
+    assert rel_error(got, ref) <= BOUND
+    xn, wn = np.ascontiguousarray(np.moveaxis(x, -1, 1)), np.ascontiguousarray(np.moveaxis(w, -1, 1))
+    ref = cuconv.reference.conv2d(xn, wn, padding=1, layout="NCHW")
+    got = cuconv.conv2d(cp.asarray(xn), cp.asarray(wn), padding=1, layout="NCHW")
+    assert rel_error(got, ref) <= BOUND
