@@ -312,3 +312,15 @@ def test_host_work_cases_are_valid_convolutions():
     for label, xs, ws, kw in host_work.CASES:
         y = cuconv.conv2d(np.zeros(xs, np.float32), np.zeros(ws, np.float32), **kw)
         assert y.shape[0] == xs[0] and y.shape[-1] == ws[0], label
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--dtype", "float32"], "--dtype float32: the networks suite only"),
+    (["--suite", "resnet50", "--dtype", "float32"], "--dtype float32: the networks suite only"),
+    (["--network", "resnet50", "--precision", "tf32"], "--precision: applies to float32 arrays"),
+])
+def test_float32_options_are_checked_before_any_gpu_work(argv, message, capsys):
+    from cuconv.bench import cli
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert message in capsys.readouterr().err

@@ -338,8 +338,9 @@ class _FakeGpu:
         self.cost = cost or {"cuconv": 1.0, "cudnn": 2.0}
         self.passes = []
 
-    def prepare_layer(self, layer, dtype, torch=None, layout="NHWC"):
+    def prepare_layer(self, layer, dtype, torch=None, layout="NHWC", precision=None):
         rec = runner.layer_record(layer, dtype)
+        self.precisions = getattr(self, "precisions", []) + [precision]
         index = [lay.name for lay in TOY.layers].index(layer.name) if layer in TOY.layers else 0
         rec.update(kernel="sm90_tma", rel_error=1.0 if layer.name in self.fail_check else 1e-3,
                    check_scope="first image", check_ok=not {layer.name} & (self.fail_check | self.no_cuconv))
@@ -392,6 +393,25 @@ def test_bench_network_times_layers_then_the_pass_in_network_order(monkeypatch):
                                     tbps_cudnn=dw["tbps_cudnn"])
     assert "depthwise: 1 of 4 convs, count x ms per call: cuDNN 6.000 cuconv 3.000 (2.00x, 38% of cuconv's " \
            "layer sum); TB/s cuDNN 0.00 cuconv 0.00" in "\n".join(output.summary_lines([rec]))
+
+
+def test_float32_networks_time_cudnn_with_tf32_on_and_off(monkeypatch):
+    gpu = _FakeGpu()
+    monkeypatch.setattr(runner, "prepare_layer", gpu.prepare_layer)
+    monkeypatch.setattr(runner, "time_pass", gpu.time_pass)
+    cudnn = types.SimpleNamespace(allow_tf32=True)
+    torch = types.SimpleNamespace(backends=types.SimpleNamespace(cudnn=cudnn))
+    lines = []
+    rec = runner.bench_network(TOY, "float32", torch=torch, log=lines.append, precision="tf32")
+    assert rec["precision"] == "tf32" and gpu.precisions == ["tf32"] * len(TOY.layers)
+    assert cudnn.allow_tf32 is True  # put back
+    assert rec["ms"]["cudnn_fp32"] == rec["ms"]["cudnn"] and "cudnn_fp32_one_at_a_time" in rec["ms"]
+    assert all("cudnn_fp32" in layer["ms"] for layer in rec["layers"])
+    assert "cuDNN TF32 off" in lines[0]
+    text = "\n".join(output.summary_lines([rec]))
+    assert "precision tf32; cuDNN with TF32 off:" in text and "speed 2.00x" in text
+    bf16 = runner.bench_network(TOY, "bfloat16", torch=torch, log=lambda *a: None)
+    assert "precision" not in bf16 and "cudnn_fp32" not in bf16["ms"]
 
 
 def test_bench_network_reports_failed_checks_and_layers_cuconv_cannot_run(monkeypatch):

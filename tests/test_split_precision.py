@@ -37,6 +37,14 @@ def test_float32_runs_split_on_hopper(C, precision):
     assert ("more accurate than tf32 asks" in plan.reason) == (precision == "tf32")
 
 
+@pytest.mark.parametrize("C,x_channels", [(64, 128), (128, 256), (100, 3 * 104), (3, 24), (200, 3 * 200)])
+def test_x_is_two_parts_where_blocks_align(C, x_channels):
+    """Cp a multiple of 64: x holds [hi | lo] and the kernel reads the third block from the first."""
+    plan, _ = dispatch.select(_problem(C=C), H100)
+    assert plan.inner.x_channels == x_channels and plan.inner.problem.channels == 3 * padded_channels(C)
+    assert ("hi blocks read twice" in plan.describe()) == (x_channels == 2 * padded_channels(C))
+
+
 def test_channels_first_float32_moves_the_result():
     """The float32 epilogue stores channels-last: a channels-first call's result is transposed back."""
     plan, _ = dispatch.select(_problem(layout="NCHW", residual=True), H100)

@@ -26,23 +26,23 @@ pytestmark = [pytest.mark.gpu, needs_hopper]
 BOUND = 1e-5  # what precision "float32" promises (cuconv.problem.PRECISION_MEANING)
 
 
-def _split_model(a: np.ndarray, lo_parts: int) -> np.ndarray:
+def _split_model(a: np.ndarray, lo_parts: int, parts: int = 3) -> np.ndarray:
     hi = a.astype(ml_dtypes.bfloat16)
     lo = (a - hi.astype(np.float32)).astype(ml_dtypes.bfloat16)
     c, cp_ = a.shape[-1], padded_channels(a.shape[-1])
     pad = [(0, 0)] * (a.ndim - 1) + [(0, cp_ - c)]
-    blocks = [np.pad((lo if lo_parts >> b & 1 else hi).view(np.uint16), pad) for b in range(3)]
+    blocks = [np.pad((lo if lo_parts >> b & 1 else hi).view(np.uint16), pad) for b in range(parts)]
     return np.concatenate(blocks, axis=-1)
 
 
 @pytest.mark.parametrize("shape", [(3, 5, 7, 3), (2, 4, 4, 8), (1, 3, 3, 13), (64, 3, 3, 64), (5, 100)])
-@pytest.mark.parametrize("parts", [X_PARTS, W_PARTS])
-def test_split_matches_its_model(cp, shape, parts):
+@pytest.mark.parametrize("lo_parts,parts", [(X_PARTS, 3), (X_PARTS, 2), (W_PARTS, 3)])
+def test_split_matches_its_model(cp, shape, lo_parts, parts):
     r = np.random.default_rng(sum(shape))
     a = (r.standard_normal(shape) * np.exp(r.uniform(-20, 20, shape))).astype(np.float32)
     a.flat[::7] = 0.0
-    got = split_bf16x3(cp.asarray(a), parts)
-    np.testing.assert_array_equal(cp.asnumpy(got), _split_model(a, parts))
+    got = split_bf16x3(cp.asarray(a), lo_parts, parts)
+    np.testing.assert_array_equal(cp.asnumpy(got), _split_model(a, lo_parts, parts))
 
 
 def test_split_keeps_infinities_out_of_lo(cp):
@@ -91,10 +91,11 @@ def test_drawn_tf32_and_in_place(cp, case):
 
 
 @pytest.mark.parametrize("C,K,hw,filt,stride", [
-    (512, 256, 16, 3, 1),    # a 4,608-term reduction (halo tiles)
+    (512, 256, 16, 3, 1),    # a 4,608-term reduction (halo tiles; x as [hi | lo], hi read twice)
     (64, 64, 56, 3, 1),      # ResNet-50 stage 1
     (256, 512, 28, 1, 2),    # strided 1x1 (im2col boxes)
-    (3, 64, 64, 7, 2),       # an RGB stem: 3 channels padded to 8 per part
+    (3, 64, 64, 7, 2),       # an RGB stem: 3 channels padded to 8 per part, x as [hi | lo | hi]
+    (192, 64, 20, 3, 2),     # strided 3x3 on im2col boxes, x as [hi | lo]
     (320, 320, 8, 3, 1),     # few output tiles: the split tail
 ])
 def test_network_layers(cp, C, K, hw, filt, stride):

@@ -56,7 +56,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--layers", action="store_true", help="networks suite: print the per-layer tables")
     ap.add_argument("--layout", choices=["NHWC", "NCHW"], default="NHWC",
                     help="networks suite: the arrays' layout, for cuconv and cuDNN alike (default NHWC)")
-    ap.add_argument("--dtype", action="append", choices=DTYPES, help="dtype(s) (default: both)")
+    ap.add_argument("--dtype", action="append", choices=DTYPES + ("float32",),
+                    help="dtype(s) (default: bfloat16 and float16); float32: the networks suite only, "
+                         "against cuDNN with TF32 on (torch's default) and off")
+    ap.add_argument("--precision", choices=["float32", "tf32"],
+                    help="networks suite, float32 arrays: cuconv's precision= (default: float32)")
     ap.add_argument("--json", metavar="FILE", help="write every number to FILE (other suites: FILE_<suite>.json)")
     ap.add_argument("--quick", action="store_true", help="fewer timed runs (20) and no generic_gpu comparison")
     ap.add_argument("--runs", type=int, default=30, help="timed runs per measurement (>= 20; default 30)")
@@ -111,6 +115,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             ap.error("--network: picks networks of the networks suite, which --suite leaves out: "
                      "add --suite networks")
         args.suite = args.suite or ["networks"]
+    if "float32" in (args.dtype or ()) and set(args.suite or ALL_SUITES) != {"networks"}:
+        ap.error("--dtype float32: the networks suite only (--suite networks or --network NAME)")
+    if args.precision and "float32" not in (args.dtype or ()):
+        ap.error("--precision: applies to float32 arrays: add --dtype float32")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         ap.error(f"--json: the folder of {args.json} does not exist")  # found now, not after the run
     try:
@@ -184,7 +192,7 @@ def _run_networks(args, dtypes: List[str], torch, log) -> List[dict]:
     from .networks.output import layer_lines, summary_lines
     from .networks.runner import run as run_networks
     names = list(dict.fromkeys(args.network or networks.NETWORKS))
-    recs = run_networks(names, dtypes, torch=torch, log=log, layout=args.layout)
+    recs = run_networks(names, dtypes, torch=torch, log=log, layout=args.layout, precision=args.precision)
     log("== networks: conv layers only, ms per forward pass; speed = cuDNN ms / cuconv ms")
     for line in summary_lines(recs):
         log(line)

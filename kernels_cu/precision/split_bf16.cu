@@ -13,9 +13,11 @@
 //   x rows: [hi | lo | hi]        w rows: [hi | hi | lo]        sum over the 3 Cp channels =
 //                                                             hi_x hi_w + lo_x hi_w + hi_x lo_w
 //
-// `lo_parts` says which blocks hold lo (bit b: block b). One thread writes eight channels of every
-// block of a row (three 16-byte stores); with vec_loads it reads them as two 16-byte loads (C a
-// multiple of 4 and a 16-byte aligned source), else element by element.
+// `lo_parts` says which blocks hold lo (bit b: block b). Where Cp is a multiple of the Hopper kernel's
+// 64-channel block, x is written as two blocks [hi | lo] (parts = 2) and the kernel reads its third
+// block from the first again (Sm90ConvParams.a_wrap): a third less to write and to read. One thread
+// writes eight channels of every block of a row (one 16-byte store per block); with vec_loads it reads
+// them as two 16-byte loads (C a multiple of 4 and a 16-byte aligned source), else element by element.
 //
 // Non-finite values: hi = v and lo = 0 (v - hi would be NaN for an infinity), so an infinity in x or w
 // gives the same infinities and NaNs in the result as the float32 products would.
@@ -27,6 +29,7 @@ struct SplitArgs {
   int C;                     // float32 values per row
   int Cp;                    // values per destination block: C rounded up to a multiple of 8
   int lo_parts;              // bit b set: block b holds lo, else hi
+  int parts;                 // blocks per row: 3, or 2 (x's [hi | lo])
   int vec_loads;             // 1: two 16-byte loads per eight channels
 };
 
@@ -65,8 +68,10 @@ extern "C" __global__ void __launch_bounds__(256) split_bf16x3(const float* __re
     for (int j = 0; j < 8; ++j) split_one(v[j], hi[j], lo[j]);
     const uint4 h = make_uint4(pack(hi[0], hi[1]), pack(hi[2], hi[3]), pack(hi[4], hi[5]), pack(hi[6], hi[7]));
     const uint4 l = make_uint4(pack(lo[0], lo[1]), pack(lo[2], lo[3]), pack(lo[4], lo[5]), pack(lo[6], lo[7]));
-    uint16_t* d = dst + row * 3 * a.Cp + c0;
+    uint16_t* d = dst + row * a.parts * a.Cp + c0;
 #pragma unroll
-    for (int b = 0; b < 3; ++b) *reinterpret_cast<uint4*>(d + b * a.Cp) = (a.lo_parts >> b) & 1 ? l : h;
+    for (int b = 0; b < 3; ++b) {
+      if (b < a.parts) *reinterpret_cast<uint4*>(d + b * a.Cp) = (a.lo_parts >> b) & 1 ? l : h;
+    }
   }
 }

@@ -221,6 +221,8 @@ struct Sm90ConvParams {
   int y_tiles;      // halo tiles: ceil(P / (BM / 64)) row tiles per plane
   int halo_w;       // halo tiles: window width in pixels, 64 + (S - 1) * dil_w
   int halo_tx;      // halo tiles: bytes of one window box, halo_w * (BM/64 + (R - 1) * dil_h) * 128
+  int a_wrap;       // channel blocks x holds (c_blocks, or fewer: block cb >= a_wrap of the reduction reads
+                    // x's block cb - a_wrap; the split float32 path's [hi | lo] x against [hi | hi | lo] w)
   // Multiply-shift divisors (common/fast_div.cuh) of the per-tile index splits: the producer does
   // them before its first load, where a chain of 32-bit divisions cost ~0.5 us at kernel start.
   cuconv::FastDivisor n_tiles_div;  // n_tiles: unit -> (row tile, column tile)
@@ -314,10 +316,10 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
       sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
       sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
 #if SM90_NDIM == 3
-      sm90::tma_load_im2col_5d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
+      sm90::tma_load_im2col_5d(a_dst, tmap_x, full, (cb < g.a_wrap ? cb : cb - g.a_wrap) * cfg::BK, w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
                                (uint16_t)(r * g.dil_h), (uint16_t)(ft * g.dil_d));
 #else
-      sm90::tma_load_im2col_4d(a_dst, tmap_x, full, cb * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
+      sm90::tma_load_im2col_4d(a_dst, tmap_x, full, (cb < g.a_wrap ? cb : cb - g.a_wrap) * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
                                (uint16_t)(r * g.dil_h));
 #endif
       sm90::tma_load_filter_box<cfg::CLUSTER, cfg::BN, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w,

@@ -17,6 +17,7 @@ a repeated call rewrites the output pointer and launches.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 
 import numpy as np
@@ -45,10 +46,11 @@ class Sm90TmaKernel(Kernel):
     priority = 100
     spatial_dims = (2,)
 
-    def make_plan(self, problem, device, overrides, out_f32: bool = False):
+    def make_plan(self, problem, device, overrides, out_f32: bool = False, x_channels: int = 0):
         """The plan, or why not. ``out_f32``: the variant whose epilogue stores float32 (with float32
         bias and residual), for 16-bit operands that are parts of float32 data
-        (:mod:`.split_precision`)."""
+        (:mod:`.split_precision`). ``x_channels``: x holds fewer channels than the reduction walks (a
+        multiple of 64; the blocks past them read x's first blocks again), 0 for ``problem.channels``."""
         if not device.is_hopper:
             return Declined(f"needs a Hopper GPU (compute capability 9.0, sm_90a: TMA im2col + wgmma); "
                             f"this one is cc {device.cc[0]}.{device.cc[1]} ({device.name})")
@@ -70,7 +72,7 @@ class Sm90TmaKernel(Kernel):
                             f"{device.smem_per_block_optin}")
         return Sm90Plan(self, problem, device, cfg, overrides,
                         f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem",
-                        out_f32=out_f32)
+                        out_f32=out_f32, x_channels=x_channels)
 
 
 class Sm90TmaConv3d(Sm90TmaKernel):
@@ -89,9 +91,18 @@ class Sm90TmaConv3d(Sm90TmaKernel):
 class Sm90Plan(Plan):
     """A Hopper plan: the tile configuration, the compiled variant, and launch records per address set."""
 
-    def __init__(self, kernel, problem, device, cfg: TileConfig, overrides, reason: str, out_f32: bool = False):
+    def __init__(self, kernel, problem, device, cfg: TileConfig, overrides, reason: str, out_f32: bool = False,
+                 x_channels: int = 0):
         super().__init__(kernel, problem, device, reason)
         self.cfg = cfg
+        if x_channels and (x_channels % BLOCK_K or not 0 < x_channels <= problem.channels):
+            raise ValueError(f"x_channels: expected a multiple of {BLOCK_K} up to C={problem.channels}, "
+                             f"got {x_channels}")
+        #: Channels x holds (``problem.channels`` unless a plan on split parts says fewer).
+        self.x_channels = x_channels or problem.channels
+        #: The problem as x's descriptor sees it (its channel count).
+        self._x_problem = (problem if self.x_channels == problem.channels
+                           else dataclasses.replace(problem, channels=self.x_channels))
         #: The epilogue stores float32 (``out``, ``bias`` and ``residual`` are float32, channels-last).
         self.out_f32 = out_f32
         #: A channels-first problem's output (and residual) are stored by the epilogue in that layout.
@@ -205,15 +216,16 @@ class Sm90Plan(Plan):
             tmap_c = placeholder_descriptor()
         ba = _aligned(bias, 8 if self.out_f32 else 4) if bias is not None else None
         cacheable = xa is x and wa is w and ra is residual and ba is bias
+        xp_ = self._x_problem
         if cfg.halo:
-            tmap_x = encode_halo_x(problem, xa.data.ptr, *halo_window(problem, cfg))
+            tmap_x = encode_halo_x(xp_, xa.data.ptr, *halo_window(problem, cfg))
         else:
-            tmap_x = encode_im2col_x(problem, xa.data.ptr, tma_box_params(problem, pixels_per_column=cfg.block_m))
+            tmap_x = encode_im2col_x(xp_, xa.data.ptr, tma_box_params(xp_, pixels_per_column=cfg.block_m))
         tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
         partials, flags = _split_workspace(cfg)
         res_ptr = ra.data.ptr if (res and direct) else 0
-        args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, kernel_params(problem, cfg, res_ptr),
+        args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, kernel_params(problem, cfg, res_ptr, self.x_channels),
                 epilogue_params(problem.epilogue), np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
         launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slots=(3,))  # slot 3: the output pointer
         launch.workspace = (partials, flags)  # lives as long as the launch record

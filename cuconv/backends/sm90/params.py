@@ -16,15 +16,17 @@ __all__ = ["PARAM_FIELDS", "kernel_params"]
 PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
     "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "k_split", "x_tiles",
-    "y_tiles", "halo_w", "halo_tx")] + [(n, "u4") for n, _ in divisor_fields(
+    "y_tiles", "halo_w", "halo_tx", "a_wrap")] + [(n, "u4") for n, _ in divisor_fields(
         "n_tiles_div", "opq_div", "pq_div", "q_div", "x_tiles_div", "y_tiles_div", "o_div")] + [("residual", "u8")]
 
 _FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
 
 
-def kernel_params(problem, cfg: TileConfig, residual: int = 0) -> np.void:
+def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int = 0) -> np.void:
     """The ``Sm90ConvParams`` value of ``problem`` run with ``cfg`` (``residual``: the address of a
-    channels-first residual, read by a channels-first variant; 0 otherwise)."""
+    residual the consumers read, in a channels-first or float32-output variant; 0 otherwise).
+    ``x_channels``: the channels x holds, when fewer than the reduction's (a multiple of 64: the
+    reduction's channel blocks past them read x's from the first again); 0 for ``problem.channels``."""
     g = geometry3d(problem)
     halo_w, halo_h = halo_window(problem, cfg)
     x_tiles, y_tiles = -(-g.Q // 64), -(-g.P // cfg.tile_rows)
@@ -32,7 +34,8 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0) -> np.void:
                 c_blocks=c_blocks(problem.channels), last_k16=last_k16(problem.channels), n_tiles=cfg.n_tiles,
                 num_units=cfg.num_units, dp_tiles=cfg.dp_tiles, k_iters=cfg.k_iters, k_split=cfg.k_split,
                 x_tiles=x_tiles, y_tiles=y_tiles, halo_w=halo_w, halo_tx=halo_w * halo_h * 128 if cfg.halo else 0,
-                residual=residual)
+                residual=residual,
+                a_wrap=c_blocks(x_channels) if x_channels else c_blocks(problem.channels))
     vals.update(zip(("stride_d", "stride_h", "stride_w"), g.stride))
     vals.update(zip(("dil_d", "dil_h", "dil_w"), g.dilation))
     vals.update(zip(("pad_d", "pad_h", "pad_w"), g.pad))

@@ -6,18 +6,22 @@ error of a few ``2^-18``, ``hi_x hi_w + lo_x hi_w + hi_x lo_w``. Those three pro
 convolution over three times the channels, with the parts laid out along the channel axis
 (kernels_cu/precision/split_bf16.cu)::
 
-    x (N, H, W, C) float32   --split-->  xs (N, H, W, 3 Cp) bf16   [hi | lo | hi]
+    x (N, H, W, C) float32   --split-->  xs (N, H, W, 3 Cp) bf16   [hi | lo | hi]   (2 Cp: [hi | lo])
     w (K, R, S, C) float32   --split-->  ws (K, R, S, 3 Cp) bf16   [hi | hi | lo]
-    xs (*) ws: the Hopper kernel (TMA im2col or halo tiles, wgmma, fp32 accumulation), its float32
-    epilogue variant (SM90_OUT_F32): out = act(alpha * acc + bias + beta * residual), all float32
+    xs (*) ws: the Hopper kernel (TMA im2col or halo tiles, wgmma, fp32 accumulation promoted every
+    two slots), its float32 epilogue variant (SM90_OUT_F32): out = act(alpha * acc + bias + beta * residual),
+    all float32
 
-``Cp`` is ``C`` rounded up to a multiple of 8 (the padding is zero), so any channel count runs. The
+``Cp`` is ``C`` rounded up to a multiple of 8 (the padding is zero), so any channel count runs. Where
+``Cp`` is a multiple of 64 (the kernel's channel block), xs holds only ``[hi | lo]`` and the kernel
+reads the reduction's third block from xs's first (``Sm90Plan.x_channels``): a third less written
+by the split and read by the convolution. The
 split copies land in per-stream scratch buffers (:mod:`cuconv.scratch`) and are rewritten on every
 call (x and w may change between calls). The error against float64 stays within the 1e-5 that
 precision ``"float32"`` promises on the tests' data (tests/test_precision_gpu.py measures it), and is
 far below TF32's, so the kernel also serves precision ``"tf32"``. The cost is three bf16 products per
-term, about 1.5 times one TF32 product on the tensor cores, plus the split (x read once, 1.5 times
-its bytes written).
+term, about 1.5 times one TF32 product on the tensor cores, plus the split (x read once, and
+written as 2 or 3 bf16 copies: as many bytes again, or 1.5 times).
 """
 
 from __future__ import annotations
@@ -38,7 +42,10 @@ SPLIT_SOURCE = "precision/split_bf16.cu"
 #: Which of the three channel blocks hold ``lo`` (bit b: block b): x is [hi | lo | hi], w [hi | hi | lo].
 X_PARTS, W_PARTS = 0b010, 0b100
 _ARGS_FIELDS = [("rows", np.int64), ("src_row_stride", np.int64), ("C", np.int32), ("Cp", np.int32),
-                ("lo_parts", np.int32), ("vec_loads", np.int32)]
+                ("lo_parts", np.int32), ("parts", np.int32), ("vec_loads", np.int32)]
+#: Where Cp is a multiple of the Hopper kernel's 64-channel block, x is stored as [hi | lo] only: the
+#: kernel reads the reduction's third block (hi) from x's first (``Sm90Plan.x_channels``).
+_BLOCK = 64
 
 #: What CI compiles (tests/test_compile.py); the float32-output Hopper variants are in :mod:`.variants`.
 COMPILE_VARIANTS = [(SPLIT_SOURCE, {}, arch) for arch in ("sm_80", "sm_90a")]
@@ -50,12 +57,12 @@ def padded_channels(c: int) -> int:
 
 
 class _Split:
-    """One split geometry (``rows`` rows of ``C`` float32 values -> ``rows`` rows of ``3 Cp`` bf16) on
+    """One split geometry (``rows`` rows of ``C`` float32 values -> ``rows`` rows of ``parts Cp`` bf16) on
     one GPU: a :class:`~cuconv.launch.PackedLaunch` per load width, packed on first use."""
 
-    def __init__(self, device_index: int, rows: int, c: int, lo_parts: int):
+    def __init__(self, device_index: int, rows: int, c: int, lo_parts: int, parts: int = 3):
         self.device_index = device_index
-        self.geometry = dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), lo_parts=lo_parts)
+        self.geometry = dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), lo_parts=lo_parts, parts=parts)
         self.grid = grid_1d(rows * (padded_channels(c) // 8), 256, max_blocks=132 * 16)
         self._vec_ok = c % 4 == 0
         self._launches: dict = {}
@@ -73,18 +80,21 @@ class _Split:
         launch(src.data.ptr, dst.data.ptr)
 
 
-def split_bf16x3(a, lo_parts: int):
-    """The split of a C-contiguous float32 CuPy array ``a`` (``(..., C)``) into a new ``(..., 3 Cp)``
+def split_bf16x3(a, lo_parts: int, parts: int = 3):
+    """The split of a C-contiguous float32 CuPy array ``a`` (``(..., C)``) into a new ``(..., parts Cp)``
     array of bf16 bit patterns (uint16), blocks laid out as ``lo_parts`` says (:data:`X_PARTS`,
-    :data:`W_PARTS`). For tests and inspection; plans split into scratch buffers."""
+    :data:`W_PARTS`; ``parts=2`` keeps the first two blocks). For tests and inspection; plans split
+    into scratch buffers."""
     import cupy as cp
     if a.dtype != np.float32 or not a.flags.c_contiguous:
         raise ValueError(f"a: expected a C-contiguous float32 array, got {a.dtype} "
                          f"({'contiguous' if a.flags.c_contiguous else 'non-contiguous'})")
     c = a.shape[-1]
-    out = cp.empty((*a.shape[:-1], 3 * padded_channels(c)), dtype=cp.uint16)
+    if parts not in (2, 3):
+        raise ValueError(f"parts: expected 2 or 3, got {parts!r}")
+    out = cp.empty((*a.shape[:-1], parts * padded_channels(c)), dtype=cp.uint16)
     if a.size:
-        _Split(a.data.device_id, a.size // c, c, lo_parts)(a, out)
+        _Split(a.data.device_id, a.size // c, c, lo_parts, parts)(a, out)
     return out
 
 
@@ -112,7 +122,8 @@ class Sm90SplitBf16Kernel(Kernel):
         channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
         inner_problem = dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=3 * cp_,
                                             layout=channels_last)
-        inner = self.inner.make_plan(inner_problem, device, overrides, out_f32=True)
+        x_channels = 2 * cp_ if cp_ % _BLOCK == 0 else 0  # x as [hi | lo], its hi read twice
+        inner = self.inner.make_plan(inner_problem, device, overrides, out_f32=True, x_channels=x_channels)
         if not inner:
             return Declined(f"the bf16 convolution over the 3 x {cp_} split channels: {inner.reason}")
         return SplitBf16Plan(self, problem, device, inner,
@@ -127,20 +138,23 @@ class SplitBf16Plan(Plan):
         super().__init__(kernel, problem, device, reason)
         self.inner = inner
         c = problem.channels
-        self._x_split = _Split(device.index, problem.batch * int(np.prod(problem.in_spatial)), c, X_PARTS)
+        self._x_parts = inner.x_channels // padded_channels(c)  # 2 where the kernel reads hi twice, else 3
+        self._x_split = _Split(device.index, problem.batch * int(np.prod(problem.in_spatial)), c, X_PARTS,
+                               self._x_parts)
         self._w_split = _Split(device.index, problem.out_channels * int(np.prod(problem.filter_spatial)), c, W_PARTS)
 
     def describe(self) -> str:
         cp_ = padded_channels(self.problem.channels)
-        return (f"split_bf16x3 of x and w (hi | lo | hi, hi | hi | lo: 3 x {cp_} bf16 channels), then "
-                f"{self.inner.describe()}")
+        x = ("x as hi | lo (2 x {0} channels, its hi blocks read twice)" if self._x_parts == 2
+             else "x as hi | lo | hi (3 x {0} channels)").format(cp_)
+        return (f"split_bf16x3: {x}, w as hi | hi | lo (3 x {cp_}), then {self.inner.describe()}")
 
     def compile_jobs(self):
         return self.inner.compile_jobs() + ((SPLIT_SOURCE, {}),)
 
     def run(self, x, w, bias, residual, out):
         ip = self.inner.problem
-        xs = scratch("bf16x3 x", ip.x_shape, "uint16")
+        xs = scratch("bf16x3 x", (*ip.x_shape[:-1], self.inner.x_channels), "uint16")
         ws = scratch("bf16x3 w", ip.w_shape, "uint16")
         self._x_split(x, xs)
         self._w_split(w, ws)

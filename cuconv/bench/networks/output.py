@@ -27,9 +27,10 @@ __all__ = ["speed", "summary_lines", "depthwise_line", "layer_line", "layer_line
 _NAN = float("nan")
 
 
-def speed(ms: dict, suffix: str = "") -> Optional[float]:
-    """cuDNN ms / cuconv ms of one timing kind (``""`` back to back, ``"_one_at_a_time"``), or None."""
-    cuconv, cudnn = ms.get("cuconv" + suffix), ms.get("cudnn" + suffix)
+def speed(ms: dict, suffix: str = "", against: str = "cudnn") -> Optional[float]:
+    """cuDNN ms / cuconv ms of one timing kind (``""`` back to back, ``"_one_at_a_time"``), or None;
+    ``against="cudnn_fp32"``: cuDNN's float32 time with TF32 off."""
+    cuconv, cudnn = ms.get("cuconv" + suffix), ms.get(against + suffix)
     return cudnn / cuconv if cuconv and cudnn else None
 
 
@@ -66,6 +67,10 @@ def summary_lines(records: Sequence[dict], header: bool = True) -> List[str]:
                      f"{_ms(ms.get('cudnn'))} {_ms(ms.get('cuconv'))}  {_x(speed(ms))}   | "
                      f"{_ms(ms.get('cudnn_one_at_a_time'))} {_ms(ms.get('cuconv_one_at_a_time'))}  "
                      f"{_x(speed(ms, '_one_at_a_time'))}   | {_check(r)}")
+        if ms.get("cudnn_fp32"):
+            lines.append(f"{'':<16} {'':<9} precision {r.get('precision', 'float32')}; cuDNN with TF32 off: "
+                         f"{_ms(ms.get('cudnn_fp32')).strip()} ms, speed {_x(speed(ms, '', 'cudnn_fp32')).strip()} "
+                         f"(one at a time {_x(speed(ms, '_one_at_a_time', 'cudnn_fp32')).strip()})")
         if r.get("depthwise"):
             lines.append(f"{'':<16} {depthwise_line(r)}")
         lines += [f"{'':<16} note: {n}" for n in r.get("notes", [])]
@@ -94,6 +99,8 @@ def layer_line(rec: dict) -> str:
             f"{_ms(ms.get('cudnn'))} {_ms(ms.get('cuconv'))} {_x(speed(ms))}  one at a time "
             f"{_ms(ms.get('cudnn_one_at_a_time'))} {_ms(ms.get('cuconv_one_at_a_time'))} "
             f"{_x(speed(ms, '_one_at_a_time'))}  {check}")
+    if ms.get("cudnn_fp32"):
+        line += f"  cuDNN TF32 off {_ms(ms.get('cudnn_fp32'))} {_x(speed(ms, '', 'cudnn_fp32'))}"
     if rec.get("kind") == "depthwise":
         line += f"  TB/s cuDNN {_tb(rec.get('tbps_cudnn'))} cuconv {_tb(rec.get('tbps'))}"
     return "\n".join([line] + [f"      note: {n}" for n in rec.get("notes", [])])

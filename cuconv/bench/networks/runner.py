@@ -129,7 +129,7 @@ def _conv_args(layer: Layer) -> dict:
     return dict(stride=layer.stride, padding=layer.pad, dilation=layer.dilation, groups=layer.groups)
 
 
-def prepare_layer(layer: Layer, dtype: str, torch=None, layout: str = "NHWC") -> Prepared:
+def prepare_layer(layer: Layer, dtype: str, torch=None, layout: str = "NHWC", precision=None) -> Prepared:
     """Buffers, kernel choice, checked first call and the calls to time of one layer (step 1).
 
     ``layout="NCHW"``: the arrays are contiguous NCHW / KCRS (cuconv called with ``layout="NCHW"``,
@@ -145,6 +145,8 @@ def prepare_layer(layer: Layer, dtype: str, torch=None, layout: str = "NHWC") ->
          / math.sqrt(layer.R * layer.S * cg)).astype(dt)
     out = cp.empty((layer.N, layer.P, layer.Q, layer.K), dtype=dt)
     kw = _conv_args(layer)
+    if precision is not None:
+        kw["precision"] = precision
     cf = layout == "NCHW"
     if cf:  # the same values, held channels-first; nhwc() reads one back channels-last
         x, w, out = (cp.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (x, w, out))
@@ -171,7 +173,7 @@ def prepare_layer(layer: Layer, dtype: str, torch=None, layout: str = "NHWC") ->
     if torch is not None:
         # NCHW arrays as they are; an NHWC array's NCHW view is torch's channels_last
         tx, tw = (torch.from_dlpack(a) if cf else torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (x, w))
-        tkw = {k: v for k, v in kw.items() if k != "layout"}
+        tkw = {k: v for k, v in kw.items() if k not in ("layout", "precision")}
 
         def cudnn_call():
             return torch.nn.functional.conv2d(tx, tw, **tkw)
@@ -232,20 +234,42 @@ def _libs(prepared: Sequence[Prepared], notes: List[str], counts: bool) -> Dict[
     return libs
 
 
-def bench_network(net: Network, dtype: str, torch=None, log=print, layout: str = "NHWC") -> dict:
+def _cudnn_without_tf32(torch, prepared: Sequence[Prepared], net_ms: dict) -> None:
+    """float32: cuDNN timed again with TF32 off (``torch.backends.cudnn.allow_tf32 = False``), per layer
+    and per pass, as ``cudnn_fp32`` (and ``cudnn_fp32_one_at_a_time``); the flag is put back after."""
+    calls = [p.cudnn for p in prepared for _ in range(p.layer.count)]
+    if torch is None or not all(calls):
+        return
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        for p in prepared:
+            p.record["ms"].update(measure({"cudnn_fp32": ([p.cudnn], True)}))
+        net_ms.update(measure({"cudnn_fp32": (calls, True)}))
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+
+
+def bench_network(net: Network, dtype: str, torch=None, log=print, layout: str = "NHWC", precision=None) -> dict:
     """Prepare, check and time every layer of ``net`` on ``layout`` arrays, then the whole network;
-    its JSON record."""
+    its JSON record. float32 (cuconv at ``precision``, None for its default): cuDNN with TF32 on (torch's
+    default, ``cudnn``) and off (``cudnn_fp32``)."""
     from .output import layer_line
     rec = dict(network=net.name, title=net.title, source=net.source, batch=net.batch, input=list(net.input),
                dtype=dtype, layout=layout, conv_layers=net.conv_layers, unique_layers=len(net.layers), macs=net.macs,
                ms={}, notes=[], layers=[])
-    prepared = [prepare_layer(layer, dtype, torch, layout) for layer in net.layers]
+    if dtype == "float32":
+        rec["precision"] = precision or "float32"
+    prepared = [prepare_layer(layer, dtype, torch, layout, precision) for layer in net.layers]
     for p in prepared:
         p.record["ms"].update(measure(_libs([p], p.record["notes"], counts=False)))  # ms per call
+    rec["ms"].update(measure(_libs(prepared, rec["notes"], counts=True)))  # ms per forward pass
+    if dtype == "float32":
+        _cudnn_without_tf32(torch, prepared, rec["ms"])
+    for p in prepared:
         p.record.update(bandwidth(p.record))
         rec["layers"].append(p.record)
         log(layer_line(p.record))
-    rec["ms"].update(measure(_libs(prepared, rec["notes"], counts=True)))  # ms per forward pass
     for key in ("cuconv", "cudnn"):
         per_layer = [p.record["ms"].get(key) for p in prepared]
         if all(v is not None for v in per_layer):
@@ -260,7 +284,8 @@ def bench_network(net: Network, dtype: str, torch=None, log=print, layout: str =
     return rec
 
 
-def run(names: Sequence[str], dtypes: Sequence[str], torch=None, log=print, layout: str = "NHWC") -> List[dict]:
+def run(names: Sequence[str], dtypes: Sequence[str], torch=None, log=print, layout: str = "NHWC",
+        precision=None) -> List[dict]:
     """Every network of ``names`` (keys of :data:`NETWORKS`) in every dtype (:func:`bench_network`) on
     ``layout`` ("NHWC" or "NCHW") arrays; the records. ``torch``: the module for the cuDNN comparison,
     or None for none."""
@@ -275,7 +300,8 @@ def run(names: Sequence[str], dtypes: Sequence[str], torch=None, log=print, layo
             net = NETWORKS[name]
             log(f"== network {net.title} ({net.name}), N={net.batch}, {dtype}, {layout}: {net.conv_layers} convs, "
                 f"{len(net.layers)} distinct; {net.source}")
-            rec = bench_network(net, dtype, torch=torch, log=log, layout=layout)
+            rec = bench_network(net, dtype, torch=torch, log=log, layout=layout,
+                                precision=precision if dtype == "float32" else None)
             records.append(rec)
             for line in summary_lines([rec], header=False):
                 log(line)
