@@ -31,18 +31,37 @@ def test_float32_runs_split_on_hopper(C, precision):
     assert plan.kernel.name == "sm90_bf16x3"
     inner = plan.inner
     assert inner.out_f32 and inner.problem.dtype == "bfloat16"
-    assert inner.problem.channels == 3 * padded_channels(C) and padded_channels(C) % 8 == 0
+    assert inner.problem.channels == (3 * 3 if plan.folded else 3) * padded_channels(C)  # 3x3: 3 columns folded
+    assert padded_channels(C) % 8 == 0 and plan.folded == (3 * padded_channels(C) < 64)
     assert padded_channels(C) - C < 8
     assert "_f32" in plan.describe() and "split_bf16x3" in plan.describe()
     assert ("more accurate than tf32 asks" in plan.reason) == (precision == "tf32")
 
 
-@pytest.mark.parametrize("C,x_channels", [(64, 128), (128, 256), (100, 3 * 104), (3, 24), (200, 3 * 200)])
+@pytest.mark.parametrize("C,x_channels", [(64, 128), (128, 256), (100, 3 * 104), (24, 72), (200, 3 * 200)])
 def test_x_is_two_parts_where_blocks_align(C, x_channels):
     """Cp a multiple of 64: x holds [hi | lo] and the kernel reads the third block from the first."""
     plan, _ = dispatch.select(_problem(C=C), H100)
     assert plan.inner.x_channels == x_channels and plan.inner.problem.channels == 3 * padded_channels(C)
     assert ("hi blocks read twice" in plan.describe()) == (x_channels == 2 * padded_channels(C))
+
+
+@pytest.mark.parametrize("C,filt,stride,folded", [(3, 7, 2, True), (4, 3, 1, True), (16, 3, 1, True),
+                                                  (3, 1, 1, False), (24, 3, 1, False), (64, 3, 1, False)])
+def test_few_channels_fold_the_filter_width(C, filt, stride, folded):
+    """3 * Cp < 64 under a filter wider than one column: S columns folded into the channels, an R x 1
+    filter over (N, H, Q, S * 3 Cp), the same output."""
+    p = ConvProblem.create(nd=2, batch=2, in_spatial=(30, 26), channels=C, out_channels=64,
+                           filter_spatial=(filt, filt), stride=stride, dilation=1, padding=filt // 2, groups=1,
+                           dtype="float32", layout="NHWC")
+    plan, _ = dispatch.select(p, H100)
+    assert plan.kernel.name == "sm90_bf16x3" and plan.folded == folded
+    ip = plan.inner.problem
+    assert ip.out_spatial == p.out_spatial
+    if folded:
+        assert ip.filter_spatial == (filt, 1) and ip.stride == (stride, 1) and ip.pad_lo == (filt // 2, 0)
+        assert ip.in_spatial == (30, p.out_spatial[1]) and ip.channels == filt * 3 * padded_channels(C)
+        assert "folded into the channels" in plan.describe()
 
 
 def test_channels_first_float32_moves_the_result():

@@ -19,18 +19,29 @@
 // writes eight channels of every block of a row (one 16-byte store per block); with vec_loads it reads
 // them as two 16-byte loads (C a multiple of 4 and a 16-byte aligned source), else element by element.
 //
+// Folding the filter width into the channels (taps > 1), for inputs with few channels: destination
+// row (nh, q) holds, for each tap s < taps, the parts of source row nh * src_w + (q * stride - pad +
+// s * dil) (zeros where that column is outside [0, src_w)), at channel s * parts * Cp + b * Cp + c.
+// An x of 3 channels under a 7-wide filter becomes 7 * 3 * 8 = 168 channels under a 7x1 one: the
+// convolution's boxes carry whole 128-byte channel rows instead of 24 of them. The weights fold the
+// same way (src_w = taps, dst_w = 1: row k * R + r gathers its S taps). taps = 1, stride = dil = 1,
+// pad = 0, src_w = dst_w is the plain split.
+//
 // Non-finite values: hi = v and lo = 0 (v - hi would be NaN for an infinity), so an infinity in x or w
 // gives the same infinities and NaNs in the result as the float32 products would.
 #include "common/types.cuh"
 
 struct SplitArgs {
-  long long rows;            // rows of the source matrix
+  long long rows;            // rows of the destination matrix
   long long src_row_stride;  // in elements
   int C;                     // float32 values per row
   int Cp;                    // values per destination block: C rounded up to a multiple of 8
   int lo_parts;              // bit b set: block b holds lo, else hi
   int parts;                 // blocks per row: 3, or 2 (x's [hi | lo])
   int vec_loads;             // 1: two 16-byte loads per eight channels
+  int taps;                  // filter columns folded into each destination row (1: none)
+  int stride, dil, pad;      // source column of tap s: q * stride - pad + s * dil
+  int src_w, dst_w;          // columns per source / destination image row
 };
 
 namespace {
@@ -47,15 +58,23 @@ __device__ __forceinline__ uint32_t pack(uint16_t a, uint16_t b) { return (uint3
 
 extern "C" __global__ void __launch_bounds__(256) split_bf16x3(const float* __restrict__ src,
                                                                uint16_t* __restrict__ dst, const SplitArgs a) {
-  const int groups = a.Cp / 8;  // eight-channel groups per row
-  const long long total = a.rows * groups;
+  const int groups = a.Cp / 8;  // eight-channel groups per tap
+  const long long total = a.rows * a.taps * groups;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
        i += (long long)gridDim.x * blockDim.x) {
-    const long long row = i / groups;
-    const int c0 = (int)(i - row * groups) * 8;
-    const float* s = src + row * a.src_row_stride + c0;
+    const long long slot = i / groups;  // (destination row, tap)
+    const int c0 = (int)(i - slot * groups) * 8;
+    const long long row = slot / a.taps;
+    const int tap = (int)(slot - row * a.taps);
+    const long long nh = row / a.dst_w;
+    const int col = (int)(row - nh * a.dst_w) * a.stride - a.pad + tap * a.dil;
+    const bool inside = col >= 0 && col < a.src_w;
+    const float* s = src + (nh * a.src_w + (inside ? col : 0)) * a.src_row_stride + c0;
     float v[8];
-    if (a.vec_loads && c0 + 8 <= a.C) {
+    if (!inside) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = 0.f;
+    } else if (a.vec_loads && c0 + 8 <= a.C) {
       const float4 p = __ldg(reinterpret_cast<const float4*>(s));
       const float4 q = __ldg(reinterpret_cast<const float4*>(s) + 1);
       v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
@@ -68,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(256) split_bf16x3(const float* __re
     for (int j = 0; j < 8; ++j) split_one(v[j], hi[j], lo[j]);
     const uint4 h = make_uint4(pack(hi[0], hi[1]), pack(hi[2], hi[3]), pack(hi[4], hi[5]), pack(hi[6], hi[7]));
     const uint4 l = make_uint4(pack(lo[0], lo[1]), pack(lo[2], lo[3]), pack(lo[4], lo[5]), pack(lo[6], lo[7]));
-    uint16_t* d = dst + row * a.parts * a.Cp + c0;
+    uint16_t* d = dst + slot * a.parts * a.Cp + c0;
 #pragma unroll
     for (int b = 0; b < 3; ++b) {
       if (b < a.parts) *reinterpret_cast<uint4*>(d + b * a.Cp) = (a.lo_parts >> b) & 1 ? l : h;

@@ -103,7 +103,7 @@
 #define SM90_OUT_F32 0
 #endif
 #ifndef SM90_PROMOTE_SLOTS
-#define SM90_PROMOTE_SLOTS 2
+#define SM90_PROMOTE_SLOTS 4
 #endif
 // The output (and bias and residual) element type: the operands' own, or float32 (SM90_OUT_F32).
 #if SM90_OUT_F32

@@ -15,7 +15,10 @@ convolution over three times the channels, with the parts laid out along the cha
 ``Cp`` is ``C`` rounded up to a multiple of 8 (the padding is zero), so any channel count runs. Where
 ``Cp`` is a multiple of 64 (the kernel's channel block), xs holds only ``[hi | lo]`` and the kernel
 reads the reduction's third block from xs's first (``Sm90Plan.x_channels``): a third less written
-by the split and read by the convolution. The
+by the split and read by the convolution. Where three parts of the channels fill less than one
+block and the filter is wider than one column (an RGB stem), the split also folds the filter's S
+columns into the channels (x becomes (N, H, Q, S * 3 Cp) under an R x 1 filter, :func:`folded_problem`),
+so that the convolution's boxes carry whole 128-byte channel rows. The
 split copies land in per-stream scratch buffers (:mod:`cuconv.scratch`) and are rewritten on every
 call (x and w may change between calls). The error against float64 stays within the 1e-5 that
 precision ``"float32"`` promises on the tests' data (tests/test_precision_gpu.py measures it), and is
@@ -41,8 +44,10 @@ __all__ = ["Sm90SplitBf16Kernel", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_
 SPLIT_SOURCE = "precision/split_bf16.cu"
 #: Which of the three channel blocks hold ``lo`` (bit b: block b): x is [hi | lo | hi], w [hi | hi | lo].
 X_PARTS, W_PARTS = 0b010, 0b100
-_ARGS_FIELDS = [("rows", np.int64), ("src_row_stride", np.int64), ("C", np.int32), ("Cp", np.int32),
-                ("lo_parts", np.int32), ("parts", np.int32), ("vec_loads", np.int32)]
+_ARGS_FIELDS = [("rows", np.int64), ("src_row_stride", np.int64)] + [(n, np.int32) for n in (
+    "C", "Cp", "lo_parts", "parts", "vec_loads", "taps", "stride", "dil", "pad", "src_w", "dst_w")]
+#: No fold: each destination row is the source row of the same index.
+_NO_FOLD = dict(taps=1, stride=1, dil=1, pad=0, src_w=1, dst_w=1)
 #: Where Cp is a multiple of the Hopper kernel's 64-channel block, x is stored as [hi | lo] only: the
 #: kernel reads the reduction's third block (hi) from x's first (``Sm90Plan.x_channels``).
 _BLOCK = 64
@@ -60,10 +65,12 @@ class _Split:
     """One split geometry (``rows`` rows of ``C`` float32 values -> ``rows`` rows of ``parts Cp`` bf16) on
     one GPU: a :class:`~cuconv.launch.PackedLaunch` per load width, packed on first use."""
 
-    def __init__(self, device_index: int, rows: int, c: int, lo_parts: int, parts: int = 3):
+    def __init__(self, device_index: int, rows: int, c: int, lo_parts: int, parts: int = 3, fold=None):
         self.device_index = device_index
-        self.geometry = dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), lo_parts=lo_parts, parts=parts)
-        self.grid = grid_1d(rows * (padded_channels(c) // 8), 256, max_blocks=132 * 16)
+        fold = fold or _NO_FOLD
+        self.geometry = dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), lo_parts=lo_parts, parts=parts,
+                             **fold)
+        self.grid = grid_1d(rows * fold["taps"] * (padded_channels(c) // 8), 256, max_blocks=132 * 16)
         self._vec_ok = c % 4 == 0
         self._launches: dict = {}
 
@@ -119,16 +126,37 @@ class Sm90SplitBf16Kernel(Kernel):
         if problem.out_channels % 8:
             return Declined(f"K={problem.out_channels} is not a multiple of 8 (the epilogue stores 8-column blocks)")
         cp_ = padded_channels(problem.channels)
-        channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
-        inner_problem = dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=3 * cp_,
-                                            layout=channels_last)
-        x_channels = 2 * cp_ if cp_ % _BLOCK == 0 else 0  # x as [hi | lo], its hi read twice
+        if folds(problem):
+            inner_problem, x_channels = folded_problem(problem), 0
+        else:
+            channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
+            inner_problem = dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=3 * cp_,
+                                                layout=channels_last)
+            x_channels = 2 * cp_ if cp_ % _BLOCK == 0 else 0  # x as [hi | lo], its hi read twice
         inner = self.inner.make_plan(inner_problem, device, overrides, out_f32=True, x_channels=x_channels)
         if not inner:
-            return Declined(f"the bf16 convolution over the 3 x {cp_} split channels: {inner.reason}")
+            return Declined(f"the bf16 convolution over the {inner_problem.channels} split channels: {inner.reason}")
         return SplitBf16Plan(self, problem, device, inner,
                              "float32 as bf16 hi + lo parts, three products per term on the Hopper kernel "
                              "(relative error ~1e-6 against float64)" + tf32_note(problem, "split bf16"))
+
+
+def folds(problem) -> bool:
+    """Whether the split folds the filter width into the channels: few channels (three parts of them
+    fill less than one 64-channel block) under a filter more than one column wide."""
+    return 3 * padded_channels(problem.channels) < _BLOCK and problem.filter_spatial[-1] > 1
+
+
+def folded_problem(problem):
+    """The bf16 problem of a folded split: x (N, H, Q, S * 3 Cp) under an R x 1 filter, stride and
+    dilation along H only, no padding along W (the fold applied it), the same output."""
+    from ...problem import ConvProblem
+    (R, S), (H, _), cp_ = problem.filter_spatial, problem.in_spatial, padded_channels(problem.channels)
+    return ConvProblem.create(nd=2, batch=problem.batch, in_spatial=(H, problem.out_spatial[1]),
+                              channels=S * 3 * cp_, out_channels=problem.out_channels, filter_spatial=(R, 1),
+                              stride=(problem.stride[0], 1), dilation=(problem.dilation[0], 1),
+                              padding=((problem.pad_lo[0], problem.pad_hi[0]), (0, 0)), groups=1, dtype="bfloat16",
+                              layout="NHWC", epilogue=problem.epilogue)
 
 
 class SplitBf16Plan(Plan):
@@ -137,14 +165,27 @@ class SplitBf16Plan(Plan):
     def __init__(self, kernel, problem, device, inner, reason: str):
         super().__init__(kernel, problem, device, reason)
         self.inner = inner
-        c = problem.channels
-        self._x_parts = inner.x_channels // padded_channels(c)  # 2 where the kernel reads hi twice, else 3
-        self._x_split = _Split(device.index, problem.batch * int(np.prod(problem.in_spatial)), c, X_PARTS,
-                               self._x_parts)
-        self._w_split = _Split(device.index, problem.out_channels * int(np.prod(problem.filter_spatial)), c, W_PARTS)
+        c, n, k = problem.channels, problem.batch, problem.out_channels
+        self.folded = folds(problem)
+        if self.folded:
+            (H, W), (R, S), Q = problem.in_spatial, problem.filter_spatial, problem.out_spatial[1]
+            self._x_parts = 3
+            self._x_split = _Split(device.index, n * H * Q, c, X_PARTS, 3, dict(
+                taps=S, stride=problem.stride[1], dil=problem.dilation[1], pad=problem.pad_lo[1], src_w=W, dst_w=Q))
+            self._w_split = _Split(device.index, k * R, c, W_PARTS, 3, dict(taps=S, stride=0, dil=1, pad=0, src_w=S,
+                                                                              dst_w=1))
+        else:
+            self._x_parts = inner.x_channels // padded_channels(c)  # 2 where the kernel reads hi twice, else 3
+            self._x_split = _Split(device.index, n * int(np.prod(problem.in_spatial)), c, X_PARTS, self._x_parts)
+            self._w_split = _Split(device.index, k * int(np.prod(problem.filter_spatial)), c, W_PARTS)
 
     def describe(self) -> str:
         cp_ = padded_channels(self.problem.channels)
+        if self.folded:
+            S = self.problem.filter_spatial[-1]
+            return (f"split_bf16x3 with the filter's {S} columns folded into the channels (x as {S} x hi | lo | hi, "
+                    f"w as {S} x hi | hi | lo: {S} x 3 x {cp_} channels under a {self.problem.filter_spatial[0]}x1 "
+                    f"filter), then {self.inner.describe()}")
         x = ("x as hi | lo (2 x {0} channels, its hi blocks read twice)" if self._x_parts == 2
              else "x as hi | lo | hi (3 x {0} channels)").format(cp_)
         return (f"split_bf16x3: {x}, w as hi | hi | lo (3 x {cp_}), then {self.inner.describe()}")
