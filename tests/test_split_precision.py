@@ -72,13 +72,19 @@ def test_channels_first_float32_moves_the_result():
 
 
 @pytest.mark.parametrize("problem,why", [
-    (_problem(K=12), "K=12 is not a multiple of 8"),
     (_problem(C=8, K=8, groups=2), "groups=2"),
 ])
 def test_declines_with_a_reason(problem, why):
     plan, explanation = dispatch.select(problem, H100)
     assert plan.kernel.name != "sm90_bf16x3"
     assert why in explanation.declined["sm90_bf16x3"]
+
+
+@pytest.mark.parametrize("K", [3, 4, 12, 65])
+def test_any_output_width(K):
+    """The float32 epilogue stores any K (4-byte accesses for odd K): decoders' last layers included."""
+    plan, _ = dispatch.select(_problem(C=128, K=K), H100)
+    assert plan.kernel.name == "sm90_bf16x3" and plan.inner.problem.out_channels == K
 
 
 def test_other_dtypes_and_devices_are_declined():

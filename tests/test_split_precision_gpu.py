@@ -54,10 +54,9 @@ def test_split_keeps_infinities_out_of_lo(cp):
 
 
 def _float32_case(case):
-    """The drawn case with K a multiple of 8 (the kernel's condition), groups 1, C >= 2 (C = 1 is a
-    depthwise problem, served by depthwise_direct)."""
-    return dataclasses.replace(case, out_channels=-(-case.out_channels // 8) * 8, groups=1,
-                               channels=max(2, case.channels))
+    """The drawn case with groups 1 and C >= 2 (C = 1 is a depthwise problem, served by
+    depthwise_direct); any K, odd ones included."""
+    return dataclasses.replace(case, groups=1, channels=max(2, case.channels))
 
 
 def _check(cp, case, precision=None, in_place=False):
@@ -97,6 +96,8 @@ def test_drawn_tf32_and_in_place(cp, case):
     (3, 64, 64, 7, 2),       # an RGB stem: 3 channels padded to 8 per part, x as [hi | lo | hi]
     (192, 64, 20, 3, 2),     # strided 3x3 on im2col boxes, x as [hi | lo]
     (320, 320, 8, 3, 1),     # few output tiles: the split tail
+    (128, 3, 64, 3, 1),      # a decoder's last layer: K = 3, 4-byte stores
+    (4, 4, 32, 1, 1),        # C = K = 4, 1x1
 ])
 def test_network_layers(cp, C, K, hw, filt, stride):
     r = np.random.default_rng(C + K)

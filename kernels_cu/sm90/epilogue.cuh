@@ -241,14 +241,31 @@ __device__ __forceinline__ void consumer_epilogue_nchw(const float (&acc)[BN / 2
 
 // The float32-output epilogue (SM90_OUT_F32: the kernel multiplies 16-bit operands, the split parts of
 // float32 data, see cuconv/backends/sm90/split_precision.py, and keeps the fp32 sums). out, bias and the
-// residual are float32, channels-last (M, K). Each thread's pair of adjacent columns is one 8-byte
-// vector: for one accumulator register pair a warp covers 8 rows x 32 contiguous bytes (whole
-// sectors). The residual is read at the same addresses by the thread that then writes them (so `out`
-// may be the residual), not through the epilogue-load warp, whose C ring holds 16-bit chunks.
+// residual are float32, channels-last (M, K), any K. With K even, each thread's pair of adjacent
+// columns is one 8-byte vector: for one accumulator register pair a warp covers 8 rows x 32 contiguous
+// bytes (whole sectors). With K odd the rows start at odd words, so each value is a 4-byte access (the
+// narrow last convolutions of decoders, K = 3). The residual is read at the same addresses by the
+// thread that then writes them (so `out` may be the residual), not through the epilogue-load warp,
+// whose C ring holds 16-bit chunks.
 __device__ __forceinline__ void st_global_f32x2_if(bool pred, void* ptr, float a, float b) {
   asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\t@p st.global.v2.f32 [%0], {%1, %2};\n\t}" ::"l"(ptr),
                "f"(a), "f"(b), "r"((int)pred)
                : "memory");
+}
+
+__device__ __forceinline__ void st_global_f32_if(bool pred, void* ptr, float a) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t@p st.global.f32 [%0], %1;\n\t}" ::"l"(ptr), "f"(a),
+               "r"((int)pred)
+               : "memory");
+}
+
+__device__ __forceinline__ float ld_global_f32_if(bool pred, const void* ptr) {
+  float a;
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\tmov.f32 %0, 0f00000000;\n\t@p ld.global.f32 %0, [%1];\n\t}"
+               : "=f"(a)
+               : "l"(ptr), "r"((int)pred)
+               : "memory");
+  return a;
 }
 
 __device__ __forceinline__ float2 ld_global_f32x2_if(bool pred, const void* ptr) {
@@ -267,28 +284,44 @@ __device__ __forceinline__ void consumer_epilogue_f32(const float (&acc)[BN / 2]
                                                       int n0, int K, float* out, const float* bias,
                                                       const float* residual, const EpilogueParams& ep, int col_lane) {
   const bool has_res = ep.has_residual != 0;
+  const bool pairs = (K & 1) == 0;  // 8-byte accesses (K even: col even, so col + 1 < K with col < K)
 #pragma unroll
   for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
     const int blocks = (BN - 64 * chunk) >= 64 ? 8 : 4;
 #pragma unroll
     for (int jj = 0; jj < blocks; ++jj) {
-      const int col = n0 + chunk * 64 + jj * 8 + col_lane;  // K is a multiple of 8: col + 1 < K with col
-      const bool col_ok = col < K;
+      const int col = n0 + chunk * 64 + jj * 8 + col_lane;
+      const bool ok0 = col < K, ok1 = col + 1 < K;
       float2 b = make_float2(0.f, 0.f);
-      if (ep.has_bias && col_ok) b = *reinterpret_cast<const float2*>(bias + col);
+      if (ep.has_bias) {
+        b.x = ok0 ? bias[col] : 0.f;
+        b.y = ok1 ? bias[col + 1] : 0.f;
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const bool ok = col_ok && 8 * i < row_limit;
+        const bool row_ok = 8 * i < row_limit;
         const long long at = (m_row + 8 * i) * K + col;
         const int a = (chunk * 8 + jj) * 4 + 2 * i;
         float v0 = ep.alpha * acc[a] + b.x;
         float v1 = ep.alpha * acc[a + 1] + b.y;
         if (has_res) {
-          const float2 c = ld_global_f32x2_if(ok, residual + at);
-          v0 += ep.beta * c.x;
-          v1 += ep.beta * c.y;
+          if (pairs) {
+            const float2 c = ld_global_f32x2_if(row_ok && ok0, residual + at);
+            v0 += ep.beta * c.x;
+            v1 += ep.beta * c.y;
+          } else {
+            v0 += ep.beta * ld_global_f32_if(row_ok && ok0, residual + at);
+            v1 += ep.beta * ld_global_f32_if(row_ok && ok1, residual + at + 1);
+          }
         }
-        st_global_f32x2_if(ok, out + at, activate(v0, ACT), activate(v1, ACT));
+        v0 = activate(v0, ACT);
+        v1 = activate(v1, ACT);
+        if (pairs) {
+          st_global_f32x2_if(row_ok && ok0, out + at, v0, v1);
+        } else {
+          st_global_f32_if(row_ok && ok0, out + at, v0);
+          st_global_f32_if(row_ok && ok1, out + at + 1, v1);
+        }
       }
     }
   }

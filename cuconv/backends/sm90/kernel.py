@@ -60,8 +60,8 @@ class Sm90TmaKernel(Kernel):
             return Declined(f"groups={problem.groups}: grouped/depthwise convolution is not covered (groups == 1 only)")
         if problem.channels % 8:
             return Declined(f"C={problem.channels} is not a multiple of 8 (TMA needs 16-byte pixel strides)")
-        if problem.out_channels % 8:
-            return Declined(f"K={problem.out_channels} is not a multiple of 8 (16-byte filter/output rows)")
+        if problem.out_channels % 8 and not out_f32:  # the float32 epilogue stores any K
+            return Declined(f"K={problem.out_channels} is not a multiple of 8 (16-byte output rows)")
         why = tma_limits_violation(problem)
         if why:
             return Declined(why)
@@ -206,7 +206,7 @@ class Sm90Plan(Plan):
         ra = residual
         direct = self.writes_channels_first or self.out_f32  # the residual is read by the consumers
         if res and direct:  # at its own address (float32: 8-byte loads)
-            ra = _aligned(residual, 8) if self.out_f32 else residual
+            ra = _aligned(residual, 8) if self.out_f32 and problem.out_channels % 2 == 0 else residual
             tmap_c = placeholder_descriptor()
         elif res:
             ra = _aligned(residual)
@@ -214,7 +214,7 @@ class Sm90Plan(Plan):
                       else encode_tiled_c(problem, ra.data.ptr, cfg.block_m))
         else:
             tmap_c = placeholder_descriptor()
-        ba = _aligned(bias, 8 if self.out_f32 else 4) if bias is not None else None
+        ba = _aligned(bias, 4) if bias is not None else None
         cacheable = xa is x and wa is w and ra is residual and ba is bias
         xp_ = self._x_problem
         if cfg.halo:

@@ -123,8 +123,6 @@ class Sm90SplitBf16Kernel(Kernel):
                             f"this one is cc {device.cc[0]}.{device.cc[1]} ({device.name})")
         if problem.groups != 1:
             return Declined(f"groups={problem.groups}: grouped/depthwise convolution is not covered (groups == 1 only)")
-        if problem.out_channels % 8:
-            return Declined(f"K={problem.out_channels} is not a multiple of 8 (the epilogue stores 8-column blocks)")
         cp_ = padded_channels(problem.channels)
         if folds(problem):
             inner_problem, x_channels = folded_problem(problem), 0
