@@ -36,9 +36,11 @@ from .launch import PackedLaunch, c_struct
 from .problem import LAYOUTS
 from .scratch import scratch
 
-__all__ = ["to_channels_last", "to_channels_first", "describe", "SOURCE"]
+__all__ = ["to_channels_last", "to_channels_first", "describe", "SOURCE", "COMPILE_VARIANTS"]
 
 SOURCE = "layout/transpose.cu"
+#: What CI compiles (tests/test_compile.py): the transposes on both portable targets.
+COMPILE_VARIANTS = [(SOURCE, {}, arch) for arch in ("sm_80", "sm_90a")]
 _MAX_GRID_YZ = 65535
 _THIN = 16  # rows or cols at most this: the thin kernel (no tile)
 _ARGS_FIELDS = ([(n, np.int64) for n in ("rows", "cols", "x_batch_stride", "x_row_stride", "y_batch_stride",
