@@ -87,6 +87,18 @@ def test_any_output_width(K):
     assert plan.kernel.name == "sm90_bf16x3" and plan.inner.problem.out_channels == K
 
 
+def test_conv3d_float32_runs_split_on_hopper():
+    p = ConvProblem.create(nd=3, batch=1, in_spatial=(5, 12, 12), channels=3, out_channels=16,
+                           filter_spatial=(3, 3, 3), stride=1, dilation=1, padding=1, groups=1, dtype="float32",
+                           layout="NCDHW")
+    plan, _ = dispatch.select(p, H100)
+    assert plan.kernel.name == "conv3d_native_bf16x3" and not plan.folded  # the width fold is conv2d's
+    assert plan.inner.problem.nd == 3 and plan.inner.problem.layout == "NDHWC"
+    assert plan.inner.problem.channels == 3 * 8 and plan.inner.out_f32
+    plan, _ = dispatch.select(p, H100, strategy="native")
+    assert plan.kernel.name == "conv3d_native_bf16x3"
+
+
 def test_other_dtypes_and_devices_are_declined():
     for p in (_problem(dtype="bfloat16"), _problem(precision="float64"), _problem(dtype="float64")):
         _, explanation = dispatch.select(p, H100)

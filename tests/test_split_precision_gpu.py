@@ -116,6 +116,21 @@ def test_network_layers(cp, C, K, hw, filt, stride):
     assert cp.array_equal(got, again)  # a fixed reduction order: the same bits on every run
 
 
+@settings(max_examples=25, deadline=None)
+@given(cases(nd=3, dtypes=("float32",), groups=False, max_channels=20, max_spatial=8))
+def test_drawn_float32_conv3d(cp, case):
+    case = _float32_case(case)
+    x, w, bias, residual = make_operands(case, cp)
+    ep = case.epilogue
+    kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),
+                  activation=ep.get("activation"))
+    assert cuconv.explain(x, w, bias, residual=residual, **kwargs).kernel == "conv3d_native_bf16x3"
+    ref = cuconv.reference.conv3d(x, w, bias, residual=residual, **kwargs)
+    got = cuconv.conv3d(x, w, bias, residual=residual, **kwargs)
+    err = rel_error(got, ref)
+    assert got.dtype == cp.float32 and err <= BOUND, f"relative error {err:.3g} {case!r}"
+
+
 def test_misaligned_views_and_nchw(cp):
     r = np.random.default_rng(7)
     x = r.standard_normal((2, 12, 12, 33)).astype(np.float32)

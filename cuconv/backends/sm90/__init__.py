@@ -1,5 +1,5 @@
-"""Hopper (sm_90a) backend: ``sm90_tma`` (conv2d), ``conv3d_native`` (conv3d) and ``sm90_bf16x3``
-(float32 conv2d as split bf16 parts on the same kernel).
+"""Hopper (sm_90a) backend: ``sm90_tma`` (conv2d), ``conv3d_native`` (conv3d), and ``sm90_bf16x3`` /
+``conv3d_native_bf16x3`` (float32 as split bf16 parts on the same kernel).
 
 Modules, in the order a call uses them: :mod:`.tiles` (the pure tile policy), :mod:`.kernel`
 (the kernels' plans and launches), :mod:`.params` (the parameter struct), :mod:`.tensormap`
@@ -9,5 +9,5 @@ variant). Device code: kernels_cu/sm90/ and kernels_cu/precision/.
 """
 
 from .kernel import Sm90Plan, Sm90TmaConv3d, Sm90TmaKernel  # noqa: F401  (registers the kernels)
-from .split_precision import Sm90SplitBf16Kernel  # noqa: F401  (registers the kernel)
+from .split_precision import Sm90SplitBf16Conv3d, Sm90SplitBf16Kernel  # noqa: F401  (registers the kernels)
 from .tiles import TileConfig, choose_tile_config, tile_config  # noqa: F401

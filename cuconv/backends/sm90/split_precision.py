@@ -37,9 +37,9 @@ from ...launch import PackedLaunch, c_struct, grid_1d
 from ...plan import Declined, Kernel, Plan, tf32_note
 from ...registry import register
 from ...scratch import scratch
-from .kernel import Sm90TmaKernel
+from .kernel import Sm90TmaConv3d, Sm90TmaKernel
 
-__all__ = ["Sm90SplitBf16Kernel", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_PARTS"]
+__all__ = ["Sm90SplitBf16Kernel", "Sm90SplitBf16Conv3d", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_PARTS"]
 
 SPLIT_SOURCE = "precision/split_bf16.cu"
 #: Which of the three channel blocks hold ``lo`` (bit b: block b): x is [hi | lo | hi], w [hi | hi | lo].
@@ -141,8 +141,8 @@ class Sm90SplitBf16Kernel(Kernel):
 
 def folds(problem) -> bool:
     """Whether the split folds the filter width into the channels: few channels (three parts of them
-    fill less than one 64-channel block) under a filter more than one column wide."""
-    return 3 * padded_channels(problem.channels) < _BLOCK and problem.filter_spatial[-1] > 1
+    fill less than one 64-channel block) under a filter more than one column wide, in conv2d."""
+    return problem.nd == 2 and 3 * padded_channels(problem.channels) < _BLOCK and problem.filter_spatial[-1] > 1
 
 
 def folded_problem(problem):
@@ -200,4 +200,15 @@ class SplitBf16Plan(Plan):
         self.inner.run(xs, ws, bias, residual, out)
 
 
+class Sm90SplitBf16Conv3d(Sm90SplitBf16Kernel):
+    """conv3d of float32 data on Hopper ("native" strategy): the same split on the kernel's 5-D boxes or
+    halo windows (no width fold)."""
+
+    name = "conv3d_native_bf16x3"
+    priority = 95
+    spatial_dims = (3,)
+    strategy = "native"
+
+
 register(Sm90SplitBf16Kernel(Sm90TmaKernel()))
+register(Sm90SplitBf16Conv3d(Sm90TmaConv3d()))

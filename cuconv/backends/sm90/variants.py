@@ -80,9 +80,10 @@ COMPILE_VARIANTS = [
 ] + [
     _compile_variant(1, 2, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1, 1)
     for bn in STAGES
-] + [  # float32 output (the split-bf16 float32 path): bf16 2-D, 128-row tiles of at most 128 columns
-    # (promotion doubles the accumulators: tiles.F32_BLOCK_NS), single CTAs and pairs, whole and halo tiles
-    _compile_variant(1, 2, 128, bn, stages, 0, cl, halo, 0, 0, 1)
-    for halo in (0, 1) for cl in (1, 2) for bn in F32_BLOCK_NS
+] + [  # float32 output (the split-bf16 float32 path): bf16, 128-row tiles of at most 128 columns
+    # (promotion doubles the accumulators: tiles.F32_BLOCK_NS), whole and halo tiles; 2-D single CTAs
+    # and pairs, 3-D single CTAs
+    _compile_variant(1, nd, 128, bn, stages, 0, cl, halo, 0, 0, 1)
+    for nd, cl in ((2, 1), (2, 2), (3, 1)) for halo in (0, 1) for bn in F32_BLOCK_NS
     for stages in sorted({(halo_stages if halo else stages_for)(128, bn, res) for res in (False, True)})
 ]
