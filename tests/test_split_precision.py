@@ -7,14 +7,16 @@ on 3 x Cp bf16 channels (C rounded up to a multiple of 8).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import example, given, settings
 
 from cuconv import dispatch
 from cuconv.backends.sm90.split_precision import X_PARTS, W_PARTS, padded_channels
 from cuconv.backends.sm90.variants import COMPILE_VARIANTS, kernel_name
 from cuconv.problem import ConvProblem, Epilogue
 
-from geometry import A100, H100
+from geometry import A100, H100, Case, cases
 
 
 def _problem(C=64, K=64, dtype="float32", precision=None, layout="NHWC", groups=1, residual=False, **kw):
@@ -120,3 +122,94 @@ def test_float32_output_variants_are_compiled_in_ci():
     plan, _ = dispatch.select(_problem(C=256, K=256, residual=True), H100)
     assert kernel_name(plan.inner.cfg, True, 2, False, True).endswith("_f32")
     assert plan.inner.compile_jobs()[0][1]["SM90_HAS_RESIDUAL"] == 0
+
+
+# ------------------------------------------------------------------------------ a NumPy model of the path
+def split_model(a, lo_parts: int, parts: int = 3, fold=None):
+    """What kernels_cu/precision/split_bf16.cu writes for a (rows, C) float32 matrix ``a`` (the kernel's
+    index math, in NumPy): per destination row and tap, ``parts`` blocks of Cp bf16 values, hi or lo."""
+    import ml_dtypes
+    c = a.shape[-1]
+    cp_ = padded_channels(c)
+    hi = a.astype(ml_dtypes.bfloat16).astype(np.float32)
+    lo = np.where(np.isfinite(hi), (a - hi).astype(ml_dtypes.bfloat16).astype(np.float32), 0.0)
+    blocks = np.zeros((a.shape[0], 3, cp_), np.float32)
+    for b in range(3):
+        blocks[:, b, :c] = lo if lo_parts >> b & 1 else hi
+    blocks = blocks[:, :parts]
+    f = {**dict(taps=1, stride=1, dil=1, pad=0, src_w=1, dst_w=1), **(fold or {})}
+    if fold is None:
+        return blocks.reshape(a.shape[0], parts * cp_)
+    rows = a.shape[0] // f["src_w"] * f["dst_w"]
+    out = np.zeros((rows, f["taps"], parts * cp_), np.float32)
+    for row in range(rows):
+        nh, q = divmod(row, f["dst_w"])
+        for t in range(f["taps"]):
+            col = q * f["stride"] - f["pad"] + t * f["dil"]
+            if 0 <= col < f["src_w"]:
+                out[row, t] = blocks[nh * f["src_w"] + col].reshape(-1)
+    return out.reshape(rows, -1)
+
+
+def modelled_conv(problem, x, w):
+    """The float64 result of the bf16 convolution sm90_bf16x3 runs on ``problem`` (NHWC float32 x, w):
+    the split (and fold) by :func:`split_model`, then the inner problem's geometry. Products of bf16
+    values are exact in float64, so this is the kernel's result up to its summation order."""
+    from cuconv.backends.sm90.split_precision import folded_problem, folds
+    import cuconv.reference as reference
+    N, H, W, C = x.shape
+    K, R, S, _ = w.shape
+    if folds(problem):
+        ip = folded_problem(problem)
+        Q = problem.out_spatial[1]
+        xf = split_model(x.reshape(-1, C), X_PARTS, 3, dict(taps=S, stride=problem.stride[1],
+                         dil=problem.dilation[1], pad=problem.pad_lo[1], src_w=W, dst_w=Q)).reshape(N, H, Q, -1)
+        wf = split_model(w.reshape(-1, C), W_PARTS, 3, dict(taps=S, stride=0, dil=1, pad=0, src_w=S, dst_w=1))
+        wf = wf.reshape(K, R, 1, -1)
+        geometry = dict(stride=ip.stride, dilation=ip.dilation, padding=tuple(zip(ip.pad_lo, ip.pad_hi)))
+    else:
+        parts = 2 if padded_channels(C) % 64 == 0 else 3
+        xf = split_model(x.reshape(-1, C), X_PARTS, parts).reshape(N, H, W, -1)
+        if parts == 2:  # the kernel reads the third block from the first
+            xf = np.concatenate([xf, xf[..., :padded_channels(C)]], axis=-1)
+        wf = split_model(w.reshape(-1, C), W_PARTS).reshape(K, R, S, -1)
+        geometry = dict(stride=problem.stride, dilation=problem.dilation,
+                        padding=tuple(zip(problem.pad_lo, problem.pad_hi)))
+    return reference.conv2d(xf.astype(np.float64), wf.astype(np.float64), **geometry)
+
+
+def split_error_bound(x, w, conv_kwargs):
+    """Elementwise bound on the split products' error: hi + lo is within 2^-16 of each value, and lo x lo
+    is left out, so each product is within 3 * 2^-16 of |x| |w| and the sum within 3 * 2^-16 of the
+    convolution of |x| and |w|; 3.2 leaves room for the tensor cores' partial sums (at most 16 k16 steps
+    of one-sided rounding, 2^-19, before each promotion)."""
+    import cuconv.reference as reference
+    return 3.2 * 2.0 ** -16 * reference.conv2d(np.abs(x).astype(np.float64), np.abs(w).astype(np.float64), **conv_kwargs)
+
+
+def _case(C, spatial, filt, stride, dilation, padding):
+    return Case(nd=2, batch=2, spatial=spatial, channels=C, out_channels=5, filt=filt, stride=stride,
+                dilation=dilation, padding=padding, groups=1, dtype="float32", layout="NHWC", seed=C)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases(nd=2, dtypes=("float32",), groups=False, epilogue=False, max_channels=72, max_spatial=12,
+             layouts=("NHWC",)))
+@example(_case(3, (19, 23), (7, 7), (2, 2), (1, 1), 3))                    # an RGB stem: folded
+@example(_case(5, (9, 14), (3, 4), (1, 3), (2, 2), ((1, 2), (3, 0))))     # folded, dilated, uneven padding
+@example(_case(64, (7, 9), (3, 3), (2, 1), (1, 2), ((0, 1), (2, 2))))     # x as two blocks
+def test_modelled_split_is_within_its_bound(case):
+    """The split's index math (folds and two-block x included) and its error bound, on the CPU: the
+    model of what the kernel multiplies stays within :func:`split_error_bound` of the float64 result."""
+    import cuconv.reference as reference
+    from geometry import make_operands
+    x, w, _, _ = make_operands(case)
+    kw = case.conv_kwargs()
+    kw.pop("layout")
+    p = ConvProblem.create(nd=2, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+                           out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
+                           dilation=case.dilation, padding=case.padding, groups=1, dtype="float32", layout="NHWC")
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), **kw)
+    got = modelled_conv(p, x, w)
+    assert got.shape == want.shape
+    assert np.all(np.abs(got - want) <= split_error_bound(x, w, kw) + 1e-30)

@@ -2,9 +2,10 @@
 // (cuconv/backends/sm90/split_precision.py).
 //
 // Each float32 value v is split into hi = bf16(v) and lo = bf16(v - hi) (v - hi is exact in fp32), so
-// v = hi + lo + r with |r| <= 2^-18 |v|: 16 significant bits in two 8-bit parts. The product of two
-// split values, hi_x hi_w + lo_x hi_w + hi_x lo_w, leaves out lo_x lo_w (at most 2^-18 of the product)
-// and r: a relative error of a few 2^-18 per product, against 2^-11 for one TF32 product.
+// v = hi + lo + r with |r| <= 2^-16 |v|: 16 significant bits in two 8-bit parts. The product of two
+// split values, hi_x hi_w + lo_x hi_w + hi_x lo_w, leaves out lo_x lo_w (at most 2^-16 of the product)
+// and the r terms: at most 3 * 2^-16 of |x w| per product (typically a tenth of that), against
+// 2 * 2^-11 for one TF32 product.
 //
 // The three products are one bf16 convolution over three times the channels: every row of C float32
 // values (a pixel of x, or a tap of one filter) becomes three blocks of Cp bf16 values (Cp = C rounded
