@@ -209,6 +209,8 @@ def _network_layer_rows(rec: dict):
         ms = r.get("ms", {})
         one = "_one_at_a_time"
         check = _check_cell(r) + (f" ({r['rel_error']:.1e})" if "rel_error" in r else "")
+        if ms.get("cudnn_fp32"):
+            check += f"; cuDNN TF32 off {_ms(ms['cudnn_fp32'])} ms ({_ratio(ms['cudnn_fp32'], ms.get('cuconv'))})"
         rows.append([r.get("name", "?"), r.get("describe", "-"), str(r.get("count", 1)), r.get("kernel", "-"),
                      _ms(ms.get("cudnn")), _ms(ms.get("cuconv")), _ratio(ms.get("cudnn"), ms.get("cuconv")),
                      _ms(ms.get("cudnn" + one)), _ms(ms.get("cuconv" + one)),
@@ -230,6 +232,17 @@ def _network_sections(doc: dict) -> List[str]:
                "forward pass runs it) 20 times between two CUDA events, ms per forward pass, median of 5; "
                "**one at a time**: the same with a device synchronisation after each call (the GPU waits for "
                "the host). **speed** = cuDNN ms / cuconv ms. Per layer: ms per call.", ""]
+    for rec in _records(doc):
+        ms = rec.get("ms", {})
+        if ms.get("cudnn_fp32"):  # float32: cuDNN also with TF32 off
+            one = "_one_at_a_time"
+            out += [f"- {rec.get('title', rec.get('network', '?'))}, float32 at precision "
+                    f"{rec.get('precision', 'float32')}: the cuDNN columns run TF32 (torch's default); with TF32 "
+                    f"off cuDNN takes {_ms(ms['cudnn_fp32'])} ms per pass, speed "
+                    f"{_ratio(ms['cudnn_fp32'], ms.get('cuconv'))} back to back, "
+                    f"{_ratio(ms.get('cudnn_fp32' + one), ms.get('cuconv' + one))} one at a time."]
+    if any(rec.get("ms", {}).get("cudnn_fp32") for rec in _records(doc)):
+        out.append("")
     for rec in _records(doc):
         out += [f"<details><summary>{rec.get('title', rec.get('network', '?'))}, N={rec.get('batch', '?')}, "
                 f"{rec.get('dtype', '')}: layers ({rec.get('source', 'source not recorded')})</summary>", ""]
