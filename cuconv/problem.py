@@ -68,7 +68,7 @@ PRECISIONS = {
 PRECISION_MEANING = {
     "float16": "float16 products, fp32 accumulation",
     "bfloat16": "bfloat16 products, fp32 accumulation",
-    "float32": "float32-level accuracy (relative error at most 1e-5 against float64)",
+    "float32": "relative error at most 1e-5 of the result against float64 on normally distributed data",
     "tf32": "one TF32 product per term (operands rounded to 10 mantissa bits), fp32 accumulation",
     "float64": "float64 products and accumulation",
 }
