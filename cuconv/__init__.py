@@ -3,7 +3,9 @@
 >>> import cuconv
 >>> y = cuconv.conv2d(x, w, padding="same", activation="relu")   # doctest: +SKIP
 
-Public API: :func:`conv2d`, :func:`conv3d`, :func:`explain`, :mod:`cuconv.reference` (the float64
+Public API: :func:`conv2d`, :func:`conv3d`, :func:`explain`, gradients and transposed convolution
+(:mod:`cuconv.grad`: :func:`conv2d_input_grad`, :func:`conv2d_weight_grad`, :func:`conv_transpose2d` and
+their 3-D forms), :mod:`cuconv.reference` (the float64
 oracle), ``overrides`` (force a tile / sub-path for tests and tuning), :class:`ConvProblem`. CuPy is imported lazily; ``import cuconv`` needs only NumPy and
 ml_dtypes.
 """
@@ -13,6 +15,8 @@ from .api import conv2d, conv3d, explain
 from .compiler import clear_cache
 from .conv_plan import ConvPlan, plan_conv2d, plan_conv3d
 from .dispatch import Explanation, KernelDeclined, kernels
+from .grad import (conv2d_input_grad, conv2d_weight_grad, conv3d_input_grad, conv3d_weight_grad, conv_transpose2d,
+                   conv_transpose3d, conv_transpose_output_shape)
 from .overrides import Overrides, overrides
 from .matmul import matmul
 from .precompile import precompile
@@ -29,5 +33,6 @@ def __getattr__(name):
         return importlib.import_module(".dask", __name__)
     raise AttributeError(f"module 'cuconv' has no attribute {name!r}")
 
-__all__ = ["conv2d", "conv3d", "explain", "plan_conv2d", "plan_conv3d", "ConvPlan", "precompile", "matmul", "clear_cache", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
+__all__ = ["conv2d", "conv3d", "explain", "conv2d_input_grad", "conv3d_input_grad", "conv2d_weight_grad",
+           "conv3d_weight_grad", "conv_transpose2d", "conv_transpose3d", "conv_transpose_output_shape", "plan_conv2d", "plan_conv3d", "ConvPlan", "precompile", "matmul", "clear_cache", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
            "KernelDeclined", "kernels", "overrides", "Overrides", "__version__"]

@@ -23,7 +23,8 @@ CELL_TIMEOUT_S = 300
 
 def test_notebooks_exist():
     names = [p.name for p in NOTEBOOKS]
-    for expected in ("01_implicit_gemm_and_im2col.ipynb", "02_using_cuconv.ipynb", "03_performance.ipynb", "04_dask_volumes.ipynb"):
+    for expected in ("01_implicit_gemm_and_im2col.ipynb", "02_using_cuconv.ipynb", "03_performance.ipynb", "04_dask_volumes.ipynb",
+                     "05_training.ipynb"):
         assert expected in names, f"docs/notebooks/{expected} is missing (found {names})"
 
 

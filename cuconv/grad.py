@@ -1,0 +1,429 @@
+"""Gradients of the forward convolution, and transposed convolution, each computed as one forward
+convolution (per group, for the weight gradient) on rearranged operands.
+
+For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation ``d``, padding
+``(lo, hi)`` per dim, groups), with the output gradient ``dy``:
+
+* **input gradient** ``dx[n, i, c] = sum over k, f, o with i = o s - lo + f d of dy[n, o, k] w[k, f, c]``.
+  ``dy`` is placed every ``s`` positions into a zero array of extent ``I + (F - 1) d`` per dim, at
+  offset ``(F - 1) d - lo`` (entries that fall outside are the outputs no input position reaches), and
+  a stride-1 forward convolution with dilation ``d``, no padding, and the filter flipped along every
+  spatial axis with its K and C axes exchanged (per group) gives ``dx`` of extent exactly ``I``.
+* **weight gradient** ``dw[k, f, c] = sum over n, o of dy[n, o, k] x[n, o s - lo + f d, c]``: a forward
+  convolution whose "batch" is the channels of x and whose "channels" are the images: x as
+  ``(C, I, N)`` against ``dy`` as a ``(K, O, N)`` filter, stride ``d``, dilation ``s``, padding ``lo``
+  in front (and enough behind to reach ``F`` outputs), the first ``F`` outputs kept. A grouped
+  convolution takes one such call per group.
+* **transposed convolution** ``conv_transpose(x, w)`` is the input gradient of the forward convolution
+  with weight ``w`` whose output has x's shape, with the epilogue ``act(alpha * . + bias + beta * C)``
+  fused into that forward call. Its output extent per dim is
+  ``(I - 1) s - lo - hi + (F - 1) d + output_padding + 1`` (torch's ``conv_transpose`` with
+  ``padding=p`` is ``lo = hi = p``).
+
+Every forward call goes through :func:`cuconv.conv2d` / :func:`cuconv.conv3d`, so each runs on the
+kernel the dispatcher picks for it (NumPy: the CPU kernel, in float64 for float64 data) and
+``kernel=`` / ``precision=`` apply to it. The input gradient with ``s > 1`` computes on the
+zero-filled ``dy`` (``s^nd`` times its size): correct, but it multiplies zeros; a weight gradient
+whose filter (``dy``) is large runs on the generic kernels. The results are deterministic (a fixed
+order of every sum). Arrays in the caller's layout go in and come out; channels-first operands are
+moved to channels-last for the computation.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+from .arrays import as_array, check_same_place, dtype_name
+from .problem import LAYOUTS, normalize_spatial
+from .validate import activation_of, layout_of, precision_of
+
+__all__ = ["conv2d_input_grad", "conv3d_input_grad", "conv2d_weight_grad", "conv3d_weight_grad",
+           "conv_transpose2d", "conv_transpose3d", "conv_transpose_output_shape"]
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _xp(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
+
+def _forward_fn(nd: int):
+    from .api import conv2d, conv3d
+    return conv2d if nd == 2 else conv3d
+
+
+def _shape(value, name: str, nd: int) -> Tuple[int, ...]:
+    """A full array shape given by the caller (``x_shape`` / ``w_shape``): ``nd + 2`` ints."""
+    try:
+        shape = tuple(int(v) for v in value)
+    except TypeError:
+        raise TypeError(f"{name}: expected a sequence of {nd + 2} ints, got {value!r}") from None
+    if len(shape) != nd + 2 or any(isinstance(v, bool) for v in value):
+        raise ValueError(f"{name}: expected {nd + 2} ints, got {value!r}")
+    return shape
+
+
+def _forward_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, precision):
+    """The forward convolution being differentiated, validated (its padding resolved)."""
+    from .validate import conv_problem
+    return conv_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, 1.0, 1.0,
+                        False, False, None, precision)
+
+
+def _last(a, channels_first: bool, xp):
+    """``a`` channels-last and contiguous (an activation ``(N, C, ...)`` or a weight ``(K, C/g, ...)``)."""
+    if channels_first:
+        a = xp.moveaxis(a, 1, -1)
+    return xp.ascontiguousarray(a)
+
+
+def _first(a, channels_first: bool, xp):
+    """A channels-last result back in the caller's layout (contiguous)."""
+    return xp.ascontiguousarray(xp.moveaxis(a, -1, 1)) if channels_first else a
+
+
+def _check_operand(a, name: str, shape, dtype: str, ref, ref_name: str):
+    check_same_place(a, name, ref, ref_name)
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+    got = dtype_name(a, name)
+    if got != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} like {ref_name}, got {got}")
+
+
+def _user_out_shape(p, layout: str) -> Tuple[int, ...]:
+    shape = p.out_shape
+    return tuple(shape) if LAYOUTS[layout][1] else (shape[0], shape[-1], *shape[1:-1])
+
+
+# ------------------------------------------------------------------------------------------ input gradient
+def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision,
+                epilogue=None, out=None):
+    """The input gradient (module docstring), channels-last internally; ``epilogue``: the keywords
+    (bias, residual, alpha, beta, activation) fused into the forward call (transposed convolution)."""
+    layout = layout_of(layout, nd)
+    cf = not LAYOUTS[layout][1]
+    dy = as_array(dy, "dy")
+    w = as_array(w, "w")
+    check_same_place(w, "w", dy, "dy")
+    dtype = dtype_name(dy, "dy")
+    if dtype_name(w, "w") != dtype:
+        raise TypeError(f"w: expected dtype {dtype} like dy, got {dtype_name(w, 'w')}")
+    if w.ndim != nd + 2:
+        raise ValueError(f"w: expected a {nd + 2}-D array, got {w.ndim}-D with shape {tuple(w.shape)}")
+    x_shape = _shape(x_shape, "x_shape", nd)
+    p = _forward_problem(nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
+                         precision_of(precision, dtype))
+    want = _user_out_shape(p, layout)
+    want = (x_shape[0], *want[1:])
+    if tuple(dy.shape) != want:
+        raise ValueError(f"dy: expected shape {want} (the output of the forward convolution of x_shape "
+                         f"{x_shape} with w {tuple(w.shape)}, {layout}), got {tuple(dy.shape)}")
+    xp = _xp(dy)
+    dy_n, w_n = _last(dy, cf, xp), _last(w, cf, xp)
+    N, I, F, O = x_shape[0], p.in_spatial, p.filter_spatial, p.out_spatial
+    K, C, g = p.out_channels, p.channels, p.groups
+    Kg, Cg = K // g, C // g
+    # dy every s positions at offset (F - 1) d - lo in a zero array of extent I + (F - 1) d.
+    extent = [i + (f - 1) * d for i, f, d in zip(I, F, p.dilation)]
+    placed = xp.zeros((N, *extent, K), dtype=dy_n.dtype)
+    src, dst = [slice(None)], [slice(None)]
+    for o, s, lo, ext, f, d in zip(O, p.stride, p.pad_lo, extent, F, p.dilation):
+        off = (f - 1) * d - lo
+        o_min = max(0, -(-(-off) // s)) if off < 0 else 0     # first o with off + o s >= 0
+        o_max = min(o - 1, (ext - 1 - off) // s)              # last o with off + o s < ext
+        if o_max < o_min:
+            src.append(slice(0, 0))
+            dst.append(slice(0, 0))
+        else:
+            src.append(slice(o_min, o_max + 1))
+            dst.append(slice(off + o_min * s, off + o_max * s + 1, s))
+    src.append(slice(None))
+    dst.append(slice(None))
+    placed[tuple(dst)] = dy_n[tuple(src)]
+    # The filter flipped along its spatial axes, K and C exchanged within each group: (C, *F, Kg).
+    flip = (slice(None),) + (slice(None, None, -1),) * nd + (slice(None),)
+    wg = w_n[flip].reshape(g, Kg, *F, Cg)
+    wt = xp.ascontiguousarray(xp.moveaxis(wg, (1, nd + 2), (nd + 2, 1))).reshape(C, *F, Kg)
+    ep = epilogue or {}
+    fwd = _forward_fn(nd)
+    res = fwd(placed, wt, ep.get("bias"), stride=1, padding=0, dilation=p.dilation, groups=g,
+              layout="NHWC" if nd == 2 else "NDHWC", residual=ep.get("residual"), alpha=ep.get("alpha", 1.0),
+              beta=ep.get("beta", 1.0), activation=ep.get("activation"), out=out, kernel=kernel,
+              precision=precision)
+    return _first(res, cf, xp)
+
+
+def _doc_input_grad(nd: int) -> str:
+    return f"""The gradient of a conv{nd}d's input: ``dx`` of shape ``x_shape`` from the output gradient ``dy``.
+
+    Parameters
+    ----------
+    dy : array
+        The gradient of the forward output (its shape, in ``layout``), NumPy or CuPy.
+    w : array
+        The forward weight (``(K, *filter, C/groups)`` channels-last, ``(K, C/groups, *filter)``
+        channels-first), same dtype and device as ``dy``.
+    x_shape : sequence of {nd + 2} ints
+        The forward input's shape, in ``layout``.
+    stride, padding, dilation, groups, layout
+        As in :func:`cuconv.conv{nd}d` (``"same"`` and ``"valid"`` included).
+    kernel, precision
+        For the forward convolution that computes it (see :func:`cuconv.conv{nd}d`).
+
+    Returns
+    -------
+    array of ``x_shape``, the array library of ``dy``. Computed as one forward convolution of ``dy``
+    (placed every ``stride`` positions into zeros) with the flipped filter: see :mod:`cuconv.grad`.
+    """
+
+
+def conv2d_input_grad(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", kernel=None,
+                      precision=None):
+    return _input_grad(2, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision)
+
+
+def conv3d_input_grad(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, layout="NDHWC", kernel=None,
+                      precision=None):
+    return _input_grad(3, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision)
+
+
+conv2d_input_grad.__doc__ = _doc_input_grad(2)
+conv3d_input_grad.__doc__ = _doc_input_grad(3)
+
+
+# ------------------------------------------------------------------------------------------ weight gradient
+def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision):
+    layout = layout_of(layout, nd)
+    cf = not LAYOUTS[layout][1]
+    x = as_array(x, "x")
+    dy = as_array(dy, "dy")
+    check_same_place(dy, "dy", x)
+    dtype = dtype_name(x, "x")
+    if x.ndim != nd + 2:
+        raise ValueError(f"x: expected a {nd + 2}-D array ({layout}), got {x.ndim}-D with shape {tuple(x.shape)}")
+    w_shape = _shape(w_shape, "w_shape", nd)
+    p = _forward_problem(nd, tuple(x.shape), w_shape, dtype, layout, stride, padding, dilation, groups,
+                         precision_of(precision, dtype))
+    want = (x.shape[0], *_user_out_shape(p, layout)[1:])
+    _check_operand(dy, "dy", want, dtype, x, "x")
+    if not isinstance(bias_grad, bool):
+        raise TypeError(f"bias_grad: expected True or False, got {bias_grad!r}")
+    xp = _xp(x)
+    x_n, dy_n = _last(x, cf, xp), _last(dy, cf, xp)
+    N, I, F, O = x.shape[0], p.in_spatial, p.filter_spatial, p.out_spatial
+    K, C, g = p.out_channels, p.channels, p.groups
+    Kg, Cg = K // g, C // g
+    # The padding behind that makes at least F outputs: (F - 1) d + (O - 1) s + 1 <= I + lo + hi.
+    hi = [max(0, (f - 1) * d + (o - 1) * s + 1 - i - lo)
+          for f, d, o, s, i, lo in zip(F, p.dilation, O, p.stride, I, p.pad_lo)]
+    pads = tuple(zip(p.pad_lo, hi))
+    native = "NHWC" if nd == 2 else "NDHWC"
+    fwd = _forward_fn(nd)
+    parts = []
+    for j in range(g):
+        xs = xp.ascontiguousarray(xp.moveaxis(x_n[..., j * Cg:(j + 1) * Cg], (0, nd + 1), (nd + 1, 0)))  # (Cg, *I, N)
+        ds = xp.ascontiguousarray(xp.moveaxis(dy_n[..., j * Kg:(j + 1) * Kg], (0, nd + 1), (nd + 1, 0)))  # (Kg, *O, N)
+        r = fwd(xs, ds, stride=p.dilation, padding=pads, dilation=p.stride, layout=native, kernel=kernel,
+                precision=precision)  # (Cg, *>=F, Kg)
+        r = r[(slice(None),) + tuple(slice(0, f) for f in F) + (slice(None),)]
+        parts.append(xp.moveaxis(r, (0, nd + 1), (nd + 1, 0)))  # (Kg, *F, Cg)
+    dw = xp.ascontiguousarray(parts[0] if g == 1 else xp.concatenate(parts, axis=0))
+    if cf:
+        dw = xp.ascontiguousarray(xp.moveaxis(dw, -1, 1))
+    if not bias_grad:
+        return dw
+    axes = tuple(a for a in range(dy_n.ndim - 1))
+    db = dy_n.astype(np.float64 if dtype == "float64" else np.float32).sum(axis=axes).astype(dy_n.dtype)
+    return dw, db
+
+
+def _doc_weight_grad(nd: int) -> str:
+    return f"""The gradient of a conv{nd}d's weight: ``dw`` of shape ``w_shape`` from its input ``x`` and the
+    output gradient ``dy``.
+
+    Parameters
+    ----------
+    x : array
+        The forward input, NumPy or CuPy, in ``layout``.
+    dy : array
+        The gradient of the forward output, same dtype and device as ``x``.
+    w_shape : sequence of {nd + 2} ints
+        The forward weight's shape (``(K, *filter, C/groups)`` channels-last, ``(K, C/groups, *filter)``
+        channels-first).
+    stride, padding, dilation, groups, layout
+        As in :func:`cuconv.conv{nd}d`.
+    bias_grad : bool
+        Also return the bias gradient (``dy`` summed over every axis but the channels).
+    kernel, precision
+        For the forward convolutions that compute it (one per group).
+
+    Returns
+    -------
+    ``dw`` (or ``(dw, db)``), the array library of ``x``. Computed as a forward convolution with the
+    images as channels and ``dy`` as the filter: see :mod:`cuconv.grad`.
+    """
+
+
+def conv2d_weight_grad(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", bias_grad=False,
+                       kernel=None, precision=None):
+    return _weight_grad(2, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision)
+
+
+def conv3d_weight_grad(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1, layout="NDHWC",
+                       bias_grad=False, kernel=None, precision=None):
+    return _weight_grad(3, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision)
+
+
+conv2d_weight_grad.__doc__ = _doc_weight_grad(2)
+conv3d_weight_grad.__doc__ = _doc_weight_grad(3)
+
+
+# ------------------------------------------------------------------------------------------ transposed
+def _pairs(padding, nd: int):
+    """Transposed-convolution padding: an int, one int per dim, or one (lo, hi) pair per dim."""
+    if isinstance(padding, str):
+        raise ValueError(f"padding: a transposed convolution takes ints or (lo, hi) pairs, got {padding!r}")
+    if isinstance(padding, (int, np.integer)) and not isinstance(padding, bool):
+        if padding < 0:
+            raise ValueError(f"padding: must be >= 0, got {padding}")
+        return ((int(padding), int(padding)),) * nd
+    try:
+        items = list(padding)
+    except TypeError:
+        raise TypeError(f"padding: expected an int, {nd} ints or {nd} (lo, hi) pairs, got {padding!r}") from None
+    if len(items) != nd:
+        raise ValueError(f"padding: expected {nd} entries, got {padding!r}")
+    out = []
+    for v in items:
+        pair = (v, v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else tuple(v)
+        if len(pair) != 2 or any(isinstance(u, bool) or not isinstance(u, (int, np.integer)) or u < 0 for u in pair):
+            raise ValueError(f"padding: expected non-negative ints or (lo, hi) pairs, got {padding!r}")
+        out.append((int(pair[0]), int(pair[1])))
+    return tuple(out)
+
+
+def conv_transpose_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], *, stride=1, padding=0,
+                                output_padding=0, dilation=1, groups=1, layout="NHWC") -> Tuple[int, ...]:
+    """The output shape of :func:`conv_transpose2d` / :func:`conv_transpose3d` (``x_shape`` and ``w_shape``
+    in ``layout``; the weight as the forward convolution's, ``(C_in, *filter, C_out/groups)``
+    channels-last): ``(I - 1) s - lo - hi + (F - 1) d + output_padding + 1`` per spatial dim."""
+    nd = len(x_shape) - 2
+    layout = layout_of(layout, nd)
+    cf = not LAYOUTS[layout][1]
+    x_shape, w_shape = _shape(x_shape, "x_shape", nd), _shape(w_shape, "w_shape", nd)
+    stride = normalize_spatial(stride, nd, "stride")
+    dilation = normalize_spatial(dilation, nd, "dilation")
+    op = normalize_spatial(output_padding, nd, "output_padding", minimum=0)
+    for o, s in zip(op, stride):
+        if o >= s:
+            raise ValueError(f"output_padding: must be smaller than the stride in each dim (the rows it adds "
+                             f"are ones the forward convolution's stride skips), got {tuple(op)} with stride {stride}")
+    pads = _pairs(padding, nd)
+    if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"groups: expected an int >= 1, got {groups!r}")
+    N, Cin, *I = (x_shape[0], x_shape[1], *x_shape[2:]) if cf else (x_shape[0], x_shape[-1], *x_shape[1:-1])
+    Kw, Cog, *F = (w_shape[0], w_shape[1], *w_shape[2:]) if cf else (w_shape[0], w_shape[-1], *w_shape[1:-1])
+    if Kw != Cin:
+        raise ValueError(f"w: a transposed convolution's weight has the input's C_in={Cin} channels first, "
+                         f"got shape {tuple(w_shape)} ({layout})")
+    if Cin % groups:
+        raise ValueError(f"groups: must divide the input channels C_in={Cin}, got {groups}")
+    size = [(i - 1) * s - lo - hi + (f - 1) * d + o + 1 for i, s, (lo, hi), f, d, o in zip(I, stride, pads, F, dilation, op)]
+    if any(v < 1 for v in size):
+        raise ValueError(f"output size: must be >= 1 in every spatial dim, got {tuple(size)} from input "
+                         f"{tuple(I)}, filter {tuple(F)}, stride {stride}, padding {pads}, dilation {dilation}, "
+                         f"output_padding {op}")
+    C_out = Cog * groups
+    return (N, C_out, *size) if cf else (N, *size, C_out)
+
+
+def _transpose(nd, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual, alpha, beta,
+               activation, out, kernel, precision):
+    layout = layout_of(layout, nd)
+    x = as_array(x, "x")
+    w = as_array(w, "w")
+    check_same_place(w, "w", x)
+    if x.ndim != nd + 2:
+        raise ValueError(f"x: expected a {nd + 2}-D array ({layout}), got {x.ndim}-D with shape {tuple(x.shape)}")
+    if w.ndim != nd + 2:
+        raise ValueError(f"w: expected a {nd + 2}-D array, got {w.ndim}-D with shape {tuple(w.shape)}")
+    y_shape = conv_transpose_output_shape(tuple(x.shape), tuple(w.shape), stride=stride, padding=padding,
+                                          output_padding=output_padding, dilation=dilation, groups=groups,
+                                          layout=layout)
+    activation_of(activation)  # named errors before any work
+    pads = _pairs(padding, nd)
+    cf = not LAYOUTS[layout][1]
+    xp = _xp(x)
+    epilogue = dict(bias=bias, residual=residual, alpha=alpha, beta=beta, activation=activation)
+    if not cf:
+        return _input_grad(nd, x, w, y_shape, stride, pads, dilation, groups, layout, kernel, precision, epilogue,
+                           out)
+    # channels-first: the forward call runs channels-last, its residual and result moved.
+    if residual is not None:
+        residual = as_array(residual, "residual")
+        _check_operand(residual, "residual", y_shape, dtype_name(x, "x"), x, "x")
+        epilogue["residual"] = _last(residual, True, xp)
+    if out is not None:
+        out_a = as_array(out, "out")
+        _check_operand(out_a, "out", y_shape, dtype_name(x, "x"), x, "x")
+    y_last = (y_shape[0], *y_shape[2:], y_shape[1])
+    x_last = _last(x, True, xp)
+    w_last = _last(w, True, xp)
+    res = _input_grad(nd, x_last, w_last, y_last, stride, pads, dilation, groups, "NHWC" if nd == 2 else "NDHWC",
+                      kernel, precision, epilogue)
+    moved = xp.moveaxis(res, -1, 1)
+    if out is not None:
+        out_a[...] = moved
+        return out
+    return xp.ascontiguousarray(moved)
+
+
+def _doc_transpose(nd: int) -> str:
+    return f"""Transposed convolution (the input gradient of a conv{nd}d, run forward), with the fused epilogue
+    ``act(alpha * conv_transpose(x, w) + bias + beta * residual)``.
+
+    Parameters
+    ----------
+    x : array
+        ``(N, *spatial, C_in)`` channels-last or ``(N, C_in, *spatial)`` channels-first, NumPy or CuPy.
+    w : array
+        The weight of the forward convolution whose input gradient this computes:
+        ``(C_in, *filter, C_out/groups)`` channels-last, ``(C_in, C_out/groups, *filter)`` channels-first
+        (torch's convention), so ``conv_transpose{nd}d(x, w, ...)`` equals
+        ``conv{nd}d_input_grad(x, w, output_shape, ...)``.
+    bias : array (C_out,), optional
+    stride, dilation, groups
+        As the forward convolution's.
+    padding : int, {nd} ints, or {nd} (lo, hi) pairs
+        The forward convolution's padding (it trims the output): torch's ``padding=p`` is ``p``.
+    output_padding : int or {nd} ints
+        Extra output rows at the high end, each smaller than the stride.
+    layout, residual, alpha, beta, activation, out, kernel, precision
+        As in :func:`cuconv.conv{nd}d`; ``residual`` and ``out`` have the output's shape.
+
+    Returns
+    -------
+    array of :func:`conv_transpose_output_shape`, the array library of ``x``.
+    """
+
+
+def conv_transpose2d(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1, groups=1, layout="NHWC",
+                     residual=None, alpha=1.0, beta=1.0, activation=None, out=None, kernel=None, precision=None):
+    return _transpose(2, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual, alpha,
+                      beta, activation, out, kernel, precision)
+
+
+def conv_transpose3d(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                     layout="NDHWC", residual=None, alpha=1.0, beta=1.0, activation=None, out=None, kernel=None,
+                     precision=None):
+    return _transpose(3, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual, alpha,
+                      beta, activation, out, kernel, precision)
+
+
+conv_transpose2d.__doc__ = _doc_transpose(2)
+conv_transpose3d.__doc__ = _doc_transpose(3)

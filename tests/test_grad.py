@@ -1,0 +1,189 @@
+"""Gradients and transposed convolution (cuconv.grad) on the CPU, in float64.
+
+* adjoint identities on drawn geometries (stride, dilation, asymmetric / "same" / "valid" padding,
+  groups, both layouts, 2-D and 3-D): ``<conv(x, w), dy> = <x, dx> = <w, dw>``, to float64 rounding;
+* finite differences of the forward convolution;
+* the transposed convolution against an independent scatter-add definition (every input pixel adds
+  ``x * w`` into the output positions its taps reach), with output_padding, groups and the epilogue;
+* the bias gradient, channels-first layouts, and the errors.
+
+The GPU counterparts are in tests/test_grad_gpu.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import cuconv
+from cuconv import grad
+
+from geometry import cases
+
+
+def _operands(case, rng):
+    x = rng.standard_normal(case.x_shape())
+    w = rng.standard_normal(case.w_shape())
+    return x, w
+
+
+def _adjoint_check(case):
+    rng = np.random.default_rng(case.seed)
+    x, w = _operands(case, rng)
+    kw = case.conv_kwargs()
+    fwd = cuconv.conv2d if case.nd == 2 else cuconv.conv3d
+    input_grad = grad.conv2d_input_grad if case.nd == 2 else grad.conv3d_input_grad
+    weight_grad = grad.conv2d_weight_grad if case.nd == 2 else grad.conv3d_weight_grad
+    y = fwd(x, w, **kw)
+    dy = rng.standard_normal(y.shape)
+    dx = input_grad(dy, w, x.shape, **kw)
+    dw = weight_grad(x, dy, w.shape, **kw)
+    assert dx.shape == x.shape and dw.shape == w.shape and dx.dtype == np.float64
+    scale = np.sqrt(np.sum(y * y) * np.sum(dy * dy)) + 1e-300
+    lhs = np.sum(y * dy)
+    assert abs(np.sum(x * dx) - lhs) <= 1e-10 * scale, case
+    assert abs(np.sum(w * dw) - lhs) <= 1e-10 * scale, case
+
+
+@settings(max_examples=120, deadline=None)
+@given(cases(nd=2, dtypes=("float64",), epilogue=False))
+def test_adjoint_identities_2d(case):
+    _adjoint_check(case)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(nd=3, dtypes=("float64",), epilogue=False, max_channels=6, max_spatial=8))
+def test_adjoint_identities_3d(case):
+    _adjoint_check(case)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_finite_differences(layout):
+    """dx and dw agree with central differences of L = sum(conv(x, w) * dy)."""
+    rng = np.random.default_rng(3)
+    cf = layout == "NCHW"
+    x = rng.standard_normal((2, 3, 7, 6) if cf else (2, 7, 6, 3))
+    w = rng.standard_normal((4, 3, 3, 2) if cf else (4, 3, 2, 3))
+    kw = dict(stride=(2, 1), padding=((1, 2), (0, 1)), dilation=(1, 2), layout=layout)
+    dy = rng.standard_normal(cuconv.conv2d(x, w, **kw).shape)
+    dx = cuconv.conv2d_input_grad(dy, w, x.shape, **kw)
+    dw = cuconv.conv2d_weight_grad(x, dy, w.shape, **kw)
+
+    def loss(xa, wa):
+        return float(np.sum(cuconv.conv2d(xa, wa, **kw) * dy))
+    h = 1e-6
+    for a, g, other in ((x, dx, "x"), (w, dw, "w")):
+        for idx in [tuple(rng.integers(0, n) for n in a.shape) for _ in range(6)]:
+            plus, minus = a.copy(), a.copy()
+            plus[idx] += h
+            minus[idx] -= h
+            fd = ((loss(plus, w) - loss(minus, w)) if other == "x" else (loss(x, plus) - loss(x, minus))) / (2 * h)
+            assert abs(fd - g[idx]) <= 1e-6 * max(1.0, abs(fd)), (other, idx, fd, g[idx])
+
+
+def _scatter_transpose(x, w, stride, pads, dilation, output_padding, groups):
+    """conv_transpose2d by its definition, NHWC: each input pixel o adds x[o] w into the output pixels
+    o s - lo + f d of its taps f."""
+    N, H, W, Cin = x.shape
+    _, R, S, Cog = w.shape
+    (sh, sw), (dh, dw), ((lh, hh), (lw, hw)), (oh, ow) = stride, dilation, pads, output_padding
+    Ho = (H - 1) * sh - lh - hh + (R - 1) * dh + oh + 1
+    Wo = (W - 1) * sw - lw - hw + (S - 1) * dw + ow + 1
+    Cig = Cin // groups
+    y = np.zeros((N, Ho, Wo, Cog * groups))
+    for g, i, j, r, s in itertools.product(range(groups), range(H), range(W), range(R), range(S)):
+        oi, oj = i * sh - lh + r * dh, j * sw - lw + s * dw
+        if 0 <= oi < Ho and 0 <= oj < Wo:
+            xs = x[:, i, j, g * Cig:(g + 1) * Cig]                      # (N, Cig)
+            ws = w[g * Cig:(g + 1) * Cig, r, s, :]                      # (Cig, Cog)
+            y[:, oi, oj, g * Cog:(g + 1) * Cog] += xs @ ws
+    return y
+
+
+@pytest.mark.parametrize("stride,pads,dilation,output_padding,groups", [
+    ((2, 2), ((1, 1), (1, 1)), (1, 1), (1, 1), 1),     # a decoder's 3x3 stride-2 upsampling (torch p=1, op=1)
+    ((2, 3), ((0, 2), (1, 0)), (2, 1), (1, 2), 2),     # uneven everything, groups
+    ((1, 1), ((0, 0), (0, 0)), (1, 1), (0, 0), 3),
+    ((3, 2), ((2, 0), (0, 0)), (1, 3), (0, 1), 1),     # padding larger than a stride step
+])
+def test_transpose_matches_its_definition(stride, pads, dilation, output_padding, groups):
+    rng = np.random.default_rng(sum(stride) + groups)
+    x = rng.standard_normal((2, 5, 4, 6))
+    w = rng.standard_normal((6, 3, 3, 4 // 2 * 2 if groups != 3 else 2))
+    bias = rng.standard_normal(w.shape[-1] * groups)
+    want = _scatter_transpose(x, w, stride, pads, dilation, output_padding, groups)
+    got = cuconv.conv_transpose2d(x, w, stride=stride, padding=pads, output_padding=output_padding,
+                                  dilation=dilation, groups=groups)
+    assert got.shape == want.shape and np.allclose(got, want, rtol=1e-12, atol=1e-12)
+    res = rng.standard_normal(want.shape)
+    fused = cuconv.conv_transpose2d(x, w, bias, stride=stride, padding=pads, output_padding=output_padding,
+                                    dilation=dilation, groups=groups, residual=res, alpha=0.5, beta=-2.0,
+                                    activation="relu")
+    assert np.allclose(fused, np.maximum(0.5 * want + bias - 2.0 * res, 0), rtol=1e-12, atol=1e-12)
+    assert cuconv.conv_transpose_output_shape(x.shape, w.shape, stride=stride, padding=pads,
+                                              output_padding=output_padding, dilation=dilation,
+                                              groups=groups) == want.shape
+
+
+def test_transpose_is_the_input_gradient_and_torch_shaped():
+    """conv_transpose2d(x, w) = conv2d_input_grad(x, w, output shape); NCHW weights as torch's (C_in, C_out/g, R, S)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 8, 5, 5))          # NCHW, C_in = 8
+    w = rng.standard_normal((8, 3, 4, 4))          # (C_in, C_out/groups, R, S), groups 1 -> C_out 3
+    y = cuconv.conv_transpose2d(x, w, stride=2, padding=1, layout="NCHW")
+    assert y.shape == (2, 3, 10, 10)  # torch: (5 - 1) * 2 - 2 * 1 + (4 - 1) + 1 = 10
+    same = cuconv.conv2d_input_grad(x, w, y.shape, stride=2, padding=1, layout="NCHW")
+    assert np.array_equal(y, same)
+    nhwc = cuconv.conv_transpose2d(np.moveaxis(x, 1, -1), np.moveaxis(w, 1, -1), stride=2, padding=1)
+    assert np.allclose(np.moveaxis(nhwc, -1, 1), y, rtol=1e-12, atol=1e-12)
+    out = np.empty_like(y)
+    assert cuconv.conv_transpose2d(x, w, stride=2, padding=1, layout="NCHW", out=out) is out
+    assert np.array_equal(out, y)
+
+
+def test_transpose3d_matches_the_input_gradient():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 3, 4, 5, 4))
+    w = rng.standard_normal((4, 2, 3, 3, 3))
+    y = cuconv.conv_transpose3d(x, w, stride=(1, 2, 2), padding=1, output_padding=(0, 1, 0))
+    assert y.shape == (1, 2, 8, 9, 3)  # D: (3 - 1) - 2 + 1 + 1, H: 3 * 2 - 2 + 2 + 1 + 1, W: 4 * 2 - 2 + 2 + 1
+    assert np.array_equal(y, cuconv.conv3d_input_grad(x, w, y.shape, stride=(1, 2, 2), padding=1))
+
+
+def test_bias_gradient_and_dtypes():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 6, 6, 4)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 4)).astype(np.float32)
+    dy = rng.standard_normal((2, 6, 6, 5)).astype(np.float32)
+    dw, db = cuconv.conv2d_weight_grad(x, dy, w.shape, padding="same", bias_grad=True)
+    assert dw.dtype == np.float32 and db.dtype == np.float32 and db.shape == (5,)
+    assert np.allclose(db, dy.astype(np.float64).sum(axis=(0, 1, 2)), rtol=1e-5)
+    want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), w.shape, padding="same")
+    assert np.allclose(dw, want, rtol=1e-4, atol=1e-4)
+
+
+def test_errors_name_the_argument():
+    x, w = np.zeros((1, 6, 6, 4)), np.zeros((8, 3, 3, 4))
+    dy = np.zeros((1, 6, 6, 8))
+    with pytest.raises(ValueError, match="dy: expected shape"):
+        cuconv.conv2d_input_grad(dy[:, :5], w, x.shape, padding=1)
+    with pytest.raises(ValueError, match="x_shape: expected 4 ints"):
+        cuconv.conv2d_input_grad(dy, w, (1, 6, 6), padding=1)
+    with pytest.raises(TypeError, match="w: expected dtype float64 like dy"):
+        cuconv.conv2d_input_grad(dy, w.astype(np.float32), x.shape, padding=1)
+    with pytest.raises(ValueError, match="dy: expected shape"):
+        cuconv.conv2d_weight_grad(x, dy, w.shape, padding=0)
+    with pytest.raises(TypeError, match="bias_grad"):
+        cuconv.conv2d_weight_grad(x, dy, w.shape, padding=1, bias_grad=1)
+    xt, wt = np.zeros((1, 4, 4, 8)), np.zeros((8, 3, 3, 2))
+    with pytest.raises(ValueError, match="padding: a transposed convolution takes ints"):
+        cuconv.conv_transpose2d(xt, wt, padding="same")
+    with pytest.raises(ValueError, match="output_padding: must be smaller than the stride"):
+        cuconv.conv_transpose2d(xt, wt, stride=2, output_padding=2)
+    with pytest.raises(ValueError, match="w: a transposed convolution's weight has the input's C_in=8"):
+        cuconv.conv_transpose2d(xt, np.zeros((4, 3, 3, 2)))
+    with pytest.raises(ValueError, match="output size"):
+        cuconv.conv_transpose2d(xt, wt, padding=5)
