@@ -23,8 +23,8 @@ For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation
 Every forward call goes through :func:`cuconv.conv2d` / :func:`cuconv.conv3d`, so each runs on the
 kernel the dispatcher picks for it (NumPy: the CPU kernel, in float64 for float64 data) and
 ``kernel=`` / ``precision=`` apply to it. The input gradient with ``s > 1`` computes on the
-zero-filled ``dy`` (``s^nd`` times its size): correct, but it multiplies zeros; a weight gradient
-whose filter (``dy``) is large runs on the generic kernels. The results are deterministic (a fixed
+zero-filled ``dy`` (``s^nd`` times its size): correct, but it multiplies zeros; the weight gradient is
+a GEMM of few output tiles with a long reduction, which the forward kernels split little. The results are deterministic (a fixed
 order of every sum). Arrays in the caller's layout go in and come out; channels-first operands are
 moved to channels-last for the computation.
 """
