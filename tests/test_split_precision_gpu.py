@@ -73,6 +73,26 @@ def test_split_matches_its_model(cp, shape, lo_parts, parts):
     np.testing.assert_array_equal(cp.asnumpy(got), _split_model(a, lo_parts, parts))
 
 
+@pytest.mark.parametrize("fold", [
+    dict(taps=7, stride=2, dil=1, pad=3, src_w=23, dst_w=12),   # an RGB stem's x
+    dict(taps=3, stride=1, dil=2, pad=1, src_w=9, dst_w=8),
+    dict(taps=7, stride=0, dil=1, pad=0, src_w=7, dst_w=1),     # a stem's w: (K * R) rows of 7 taps
+])
+def test_folded_split_matches_its_model(cp, fold):
+    """The width fold (split_bf16.cu's gather of S columns per output column) against the NumPy model
+    of tests/test_split_precision.py."""
+    from cuconv.backends.sm90.split_precision import _Split
+    from test_split_precision import split_model
+    r = np.random.default_rng(fold["taps"] + fold["src_w"])
+    rows_src = 5 * fold["src_w"]
+    a = r.standard_normal((rows_src, 3)).astype(np.float32)
+    rows = rows_src // fold["src_w"] * fold["dst_w"]
+    want = split_model(a, X_PARTS, 3, fold)
+    got = cp.empty((rows, fold["taps"] * 3 * padded_channels(3)), dtype=cp.uint16)
+    _Split(0, rows, 3, X_PARTS, 3, fold)(cp.asarray(a), got)
+    np.testing.assert_array_equal(cp.asnumpy(got).view(ml_dtypes.bfloat16).astype(np.float32), want)
+
+
 def test_split_keeps_infinities_out_of_lo(cp):
     a = np.array([[np.inf, -np.inf, np.nan, 1.0, 3.0e38, -1e-40, 0.0, 2.5]], dtype=np.float32)
     got = cp.asnumpy(split_bf16x3(cp.asarray(a), X_PARTS)).view(ml_dtypes.bfloat16).astype(np.float32)
