@@ -4,11 +4,12 @@ convolution (per group, for the weight gradient) on rearranged operands.
 For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation ``d``, padding
 ``(lo, hi)`` per dim, groups), with the output gradient ``dy``:
 
-* **input gradient** ``dx[n, i, c] = sum over k, f, o with i = o s - lo + f d of dy[n, o, k] w[k, f, c]``.
-  ``dy`` is placed every ``s`` positions into a zero array of extent ``I + (F - 1) d`` per dim, at
-  offset ``(F - 1) d - lo`` (entries that fall outside are the outputs no input position reaches), and
-  a stride-1 forward convolution with dilation ``d``, no padding, and the filter flipped along every
-  spatial axis with its K and C axes exchanged (per group) gives ``dx`` of extent exactly ``I``.
+* **input gradient** ``dx[n, i, c] = sum over k, f, o with i = o s - lo + f d of dy[n, o, k] w[k, f, c]``,
+  split by output phase: the positions ``i = phi + s t`` (one ``phi < s`` per dim) are reached only by
+  the taps ``f`` with ``s | phi + lo - f d``, which step through ``dy`` by ``d / gcd(s, d)``, so each
+  phase is one stride-1 forward convolution of (a slice of) ``dy`` with those taps flipped and the
+  filter's K and C axes exchanged within each group (:func:`_phases`); ``s^nd`` calls for a stride
+  ``s``, none of them multiplying zeros, each writing its phase of ``dx``.
 * **weight gradient** ``dw[k, f, c] = sum over n, o of dy[n, o, k] x[n, o s - lo + f d, c]``: a forward
   convolution whose "batch" is the channels of x and whose "channels" are the images: x as
   ``(C, I, N)`` against ``dy`` as a ``(K, O, N)`` filter, stride ``d``, dilation ``s``, padding ``lo``
@@ -22,16 +23,18 @@ For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation
 
 Every forward call goes through :func:`cuconv.conv2d` / :func:`cuconv.conv3d`, so each runs on the
 kernel the dispatcher picks for it (NumPy: the CPU kernel, in float64 for float64 data) and
-``kernel=`` / ``precision=`` apply to it. The input gradient with ``s > 1`` computes on the
-zero-filled ``dy`` (``s^nd`` times its size): correct, but it multiplies zeros; the weight gradient is
-a GEMM of few output tiles with a long reduction, which the forward kernels split little. The results are deterministic (a fixed
+``kernel=`` / ``precision=`` apply to it. A phase no tap reaches (a dilation sharing a factor with the
+stride) gets the epilogue of zero. The weight gradient is a GEMM of few output tiles with a long
+reduction, which the forward kernels split little. The results are deterministic (a fixed
 order of every sum). Arrays in the caller's layout go in and come out; channels-first operands are
 moved to channels-last for the computation.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+import itertools
+import math
+from typing import Sequence, Tuple
 
 import numpy as np
 
@@ -101,10 +104,39 @@ def _user_out_shape(p, layout: str) -> Tuple[int, ...]:
 
 
 # ------------------------------------------------------------------------------------------ input gradient
+def _phases(I: int, F: int, O: int, s: int, d: int, lo: int):
+    """The input gradient along one axis, split by output phase: for each ``phi < s`` (positions
+    ``phi + s t``), ``(phi, T, spec)`` with ``T`` the phase's positions and ``spec`` None when no tap
+    reaches them (or no ``dy`` entry does), else the stride-1 convolution that computes them:
+
+    ``dx[phi + s t] = sum_j dy[t + b + j r] w[taps[j]]``, the taps ``f`` with ``s | phi + lo - f d`` in
+    reverse order (they step by ``s / gcd(s, d)``, their ``dy`` offsets by ``r = d / gcd(s, d)``), ``dy``
+    read from ``b`` on: the slice ``src`` of ``dy`` with zero padding ``pad`` (lo, hi) in front of and
+    behind it, so that the convolution (dilation ``r``, no stride) has exactly ``T`` outputs."""
+    r = d // math.gcd(s, d)
+    out = []
+    for phi in range(min(s, I)):
+        T = -(-(I - phi) // s)
+        taps = [f for f in range(F) if (phi + lo - f * d) % s == 0]
+        if not taps:
+            out.append((phi, T, None))
+            continue
+        b = (phi + lo - taps[0] * d) // s - (len(taps) - 1) * r
+        length = T + (len(taps) - 1) * r
+        lo_pad, start, stop = max(0, -b), max(0, b), min(O, b + length)
+        if stop <= start:
+            out.append((phi, T, None))
+            continue
+        out.append((phi, T, dict(taps=taps[::-1], dil=r, pad=(lo_pad, length - lo_pad - (stop - start)),
+                                 src=slice(start, stop))))
+    return out
+
+
 def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision,
                 epilogue=None, out=None):
     """The input gradient (module docstring), channels-last internally; ``epilogue``: the keywords
-    (bias, residual, alpha, beta, activation) fused into the forward call (transposed convolution)."""
+    (bias, residual, alpha, beta, activation) fused into the forward calls (transposed convolution),
+    ``out`` where to write (channels-last, the transposed convolution's)."""
     layout = layout_of(layout, nd)
     cf = not LAYOUTS[layout][1]
     dy = as_array(dy, "dy")
@@ -118,8 +150,7 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     x_shape = _shape(x_shape, "x_shape", nd)
     p = _forward_problem(nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
                          precision_of(precision, dtype))
-    want = _user_out_shape(p, layout)
-    want = (x_shape[0], *want[1:])
+    want = (x_shape[0], *_user_out_shape(p, layout)[1:])
     if tuple(dy.shape) != want:
         raise ValueError(f"dy: expected shape {want} (the output of the forward convolution of x_shape "
                          f"{x_shape} with w {tuple(w.shape)}, {layout}), got {tuple(dy.shape)}")
@@ -128,34 +159,50 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     N, I, F, O = x_shape[0], p.in_spatial, p.filter_spatial, p.out_spatial
     K, C, g = p.out_channels, p.channels, p.groups
     Kg, Cg = K // g, C // g
-    # dy every s positions at offset (F - 1) d - lo in a zero array of extent I + (F - 1) d.
-    extent = [i + (f - 1) * d for i, f, d in zip(I, F, p.dilation)]
-    placed = xp.zeros((N, *extent, K), dtype=dy_n.dtype)
-    src, dst = [slice(None)], [slice(None)]
-    for o, s, lo, ext, f, d in zip(O, p.stride, p.pad_lo, extent, F, p.dilation):
-        off = (f - 1) * d - lo
-        o_min = max(0, -(-(-off) // s)) if off < 0 else 0     # first o with off + o s >= 0
-        o_max = min(o - 1, (ext - 1 - off) // s)              # last o with off + o s < ext
-        if o_max < o_min:
-            src.append(slice(0, 0))
-            dst.append(slice(0, 0))
-        else:
-            src.append(slice(o_min, o_max + 1))
-            dst.append(slice(off + o_min * s, off + o_max * s + 1, s))
-    src.append(slice(None))
-    dst.append(slice(None))
-    placed[tuple(dst)] = dy_n[tuple(src)]
-    # The filter flipped along its spatial axes, K and C exchanged within each group: (C, *F, Kg).
-    flip = (slice(None),) + (slice(None, None, -1),) * nd + (slice(None),)
-    wg = w_n[flip].reshape(g, Kg, *F, Cg)
-    wt = xp.ascontiguousarray(xp.moveaxis(wg, (1, nd + 2), (nd + 2, 1))).reshape(C, *F, Kg)
-    ep = epilogue or {}
+    ep = {**dict(bias=None, residual=None, alpha=1.0, beta=1.0, activation=None), **(epilogue or {})}
+    residual = ep["residual"]
+    if residual is not None:
+        residual = as_array(residual, "residual")
+        _check_operand(residual, "residual", (N, *I, C), dtype, dy, "x")
+    if out is not None:
+        out = as_array(out, "out")
+        _check_operand(out, "out", (N, *I, C), dtype, dy, "x")
+        if xp is np and not out.flags.writeable:
+            raise ValueError("out: expected a writeable array, got a read-only one")
+    y = out if out is not None else xp.empty((N, *I, C), dtype=dy_n.dtype)
+    native = "NHWC" if nd == 2 else "NDHWC"
     fwd = _forward_fn(nd)
-    res = fwd(placed, wt, ep.get("bias"), stride=1, padding=0, dilation=p.dilation, groups=g,
-              layout="NHWC" if nd == 2 else "NDHWC", residual=ep.get("residual"), alpha=ep.get("alpha", 1.0),
-              beta=ep.get("beta", 1.0), activation=ep.get("activation"), out=out, kernel=kernel,
-              precision=precision)
-    return _first(res, cf, xp)
+    axes = [_phases(i, f, o, s, d, lo) for i, f, o, s, d, lo in zip(I, F, O, p.stride, p.dilation, p.pad_lo)]
+    for combo in itertools.product(*axes):
+        where = (slice(None),) + tuple(slice(phi, None, s) for (phi, _, _), s in zip(combo, p.stride)) + (slice(None),)
+        res_part = None if residual is None else xp.ascontiguousarray(residual[where])
+        specs = [spec for _, _, spec in combo]
+        if any(spec is None for spec in specs):  # no tap reaches these positions: the epilogue of zero
+            y[where] = _epilogue_of_zero(xp, ep, res_part, (N, *(T for _, T, _ in combo), C), dtype)
+            continue
+        src = dy_n[(slice(None),) + tuple(spec["src"] for spec in specs) + (slice(None),)]
+        wsub = w_n
+        for axis, spec in enumerate(specs):  # this phase's taps, flipped
+            wsub = xp.take(wsub, xp.asarray(spec["taps"]) if xp is not np else spec["taps"], axis=1 + axis)
+        taps = wsub.shape[1:-1]
+        # K and C exchanged within each group: (g, Kg, *taps, Cg) -> (C, *taps, Kg).
+        wt = xp.ascontiguousarray(xp.moveaxis(wsub.reshape(g, Kg, *taps, Cg), (1, nd + 2), (nd + 2, 1)))
+        y[where] = fwd(xp.ascontiguousarray(src), wt.reshape(C, *taps, Kg), ep["bias"], stride=1,
+                       padding=tuple(spec["pad"] for spec in specs), dilation=tuple(spec["dil"] for spec in specs),
+                       groups=g, layout=native, residual=res_part, alpha=ep["alpha"], beta=ep["beta"],
+                       activation=ep["activation"], kernel=kernel, precision=precision)
+    return _first(y, cf, xp) if out is None else out
+
+
+def _epilogue_of_zero(xp, ep: dict, residual, shape, dtype: str):
+    """``act(bias + beta * residual)`` (the epilogue of a zero convolution), or zeros without one."""
+    from .epilogue import apply_epilogue
+    from .problem import Epilogue
+    e = Epilogue(alpha=float(ep["alpha"]), beta=float(ep["beta"]), has_bias=ep["bias"] is not None,
+                 has_residual=residual is not None, activation=activation_of(ep["activation"]))
+    acc = np.float64 if dtype == "float64" else np.float32
+    bias = None if ep["bias"] is None else as_array(ep["bias"], "bias")
+    return apply_epilogue(xp, None, e, bias, residual, shape, acc)
 
 
 def _doc_input_grad(nd: int) -> str:
@@ -177,8 +224,8 @@ def _doc_input_grad(nd: int) -> str:
 
     Returns
     -------
-    array of ``x_shape``, the array library of ``dy``. Computed as one forward convolution of ``dy``
-    (placed every ``stride`` positions into zeros) with the flipped filter: see :mod:`cuconv.grad`.
+    array of ``x_shape``, the array library of ``dy``. Computed as forward convolutions of ``dy`` with
+    the flipped filter, one per output phase of the stride: see :mod:`cuconv.grad`.
     """
 
 

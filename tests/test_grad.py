@@ -108,6 +108,7 @@ def _scatter_transpose(x, w, stride, pads, dilation, output_padding, groups):
     ((2, 3), ((0, 2), (1, 0)), (2, 1), (1, 2), 2),     # uneven everything, groups
     ((1, 1), ((0, 0), (0, 0)), (1, 1), (0, 0), 3),
     ((3, 2), ((2, 0), (0, 0)), (1, 3), (0, 1), 1),     # padding larger than a stride step
+    ((2, 2), ((0, 0), (0, 1)), (2, 2), (1, 1), 1),     # odd output positions reached by no tap: epilogue only
 ])
 def test_transpose_matches_its_definition(stride, pads, dilation, output_padding, groups):
     rng = np.random.default_rng(sum(stride) + groups)
