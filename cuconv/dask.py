@@ -1,4 +1,5 @@
-"""cuconv over dask arrays: :func:`conv2d` / :func:`conv3d` on a chunked input, returning a lazy dask array.
+"""cuconv over dask arrays: :func:`conv2d` / :func:`conv3d` (and :func:`conv_transpose2d` /
+:func:`conv_transpose3d`) on a chunked input, returning a lazy dask array.
 
 ``import cuconv.dask`` needs dask (``pip install 'cuconv[dask]'``); ``import cuconv`` does not.
 
@@ -20,10 +21,18 @@ to one chunk (a convolution reads every channel of a group); the output's channe
 Each block computes its pixels as the single call computes them (same taps, same padding zeros, same
 epilogue), so the result equals the single-array call up to the accumulation order of the matrix product
 that the backend uses for a block of that size (see docs/architecture.md, "Dask arrays").
+
+The transposed convolutions split the same way, the other way round: input row ``i`` reaches output
+pixels ``i*stride - pad_lo + f*dilation``, so an output chunk starts at ``b*stride - pad_lo`` for each
+input chunk boundary ``b``, and reads the input rows whose taps reach it (:func:`transpose_axis_blocks`).
+Each block is one transposed convolution of its window (:func:`cuconv.grad` computes it as the input
+gradient of the forward convolution of the block's shape), with zero rows appended where the window
+needs them to end on a stride step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -40,7 +49,7 @@ from .dispatch import kernels
 from .problem import LAYOUTS
 from .validate import activation_of, check_ranks, conv_problem, layout_of, strategy_of, user_shape
 
-__all__ = ["conv2d", "conv3d", "axis_blocks"]
+__all__ = ["conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d", "axis_blocks", "transpose_axis_blocks"]
 
 
 def axis_blocks(in_chunks, filt: int, stride: int, dilation: int, pad_lo: int, out_size: int):
@@ -265,3 +274,167 @@ def conv3d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
 
 conv2d.__doc__ = _DOC.format(nd=2, strategy="")
 conv3d.__doc__ = _DOC.format(nd=3, strategy=", strategy")
+
+
+# ------------------------------------------------------------------------------------ transposed convolution
+def transpose_axis_blocks(in_chunks, filt: int, stride: int, dilation: int, pad_lo: int, out_size: int):
+    """How one spatial axis of a transposed convolution splits: ``[(y0, y1, i0, i1, lo, extra), ...]``.
+
+    Output chunk ``[y0, y1)`` starts at ``b * stride - pad_lo`` for each input chunk boundary ``b`` (empty
+    chunks merged). It reads input rows ``[i0, i1)`` (every row whose taps reach it; possibly none) and
+    ``extra`` zero rows behind them: together the output of the forward convolution of ``y1 - y0`` rows
+    with padding ``lo`` in front (and ``(n - 1) stride + (filt - 1) dilation + 1 - (y1 - y0) - lo >= 0``
+    behind, ``n = i1 - i0 + extra``), whose input gradient the block is.
+    """
+    size = sum(in_chunks)
+    extent = (filt - 1) * dilation
+    bounds, b = [0], 0
+    for length in in_chunks[:-1]:
+        b += length
+        y = min(max(b * stride - pad_lo, 0), out_size)
+        if y > bounds[-1]:
+            bounds.append(y)
+    if bounds[-1] < out_size:
+        bounds.append(out_size)
+    blocks = []
+    for y0, y1 in zip(bounds[:-1], bounds[1:]):
+        # the first row whose last tap reaches y0, or the row whose first tap is at or before y0 when no
+        # tap of that row reaches (a stride longer than the filter): lo below is then >= 0
+        i0 = max(0, min(-(-(y0 + pad_lo - extent) // stride), (y0 + pad_lo) // stride))
+        i1 = max(i0, min(size, (y1 - 1 + pad_lo) // stride + 1))
+        lo = y0 + pad_lo - i0 * stride
+        least = max(1, -(-(y1 - y0 + lo - extent - 1) // stride) + 1)  # fewest outputs with padding >= 0 behind
+        blocks.append((y0, y1, i0, i1, lo, max(0, least - (i1 - i0))))
+    return blocks
+
+
+def _transpose_block(x, residual=None, *, nd, w, bias, plans, spatial_axes, kwargs, block_id=None):
+    """One output block of a transposed convolution: the input gradient (:func:`cuconv.grad`) of the
+    block's forward convolution, on the block's window with its ``extra`` zero rows (all zeros when no
+    input row reaches the block)."""
+    from . import grad
+    plan = [per_axis[block_id[axis]] for per_axis, axis in zip(plans, spatial_axes)]
+    if isinstance(x, np.ndarray):
+        xp, ctx = np, contextlib.nullcontext()
+    else:
+        import cupy as xp
+        ctx = x.device
+    with ctx:
+        if any(rows == 0 for _, _, rows, _, _ in plan):  # no input row reaches the block
+            shape = list(x.shape)
+            for (_, _, rows, extra, _), axis in zip(plan, spatial_axes):
+                shape[axis] = rows + extra
+            x = xp.zeros(shape, x.dtype)
+        elif any(extra for _, _, _, extra, _ in plan):
+            widths = [(0, 0)] * x.ndim
+            for (_, _, _, extra, _), axis in zip(plan, spatial_axes):
+                widths[axis] = (0, extra)
+            x = xp.pad(x, widths)
+        channels_last = LAYOUTS[kwargs["layout"]][1]
+        out_shape = list(x.shape)
+        out_shape[x.ndim - 1 if channels_last else 1] = kwargs["out_channels"]
+        for (size, _, _, _, _), axis in zip(plan, spatial_axes):
+            out_shape[axis] = size
+        if residual is not None and not channels_last:  # the input gradient reads it channels-last
+            residual = xp.ascontiguousarray(xp.moveaxis(residual, 1, -1))
+        ep = dict(bias=_on_device_of(bias, x), residual=_on_device_of(residual, x), alpha=kwargs["alpha"],
+                  beta=kwargs["beta"], activation=kwargs["activation"])
+        return grad._input_grad(nd, x, _on_device_of(w, x), tuple(out_shape), kwargs["stride"],
+                                tuple((lo, hi) for _, lo, _, _, hi in plan), kwargs["dilation"], kwargs["groups"],
+                                kwargs["layout"], kwargs["kernel"], kwargs["precision"], ep)
+
+
+def _lazy_transpose(nd, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual, alpha,
+                    beta, activation, out, kernel, precision):
+    from . import grad
+    from .problem import normalize_spatial
+    if out is not None:
+        raise TypeError("out: not supported by cuconv.dask (the result is a lazy dask array); write it into an "
+                        "array with dask.array.store(result, out), or take result.compute()")
+    if not isinstance(x, da.Array):
+        raise TypeError(f"x: expected a dask array (dask.array.Array), got {type(x).__module__}."
+                        f"{type(x).__name__}; call cuconv.conv_transpose{nd}d for a NumPy or CuPy array")
+    layout = layout_of(layout, nd)
+    channels_last = LAYOUTS[layout][1]
+    if any(math.isnan(v) for v in x.shape):
+        raise ValueError("x: its chunk sizes are unknown; call x.compute_chunk_sizes() first")
+    lib = _library(x)
+    if lib not in ("numpy", "cupy"):
+        raise TypeError(f"x: expected a dask array of NumPy or CuPy chunks, got {lib} chunks")
+    dtype = dtype_name(x, "x")
+    if isinstance(w, da.Array):
+        _whole(w, "w", None, dtype, lib)
+    w = _whole(as_array(w, "w"), "w", None, dtype, lib)
+    check_ranks(nd, layout, x, w)
+    y_shape = grad.conv_transpose_output_shape(tuple(x.shape), tuple(w.shape), stride=stride, padding=padding,
+                                               output_padding=output_padding, dilation=dilation, groups=groups,
+                                               layout=layout)
+    act = activation_of(activation)
+    if kernel is not None and kernel not in [k.name for k in kernels()]:
+        raise ValueError(f"kernel: expected one of {[k.name for k in kernels()]}, got {kernel!r}")
+    pads = grad._pairs(padding, nd)
+    stride_t = normalize_spatial(stride, nd, "stride")
+    dilation_t = normalize_spatial(dilation, nd, "dilation")
+    spatial_axes = tuple(range(1, nd + 1)) if channels_last else tuple(range(2, nd + 2))
+    channel_axis = nd + 1 if channels_last else 1
+    filt = [w.shape[a] for a in spatial_axes]
+    c_out = y_shape[channel_axis]
+    if bias is not None:
+        bias = _whole(bias, "bias", (c_out,), dtype, lib)
+    x = x.rechunk({channel_axis: -1})
+    out_chunks = [None] * (nd + 2)
+    out_chunks[0] = x.chunks[0]
+    out_chunks[channel_axis] = (c_out,)
+    plans = []
+    for i, axis in enumerate(spatial_axes):
+        blocks = transpose_axis_blocks(x.chunks[axis], filt[i], stride_t[i], dilation_t[i], pads[i][0],
+                                       y_shape[axis])
+        rows = [(i0, i1) if i1 > i0 else (min(i0, x.shape[axis] - 1), min(i0, x.shape[axis] - 1) + 1)
+                for _, _, i0, i1, _, _ in blocks]
+        x = _gather(x, axis, rows)
+        plan = []  # per block: (output rows, padding in front, input rows, zero rows, padding behind)
+        for y0, y1, i0, i1, lo, extra in blocks:
+            hi = (i1 - i0 + extra - 1) * stride_t[i] + (filt[i] - 1) * dilation_t[i] + 1 - (y1 - y0) - lo
+            plan.append((y1 - y0, lo, i1 - i0, extra, hi))
+        plans.append(plan)
+        out_chunks[axis] = tuple(y1 - y0 for y0, y1, _, _, _, _ in blocks)
+    out_chunks = tuple(out_chunks)
+    arrays = [x]
+    if residual is not None:
+        arrays.append(_residual(residual, y_shape, dtype, lib, out_chunks))
+    kwargs = dict(stride=stride_t, dilation=dilation_t, groups=groups, layout=layout, alpha=alpha, beta=beta,
+                  activation=act, kernel=kernel, precision=precision, out_channels=c_out)
+    meta = da.utils.meta_from_array(x, ndim=nd + 2, dtype=x.dtype)
+    return da.map_blocks(_transpose_block, *arrays, chunks=out_chunks, dtype=x.dtype, meta=meta,
+                         token=f"cuconv-conv-transpose{nd}d", nd=nd, w=dask.delayed(w),
+                         bias=None if bias is None else dask.delayed(bias),
+                         plans=tuple(tuple(p) for p in plans), spatial_axes=spatial_axes, kwargs=kwargs)
+
+
+_TRANSPOSE_DOC = """{nd}-D transposed convolution of a dask array, lazily: :func:`cuconv.conv_transpose{nd}d` block by block.
+
+    Takes the arguments of :func:`cuconv.conv_transpose{nd}d` and returns a dask array of its result.
+    Output chunks start at ``b * stride - padding_lo`` for the input chunk boundaries ``b``; each block
+    reads the input rows whose taps reach it (see :func:`transpose_axis_blocks`). ``x`` is a dask array
+    of NumPy or CuPy chunks (the channel axis rechunked to one chunk); ``w`` and ``bias`` are whole
+    arrays of that library; ``residual`` may be a dask array of the output's shape or a whole array;
+    ``out`` must be None.
+"""
+
+
+def conv_transpose2d(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                     layout="NHWC", residual=None, alpha=1.0, beta=1.0, activation=None, out=None, kernel=None,
+                     precision=None):
+    return _lazy_transpose(2, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual,
+                           alpha, beta, activation, out, kernel, precision)
+
+
+def conv_transpose3d(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                     layout="NDHWC", residual=None, alpha=1.0, beta=1.0, activation=None, out=None, kernel=None,
+                     precision=None):
+    return _lazy_transpose(3, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual,
+                           alpha, beta, activation, out, kernel, precision)
+
+
+conv_transpose2d.__doc__ = _TRANSPOSE_DOC.format(nd=2)
+conv_transpose3d.__doc__ = _TRANSPOSE_DOC.format(nd=3)

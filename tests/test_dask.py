@@ -348,3 +348,92 @@ def test_cupy_chunks_match_the_single_cupy_call(cp, nd):
     assert_close(got, (cuconv.reference.conv2d if nd == 2 else cuconv.reference.conv3d)(x, w, b, residual=res, **kw),
                  "float16")
     assert got.dtype == DTYPES["float16"]
+
+
+# ------------------------------------------------------------------------------- transposed convolution
+@st.composite
+def transpose_cases(draw):
+    """A valid conv_transpose2d / 3d call (float64) with its dask chunkings."""
+    nd = draw(st.sampled_from([2, 3]))
+    channels_last = draw(st.booleans())
+    layout = {(2, True): "NHWC", (2, False): "NCHW", (3, True): "NDHWC", (3, False): "NCDHW"}[nd, channels_last]
+    groups = draw(st.sampled_from([1, 1, 2]))
+    cin, cog = groups * draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    spatial = tuple(draw(st.integers(1, 7 if nd == 2 else 4)) for _ in range(nd))
+    filt = tuple(draw(st.integers(1, 4)) for _ in range(nd))
+    stride = tuple(draw(st.integers(1, 4)) for _ in range(nd))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    pads = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(nd))
+    op = tuple(draw(st.integers(0, s - 1)) for s in stride)
+    size = [(i - 1) * s - lo - hi + (f - 1) * d + o + 1 for i, s, (lo, hi), f, d, o in zip(spatial, stride, pads, filt,
+                                                                                            dilation, op)]
+    if min(size) < 1:
+        pads = ((0, 0),) * nd
+    N = draw(st.integers(1, 2))
+    chunks = [draw(chunking(N)), *[draw(chunking(n)) for n in spatial]]
+    chunks.insert(len(chunks) if channels_last else 1, draw(chunking(cin)))
+    return dict(nd=nd, layout=layout, groups=groups, cin=cin, cog=cog, N=N, spatial=spatial, filt=filt,
+                stride=stride, dilation=dilation, padding=pads, output_padding=op, chunks=tuple(chunks),
+                bias=draw(st.booleans()), residual=draw(st.booleans()),
+                activation=draw(st.sampled_from([None, "relu", "gelu"])), alpha=draw(st.sampled_from([1.0, 0.5])),
+                seed=draw(st.integers(0, 2**31 - 1)), res_chunks=draw(st.data()))
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=transpose_cases())
+def test_transpose_equals_the_single_call(case):
+    """Random chunkings, strides, dilations, paddings, output_padding, groups, layouts, epilogue: the lazy
+    transposed convolution equals the single call (float64, to summation-order rounding)."""
+    nd, cl = case["nd"], case["layout"].endswith("C")
+    rng = np.random.default_rng(case["seed"])
+    x_shape = (case["N"], *case["spatial"], case["cin"]) if cl else (case["N"], case["cin"], *case["spatial"])
+    w_shape = (case["cin"], *case["filt"], case["cog"]) if cl else (case["cin"], case["cog"], *case["filt"])
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    bias = rng.standard_normal(case["cog"] * case["groups"]) if case["bias"] else None
+    kw = dict(stride=case["stride"], padding=case["padding"], output_padding=case["output_padding"],
+              dilation=case["dilation"], groups=case["groups"], layout=case["layout"], activation=case["activation"],
+              alpha=case["alpha"])
+    single_fn = cuconv.conv_transpose2d if nd == 2 else cuconv.conv_transpose3d
+    lazy_fn = cdask.conv_transpose2d if nd == 2 else cdask.conv_transpose3d
+    residual = res = None
+    if case["residual"]:
+        residual = rng.standard_normal(single_fn(x, w, bias, **kw).shape)
+        res = da.from_array(residual, chunks=tuple(case["res_chunks"].draw(chunking(n)) for n in residual.shape))
+    single = single_fn(x, w, bias, residual=residual, beta=-0.5, **kw)
+    lazy = lazy_fn(da.from_array(x, chunks=case["chunks"]), w, bias, residual=res, beta=-0.5, **kw)
+    assert isinstance(lazy, da.Array) and lazy.shape == single.shape
+    got = lazy.compute(scheduler="synchronous")
+    assert np.allclose(got, single, rtol=1e-12, atol=1e-12), (case, np.abs(got - single).max())
+
+
+@settings(max_examples=200, deadline=None)
+@given(in_chunks=st.integers(1, 30).flatmap(chunking), filt=st.integers(1, 5), stride=st.integers(1, 5),
+       dilation=st.integers(1, 3), lo=st.integers(0, 6), hi=st.integers(0, 6), op=st.integers(0, 4))
+def test_transpose_axis_blocks_cover_every_contribution(in_chunks, filt, stride, dilation, lo, hi, op):
+    """The output chunks partition the output; each reads every input row whose taps reach it; the
+    block's forward geometry is valid (padding >= 0 behind)."""
+    size, extent = sum(in_chunks), (filt - 1) * dilation
+    op = op % stride
+    out = (size - 1) * stride - lo - hi + extent + op + 1
+    if out < 1:
+        return
+    blocks = cdask.transpose_axis_blocks(in_chunks, filt, stride, dilation, lo, out)
+    assert [b[0] for b in blocks] == [0, *[b[1] for b in blocks[:-1]]] and blocks[-1][1] == out
+    for y0, y1, i0, i1, pad, extra in blocks:
+        assert y1 > y0 and 0 <= i0 <= i1 <= size and pad >= 0 and extra >= 0 and i1 - i0 + extra >= 1
+        reaching = {i for i in range(size) for f in range(filt) if y0 <= i * stride - lo + f * dilation < y1}
+        assert reaching <= set(range(i0, i1))
+        assert (i1 - i0 + extra - 1) * stride + extent + 1 - (y1 - y0) - pad >= 0
+
+
+def test_transpose_errors():
+    x = da.zeros((1, 4, 4, 2), chunks=2)
+    w = np.zeros((2, 3, 3, 2))
+    with pytest.raises(TypeError, match="out: not supported"):
+        cdask.conv_transpose2d(x, w, out=np.zeros((1, 6, 6, 2)))
+    with pytest.raises(TypeError, match="x: expected a dask array"):
+        cdask.conv_transpose2d(np.zeros((1, 4, 4, 2)), w)
+    with pytest.raises(ValueError, match="padding: a transposed convolution takes ints"):
+        cdask.conv_transpose2d(x, w, padding="same")
+    with pytest.raises(ValueError, match="w: a transposed convolution's weight"):
+        cdask.conv_transpose2d(x, np.zeros((3, 3, 3, 2)))
