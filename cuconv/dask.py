@@ -173,17 +173,18 @@ def _block(x, residual=None, *, nd, w, bias, pads, spatial_axes, kwargs, block_i
                 residual=_on_device_of(residual, x), **kwargs)
 
 
-def _lazy_conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
-               kernel, strategy):
+def _checked_input(nd, x, w, layout, out, single: str):
+    """The checks every lazy convolution starts with: ``out`` absent, ``x`` a dask array of NumPy or CuPy
+    chunks of known sizes, ``w`` a whole array of that library and dtype, the ranks of ``layout``.
+    Returns ``(layout, chunk library, dtype, w)``; ``single`` names the array function for the errors."""
     if out is not None:
         raise TypeError("out: not supported by cuconv.dask (the result is a lazy dask array); write it into an "
                         "array with dask.array.store(result, out), or take result.compute()")
     if not isinstance(x, da.Array):
         raise TypeError(f"x: expected a dask array (dask.array.Array), got {type(x).__module__}."
-                        f"{type(x).__name__}; call cuconv.conv{nd}d for a NumPy or CuPy array, or wrap it with "
+                        f"{type(x).__name__}; call cuconv.{single} for a NumPy or CuPy array, or wrap it with "
                         f"dask.array.from_array")
     layout = layout_of(layout, nd)
-    channels_last = LAYOUTS[layout][1]
     if any(math.isnan(v) for v in x.shape):
         raise ValueError("x: its chunk sizes are unknown; call x.compute_chunk_sizes() first")
     lib = _library(x)
@@ -194,7 +195,13 @@ def _lazy_conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
         _whole(w, "w", None, dtype, lib)  # raises: the filters must be a whole array
     w = as_array(w, "w")
     check_ranks(nd, layout, x, w)
-    w = _whole(w, "w", None, dtype, lib)
+    return layout, lib, dtype, _whole(w, "w", None, dtype, lib)
+
+
+def _lazy_conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
+               kernel, strategy):
+    layout, lib, dtype, w = _checked_input(nd, x, w, layout, out, f"conv{nd}d")
+    channels_last = LAYOUTS[layout][1]
     act = activation_of(activation)
     strategy = strategy_of(strategy, nd)
     problem = conv_problem(nd, tuple(x.shape), tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
@@ -335,8 +342,6 @@ def _transpose_block(x, residual=None, *, nd, w, bias, plans, spatial_axes, kwar
         out_shape[x.ndim - 1 if channels_last else 1] = kwargs["out_channels"]
         for (size, _, _, _, _), axis in zip(plan, spatial_axes):
             out_shape[axis] = size
-        if residual is not None and not channels_last:  # the input gradient reads it channels-last
-            residual = xp.ascontiguousarray(xp.moveaxis(residual, 1, -1))
         ep = dict(bias=_on_device_of(bias, x), residual=_on_device_of(residual, x), alpha=kwargs["alpha"],
                   beta=kwargs["beta"], activation=kwargs["activation"])
         return grad._input_grad(nd, x, _on_device_of(w, x), tuple(out_shape), kwargs["stride"],
@@ -348,24 +353,8 @@ def _lazy_transpose(nd, x, w, bias, stride, padding, output_padding, dilation, g
                     beta, activation, out, kernel, precision):
     from . import grad
     from .problem import normalize_spatial
-    if out is not None:
-        raise TypeError("out: not supported by cuconv.dask (the result is a lazy dask array); write it into an "
-                        "array with dask.array.store(result, out), or take result.compute()")
-    if not isinstance(x, da.Array):
-        raise TypeError(f"x: expected a dask array (dask.array.Array), got {type(x).__module__}."
-                        f"{type(x).__name__}; call cuconv.conv_transpose{nd}d for a NumPy or CuPy array")
-    layout = layout_of(layout, nd)
+    layout, lib, dtype, w = _checked_input(nd, x, w, layout, out, f"conv_transpose{nd}d")
     channels_last = LAYOUTS[layout][1]
-    if any(math.isnan(v) for v in x.shape):
-        raise ValueError("x: its chunk sizes are unknown; call x.compute_chunk_sizes() first")
-    lib = _library(x)
-    if lib not in ("numpy", "cupy"):
-        raise TypeError(f"x: expected a dask array of NumPy or CuPy chunks, got {lib} chunks")
-    dtype = dtype_name(x, "x")
-    if isinstance(w, da.Array):
-        _whole(w, "w", None, dtype, lib)
-    w = _whole(as_array(w, "w"), "w", None, dtype, lib)
-    check_ranks(nd, layout, x, w)
     y_shape = grad.conv_transpose_output_shape(tuple(x.shape), tuple(w.shape), stride=stride, padding=padding,
                                                output_padding=output_padding, dilation=dilation, groups=groups,
                                                layout=layout)

@@ -38,9 +38,9 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
-from .arrays import as_array, check_same_place, dtype_name
+from .arrays import as_array, check_companion, check_same_place, dtype_name
 from .problem import LAYOUTS, normalize_spatial
-from .validate import activation_of, layout_of, precision_of
+from .validate import activation_of, check_ranks, layout_of, precision_of
 
 __all__ = ["conv2d_input_grad", "conv3d_input_grad", "conv2d_weight_grad", "conv3d_weight_grad",
            "conv_transpose2d", "conv_transpose3d", "conv_transpose_output_shape"]
@@ -89,15 +89,6 @@ def _first(a, channels_first: bool, xp):
     return xp.ascontiguousarray(xp.moveaxis(a, -1, 1)) if channels_first else a
 
 
-def _check_operand(a, name: str, shape, dtype: str, ref, ref_name: str):
-    check_same_place(a, name, ref, ref_name)
-    if tuple(a.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
-    got = dtype_name(a, name)
-    if got != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype} like {ref_name}, got {got}")
-
-
 def _user_out_shape(p, layout: str) -> Tuple[int, ...]:
     shape = p.out_shape
     return tuple(shape) if LAYOUTS[layout][1] else (shape[0], shape[-1], *shape[1:-1])
@@ -134,9 +125,9 @@ def _phases(I: int, F: int, O: int, s: int, d: int, lo: int):
 
 def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision,
                 epilogue=None, out=None):
-    """The input gradient (module docstring), channels-last internally; ``epilogue``: the keywords
+    """The input gradient (module docstring), computed channels-last; ``epilogue``: the keywords
     (bias, residual, alpha, beta, activation) fused into the forward calls (transposed convolution),
-    ``out`` where to write (channels-last, the transposed convolution's)."""
+    ``out`` where to write. ``residual`` and ``out`` have ``x_shape``, in ``layout``."""
     layout = layout_of(layout, nd)
     cf = not LAYOUTS[layout][1]
     dy = as_array(dy, "dy")
@@ -163,13 +154,14 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     residual = ep["residual"]
     if residual is not None:
         residual = as_array(residual, "residual")
-        _check_operand(residual, "residual", (N, *I, C), dtype, dy, "x")
+        check_companion(residual, "residual", x_shape, dtype, dy, "x")
+        residual = _last(residual, cf, xp)  # read before out is written (channels-first: a copy)
     if out is not None:
         out = as_array(out, "out")
-        _check_operand(out, "out", (N, *I, C), dtype, dy, "x")
+        check_companion(out, "out", x_shape, dtype, dy, "x")
         if xp is np and not out.flags.writeable:
             raise ValueError("out: expected a writeable array, got a read-only one")
-    y = out if out is not None else xp.empty((N, *I, C), dtype=dy_n.dtype)
+    y = out if out is not None and not cf else xp.empty((N, *I, C), dtype=dy_n.dtype)
     native = "NHWC" if nd == 2 else "NDHWC"
     fwd = _forward_fn(nd)
     axes = [_phases(i, f, o, s, d, lo) for i, f, o, s, d, lo in zip(I, F, O, p.stride, p.dilation, p.pad_lo)]
@@ -191,7 +183,11 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
                        padding=tuple(spec["pad"] for spec in specs), dilation=tuple(spec["dil"] for spec in specs),
                        groups=g, layout=native, residual=res_part, alpha=ep["alpha"], beta=ep["beta"],
                        activation=ep["activation"], kernel=kernel, precision=precision)
-    return _first(y, cf, xp) if out is None else out
+    if out is None:
+        return _first(y, cf, xp)
+    if cf:
+        out[...] = xp.moveaxis(y, -1, 1)
+    return out
 
 
 def _epilogue_of_zero(xp, ep: dict, residual, shape, dtype: str):
@@ -257,12 +253,12 @@ def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, 
     p = _forward_problem(nd, tuple(x.shape), w_shape, dtype, layout, stride, padding, dilation, groups,
                          precision_of(precision, dtype))
     want = (x.shape[0], *_user_out_shape(p, layout)[1:])
-    _check_operand(dy, "dy", want, dtype, x, "x")
+    check_companion(dy, "dy", want, dtype, x, "x")
     if not isinstance(bias_grad, bool):
         raise TypeError(f"bias_grad: expected True or False, got {bias_grad!r}")
     xp = _xp(x)
     x_n, dy_n = _last(x, cf, xp), _last(dy, cf, xp)
-    N, I, F, O = x.shape[0], p.in_spatial, p.filter_spatial, p.out_spatial
+    I, F, O = p.in_spatial, p.filter_spatial, p.out_spatial
     K, C, g = p.out_channels, p.channels, p.groups
     Kg, Cg = K // g, C // g
     # The padding behind that makes at least F outputs: (F - 1) d + (O - 1) s + 1 <= I + lo + hi.
@@ -395,39 +391,14 @@ def _transpose(nd, x, w, bias, stride, padding, output_padding, dilation, groups
     x = as_array(x, "x")
     w = as_array(w, "w")
     check_same_place(w, "w", x)
-    if x.ndim != nd + 2:
-        raise ValueError(f"x: expected a {nd + 2}-D array ({layout}), got {x.ndim}-D with shape {tuple(x.shape)}")
-    if w.ndim != nd + 2:
-        raise ValueError(f"w: expected a {nd + 2}-D array, got {w.ndim}-D with shape {tuple(w.shape)}")
+    check_ranks(nd, layout, x, w)
     y_shape = conv_transpose_output_shape(tuple(x.shape), tuple(w.shape), stride=stride, padding=padding,
                                           output_padding=output_padding, dilation=dilation, groups=groups,
                                           layout=layout)
     activation_of(activation)  # named errors before any work
-    pads = _pairs(padding, nd)
-    cf = not LAYOUTS[layout][1]
-    xp = _xp(x)
     epilogue = dict(bias=bias, residual=residual, alpha=alpha, beta=beta, activation=activation)
-    if not cf:
-        return _input_grad(nd, x, w, y_shape, stride, pads, dilation, groups, layout, kernel, precision, epilogue,
-                           out)
-    # channels-first: the forward call runs channels-last, its residual and result moved.
-    if residual is not None:
-        residual = as_array(residual, "residual")
-        _check_operand(residual, "residual", y_shape, dtype_name(x, "x"), x, "x")
-        epilogue["residual"] = _last(residual, True, xp)
-    if out is not None:
-        out_a = as_array(out, "out")
-        _check_operand(out_a, "out", y_shape, dtype_name(x, "x"), x, "x")
-    y_last = (y_shape[0], *y_shape[2:], y_shape[1])
-    x_last = _last(x, True, xp)
-    w_last = _last(w, True, xp)
-    res = _input_grad(nd, x_last, w_last, y_last, stride, pads, dilation, groups, "NHWC" if nd == 2 else "NDHWC",
-                      kernel, precision, epilogue)
-    moved = xp.moveaxis(res, -1, 1)
-    if out is not None:
-        out_a[...] = moved
-        return out
-    return xp.ascontiguousarray(moved)
+    return _input_grad(nd, x, w, y_shape, stride, _pairs(padding, nd), dilation, groups, layout, kernel, precision,
+                       epilogue, out)
 
 
 def _doc_transpose(nd: int) -> str:

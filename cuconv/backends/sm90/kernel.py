@@ -52,8 +52,7 @@ class Sm90TmaKernel(Kernel):
         (:mod:`.split_precision`). ``x_channels``: x holds fewer channels than the reduction walks (a
         multiple of 64; the blocks past them read x's first blocks again), 0 for ``problem.channels``."""
         if not device.is_hopper:
-            return Declined(f"needs a Hopper GPU (compute capability 9.0, sm_90a: TMA im2col + wgmma); "
-                            f"this one is cc {device.cc[0]}.{device.cc[1]} ({device.name})")
+            return not_hopper(device)
         if problem.dtype not in ("float16", "bfloat16"):
             return Declined(f"dtype {problem.dtype}: wgmma path serves float16 and bfloat16 only")
         if problem.groups != 1:
@@ -73,6 +72,12 @@ class Sm90TmaKernel(Kernel):
         return Sm90Plan(self, problem, device, cfg, overrides,
                         f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem",
                         out_f32=out_f32, x_channels=x_channels)
+
+
+def not_hopper(device) -> Declined:
+    """The decline of every kernel of this backend on another GPU."""
+    return Declined(f"needs a Hopper GPU (compute capability 9.0, sm_90a: TMA im2col + wgmma); "
+                    f"this one is cc {device.cc[0]}.{device.cc[1]} ({device.name})")
 
 
 class Sm90TmaConv3d(Sm90TmaKernel):

@@ -35,7 +35,7 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
                 num_units=cfg.num_units, dp_tiles=cfg.dp_tiles, k_iters=cfg.k_iters, k_split=cfg.k_split,
                 x_tiles=x_tiles, y_tiles=y_tiles, halo_w=halo_w, halo_tx=halo_w * halo_h * 128 if cfg.halo else 0,
                 residual=residual,
-                a_wrap=c_blocks(x_channels) if x_channels else c_blocks(problem.channels))
+                a_wrap=c_blocks(x_channels or problem.channels))
     vals.update(zip(("stride_d", "stride_h", "stride_w"), g.stride))
     vals.update(zip(("dil_d", "dil_h", "dil_w"), g.dilation))
     vals.update(zip(("pad_d", "pad_h", "pad_w"), g.pad))

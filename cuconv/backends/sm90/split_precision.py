@@ -40,7 +40,7 @@ from ...launch import PackedLaunch, c_struct, grid_1d
 from ...plan import Declined, Kernel, Plan, tf32_note
 from ...registry import register
 from ...scratch import scratch
-from .kernel import Sm90TmaConv3d, Sm90TmaKernel
+from .kernel import Sm90TmaConv3d, Sm90TmaKernel, not_hopper
 
 __all__ = ["Sm90SplitBf16Kernel", "Sm90SplitBf16Conv3d", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_PARTS"]
 
@@ -122,8 +122,7 @@ class Sm90SplitBf16Kernel(Kernel):
 
     def make_plan(self, problem, device, overrides):
         if not device.is_hopper:
-            return Declined(f"needs a Hopper GPU (compute capability 9.0, sm_90a: TMA im2col + wgmma); "
-                            f"this one is cc {device.cc[0]}.{device.cc[1]} ({device.name})")
+            return not_hopper(device)
         if problem.groups != 1:
             return Declined(f"groups={problem.groups}: grouped/depthwise convolution is not covered (groups == 1 only)")
         cp_ = padded_channels(problem.channels)
@@ -138,8 +137,9 @@ class Sm90SplitBf16Kernel(Kernel):
         if not inner:
             return Declined(f"the bf16 convolution over the {inner_problem.channels} split channels: {inner.reason}")
         return SplitBf16Plan(self, problem, device, inner,
-                             "float32 as bf16 hi + lo parts, three products per term on the Hopper kernel "
-                             "(each output within 3 * 2^-16 of |x| (*) |w|; about 4e-6 of the result on normal data)" + tf32_note(problem, "split bf16"))
+                             "float32 as bf16 hi + lo parts, three products per term on the Hopper kernel (each "
+                             "output within 3 * 2^-16 of |x| (*) |w|; about 4e-6 of the result on normal data)"
+                             + tf32_note(problem, "split bf16"))
 
 
 def folds(problem) -> bool:
