@@ -118,8 +118,10 @@ def _phases(I: int, F: int, O: int, s: int, d: int, lo: int):
         if stop <= start:
             out.append((phi, T, None))
             continue
-        out.append((phi, T, dict(taps=taps[::-1], dil=r, pad=(lo_pad, length - lo_pad - (stop - start)),
-                                 src=slice(start, stop))))
+        step = s // math.gcd(s, d)  # the taps in reverse order, as a slice of the filter axis
+        flip = slice(taps[-1], taps[0] - step if taps[0] >= step else None, -step)
+        out.append((phi, T, dict(taps=taps[::-1], flip=flip, dil=r,
+                                 pad=(lo_pad, length - lo_pad - (stop - start)), src=slice(start, stop))))
     return out
 
 
@@ -173,16 +175,17 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
             y[where] = _epilogue_of_zero(xp, ep, res_part, (N, *(T for _, T, _ in combo), C), dtype)
             continue
         src = dy_n[(slice(None),) + tuple(spec["src"] for spec in specs) + (slice(None),)]
-        wsub = w_n
-        for axis, spec in enumerate(specs):  # this phase's taps, flipped
-            wsub = xp.take(wsub, xp.asarray(spec["taps"]) if xp is not np else spec["taps"], axis=1 + axis)
+        wsub = w_n[(slice(None),) + tuple(spec["flip"] for spec in specs) + (slice(None),)]  # taps flipped
         taps = wsub.shape[1:-1]
-        # K and C exchanged within each group: (g, Kg, *taps, Cg) -> (C, *taps, Kg).
+        # K and C exchanged within each group: (g, Kg, *taps, Cg) -> (C, *taps, Kg), one copy.
         wt = xp.ascontiguousarray(xp.moveaxis(wsub.reshape(g, Kg, *taps, Cg), (1, nd + 2), (nd + 2, 1)))
-        y[where] = fwd(xp.ascontiguousarray(src), wt.reshape(C, *taps, Kg), ep["bias"], stride=1,
-                       padding=tuple(spec["pad"] for spec in specs), dilation=tuple(spec["dil"] for spec in specs),
-                       groups=g, layout=native, residual=res_part, alpha=ep["alpha"], beta=ep["beta"],
-                       activation=ep["activation"], kernel=kernel, precision=precision)
+        whole = all(s == 1 for s in p.stride)  # one phase: written straight into y
+        part = fwd(xp.ascontiguousarray(src), wt.reshape(C, *taps, Kg), ep["bias"], stride=1,
+                   padding=tuple(spec["pad"] for spec in specs), dilation=tuple(spec["dil"] for spec in specs),
+                   groups=g, layout=native, residual=res_part, alpha=ep["alpha"], beta=ep["beta"],
+                   activation=ep["activation"], out=y if whole else None, kernel=kernel, precision=precision)
+        if not whole:
+            y[where] = part
     if out is None:
         return _first(y, cf, xp)
     if cf:
@@ -258,6 +261,45 @@ def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, 
         raise TypeError(f"bias_grad: expected True or False, got {bias_grad!r}")
     xp = _xp(x)
     x_n, dy_n = _last(x, cf, xp), _last(dy, cf, xp)
+    F, K, Cg = p.filter_spatial, p.out_channels, p.channels_per_group
+    why = _wgrad_declines(p, x_n, kernel)
+    if why is None:
+        from .backends.sm80.wgrad import weight_grad
+        from .device import device_of
+        dw = xp.empty((K, *F, Cg), dtype=x_n.dtype)
+        weight_grad(p, x_n, dy_n, dw, device_of(x_n))
+    elif kernel == WGRAD_KERNEL:
+        raise ValueError(f"kernel: {WGRAD_KERNEL} cannot compute this weight gradient: {why}")
+    else:
+        dw = _weight_grad_by_forward(nd, p, x_n, dy_n, kernel, precision, xp)
+    if cf:
+        dw = xp.ascontiguousarray(xp.moveaxis(dw, -1, 1))
+    if not bias_grad:
+        return dw
+    axes = tuple(a for a in range(dy_n.ndim - 1))
+    db = dy_n.sum(axis=axes, dtype=np.float64 if dtype == "float64" else np.float32).astype(dy_n.dtype)
+    return dw, db
+
+
+#: The kernel= name of the weight-gradient GEMM (sm_80+, fp16 / bf16, 2-D).
+WGRAD_KERNEL = "sm80_wgrad"
+
+
+def _wgrad_declines(p, x, kernel):
+    """Why the weight-gradient GEMM does not run (None: it does): a forward kernel was named, NumPy
+    data, or :func:`cuconv.backends.sm80.wgrad.declines`."""
+    if kernel not in (None, WGRAD_KERNEL):
+        return f"kernel={kernel!r} names a forward kernel"
+    if isinstance(x, np.ndarray):
+        return "NumPy arrays compute on the CPU"
+    from .backends.sm80.wgrad import declines
+    from .device import device_of
+    return declines(p, device_of(x))
+
+
+def _weight_grad_by_forward(nd, p, x_n, dy_n, kernel, precision, xp):
+    """The weight gradient as forward convolutions, one per group (module docstring): channels-last
+    ``x_n`` and ``dy_n`` in, ``(K, *F, C/groups)`` out."""
     I, F, O = p.in_spatial, p.filter_spatial, p.out_spatial
     K, C, g = p.out_channels, p.channels, p.groups
     Kg, Cg = K // g, C // g
@@ -275,14 +317,7 @@ def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, 
                 precision=precision)  # (Cg, *>=F, Kg)
         r = r[(slice(None),) + tuple(slice(0, f) for f in F) + (slice(None),)]
         parts.append(xp.moveaxis(r, (0, nd + 1), (nd + 1, 0)))  # (Kg, *F, Cg)
-    dw = xp.ascontiguousarray(parts[0] if g == 1 else xp.concatenate(parts, axis=0))
-    if cf:
-        dw = xp.ascontiguousarray(xp.moveaxis(dw, -1, 1))
-    if not bias_grad:
-        return dw
-    axes = tuple(a for a in range(dy_n.ndim - 1))
-    db = dy_n.astype(np.float64 if dtype == "float64" else np.float32).sum(axis=axes).astype(dy_n.dtype)
-    return dw, db
+    return xp.ascontiguousarray(parts[0] if g == 1 else xp.concatenate(parts, axis=0))
 
 
 def _doc_weight_grad(nd: int) -> str:

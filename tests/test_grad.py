@@ -188,3 +188,10 @@ def test_errors_name_the_argument():
         cuconv.conv_transpose2d(xt, np.zeros((4, 3, 3, 2)))
     with pytest.raises(ValueError, match="output size"):
         cuconv.conv_transpose2d(xt, wt, padding=5)
+
+
+def test_wgrad_kernel_named_for_numpy_is_an_error():
+    x = np.zeros((1, 4, 4, 8), np.float32)
+    dy = np.zeros((1, 4, 4, 8), np.float32)
+    with pytest.raises(ValueError, match="kernel: sm80_wgrad"):
+        cuconv.conv2d_weight_grad(x, dy, (8, 1, 1, 8), kernel="sm80_wgrad")

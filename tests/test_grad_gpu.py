@@ -5,8 +5,11 @@ dispatcher picks for them (float32 on Hopper: sm90_bf16x3; bf16: the 16-bit kern
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cuconv
 
@@ -52,3 +55,72 @@ def test_transpose_with_epilogue_matches_the_cpu(cp, dtype):
     got = cuconv.conv_transpose2d(cp.asarray(x), cp.asarray(w), cp.asarray(bias), **kw)
     assert got.shape == want.shape == (2, 32, 18, 18)
     assert rel_error(got, want) <= TOLERANCE[dtype]
+
+
+# ------------------------------------------------------------------------------------------ sm80_wgrad
+@st.composite
+def wgrad_problems(draw):
+    """A conv2d whose weight gradient the sm80_wgrad kernel computes: channel counts that make every
+    copy width (8, 4, 2 and 1 elements), stride, dilation, asymmetric padding, groups, and batches
+    long enough to split the reduction."""
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    cg = draw(st.sampled_from([1, 3, 4, 8, 16, 24]))
+    kg = draw(st.sampled_from([2, 5, 8, 16, 40, 72]))
+    R, S = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(2))
+    H = draw(st.integers((R - 1) * dilation[0] + 1, 24))
+    W = draw(st.integers((S - 1) * dilation[1] + 1, 24))
+    N = draw(st.sampled_from([1, 2, 9]))
+    dtype = draw(st.sampled_from(["bfloat16", "float16"]))
+    return dict(N=N, H=H, W=W, C=cg * groups, K=kg * groups, R=R, S=S, dtype=dtype,
+                kw=dict(stride=stride, padding=padding, dilation=dilation, groups=groups))
+
+
+@settings(max_examples=30)
+@given(wgrad_problems())
+def test_wgrad_kernel_matches_the_reference(cp, case):
+    rng = np.random.default_rng(7)
+    dt = DTYPES[case["dtype"]]
+    x = rng.standard_normal((case["N"], case["H"], case["W"], case["C"])).astype(dt)
+    w_shape = (case["K"], case["R"], case["S"], case["C"] // case["kw"]["groups"])
+    p = cuconv.grad._forward_problem(2, x.shape, w_shape, case["dtype"], "NHWC", case["kw"]["stride"],
+                                     case["kw"]["padding"], case["kw"]["dilation"], case["kw"]["groups"], None)
+    dy = rng.standard_normal(p.out_shape).astype(dt)
+    want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), w_shape, **case["kw"])
+    got = cuconv.conv2d_weight_grad(cp.asarray(x), cp.asarray(dy), w_shape, kernel="sm80_wgrad", **case["kw"])
+    assert got.dtype == dt and got.shape == w_shape
+    assert rel_error(got, want) <= TOLERANCE[case["dtype"]]
+
+
+def test_wgrad_kernel_splits_deterministically(cp):
+    """A long reduction (N*P*Q = 32 * 28 * 28) on few output tiles is split across many CTAs; the
+    split sums are added in a fixed order, so two calls give the same bits."""
+    from cuconv.backends.sm80.wgrad import choose_splits, wgrad_config
+    from cuconv.device import device_of
+    rng = np.random.default_rng(3)
+    x = cp.asarray(rng.standard_normal((32, 28, 28, 64)).astype(ml_dtypes.bfloat16))
+    dy = cp.asarray(rng.standard_normal((32, 28, 28, 64)).astype(ml_dtypes.bfloat16))
+    kw = dict(stride=1, padding=1)
+    p = cuconv.grad._forward_problem(2, x.shape, (64, 3, 3, 64), "bfloat16", "NHWC", 1, 1, 1, 1, None)
+    assert choose_splits(p, wgrad_config(p), device_of(x).sm_count).count > 1
+    a = cuconv.conv2d_weight_grad(x, dy, (64, 3, 3, 64), **kw)
+    b = cuconv.conv2d_weight_grad(x, dy, (64, 3, 3, 64), **kw)
+    assert bool((a.view(cp.uint16) == b.view(cp.uint16)).all())
+    want = cuconv.conv2d_weight_grad(cp.asnumpy(x).astype(np.float64), cp.asnumpy(dy).astype(np.float64),
+                                     (64, 3, 3, 64), **kw)
+    assert rel_error(a, want) <= TOLERANCE["bfloat16"]
+
+
+def test_wgrad_kernel_nchw_and_bias_grad(cp):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 16, 11, 13)).astype(np.float16)     # NCHW
+    dy = rng.standard_normal((3, 24, 6, 7)).astype(np.float16)
+    kw = dict(stride=2, padding=1, layout="NCHW")
+    want_w, want_b = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), (24, 16, 3, 3),
+                                               bias_grad=True, **kw)
+    got_w, got_b = cuconv.conv2d_weight_grad(cp.asarray(x), cp.asarray(dy), (24, 16, 3, 3), bias_grad=True, **kw)
+    assert rel_error(got_w, want_w) <= TOLERANCE["float16"]
+    assert rel_error(got_b, want_b) <= TOLERANCE["float16"]
+

@@ -38,7 +38,7 @@ OTHER_SUITES = ("sm80", "conv3d")
 #: The suites a run without ``--suite`` runs.
 ALL_SUITES = tuple(conv2d.SUITES) + OTHER_SUITES
 #: Suites that run only when named (own JSON file too): the networks suite takes minutes.
-OPT_IN_SUITES = ("networks",)
+OPT_IN_SUITES = ("networks", "grad")
 DTYPES = ("bfloat16", "float16")
 
 
@@ -49,10 +49,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--suite", action="append", choices=ALL_SUITES + OPT_IN_SUITES,
                     help="suite(s) to run (default: all but networks): conv2d suites resnet50 and vae_unet; sm80 "
                          "(the sm_80+ kernel and cuconv.matmul); conv3d (every conv3d strategy on video-VAE "
-                         "layers); networks (every conv layer of eight networks, run only when named)")
+                         "layers); networks (every conv layer of eight networks, run only when named); grad (input and "
+                         "weight gradients of networks' layers and transposed convolutions, run only when named)")
     ap.add_argument("--network", action="append", choices=list(networks.NETWORKS), metavar="NAME",
-                    help="networks suite: run this network (repeatable; default: all of "
-                         + ", ".join(networks.NETWORKS) + "); implies --suite networks")
+                    help="networks and grad suites: run this network (repeatable; default: all of "
+                         + ", ".join(networks.NETWORKS) + " for networks, resnet50 and sd_vae_decoder for grad); "
+                         "without --suite implies --suite networks")
     ap.add_argument("--layers", action="store_true", help="networks suite: print the per-layer tables")
     ap.add_argument("--layout", choices=["NHWC", "NCHW"], default="NHWC",
                     help="networks suite: the arrays' layout, for cuconv and cuDNN alike (default NHWC)")
@@ -111,11 +113,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"wrote {args.plot}")
         return 0
     if args.network:
-        if args.suite and "networks" not in args.suite:
-            ap.error("--network: picks networks of the networks suite, which --suite leaves out: "
-                     "add --suite networks")
+        if args.suite and not {"networks", "grad"} & set(args.suite):
+            ap.error("--network: picks networks of the networks and grad suites, which --suite leaves out: "
+                     "add --suite networks or --suite grad")
         args.suite = args.suite or ["networks"]
-    if "float32" in (args.dtype or ()) and set(args.suite or ALL_SUITES) != {"networks"}:
+    if "float32" in (args.dtype or ()) and set(args.suite or ALL_SUITES) - {"networks"}:
         ap.error("--dtype float32: the networks suite only (--suite networks or --network NAME)")
     if args.precision and "float32" not in (args.dtype or ()):
         ap.error("--precision: applies to float32 arrays: add --dtype float32")
@@ -162,6 +164,9 @@ def _run(args, argv: List[str], dev) -> int:
                                       ceilings=ceilings, log=log)
     if "networks" in suites:
         others["networks"] = _run_networks(args, dtypes, torch, log)
+    if "grad" in suites:
+        from . import grad
+        others["grad"] = grad.run(args.network, dtypes, torch=torch, log=log)
     if not args.no_sustained:  # last: a GPU at its power limit for seconds would slow the queued runs
         conv2d.run_sustained(records, with_torch=with_torch, log=log)
     for line in conv2d.geomean_lines(records):
@@ -181,7 +186,8 @@ def _run(args, argv: List[str], dev) -> int:
         png = f"{os.path.splitext(args.plot)[0]}_networks.png" if records else args.plot
         plot_networks(dict(common, records=others["networks"]), png)
         log(f"wrote {png}")
-    ok = all(r.get("check_ok") for r in records + others.get("conv3d", []) + others.get("networks", []))
+    ok = all(r.get("check_ok") for r in records + others.get("conv3d", []) + others.get("networks", [])
+             + others.get("grad", []))
     ok = ok and all(sm80.check_ok(r) for r in others.get("sm80", []))
     return 0 if ok else 1
 

@@ -3,7 +3,8 @@
 // CTA tile BM x BN x BK, WARPS_M x WARPS_N warps, warp tile WTM x WTN = (BM / WARPS_M) x (BN / WARPS_N),
 // made of MI x NI mma.sync m16n8k16 tiles: acc[MI][NI][4] fp32 per thread.
 // Per BK tile and per 16-wide k step:
-//   A  smem [BM][BK]                       ldmatrix.x4 -> a[mi][4]      (rows m, 16 x 16)
+//   A  smem [BM][BK] (A_K_CONTIG, default) ldmatrix.x4 -> a[mi][4]      (rows m, 16 x 16)
+//      smem [BK][BM] (weight gradient dy)  ldmatrix.x4.trans -> same fragments
 //   B  smem [BN][BK] (B_K_CONTIG, weights) ldmatrix.x4 -> b[2 nj..][2] (rows n, 16 x 16)
 //      smem [BK][BN] (matmul b[K][N])      ldmatrix.x4.trans -> same fragments
 // The loaders only see (m_offset | n_offset, k_offset); the ring protocol is in pipeline_cp_async.cuh.
@@ -14,14 +15,14 @@
 namespace cuconv {
 namespace sm80 {
 
-template <int BM, int BN, int BK, int STAGES, int WARPS_M, int WARPS_N, bool B_K_CONTIG>
+template <int BM, int BN, int BK, int STAGES, int WARPS_M, int WARPS_N, bool B_K_CONTIG, bool A_K_CONTIG = true>
 struct MmaMainloop {
   static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
   static constexpr int kWarpM = BM / WARPS_M;
   static constexpr int kWarpN = BN / WARPS_N;
   static constexpr int MI = kWarpM / 16;
   static constexpr int NI = kWarpN / 8;
-  using TileA = SwizzledTile<BM, BK>;
+  using TileA = SwizzledTile<A_K_CONTIG ? BM : BK, A_K_CONTIG ? BK : BM>;
   using TileB = SwizzledTile<B_K_CONTIG ? BN : BK, B_K_CONTIG ? BK : BN>;
   static constexpr int kStageBytes = TileA::kBytes + TileB::kBytes;
   using Ring = CpAsyncRing<STAGES, kStageBytes>;
@@ -42,9 +43,16 @@ struct MmaMainloop {
                                                         int warp_m0, int warp_n0, int lane) {
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
-      // lanes 0-15: rows 0-15 at k 0-7; lanes 16-31: rows 0-15 at k 8-15  -> a0 a1 a2 a3
-      const int row = warp_m0 + mi * 16 + (lane & 15);
-      ldmatrix_x4(f.a[mi], a_stage + TileA::chunk_offset(row, ks * 2 + (lane >> 4)));
+      if (A_K_CONTIG) {
+        // lanes 0-15: rows 0-15 at k 0-7; lanes 16-31: rows 0-15 at k 8-15  -> a0 a1 a2 a3
+        const int row = warp_m0 + mi * 16 + (lane & 15);
+        ldmatrix_x4(f.a[mi], a_stage + TileA::chunk_offset(row, ks * 2 + (lane >> 4)));
+      } else {
+        // smem rows are k: matrices (k 0-7, m 0-7) (k 0-7, m 8-15) (k 8-15, m 0-7) (k 8-15, m 8-15),
+        // transposed on the way to registers -> the same a0 a1 a2 a3
+        const int k = ks * 16 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4_trans(f.a[mi], a_stage + TileA::chunk_offset(k, (warp_m0 + mi * 16) / 8 + ((lane >> 3) & 1)));
+      }
     }
 #pragma unroll
     for (int nj = 0; nj < NI / 2; ++nj) {

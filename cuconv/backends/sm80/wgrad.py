@@ -1,0 +1,134 @@
+"""``sm80_wgrad``: the conv2d weight gradient as one implicit GEMM on sm_80+ (fp16 / bf16, NHWC).
+
+``dw[K][R*S*C/groups] = dy^T @ im2col(x)``: the reduction runs over the ``N*P*Q`` output pixels, the
+layout both operands are stored in, so the kernel (kernels_cu/sm80/conv2d_wgrad_sm80.cu) reads both
+with ``ldmatrix.trans`` (dy through the linear loader, x through the transposed im2col loader). A
+weight gradient has few output tiles and a long reduction, so the pixels are split across CTAs
+(:func:`choose_splits`: about two CTAs per SM); each split writes fp32 partial sums to a workspace,
+and a second launch adds them in split order and casts. Same bits on every run.
+
+CuPy is imported only inside functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ...compiler import load_cuda_function
+from ...launch import c_struct, divisor_fields, divisor_values, dtype_code
+from ...problem import ConvProblem
+from .variants import _DTYPE_TAG, TileConfig, _vec
+
+__all__ = ["WGRAD_SOURCE", "declines", "wgrad_config", "wgrad_variant", "choose_splits", "weight_grad",
+           "COMPILE_VARIANTS"]
+
+WGRAD_SOURCE = "sm80/conv2d_wgrad_sm80.cu"
+#: Tiles by filters per group: 128 x 128 (warp tiles 64 x 32), or 64 x 128 (32 x 32, two CTAs per SM)
+#: where ``K/groups <= 64`` would leave half of a 128-row tile empty.
+_WIDE = TileConfig(128, 128, 4, 2, 4, 1)
+_NARROW = TileConfig(64, 128, 4, 2, 4, 2)
+#: The fewest reduction tiles (of 32 pixels) one split gets: a split's prologue and partial-sum
+#: store are amortised over at least this many tiles.
+MIN_SPLIT_TILES = 16
+_LIMIT = 2**31 - 4096  # N*P*Q (plus the tiles a mainloop reads past its end) as a 32-bit int
+
+
+def declines(p: ConvProblem, device) -> Optional[str]:
+    """Why the kernel cannot compute ``p``'s weight gradient on ``device`` (None: it can)."""
+    if p.nd != 2:
+        return "conv3d: the kernel is 2-D"
+    if device is None or device.kind != "cuda" or device.cc < (8, 0):
+        return "needs an sm_80+ NVIDIA GPU (cp.async, mma.sync)"
+    if p.dtype not in _DTYPE_TAG:
+        return f"{p.dtype}: mma.sync here is fp16/bf16 only"
+    if p.gemm_m >= _LIMIT or p.gemm_k >= _LIMIT or p.out_channels * 256 >= _LIMIT:
+        return "an extent exceeds the kernel's 32-bit index range"
+    return None
+
+
+def wgrad_config(p: ConvProblem, narrow_copies: bool = False) -> TileConfig:
+    """:data:`_NARROW` for ``K/groups <= 64``, else :data:`_WIDE`; one CTA per SM with copies of
+    fewer than 4 elements (``narrow_copies``: their unrolled addresses spill at 128 registers)."""
+    cfg = _NARROW if p.gemm_n <= 64 else _WIDE
+    return dataclasses.replace(cfg, min_blocks=1) if narrow_copies else cfg
+
+
+def wgrad_variant(p: ConvProblem, x_ptr: Optional[int] = None, dy_ptr: Optional[int] = None):
+    """``(kernel name, TileConfig, defines)``: copies as wide as the channel counts and pointers allow."""
+    vec_a = _vec(extents=(p.out_channels, p.gemm_n), pointer=dy_ptr)
+    vec_b = _vec(extents=(p.channels, p.channels_per_group), pointer=x_ptr)
+    cfg = wgrad_config(p, min(vec_a, vec_b) < 4)
+    name = f"conv2d_wgrad_sm80_{_DTYPE_TAG[p.dtype]}_{cfg.name}_va{vec_a}_vb{vec_b}"
+    defines = dict(cfg.defines(), CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b,
+                   CUCONV_KERNEL_NAME=name)
+    return name, cfg, defines
+
+
+@dataclass(frozen=True)
+class Splits:
+    """The reduction's split: ``count`` CTAs per output tile, ``length`` pixels each (a multiple of 32)."""
+
+    count: int
+    length: int
+    tiles: int  # output tiles (all groups)
+
+
+def choose_splits(p: ConvProblem, cfg: TileConfig, sm_count: int) -> Splits:
+    """Splits so that output tiles x splits is about two CTAs per SM, each split at least
+    :data:`MIN_SPLIT_TILES` reduction tiles long."""
+    tiles = -(-p.gemm_n // cfg.bm) * -(-p.gemm_k // cfg.bn) * p.groups
+    k_tiles = -(-p.gemm_m // cfg.bk)
+    want = max(1, min(-(-2 * max(sm_count, 1) // tiles), k_tiles // MIN_SPLIT_TILES))
+    length = -(-k_tiles // want) * cfg.bk
+    return Splits(count=-(-p.gemm_m // length), length=length, tiles=tiles)
+
+
+_FIELDS = [(n, np.int32) for n in (
+    "L", "H", "W", "C", "P", "Q", "S", "Cg", "Kg", "K", "cols", "stride_h", "stride_w", "dil_h", "dil_w", "pad_h",
+    "pad_w", "split_len", "splits", "m_tiles", "n_tiles")] + divisor_fields("div_q", "div_pq", "div_cg", "div_s")
+
+
+def _geometry(p: ConvProblem, splits: Splits, m_tiles: int, n_tiles: int) -> np.void:
+    (H, W), (P, Q), (_, S) = p.in_spatial, p.out_spatial, p.filter_spatial
+    return c_struct(_FIELDS, dict(
+        L=p.gemm_m, H=H, W=W, C=p.channels, P=P, Q=Q, S=S, Cg=p.channels_per_group, Kg=p.gemm_n, K=p.out_channels,
+        cols=p.gemm_k, stride_h=p.stride[0], stride_w=p.stride[1], dil_h=p.dilation[0], dil_w=p.dilation[1],
+        pad_h=p.pad_lo[0], pad_w=p.pad_lo[1], split_len=splits.length, splits=splits.count, m_tiles=m_tiles,
+        n_tiles=n_tiles, **divisor_values(div_q=Q, div_pq=P * Q, div_cg=p.channels_per_group, div_s=S)))
+
+
+def weight_grad(p: ConvProblem, x, dy, dw, device) -> Splits:
+    """``dw`` (``(K, R, S, C/groups)``, C-contiguous) = the weight gradient of ``p`` from ``x``
+    (``(N, H, W, C)``) and ``dy`` (``(N, P, Q, K)``), all C-contiguous CuPy arrays of ``p.dtype``.
+    Returns the split it ran."""
+    import cupy as cp
+    name, cfg, defines = wgrad_variant(p, x.data.ptr, dy.data.ptr)
+    smem = cfg.ring_bytes()
+    fn = load_cuda_function(WGRAD_SOURCE, device, defines, name, smem)
+    reduce_fn = load_cuda_function(WGRAD_SOURCE, device, defines, name + "_reduce")
+    splits = choose_splits(p, cfg, device.sm_count)
+    m_tiles, n_tiles = -(-p.gemm_n // cfg.bm), -(-p.gemm_k // cfg.bn)
+    count = p.out_channels * p.gemm_k
+    ws = cp.empty(splits.count * count, dtype=cp.float32)
+    fn((n_tiles, m_tiles, p.groups * splits.count), (cfg.threads,), (x, dy, ws, _geometry(p, splits, m_tiles, n_tiles)),
+       shared_mem=smem)
+    blocks = max(1, min(-(-count // 256), 8 * max(device.sm_count, 1)))
+    reduce_fn((blocks,), (256,), (ws, dw, np.int64(count), np.int32(splits.count)))
+    return splits
+
+
+def _compile_variants():
+    def problem(c, k, f, dtype, groups=1):
+        return ConvProblem.create(nd=2, batch=2, in_spatial=(16, 16), channels=c, out_channels=k, filter_spatial=(f, f),
+                                  stride=1, dilation=1, padding=f // 2, groups=groups, dtype=dtype, layout="NHWC")
+    probs = [problem(64, 256, 3, "bfloat16"), problem(64, 64, 3, "float16"), problem(3, 64, 7, "bfloat16"),
+             problem(12, 20, 3, "bfloat16", groups=2)]
+    return [(WGRAD_SOURCE, wgrad_variant(q)[2], arch) for q in probs for arch in ("sm_80", "sm_90a")]
+
+
+#: Variants for the CPU compile test: both tiles, both dtypes, 8-, 2- and 4-element copies.
+COMPILE_VARIANTS = _compile_variants()
