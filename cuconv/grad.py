@@ -32,13 +32,16 @@ moved to channels-last for the computation.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Sequence, Tuple
 
 import numpy as np
 
 from .arrays import as_array, check_companion, check_same_place, dtype_name
+from .layout import flip_filter, to_channels_first, to_channels_last
 from .problem import LAYOUTS, normalize_spatial
 from .validate import activation_of, check_ranks, layout_of, precision_of
 
@@ -71,22 +74,31 @@ def _shape(value, name: str, nd: int) -> Tuple[int, ...]:
 
 
 def _forward_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, precision):
-    """The forward convolution being differentiated, validated (its padding resolved)."""
+    """The forward convolution being differentiated, validated (its padding resolved); memoised on
+    hashable arguments."""
+    args = (nd, tuple(x_shape), tuple(w_shape), dtype, layout, stride, padding, dilation, groups, precision)
+    key = _hashable(args)
+    return _forward_problem_cached(*key) if key is not None else _validated_problem(*args)
+
+
+def _validated_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, precision):
     from .validate import conv_problem
     return conv_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, 1.0, 1.0,
                         False, False, None, precision)
 
 
+_forward_problem_cached = functools.lru_cache(maxsize=512)(_validated_problem)
+
+
 def _last(a, channels_first: bool, xp):
-    """``a`` channels-last and contiguous (an activation ``(N, C, ...)`` or a weight ``(K, C/g, ...)``)."""
-    if channels_first:
-        a = xp.moveaxis(a, 1, -1)
-    return xp.ascontiguousarray(a)
+    """``a`` channels-last and contiguous (an activation ``(N, C, ...)`` or a weight ``(K, C/g, ...)``):
+    :func:`cuconv.layout.to_channels_last` into a new array."""
+    return to_channels_last(a, channels_first, xp)
 
 
 def _first(a, channels_first: bool, xp):
     """A channels-last result back in the caller's layout (contiguous)."""
-    return xp.ascontiguousarray(xp.moveaxis(a, -1, 1)) if channels_first else a
+    return to_channels_first(a, xp) if channels_first else a
 
 
 def _user_out_shape(p, layout: str) -> Tuple[int, ...]:
@@ -125,6 +137,51 @@ def _phases(I: int, F: int, O: int, s: int, d: int, lo: int):
     return out
 
 
+def _hashable(v):
+    """``v`` with its lists made tuples (a memo key), or None where something is not hashable."""
+    if isinstance(v, (list, tuple)):
+        items = tuple(_hashable(u) for u in v)
+        return None if any(u is None for u in items) else items
+    try:
+        hash(v)
+    except TypeError:
+        return None
+    return v
+
+
+@dataclass(frozen=True)
+class _InputPlan:
+    """The input gradient of one geometry: the forward problem and, per output phase, where its
+    positions are in dx (``where``), and None (no tap reaches them: ``shape`` is theirs) or the
+    forward call computing them (``src``: the slice of dy; ``taps``: the flipped taps of each filter
+    axis, :func:`cuconv.layout.flip_filter`; ``pad``, ``dil``)."""
+
+    problem: object
+    phases: tuple
+
+
+@functools.lru_cache(maxsize=512)
+def _input_plan_cached(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, precision):
+    return _input_plan(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, precision)
+
+
+def _input_plan(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, precision) -> _InputPlan:
+    p = _forward_problem(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, groups, precision)
+    I, F, O = p.in_spatial, p.filter_spatial, p.out_spatial
+    axes = [_phases(i, f, o, s, d, lo) for i, f, o, s, d, lo in zip(I, F, O, p.stride, p.dilation, p.pad_lo)]
+    phases = []
+    for combo in itertools.product(*axes):
+        where = (slice(None),) + tuple(slice(phi, None, s) for (phi, _, _), s in zip(combo, p.stride)) + (slice(None),)
+        specs = [spec for _, _, spec in combo]
+        if any(spec is None for spec in specs):
+            phases.append((where, None, (x_shape[0], *(T for _, T, _ in combo), p.channels)))
+            continue
+        phases.append((where, dict(src=(slice(None),) + tuple(sp["src"] for sp in specs) + (slice(None),),
+                                   taps=tuple(sp["flip"] for sp in specs), pad=tuple(sp["pad"] for sp in specs),
+                                   dil=tuple(sp["dil"] for sp in specs)), None))
+    return _InputPlan(p, tuple(phases))
+
+
 def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision,
                 epilogue=None, out=None):
     """The input gradient (module docstring), computed channels-last; ``epilogue``: the keywords
@@ -141,17 +198,18 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     if w.ndim != nd + 2:
         raise ValueError(f"w: expected a {nd + 2}-D array, got {w.ndim}-D with shape {tuple(w.shape)}")
     x_shape = _shape(x_shape, "x_shape", nd)
-    p = _forward_problem(nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
-                         precision_of(precision, dtype))
+    args = (nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
+            precision_of(precision, dtype))
+    key = _hashable(args)
+    plan = _input_plan_cached(*key) if key is not None else _input_plan(*args)
+    p = plan.problem
     want = (x_shape[0], *_user_out_shape(p, layout)[1:])
     if tuple(dy.shape) != want:
         raise ValueError(f"dy: expected shape {want} (the output of the forward convolution of x_shape "
                          f"{x_shape} with w {tuple(w.shape)}, {layout}), got {tuple(dy.shape)}")
     xp = _xp(dy)
     dy_n, w_n = _last(dy, cf, xp), _last(w, cf, xp)
-    N, I, F, O = x_shape[0], p.in_spatial, p.filter_spatial, p.out_spatial
-    K, C, g = p.out_channels, p.channels, p.groups
-    Kg, Cg = K // g, C // g
+    N, I, C, g = x_shape[0], p.in_spatial, p.channels, p.groups
     ep = {**dict(bias=None, residual=None, alpha=1.0, beta=1.0, activation=None), **(epilogue or {})}
     residual = ep["residual"]
     if residual is not None:
@@ -166,30 +224,23 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     y = out if out is not None and not cf else xp.empty((N, *I, C), dtype=dy_n.dtype)
     native = "NHWC" if nd == 2 else "NDHWC"
     fwd = _forward_fn(nd)
-    axes = [_phases(i, f, o, s, d, lo) for i, f, o, s, d, lo in zip(I, F, O, p.stride, p.dilation, p.pad_lo)]
-    for combo in itertools.product(*axes):
-        where = (slice(None),) + tuple(slice(phi, None, s) for (phi, _, _), s in zip(combo, p.stride)) + (slice(None),)
-        res_part = None if residual is None else xp.ascontiguousarray(residual[where])
-        specs = [spec for _, _, spec in combo]
-        if any(spec is None for spec in specs):  # no tap reaches these positions: the epilogue of zero
-            y[where] = _epilogue_of_zero(xp, ep, res_part, (N, *(T for _, T, _ in combo), C), dtype)
+    whole = len(plan.phases) == 1  # stride 1: the one phase is written straight into y
+    for where, spec, zero_shape in plan.phases:
+        res_part = None if residual is None else (residual if whole else xp.ascontiguousarray(residual[where]))
+        if spec is None:  # no tap reaches these positions: the epilogue of zero
+            y[where] = _epilogue_of_zero(xp, ep, res_part, zero_shape, dtype)
             continue
-        src = dy_n[(slice(None),) + tuple(spec["src"] for spec in specs) + (slice(None),)]
-        wsub = w_n[(slice(None),) + tuple(spec["flip"] for spec in specs) + (slice(None),)]  # taps flipped
-        taps = wsub.shape[1:-1]
-        # K and C exchanged within each group: (g, Kg, *taps, Cg) -> (C, *taps, Kg), one copy.
-        wt = xp.ascontiguousarray(xp.moveaxis(wsub.reshape(g, Kg, *taps, Cg), (1, nd + 2), (nd + 2, 1)))
-        whole = all(s == 1 for s in p.stride)  # one phase: written straight into y
-        part = fwd(xp.ascontiguousarray(src), wt.reshape(C, *taps, Kg), ep["bias"], stride=1,
-                   padding=tuple(spec["pad"] for spec in specs), dilation=tuple(spec["dil"] for spec in specs),
-                   groups=g, layout=native, residual=res_part, alpha=ep["alpha"], beta=ep["beta"],
-                   activation=ep["activation"], out=y if whole else None, kernel=kernel, precision=precision)
+        src = dy_n[spec["src"]]
+        part = fwd(src if src.flags.c_contiguous else xp.ascontiguousarray(src), flip_filter(w_n, spec["taps"], g, xp),
+                   ep["bias"], stride=1, padding=spec["pad"], dilation=spec["dil"], groups=g, layout=native,
+                   residual=res_part, alpha=ep["alpha"], beta=ep["beta"], activation=ep["activation"],
+                   out=y if whole else None, kernel=kernel, precision=precision)
         if not whole:
             y[where] = part
     if out is None:
         return _first(y, cf, xp)
     if cf:
-        out[...] = xp.moveaxis(y, -1, 1)
+        to_channels_first(y, xp, out)
     return out
 
 

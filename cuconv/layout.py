@@ -36,11 +36,13 @@ from .launch import PackedLaunch, c_struct
 from .problem import LAYOUTS
 from .scratch import scratch
 
-__all__ = ["to_channels_last", "to_channels_first", "describe", "SOURCE", "COMPILE_VARIANTS"]
+__all__ = ["to_channels_last", "to_channels_first", "flip_filter", "describe", "SOURCE", "FLIP_SOURCE",
+           "COMPILE_VARIANTS"]
 
 SOURCE = "layout/transpose.cu"
-#: What CI compiles (tests/test_compile.py): the transposes on both portable targets.
-COMPILE_VARIANTS = [(SOURCE, {}, arch) for arch in ("sm_80", "sm_90a")]
+FLIP_SOURCE = "layout/flip_filter.cu"
+#: What CI compiles (tests/test_compile.py): the transposes and the filter flip on both portable targets.
+COMPILE_VARIANTS = [(src, {}, arch) for src in (SOURCE, FLIP_SOURCE) for arch in ("sm_80", "sm_90a")]
 _MAX_GRID_YZ = 65535
 _THIN = 16  # rows or cols at most this: the thin kernel (no tile)
 _ARGS_FIELDS = ([(n, np.int64) for n in ("rows", "cols", "x_batch_stride", "x_row_stride", "y_batch_stride",
@@ -196,6 +198,46 @@ def to_channels_first(native, xp, dest=None):
         dest[...] = moved
         return dest
     return xp.ascontiguousarray(moved)
+
+
+_FLIP_FIELDS = [(n, np.int32) for n in ("Kg", "Cg", "groups", "T0", "T1", "T2", "F1", "F2", "F", "start0", "start1",
+                                         "start2", "step0", "step1", "step2")]
+
+
+@functools.lru_cache(maxsize=1024)
+def _flip_launch(device_id, item, K, F, Cg, groups, flips) -> PackedLaunch:
+    from .compiler import load_cuda_function
+    from .device import gpu_info
+    pad = 3 - len(F)
+    F3 = (1,) * pad + tuple(F)
+    fl = ((0, 1, 1),) * pad + tuple(flips)
+    Kg, T = K // groups, math.prod(n for _, _, n in fl)
+    args = c_struct(_FLIP_FIELDS, dict(Kg=Kg, Cg=Cg, groups=groups, T0=fl[0][2], T1=fl[1][2], T2=fl[2][2], F1=F3[1],
+                                       F2=F3[2], F=math.prod(F3), start0=fl[0][0], start1=fl[1][0], start2=fl[2][0],
+                                       step0=fl[0][1], step1=fl[1][1], step2=fl[2][1]))
+    fn = load_cuda_function(FLIP_SOURCE, gpu_info(device_id), {}, f"flip_filter_b{8 * item}")
+    return PackedLaunch(fn, (-(-Cg // 32), -(-Kg // 32), groups * T), 256, 0, (np.uint64(0), np.uint64(0), args),
+                        slots=(0, 1))
+
+
+def flip_filter(w, taps, groups: int, xp):
+    """The filter of an input gradient: ``w`` (``(K, *F, C/g)``, C-contiguous) with the taps ``taps``
+    (per spatial dim a ``slice`` of that axis, e.g. ``slice(None, None, -1)`` to reverse it) and its
+    K and C axes exchanged within each group: ``(C, *T, K/g)``, contiguous. One launch of
+    ``kernels_cu/layout/flip_filter.cu`` on a CUDA GPU; the array library's copy elsewhere."""
+    K, F, Cg = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
+    ranges = [range(f)[t] for f, t in zip(F, taps)]
+    if _on_cuda(xp) and w.itemsize in (2, 4, 8) and all(len(r) for r in ranges) and w.flags.c_contiguous:
+        flips = tuple((r.start, -r.step, len(r)) for r in ranges)
+        T = tuple(len(r) for r in ranges)
+        wt = xp.empty((Cg * groups, *T, K // groups), dtype=w.dtype)
+        _flip_launch(w.data.device_id, w.itemsize, K, F, Cg, groups, flips)(w.data.ptr, wt.data.ptr)
+        return wt
+    nd = len(F)
+    sub = w[(slice(None),) + tuple(taps) + (slice(None),)]
+    T = sub.shape[1:-1]
+    moved = xp.moveaxis(sub.reshape(groups, K // groups, *T, Cg), (1, nd + 2), (nd + 2, 1))
+    return xp.ascontiguousarray(moved).reshape(Cg * groups, *T, K // groups)
 
 
 def describe(problem, device, plan=None) -> str:

@@ -4,7 +4,7 @@
 layout both operands are stored in, so the kernel (kernels_cu/sm80/conv2d_wgrad_sm80.cu) reads both
 with ``ldmatrix.trans`` (dy through the linear loader, x through the transposed im2col loader). A
 weight gradient has few output tiles and a long reduction, so the pixels are split across CTAs
-(:func:`choose_splits`: about two CTAs per SM); each split writes fp32 partial sums to a workspace,
+(:func:`choose_splits`: whole waves of CTAs); each split writes fp32 partial sums to a workspace,
 and a second launch adds them in split order and casts. Same bits on every run.
 
 CuPy is imported only inside functions.
@@ -13,13 +13,14 @@ CuPy is imported only inside functions.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from ...compiler import load_cuda_function
-from ...launch import c_struct, divisor_fields, divisor_values, dtype_code
+from ...launch import PackedLaunch, c_struct, divisor_fields, divisor_values, dtype_code
 from ...problem import ConvProblem
 from .variants import _DTYPE_TAG, TileConfig, _vec
 
@@ -78,13 +79,21 @@ class Splits:
 
 
 def choose_splits(p: ConvProblem, cfg: TileConfig, sm_count: int) -> Splits:
-    """Splits so that output tiles x splits is about two CTAs per SM, each split at least
-    :data:`MIN_SPLIT_TILES` reduction tiles long."""
+    """The split count with the shortest modelled time: waves of CTAs (``cfg.min_blocks`` per SM) times
+    the reduction tiles of a split plus two for its prologue and partial-sum store, each split at
+    least :data:`MIN_SPLIT_TILES` tiles long (ties: fewer splits, less workspace traffic)."""
     tiles = -(-p.gemm_n // cfg.bm) * -(-p.gemm_k // cfg.bn) * p.groups
     k_tiles = -(-p.gemm_m // cfg.bk)
-    want = max(1, min(-(-2 * max(sm_count, 1) // tiles), k_tiles // MIN_SPLIT_TILES))
-    length = -(-k_tiles // want) * cfg.bk
-    return Splits(count=-(-p.gemm_m // length), length=length, tiles=tiles)
+    per_wave = max(sm_count, 1) * cfg.min_blocks
+    best = None
+    for count in range(1, max(1, k_tiles // MIN_SPLIT_TILES) + 1):
+        length = -(-k_tiles // count)
+        count = -(-k_tiles // length)  # no empty split
+        cost = -(-tiles * count // per_wave) * (length + 2)
+        if best is None or cost < best[0]:
+            best = (cost, count, length)
+    _, count, length = best
+    return Splits(count=count, length=length * cfg.bk, tiles=tiles)
 
 
 _FIELDS = [(n, np.int32) for n in (
@@ -101,24 +110,46 @@ def _geometry(p: ConvProblem, splits: Splits, m_tiles: int, n_tiles: int) -> np.
         n_tiles=n_tiles, **divisor_values(div_q=Q, div_pq=P * Q, div_cg=p.channels_per_group, div_s=S)))
 
 
-def weight_grad(p: ConvProblem, x, dy, dw, device) -> Splits:
+class WgradLaunch:
+    """The two launches of one problem on one device for one alignment of x and dy (the copy widths
+    depend on it), packed once (:class:`~cuconv.launch.PackedLaunch`): then a call allocates the
+    workspace and rewrites five addresses."""
+
+    def __init__(self, p: ConvProblem, device, x_ptr: int, dy_ptr: int):
+        name, cfg, defines = wgrad_variant(p, x_ptr, dy_ptr)
+        self.name, self.cfg = name, cfg
+        smem = cfg.ring_bytes()
+        fn = load_cuda_function(WGRAD_SOURCE, device, defines, name, smem)
+        reduce_fn = load_cuda_function(WGRAD_SOURCE, device, defines, name + "_reduce")
+        self.splits = choose_splits(p, cfg, device.sm_count)
+        m_tiles, n_tiles = -(-p.gemm_n // cfg.bm), -(-p.gemm_k // cfg.bn)
+        self.count = p.out_channels * p.gemm_k
+        null = np.uint64(0)
+        self._main = PackedLaunch(fn, (n_tiles, m_tiles, p.groups * self.splits.count), cfg.threads, smem,
+                                  (null, null, null, _geometry(p, self.splits, m_tiles, n_tiles)), slots=(0, 1, 2))
+        blocks = max(1, min(-(-self.count // 256), 8 * max(device.sm_count, 1)))
+        self._reduce = PackedLaunch(reduce_fn, blocks, 256, 0, (null, null, np.int64(self.count),
+                                                                np.int32(self.splits.count)), slots=(0, 1))
+
+    def __call__(self, x, dy, dw) -> None:
+        import cupy as cp
+        ws = cp.empty(self.splits.count * self.count, dtype=cp.float32)
+        self._main(x.data.ptr, dy.data.ptr, ws.data.ptr)
+        self._reduce(ws.data.ptr, dw.data.ptr)
+
+
+@functools.lru_cache(maxsize=256)
+def _launch(p: ConvProblem, device, x_align: int, dy_align: int) -> WgradLaunch:
+    return WgradLaunch(p, device, x_align, dy_align)
+
+
+def weight_grad(p: ConvProblem, x, dy, dw, device) -> WgradLaunch:
     """``dw`` (``(K, R, S, C/groups)``, C-contiguous) = the weight gradient of ``p`` from ``x``
-    (``(N, H, W, C)``) and ``dy`` (``(N, P, Q, K)``), all C-contiguous CuPy arrays of ``p.dtype``.
-    Returns the split it ran."""
-    import cupy as cp
-    name, cfg, defines = wgrad_variant(p, x.data.ptr, dy.data.ptr)
-    smem = cfg.ring_bytes()
-    fn = load_cuda_function(WGRAD_SOURCE, device, defines, name, smem)
-    reduce_fn = load_cuda_function(WGRAD_SOURCE, device, defines, name + "_reduce")
-    splits = choose_splits(p, cfg, device.sm_count)
-    m_tiles, n_tiles = -(-p.gemm_n // cfg.bm), -(-p.gemm_k // cfg.bn)
-    count = p.out_channels * p.gemm_k
-    ws = cp.empty(splits.count * count, dtype=cp.float32)
-    fn((n_tiles, m_tiles, p.groups * splits.count), (cfg.threads,), (x, dy, ws, _geometry(p, splits, m_tiles, n_tiles)),
-       shared_mem=smem)
-    blocks = max(1, min(-(-count // 256), 8 * max(device.sm_count, 1)))
-    reduce_fn((blocks,), (256,), (ws, dw, np.int64(count), np.int32(splits.count)))
-    return splits
+    (``(N, H, W, C)``) and ``dy`` (``(N, P, Q, K)``), all C-contiguous CuPy arrays of ``p.dtype``, on the
+    current stream of their device. Returns the launch (its ``splits`` and ``name`` say what ran)."""
+    launch = _launch(p, device, x.data.ptr & 15, dy.data.ptr & 15)
+    launch(x, dy, dw)
+    return launch
 
 
 def _compile_variants():
