@@ -313,14 +313,10 @@ def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, 
     xp = _xp(x)
     x_n, dy_n = _last(x, cf, xp), _last(dy, cf, xp)
     F, K, Cg = p.filter_spatial, p.out_channels, p.channels_per_group
-    why = _wgrad_declines(p, x_n, kernel)
-    if why is None:
-        from .backends.sm80.wgrad import weight_grad
-        from .device import device_of
+    run, _ = _wgrad_kernel(p, x_n, dy_n, kernel)
+    if run is not None:
         dw = xp.empty((K, *F, Cg), dtype=x_n.dtype)
-        weight_grad(p, x_n, dy_n, dw, device_of(x_n))
-    elif kernel == WGRAD_KERNEL:
-        raise ValueError(f"kernel: {WGRAD_KERNEL} cannot compute this weight gradient: {why}")
+        run(p, x_n, dy_n, dw)
     else:
         dw = _weight_grad_by_forward(nd, p, x_n, dy_n, kernel, precision, xp)
     if cf:
@@ -332,20 +328,32 @@ def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, 
     return dw, db
 
 
-#: The kernel= name of the weight-gradient GEMM (sm_80+, fp16 / bf16, 2-D).
-WGRAD_KERNEL = "sm80_wgrad"
+#: The kernel= names of the weight-gradient GEMMs, in the order they are tried.
+WGRAD_KERNELS = ("sm90_wgrad", "sm80_wgrad")
 
 
-def _wgrad_declines(p, x, kernel):
-    """Why the weight-gradient GEMM does not run (None: it does): a forward kernel was named, NumPy
-    data, or :func:`cuconv.backends.sm80.wgrad.declines`."""
-    if kernel not in (None, WGRAD_KERNEL):
-        return f"kernel={kernel!r} names a forward kernel"
+def _wgrad_kernel(p, x, dy, kernel):
+    """``(run, reasons)``: the weight-gradient GEMM that computes ``p`` (``run(p, x, dy, dw)``), or None
+    with why each declined (then the forward formulation runs). ``kernel`` names one of
+    :data:`WGRAD_KERNELS` (an error when it declines), a forward kernel (the forward formulation on
+    it), or None (the first that accepts)."""
+    if kernel is not None and kernel not in WGRAD_KERNELS:
+        return None, {name: f"kernel={kernel!r} names a forward kernel" for name in WGRAD_KERNELS}
     if isinstance(x, np.ndarray):
-        return "NumPy arrays compute on the CPU"
-    from .backends.sm80.wgrad import declines
-    from .device import device_of
-    return declines(p, device_of(x))
+        reasons = {name: "NumPy arrays compute on the CPU" for name in WGRAD_KERNELS}
+    else:
+        from .backends.sm80 import wgrad as w80
+        from .backends.sm90 import wgrad as w90
+        from .device import device_of
+        dev = device_of(x)
+        reasons = {"sm90_wgrad": w90.declines(p, dev, x.data.ptr, dy.data.ptr), "sm80_wgrad": w80.declines(p, dev)}
+        runs = {"sm90_wgrad": w90.weight_grad, "sm80_wgrad": w80.weight_grad}
+        for name in ([kernel] if kernel else WGRAD_KERNELS):
+            if reasons[name] is None:
+                return (lambda *a, f=runs[name]: f(*a, dev)), reasons
+    if kernel is not None:
+        raise ValueError(f"kernel: {kernel} cannot compute this weight gradient: {reasons[kernel]}")
+    return None, reasons
 
 
 def _weight_grad_by_forward(nd, p, x_n, dy_n, kernel, precision, xp):

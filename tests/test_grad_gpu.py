@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import cuconv
 
-from conftest import DTYPES, TOLERANCE, rel_error
+from conftest import DTYPES, TOLERANCE, needs_hopper, rel_error
 
 pytestmark = pytest.mark.gpu
 
@@ -59,13 +59,13 @@ def test_transpose_with_epilogue_matches_the_cpu(cp, dtype):
 
 # ------------------------------------------------------------------------------------------ sm80_wgrad
 @st.composite
-def wgrad_problems(draw):
-    """A conv2d whose weight gradient the sm80_wgrad kernel computes: channel counts that make every
-    copy width (8, 4, 2 and 1 elements), stride, dilation, asymmetric padding, groups, and batches
-    long enough to split the reduction."""
+def wgrad_problems(draw, multiples_of_8=False):
+    """A conv2d whose weight gradient the GEMM kernels compute: channel counts that make every copy
+    width (8, 4, 2 and 1 elements; only 8 with ``multiples_of_8``, what sm90_wgrad takes), stride,
+    dilation, asymmetric padding, groups, and batches long enough to split the reduction."""
     groups = draw(st.sampled_from([1, 1, 2, 3]))
-    cg = draw(st.sampled_from([1, 3, 4, 8, 16, 24]))
-    kg = draw(st.sampled_from([2, 5, 8, 16, 40, 72]))
+    cg = draw(st.sampled_from([8, 16, 24, 64] if multiples_of_8 else [1, 3, 4, 8, 16, 24]))
+    kg = draw(st.sampled_from([8, 16, 40, 72, 136] if multiples_of_8 else [2, 5, 8, 16, 40, 72]))
     R, S = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
@@ -78,9 +78,7 @@ def wgrad_problems(draw):
                 kw=dict(stride=stride, padding=padding, dilation=dilation, groups=groups))
 
 
-@settings(max_examples=30)
-@given(wgrad_problems())
-def test_wgrad_kernel_matches_the_reference(cp, case):
+def _check_wgrad(cp, case, kernel):
     rng = np.random.default_rng(7)
     dt = DTYPES[case["dtype"]]
     x = rng.standard_normal((case["N"], case["H"], case["W"], case["C"])).astype(dt)
@@ -89,22 +87,38 @@ def test_wgrad_kernel_matches_the_reference(cp, case):
                                      case["kw"]["padding"], case["kw"]["dilation"], case["kw"]["groups"], None)
     dy = rng.standard_normal(p.out_shape).astype(dt)
     want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), w_shape, **case["kw"])
-    got = cuconv.conv2d_weight_grad(cp.asarray(x), cp.asarray(dy), w_shape, kernel="sm80_wgrad", **case["kw"])
+    got = cuconv.conv2d_weight_grad(cp.asarray(x), cp.asarray(dy), w_shape, kernel=kernel, **case["kw"])
     assert got.dtype == dt and got.shape == w_shape
     assert rel_error(got, want) <= TOLERANCE[case["dtype"]]
+
+
+@settings(max_examples=30)
+@given(wgrad_problems())
+def test_sm80_wgrad_matches_the_reference(cp, case):
+    _check_wgrad(cp, case, "sm80_wgrad")
+
+
+@needs_hopper
+@settings(max_examples=30)
+@given(wgrad_problems(multiples_of_8=True))
+def test_sm90_wgrad_matches_the_reference(cp, case):
+    _check_wgrad(cp, case, "sm90_wgrad")
 
 
 def test_wgrad_kernel_splits_deterministically(cp):
     """A long reduction (N*P*Q = 32 * 28 * 28) on few output tiles is split across many CTAs; the
     split sums are added in a fixed order, so two calls give the same bits."""
-    from cuconv.backends.sm80.wgrad import choose_splits, wgrad_config
+    from cuconv.backends.sm80.wgrad import choose_splits, sm80_variant
+    from cuconv.backends.sm90 import wgrad as w90
     from cuconv.device import device_of
     rng = np.random.default_rng(3)
     x = cp.asarray(rng.standard_normal((32, 28, 28, 64)).astype(ml_dtypes.bfloat16))
     dy = cp.asarray(rng.standard_normal((32, 28, 28, 64)).astype(ml_dtypes.bfloat16))
     kw = dict(stride=1, padding=1)
     p = cuconv.grad._forward_problem(2, x.shape, (64, 3, 3, 64), "bfloat16", "NHWC", 1, 1, 1, 1, None)
-    assert choose_splits(p, wgrad_config(p), device_of(x).sm_count).count > 1
+    dev = device_of(x)
+    variant = w90.variant(p) if w90.declines(p, dev) is None else sm80_variant(p)
+    assert choose_splits(p, variant, dev.sm_count).count > 1
     a = cuconv.conv2d_weight_grad(x, dy, (64, 3, 3, 64), **kw)
     b = cuconv.conv2d_weight_grad(x, dy, (64, 3, 3, 64), **kw)
     assert bool((a.view(cp.uint16) == b.view(cp.uint16)).all())

@@ -11,6 +11,7 @@
 // Then the reduce entry (<name>_reduce) adds the splits of every element in split order, in fp32,
 // and writes dw in the data's dtype: the result has the same bits on every run.
 // Grid: x = n tiles, y = m tiles, z = groups * splits (split fastest).
+#include "common/split_sum.cuh"
 #include "sm80/config.cuh"
 #include "sm80/loader_im2col_t.cuh"
 #include "sm80/loader_linear.cuh"
@@ -73,13 +74,9 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, 
     }
 }
 
-// dw[i] = sum over s < splits of ws[s][i] (in that order), for i < count = K * cols.
+// dw = the splits of ws added in split order (common/split_sum.cuh).
 extern "C" __global__ void __launch_bounds__(256)
 CUCONV_CAT(CUCONV_KERNEL_NAME, _reduce)(const float* __restrict__ ws, elem_t* __restrict__ dw, long long count,
                                          int splits) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (long long)gridDim.x * blockDim.x) {
-    float sum = 0.f;
-    for (int s = 0; s < splits; ++s) sum += ws[s * count + i];
-    dw[i] = cuconv::from_float<elem_t>(sum);
-  }
+  cuconv::split_sum(ws, dw, count, splits);
 }

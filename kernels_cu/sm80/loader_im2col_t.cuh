@@ -34,9 +34,9 @@ struct WgradGeometry {
   FastDivisor div_q, div_pq, div_cg, div_s;
 };
 
-template <int N_TILE, int K_TILE, int VEC, int NTHREADS>
+template <int N_TILE, int K_TILE, int VEC, int NTHREADS, class TILE = void>
 struct Im2colTLoader {
-  using Tile = SwizzledTile<K_TILE, N_TILE>;
+  using Tile = typename TileOr<TILE, SwizzledTile<K_TILE, N_TILE>>::type;
   static constexpr int kChunksPerRow = N_TILE / VEC;
   static constexpr int kRowsPerPass = NTHREADS / kChunksPerRow;
   static constexpr int kPasses = K_TILE / kRowsPerPass;

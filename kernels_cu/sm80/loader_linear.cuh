@@ -22,11 +22,13 @@ namespace cuconv {
 namespace sm80 {
 
 // L1: the copies also allocate in L1 (cp_async_zfill), for a small operand every CTA re-reads.
-template <int MN_TILE, int K_TILE, int VEC, bool K_CONTIG, int NTHREADS, bool L1 = false>
+// TILE: the shared-memory layout (its elem_offset(row, col)); default the mainloop's SwizzledTile
+// (the Hopper weight gradient stages wgmma's MN-major layout, sm90/mn_major_tile.cuh).
+template <int MN_TILE, int K_TILE, int VEC, bool K_CONTIG, int NTHREADS, bool L1 = false, class TILE = void>
 struct LinearLoader {
   static constexpr int kTileRows = K_CONTIG ? MN_TILE : K_TILE;
   static constexpr int kTileCols = K_CONTIG ? K_TILE : MN_TILE;
-  using Tile = SwizzledTile<kTileRows, kTileCols>;
+  using Tile = typename TileOr<TILE, SwizzledTile<kTileRows, kTileCols>>::type;
   static constexpr int kChunksPerRow = kTileCols / VEC;
   static constexpr int kChunks = kTileRows * kChunksPerRow;
   static constexpr int kPasses = (kChunks + NTHREADS - 1) / NTHREADS;

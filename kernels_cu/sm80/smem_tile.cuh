@@ -33,5 +33,15 @@ struct SwizzledTile {
   }
 };
 
+// TileOr<T, D>::type: T, or D when T is void (a loader's default shared-memory layout).
+template <class T, class D>
+struct TileOr {
+  using type = T;
+};
+template <class D>
+struct TileOr<void, D> {
+  using type = D;
+};
+
 }  // namespace sm80
 }  // namespace cuconv

@@ -107,6 +107,21 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[R]) {
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                              \
   }
 
+// The same with both operands MN-major (transposed: imm-trans-a = imm-trans-b = 1), as the weight
+// gradient stages them (sm90/mn_major_tile.cuh): wgmma_mn_m64nNk16.
+#define CUCONV_DEFINE_WGMMA_MN(N, REGS, ACC, DESC_A, DESC_B, SCALE)                                      \
+  __device__ __forceinline__ void wgmma_mn_m64n##N##k16(float(&d)[N / 2], uint64_t desc_a, uint64_t desc_b, \
+                                                        uint32_t scale_d) {                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                                       \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." CUCONV_WGMMA_AB_TYPE                    \
+                 "." CUCONV_WGMMA_AB_TYPE " {" REGS "}, " DESC_A ", " DESC_B ", p, 1, 1, 1, 1;\n}\n"        \
+                 : ACC                                                                                     \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
+  }
+
+CUCONV_DEFINE_WGMMA_MN(128, CUCONV_WGMMA_REGS_128, CUCONV_WGMMA_ACC_64, "%64", "%65", "%66")
+CUCONV_DEFINE_WGMMA_MN(256, CUCONV_WGMMA_REGS_256, CUCONV_WGMMA_ACC_128, "%128", "%129", "%130")
+
 CUCONV_DEFINE_WGMMA(64, CUCONV_WGMMA_REGS_64, CUCONV_WGMMA_ACC_32, "%32", "%33", "%34")
 CUCONV_DEFINE_WGMMA(96, CUCONV_WGMMA_REGS_96, CUCONV_WGMMA_ACC_48, "%48", "%49", "%50")
 CUCONV_DEFINE_WGMMA(128, CUCONV_WGMMA_REGS_128, CUCONV_WGMMA_ACC_64, "%64", "%65", "%66")

@@ -24,8 +24,8 @@ from ...launch import PackedLaunch, c_struct, divisor_fields, divisor_values, dt
 from ...problem import ConvProblem
 from .variants import _DTYPE_TAG, TileConfig, _vec
 
-__all__ = ["WGRAD_SOURCE", "declines", "wgrad_config", "wgrad_variant", "choose_splits", "weight_grad",
-           "COMPILE_VARIANTS"]
+__all__ = ["WGRAD_SOURCE", "WgradVariant", "WgradLaunch", "declines", "wgrad_config", "wgrad_variant",
+           "sm80_variant", "choose_splits", "launch_for", "weight_grad", "COMPILE_VARIANTS"]
 
 WGRAD_SOURCE = "sm80/conv2d_wgrad_sm80.cu"
 #: Tiles by filters per group: 128 x 128 (warp tiles 64 x 32), or 64 x 128 (32 x 32, two CTAs per SM)
@@ -70,6 +70,29 @@ def wgrad_variant(p: ConvProblem, x_ptr: Optional[int] = None, dy_ptr: Optional[
 
 
 @dataclass(frozen=True)
+class WgradVariant:
+    """One compiled weight-gradient kernel: its source, name and defines (a tuple of pairs), CTA tile
+    ``bm x bn x bk``, threads, dynamic shared memory and CTAs per SM."""
+
+    source: str
+    name: str
+    defines: tuple
+    bm: int
+    bn: int
+    bk: int
+    threads: int
+    smem: int
+    per_sm: int
+
+
+def sm80_variant(p: ConvProblem, x_ptr: Optional[int] = None, dy_ptr: Optional[int] = None) -> WgradVariant:
+    """:func:`wgrad_variant` as a :class:`WgradVariant`."""
+    name, cfg, defines = wgrad_variant(p, x_ptr, dy_ptr)
+    return WgradVariant(WGRAD_SOURCE, name, tuple(sorted(defines.items())), cfg.bm, cfg.bn, cfg.bk, cfg.threads,
+                        cfg.ring_bytes(), cfg.min_blocks)
+
+
+@dataclass(frozen=True)
 class Splits:
     """The reduction's split: ``count`` CTAs per output tile, ``length`` pixels each (a multiple of 32)."""
 
@@ -78,22 +101,24 @@ class Splits:
     tiles: int  # output tiles (all groups)
 
 
-def choose_splits(p: ConvProblem, cfg: TileConfig, sm_count: int) -> Splits:
-    """The split count with the shortest modelled time: waves of CTAs (``cfg.min_blocks`` per SM) times
+def choose_splits(p: ConvProblem, v: WgradVariant, sm_count: int) -> Splits:
+    """The split count with the shortest modelled time: waves of CTAs (``v.per_sm`` per SM) times
     the reduction tiles of a split plus two for its prologue and partial-sum store, each split at
-    least :data:`MIN_SPLIT_TILES` tiles long (ties: fewer splits, less workspace traffic)."""
-    tiles = -(-p.gemm_n // cfg.bm) * -(-p.gemm_k // cfg.bn) * p.groups
-    k_tiles = -(-p.gemm_m // cfg.bk)
-    per_wave = max(sm_count, 1) * cfg.min_blocks
+    least :data:`MIN_SPLIT_TILES` tiles of 32 pixels long (ties: fewer splits, less workspace
+    traffic)."""
+    tiles = -(-p.gemm_n // v.bm) * -(-p.gemm_k // v.bn) * p.groups
+    k_tiles = -(-p.gemm_m // v.bk)
+    per_wave = max(sm_count, 1) * v.per_sm
+    min_tiles = max(1, MIN_SPLIT_TILES * 32 // v.bk)
     best = None
-    for count in range(1, max(1, k_tiles // MIN_SPLIT_TILES) + 1):
+    for count in range(1, max(1, k_tiles // min_tiles) + 1):
         length = -(-k_tiles // count)
         count = -(-k_tiles // length)  # no empty split
         cost = -(-tiles * count // per_wave) * (length + 2)
         if best is None or cost < best[0]:
             best = (cost, count, length)
     _, count, length = best
-    return Splits(count=count, length=length * cfg.bk, tiles=tiles)
+    return Splits(count=count, length=length * v.bk, tiles=tiles)
 
 
 _FIELDS = [(n, np.int32) for n in (
@@ -111,25 +136,33 @@ def _geometry(p: ConvProblem, splits: Splits, m_tiles: int, n_tiles: int) -> np.
 
 
 class WgradLaunch:
-    """The two launches of one problem on one device for one alignment of x and dy (the copy widths
-    depend on it), packed once (:class:`~cuconv.launch.PackedLaunch`): then a call allocates the
-    workspace and rewrites five addresses."""
+    """The two launches of one problem with one kernel variant on one device, packed once
+    (:class:`~cuconv.launch.PackedLaunch`): a call then allocates the workspace and rewrites five
+    addresses."""
 
-    def __init__(self, p: ConvProblem, device, x_ptr: int, dy_ptr: int):
-        name, cfg, defines = wgrad_variant(p, x_ptr, dy_ptr)
-        self.name, self.cfg = name, cfg
-        smem = cfg.ring_bytes()
-        fn = load_cuda_function(WGRAD_SOURCE, device, defines, name, smem)
-        reduce_fn = load_cuda_function(WGRAD_SOURCE, device, defines, name + "_reduce")
-        self.splits = choose_splits(p, cfg, device.sm_count)
-        m_tiles, n_tiles = -(-p.gemm_n // cfg.bm), -(-p.gemm_k // cfg.bn)
+    def __init__(self, p: ConvProblem, device, v: WgradVariant):
+        self.variant = v
+        defines = dict(v.defines)
+        fn = load_cuda_function(v.source, device, defines, v.name, v.smem)
+        reduce_fn = load_cuda_function(v.source, device, defines, v.name + "_reduce")
+        self.splits = choose_splits(p, v, device.sm_count)
+        m_tiles, n_tiles = -(-p.gemm_n // v.bm), -(-p.gemm_k // v.bn)
         self.count = p.out_channels * p.gemm_k
         null = np.uint64(0)
-        self._main = PackedLaunch(fn, (n_tiles, m_tiles, p.groups * self.splits.count), cfg.threads, smem,
+        self._main = PackedLaunch(fn, (n_tiles, m_tiles, p.groups * self.splits.count), v.threads, v.smem,
                                   (null, null, null, _geometry(p, self.splits, m_tiles, n_tiles)), slots=(0, 1, 2))
         blocks = max(1, min(-(-self.count // 256), 8 * max(device.sm_count, 1)))
         self._reduce = PackedLaunch(reduce_fn, blocks, 256, 0, (null, null, np.int64(self.count),
                                                                 np.int32(self.splits.count)), slots=(0, 1))
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    def describe(self) -> str:
+        v, sp = self.variant, self.splits
+        return (f"{v.name}: tile {v.bm}x{v.bn}x{v.bk}, {sp.tiles} output tile(s) x {sp.count} split(s) of "
+                f"{sp.length} pixels, fp32 partial sums ({4 * sp.count * self.count} bytes) added in split order")
 
     def __call__(self, x, dy, dw) -> None:
         import cupy as cp
@@ -139,15 +172,16 @@ class WgradLaunch:
 
 
 @functools.lru_cache(maxsize=256)
-def _launch(p: ConvProblem, device, x_align: int, dy_align: int) -> WgradLaunch:
-    return WgradLaunch(p, device, x_align, dy_align)
+def launch_for(p: ConvProblem, device, v: WgradVariant) -> WgradLaunch:
+    """The packed :class:`WgradLaunch` of ``p`` with variant ``v`` (memoised)."""
+    return WgradLaunch(p, device, v)
 
 
 def weight_grad(p: ConvProblem, x, dy, dw, device) -> WgradLaunch:
     """``dw`` (``(K, R, S, C/groups)``, C-contiguous) = the weight gradient of ``p`` from ``x``
     (``(N, H, W, C)``) and ``dy`` (``(N, P, Q, K)``), all C-contiguous CuPy arrays of ``p.dtype``, on the
-    current stream of their device. Returns the launch (its ``splits`` and ``name`` say what ran)."""
-    launch = _launch(p, device, x.data.ptr & 15, dy.data.ptr & 15)
+    current stream of their device. Returns the launch (its ``describe()`` says what ran)."""
+    launch = launch_for(p, device, sm80_variant(p, x.data.ptr & 15, dy.data.ptr & 15))
     launch(x, dy, dw)
     return launch
 
