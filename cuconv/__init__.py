@@ -15,8 +15,9 @@ from .api import conv2d, conv3d, explain
 from .compiler import clear_cache
 from .conv_plan import ConvPlan, plan_conv2d, plan_conv3d
 from .dispatch import Explanation, KernelDeclined, kernels
-from .grad import (conv2d_input_grad, conv2d_weight_grad, conv3d_input_grad, conv3d_weight_grad, conv_transpose2d,
-                   conv_transpose3d, conv_transpose_output_shape)
+from .grad import (GradExplanation, conv2d_input_grad, conv2d_weight_grad, conv3d_input_grad, conv3d_weight_grad,
+                   conv_transpose2d, conv_transpose3d, conv_transpose_output_shape, explain_input_grad,
+                   explain_transpose, explain_weight_grad)
 from .overrides import Overrides, overrides
 from .matmul import matmul
 from .precompile import precompile
@@ -34,5 +35,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'cuconv' has no attribute {name!r}")
 
 __all__ = ["conv2d", "conv3d", "explain", "conv2d_input_grad", "conv3d_input_grad", "conv2d_weight_grad",
-           "conv3d_weight_grad", "conv_transpose2d", "conv_transpose3d", "conv_transpose_output_shape", "plan_conv2d", "plan_conv3d", "ConvPlan", "precompile", "matmul", "clear_cache", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
+           "conv3d_weight_grad", "conv_transpose2d", "conv_transpose3d", "conv_transpose_output_shape",
+           "explain_input_grad", "explain_weight_grad", "explain_transpose", "GradExplanation", "plan_conv2d", "plan_conv3d", "ConvPlan", "precompile", "matmul", "clear_cache", "release_scratch", "reference", "ConvProblem", "Epilogue", "Explanation",
            "KernelDeclined", "kernels", "overrides", "Overrides", "__version__"]

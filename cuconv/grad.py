@@ -40,13 +40,16 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
+from .api import execute
 from .arrays import as_array, check_companion, check_same_place, dtype_name
-from .layout import flip_filter, to_channels_first, to_channels_last
+from .layout import flip_filter, scatter_phase, to_channels_first, to_channels_last
 from .problem import LAYOUTS, normalize_spatial
+from .overrides import current_overrides
 from .validate import activation_of, check_ranks, layout_of, precision_of
 
 __all__ = ["conv2d_input_grad", "conv3d_input_grad", "conv2d_weight_grad", "conv3d_weight_grad",
-           "conv_transpose2d", "conv_transpose3d", "conv_transpose_output_shape"]
+           "conv_transpose2d", "conv_transpose3d", "conv_transpose_output_shape", "explain_input_grad",
+           "explain_weight_grad", "explain_transpose", "GradExplanation"]
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -176,7 +179,8 @@ def _input_plan(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, 
         if any(spec is None for spec in specs):
             phases.append((where, None, (x_shape[0], *(T for _, T, _ in combo), p.channels)))
             continue
-        phases.append((where, dict(src=(slice(None),) + tuple(sp["src"] for sp in specs) + (slice(None),),
+        phases.append((where, dict(out=tuple(T for _, T, _ in combo),
+                                   src=(slice(None),) + tuple(sp["src"] for sp in specs) + (slice(None),),
                                    taps=tuple(sp["flip"] for sp in specs), pad=tuple(sp["pad"] for sp in specs),
                                    dil=tuple(sp["dil"] for sp in specs)), None))
     return _InputPlan(p, tuple(phases))
@@ -221,27 +225,62 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
         check_companion(out, "out", x_shape, dtype, dy, "x")
         if xp is np and not out.flags.writeable:
             raise ValueError("out: expected a writeable array, got a read-only one")
-    y = out if out is not None and not cf else xp.empty((N, *I, C), dtype=dy_n.dtype)
-    native = "NHWC" if nd == 2 else "NDHWC"
-    fwd = _forward_fn(nd)
+    plain = ep["bias"] is None and residual is None and ep["activation"] is None
+    zeros = plain and any(spec is None for _, spec, _ in plan.phases)
+    if out is not None and not cf:
+        y = out
+        if zeros:
+            y.fill(0)
+    else:  # phases no tap reaches are zeros without an epilogue: one fill of the whole result
+        y = (xp.zeros if zeros else xp.empty)((N, *I, C), dtype=dy_n.dtype)
     whole = len(plan.phases) == 1  # stride 1: the one phase is written straight into y
-    for where, spec, zero_shape in plan.phases:
+    bias = ep["bias"]
+    if bias is not None:
+        bias = as_array(bias, "bias")
+        check_companion(bias, "bias", (C,), dtype, dy, "x")
+        bias = bias if bias.flags.c_contiguous else xp.ascontiguousarray(bias)
+    memo = None if key is None else (key, type(dy), None if xp is np else dy.data.device_id, bias is not None,
+                                     residual is not None, ep["alpha"], type(ep["alpha"]), ep["beta"], type(ep["beta"]),
+                                     ep["activation"], kernel, current_overrides())
+    for i, (where, spec, zero_shape) in enumerate(plan.phases):
         res_part = None if residual is None else (residual if whole else xp.ascontiguousarray(residual[where]))
         if spec is None:  # no tap reaches these positions: the epilogue of zero
-            y[where] = _epilogue_of_zero(xp, ep, res_part, zero_shape, dtype)
+            if not zeros:
+                y[where] = _epilogue_of_zero(xp, ep, res_part, zero_shape, dtype)
             continue
         src = dy_n[spec["src"]]
-        part = fwd(src if src.flags.c_contiguous else xp.ascontiguousarray(src), flip_filter(w_n, spec["taps"], g, xp),
-                   ep["bias"], stride=1, padding=spec["pad"], dilation=spec["dil"], groups=g, layout=native,
-                   residual=res_part, alpha=ep["alpha"], beta=ep["beta"], activation=ep["activation"],
-                   out=y if whole else None, kernel=kernel, precision=precision)
+        src = src if src.flags.c_contiguous else xp.ascontiguousarray(src)
+        wt = flip_filter(w_n, spec["taps"], g, xp)
+        part = y if whole else xp.empty((N, *spec["out"], C), dtype=dy_n.dtype)
+        fplan = _phase_plan(memo, i, nd, src, wt, ep, res_part, part, g, spec, kernel, precision)
+        execute(fplan, xp, None if xp is np else src.data.device_id, src, wt, bias, res_part, part)
         if not whole:
-            y[where] = part
+            scatter_phase(part, y, p.stride, tuple(w.start for w in where[1:-1]), xp)
     if out is None:
         return _first(y, cf, xp)
     if cf:
         to_channels_first(y, xp, out)
     return out
+
+
+#: The forward plans of input-gradient phases: (call memo key, phase) -> the dispatcher's plan.
+_PHASE_PLANS: dict = {}
+_PHASE_PLANS_MAX = 2048
+
+
+def _phase_plan(memo, i, nd, src, wt, ep, residual, part, g, spec, kernel, precision):
+    """The forward plan of phase ``i`` (validated and dispatched as :func:`cuconv.conv2d` would), made on
+    the first call with this ``memo`` key and kept: later calls only launch it (:func:`cuconv.api.execute`)."""
+    fplan = None if memo is None else _PHASE_PLANS.get((memo, i))
+    if fplan is None:
+        from .api import _prepare
+        fplan = _prepare(nd, src, wt, ep["bias"], 1, spec["pad"], spec["dil"], g, "NHWC" if nd == 2 else "NDHWC",
+                         residual, ep["alpha"], ep["beta"], ep["activation"], part, kernel, None, precision).plan
+        if memo is not None:
+            if len(_PHASE_PLANS) >= _PHASE_PLANS_MAX:
+                _PHASE_PLANS.clear()
+            _PHASE_PLANS[(memo, i)] = fplan
+    return fplan
 
 
 def _epilogue_of_zero(xp, ep: dict, residual, shape, dtype: str):
@@ -295,6 +334,29 @@ conv3d_input_grad.__doc__ = _doc_input_grad(3)
 
 # ------------------------------------------------------------------------------------------ weight gradient
 def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision):
+    p, xp, cf, x_n, dy_n, dtype = _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout,
+                                                        precision)
+    if not isinstance(bias_grad, bool):
+        raise TypeError(f"bias_grad: expected True or False, got {bias_grad!r}")
+    F, K, Cg = p.filter_spatial, p.out_channels, p.channels_per_group
+    run, _ = _wgrad_kernel(p, x_n, dy_n, kernel)
+    if run is not None:
+        dw = xp.empty((K, *F, Cg), dtype=x_n.dtype)
+        run(x_n, dy_n, dw)
+    else:
+        dw = _weight_grad_by_forward(nd, p, x_n, dy_n, kernel, precision, xp)
+    if cf:
+        dw = to_channels_first(dw, xp)
+    if not bias_grad:
+        return dw
+    axes = tuple(a for a in range(dy_n.ndim - 1))
+    db = dy_n.sum(axis=axes, dtype=np.float64 if dtype == "float64" else np.float32).astype(dy_n.dtype)
+    return dw, db
+
+
+def _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, precision):
+    """Validated weight-gradient operands: ``(problem, xp, channels_first, x_n, dy_n, dtype)`` with
+    ``x_n`` and ``dy_n`` channels-last and contiguous."""
     layout = layout_of(layout, nd)
     cf = not LAYOUTS[layout][1]
     x = as_array(x, "x")
@@ -308,24 +370,8 @@ def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, 
                          precision_of(precision, dtype))
     want = (x.shape[0], *_user_out_shape(p, layout)[1:])
     check_companion(dy, "dy", want, dtype, x, "x")
-    if not isinstance(bias_grad, bool):
-        raise TypeError(f"bias_grad: expected True or False, got {bias_grad!r}")
     xp = _xp(x)
-    x_n, dy_n = _last(x, cf, xp), _last(dy, cf, xp)
-    F, K, Cg = p.filter_spatial, p.out_channels, p.channels_per_group
-    run, _ = _wgrad_kernel(p, x_n, dy_n, kernel)
-    if run is not None:
-        dw = xp.empty((K, *F, Cg), dtype=x_n.dtype)
-        run(p, x_n, dy_n, dw)
-    else:
-        dw = _weight_grad_by_forward(nd, p, x_n, dy_n, kernel, precision, xp)
-    if cf:
-        dw = xp.ascontiguousarray(xp.moveaxis(dw, -1, 1))
-    if not bias_grad:
-        return dw
-    axes = tuple(a for a in range(dy_n.ndim - 1))
-    db = dy_n.sum(axis=axes, dtype=np.float64 if dtype == "float64" else np.float32).astype(dy_n.dtype)
-    return dw, db
+    return p, xp, cf, _last(x, cf, xp), _last(dy, cf, xp), dtype
 
 
 #: The kernel= names of the weight-gradient GEMMs, in the order they are tried.
@@ -333,39 +379,51 @@ WGRAD_KERNELS = ("sm90_wgrad", "sm80_wgrad")
 
 
 def _wgrad_kernel(p, x, dy, kernel):
-    """``(run, reasons)``: the weight-gradient GEMM that computes ``p`` (``run(p, x, dy, dw)``), or None
-    with why each declined (then the forward formulation runs). ``kernel`` names one of
-    :data:`WGRAD_KERNELS` (an error when it declines), a forward kernel (the forward formulation on
-    it), or None (the first that accepts)."""
+    """``(run, reasons)``: the weight-gradient GEMM that computes ``p`` (``run(x, dy, dw)``, a
+    :class:`~cuconv.backends.sm80.wgrad.WgradLaunch`), or None with why each declined (then the
+    forward formulation runs). ``kernel`` names one of :data:`WGRAD_KERNELS` (an error when it
+    declines), a forward kernel (the forward formulation on it), or None (the first that accepts)."""
     if kernel is not None and kernel not in WGRAD_KERNELS:
         return None, {name: f"kernel={kernel!r} names a forward kernel" for name in WGRAD_KERNELS}
     if isinstance(x, np.ndarray):
-        reasons = {name: "NumPy arrays compute on the CPU" for name in WGRAD_KERNELS}
+        run, reasons = None, {name: "NumPy arrays compute on the CPU" for name in WGRAD_KERNELS}
     else:
-        from .backends.sm80 import wgrad as w80
-        from .backends.sm90 import wgrad as w90
         from .device import device_of
-        dev = device_of(x)
-        reasons = {"sm90_wgrad": w90.declines(p, dev, x.data.ptr, dy.data.ptr), "sm80_wgrad": w80.declines(p, dev)}
-        runs = {"sm90_wgrad": w90.weight_grad, "sm80_wgrad": w80.weight_grad}
-        for name in ([kernel] if kernel else WGRAD_KERNELS):
-            if reasons[name] is None:
-                return (lambda *a, f=runs[name]: f(*a, dev)), reasons
-    if kernel is not None:
+        run, reasons = _wgrad_choice(p, device_of(x), x.data.ptr & 15, dy.data.ptr & 15, kernel)
+        reasons = dict(reasons)
+    if run is None and kernel is not None:
         raise ValueError(f"kernel: {kernel} cannot compute this weight gradient: {reasons[kernel]}")
-    return None, reasons
+    return run, reasons
+
+
+@functools.lru_cache(maxsize=512)
+def _wgrad_choice(p, device, x_align: int, dy_align: int, kernel):
+    """:func:`_wgrad_kernel` for CuPy operands whose addresses are ``x_align`` / ``dy_align`` modulo 16
+    (memoised: the launch is packed once)."""
+    from .backends.sm80 import wgrad as w80
+    from .backends.sm90 import wgrad as w90
+    reasons = {"sm90_wgrad": w90.declines(p, device, x_align, dy_align), "sm80_wgrad": w80.declines(p, device)}
+    variants = {"sm90_wgrad": lambda: w90.variant(p), "sm80_wgrad": lambda: w80.sm80_variant(p, x_align, dy_align)}
+    for name in ([kernel] if kernel else WGRAD_KERNELS):
+        if reasons[name] is None:
+            return w80.launch_for(p, device, variants[name]()), tuple(reasons.items())
+    return None, tuple(reasons.items())
+
+
+def _behind(p):
+    """The forward formulation's padding behind x per dim: enough for at least F outputs,
+    ``(F - 1) d + (O - 1) s + 1 <= I + lo + hi``."""
+    return [max(0, (f - 1) * d + (o - 1) * s + 1 - i - lo)
+            for f, d, o, s, i, lo in zip(p.filter_spatial, p.dilation, p.out_spatial, p.stride, p.in_spatial,
+                                         p.pad_lo)]
 
 
 def _weight_grad_by_forward(nd, p, x_n, dy_n, kernel, precision, xp):
     """The weight gradient as forward convolutions, one per group (module docstring): channels-last
     ``x_n`` and ``dy_n`` in, ``(K, *F, C/groups)`` out."""
-    I, F, O = p.in_spatial, p.filter_spatial, p.out_spatial
-    K, C, g = p.out_channels, p.channels, p.groups
+    F, K, C, g = p.filter_spatial, p.out_channels, p.channels, p.groups
     Kg, Cg = K // g, C // g
-    # The padding behind that makes at least F outputs: (F - 1) d + (O - 1) s + 1 <= I + lo + hi.
-    hi = [max(0, (f - 1) * d + (o - 1) * s + 1 - i - lo)
-          for f, d, o, s, i, lo in zip(F, p.dilation, O, p.stride, I, p.pad_lo)]
-    pads = tuple(zip(p.pad_lo, hi))
+    pads = tuple(zip(p.pad_lo, _behind(p)))
     native = "NHWC" if nd == 2 else "NDHWC"
     fwd = _forward_fn(nd)
     parts = []
@@ -418,6 +476,113 @@ def conv3d_weight_grad(x, dy, w_shape, *, stride=1, padding=0, dilation=1, group
 
 conv2d_weight_grad.__doc__ = _doc_weight_grad(2)
 conv3d_weight_grad.__doc__ = _doc_weight_grad(3)
+
+
+# ------------------------------------------------------------------------------------------ explanations
+@dataclass(frozen=True)
+class GradExplanation:
+    """What computes a gradient (or transposed convolution): ``kernel`` (the name of what runs),
+    ``detail`` (its variant), ``declined`` (``{name: reason}`` of the kernels that did not take it) and
+    ``steps`` (one line per forward convolution the computation is made of, with the kernel that runs
+    it). ``str()`` gives all of it."""
+
+    what: str
+    problem: object
+    kernel: str
+    detail: str
+    declined: dict
+    steps: tuple
+
+    def __str__(self) -> str:
+        lines = [f"{self.what} of {self.problem.describe()}", f"runs: {self.kernel} [{self.detail}]"]
+        lines += [f"  declined {name}: {why}" for name, why in self.declined.items()]
+        lines += [f"  {step}" for step in self.steps]
+        return "\n".join(lines)
+
+
+def _forward_explanation(p, device, x_shape, w_shape, stride, padding, dilation, groups, ep, kernel):
+    """The dispatcher's explanation of one forward convolution of a gradient (channels-last)."""
+    from . import dispatch
+    from .validate import conv_problem
+    nd = p.nd
+    fp = conv_problem(nd, tuple(x_shape), tuple(w_shape), p.dtype, "NHWC" if nd == 2 else "NDHWC", stride, padding,
+                      dilation, groups, float(ep.get("alpha", 1.0)), float(ep.get("beta", 1.0)),
+                      ep.get("bias") is not None, ep.get("residual") is not None,
+                      activation_of(ep.get("activation")), p.precision)
+    return dispatch.select(fp, device, forced=kernel)[1]
+
+
+def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision, what,
+                   epilogue=None) -> GradExplanation:
+    from .device import device_of
+    dy, w = as_array(dy, "dy"), as_array(w, "w")
+    dtype = dtype_name(dy, "dy")
+    x_shape = _shape(x_shape, "x_shape", nd)
+    layout = layout_of(layout, nd)
+    args = (nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
+            precision_of(precision, dtype))
+    key = _hashable(args)
+    plan = _input_plan_cached(*key) if key is not None else _input_plan(*args)
+    p, device = plan.problem, device_of(dy)
+    steps, kernels = [], []
+    for where, spec, _ in plan.phases:
+        phase = tuple(sl.start for sl in where[1:-1])
+        if spec is None:
+            steps.append(f"phase {phase}: no tap reaches it (the epilogue of zero)")
+            continue
+        taps = tuple(len(range(f)[t]) for f, t in zip(p.filter_spatial, spec["taps"]))
+        src = (x_shape[0], *(len(range(o)[sl]) for o, sl in zip(p.out_spatial, spec["src"][1:-1])), p.out_channels)
+        e = _forward_explanation(p, device, src, (p.channels, *taps, p.gemm_n), 1, spec["pad"], spec["dil"], p.groups,
+                                 epilogue or {}, kernel)
+        kernels.append(e.kernel)
+        steps.append(f"phase {phase}: filter taps {taps}, stride-1 convolution of dy on {e.kernel} [{e.detail}]")
+    name = ", ".join(dict.fromkeys(kernels)) or "none (every phase is the epilogue of zero)"
+    detail = (f"{len(plan.phases)} output phase(s) of stride {tuple(p.stride)}, each a forward convolution of dy "
+              f"with its taps of the flipped filter (kernels_cu/layout/flip_filter.cu)"
+              + (", written into place by kernels_cu/layout/phase_scatter.cu" if len(plan.phases) > 1 else ""))
+    return GradExplanation(what, p, name, detail, {}, tuple(steps))
+
+
+def _explain_weight(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, kernel, precision):
+    from .device import device_of
+    p, xp, cf, x_n, dy_n, _ = _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout,
+                                                   precision)
+    run, reasons = _wgrad_kernel(p, x_n, dy_n, kernel)
+    if run is not None:
+        declined = {k: v for k, v in reasons.items() if v is not None and k != _wgrad_name(run)}
+        return GradExplanation("weight gradient", p, _wgrad_name(run), run.describe(), declined, ())
+    e = _forward_explanation(p, device_of(x_n), (p.channels_per_group, *p.in_spatial, x_n.shape[0]),
+                             (p.gemm_n, *p.out_spatial, x_n.shape[0]), p.dilation,
+                             tuple(zip(p.pad_lo, _behind(p))), p.stride, 1, {}, kernel)
+    detail = (f"{p.groups} forward convolution(s) (one per group) with the images as channels and dy as the filter: "
+              f"{e.kernel} [{e.detail}]")
+    return GradExplanation("weight gradient", p, f"forward formulation on {e.kernel}", detail,
+                           {k: v for k, v in reasons.items() if v is not None}, ())
+
+
+def _wgrad_name(launch) -> str:
+    return "sm90_wgrad" if launch.variant.name.startswith("conv2d_wgrad_sm90") else "sm80_wgrad"
+
+
+def explain_input_grad(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, layout=None, kernel=None,
+                       precision=None) -> GradExplanation:
+    """What :func:`conv2d_input_grad` / :func:`conv3d_input_grad` runs for these arguments (the rank of
+    ``w`` picks 2-D or 3-D; ``layout`` defaults to channels-last): the forward convolution of each
+    output phase and the kernel each runs. Computes nothing."""
+    nd = as_array(w, "w").ndim - 2
+    layout = layout or ("NHWC" if nd == 2 else "NDHWC")
+    return _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision,
+                          "input gradient")
+
+
+def explain_weight_grad(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1, layout=None, kernel=None,
+                        precision=None) -> GradExplanation:
+    """What :func:`conv2d_weight_grad` / :func:`conv3d_weight_grad` runs for these arguments: the
+    weight-gradient GEMM (``sm90_wgrad`` / ``sm80_wgrad``, its tile and split) or, where both decline
+    (each says why), the forward formulation and its kernel. Computes nothing."""
+    nd = as_array(x, "x").ndim - 2
+    layout = layout or ("NHWC" if nd == 2 else "NDHWC")
+    return _explain_weight(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, kernel, precision)
 
 
 # ------------------------------------------------------------------------------------------ transposed
@@ -493,6 +658,23 @@ def _transpose(nd, x, w, bias, stride, padding, output_padding, dilation, groups
     epilogue = dict(bias=bias, residual=residual, alpha=alpha, beta=beta, activation=activation)
     return _input_grad(nd, x, w, y_shape, stride, _pairs(padding, nd), dilation, groups, layout, kernel, precision,
                        epilogue, out)
+
+
+def explain_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1, groups=1, layout=None,
+                      residual=None, alpha=1.0, beta=1.0, activation=None, kernel=None,
+                      precision=None) -> GradExplanation:
+    """What :func:`conv_transpose2d` / :func:`conv_transpose3d` runs for these arguments (the forward
+    convolution of each output phase and its kernel, the epilogue fused into each). Computes nothing."""
+    x, w = as_array(x, "x"), as_array(w, "w")
+    nd = w.ndim - 2
+    layout = layout_of(layout or ("NHWC" if nd == 2 else "NDHWC"), nd)
+    check_ranks(nd, layout, x, w)
+    y_shape = conv_transpose_output_shape(tuple(x.shape), tuple(w.shape), stride=stride, padding=padding,
+                                          output_padding=output_padding, dilation=dilation, groups=groups,
+                                          layout=layout)
+    epilogue = dict(bias=bias, residual=residual, alpha=alpha, beta=beta, activation=activation)
+    return _explain_input(nd, x, w, y_shape, stride, _pairs(padding, nd), dilation, groups, layout, kernel, precision,
+                          "transposed convolution", epilogue)
 
 
 def _doc_transpose(nd: int) -> str:

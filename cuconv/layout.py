@@ -36,13 +36,15 @@ from .launch import PackedLaunch, c_struct
 from .problem import LAYOUTS
 from .scratch import scratch
 
-__all__ = ["to_channels_last", "to_channels_first", "flip_filter", "describe", "SOURCE", "FLIP_SOURCE",
-           "COMPILE_VARIANTS"]
+__all__ = ["to_channels_last", "to_channels_first", "flip_filter", "scatter_phase", "describe", "SOURCE",
+           "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
 
 SOURCE = "layout/transpose.cu"
 FLIP_SOURCE = "layout/flip_filter.cu"
-#: What CI compiles (tests/test_compile.py): the transposes and the filter flip on both portable targets.
-COMPILE_VARIANTS = [(src, {}, arch) for src in (SOURCE, FLIP_SOURCE) for arch in ("sm_80", "sm_90a")]
+SCATTER_SOURCE = "layout/phase_scatter.cu"
+#: What CI compiles (tests/test_compile.py): the transposes, the filter flip and the phase scatter on
+#: both portable targets.
+COMPILE_VARIANTS = [(src, {}, arch) for src in (SOURCE, FLIP_SOURCE, SCATTER_SOURCE) for arch in ("sm_80", "sm_90a")]
 _MAX_GRID_YZ = 65535
 _THIN = 16  # rows or cols at most this: the thin kernel (no tile)
 _ARGS_FIELDS = ([(n, np.int64) for n in ("rows", "cols", "x_batch_stride", "x_row_stride", "y_batch_stride",
@@ -238,6 +240,41 @@ def flip_filter(w, taps, groups: int, xp):
     T = sub.shape[1:-1]
     moved = xp.moveaxis(sub.reshape(groups, K // groups, *T, Cg), (1, nd + 2), (nd + 2, 1))
     return xp.ascontiguousarray(moved).reshape(Cg * groups, *T, K // groups)
+
+
+_SCATTER_FIELDS = [("words", np.int64)] + [(n, np.int32) for n in (
+    "row_words", "T0", "T1", "T2", "I0", "I1", "I2", "s0", "s1", "s2", "p0", "p1", "p2")]
+
+
+@functools.lru_cache(maxsize=1024)
+def _scatter_launch(device_id, word, row_bytes, N, T, I, s, p) -> PackedLaunch:
+    from .compiler import load_cuda_function
+    from .device import gpu_info
+    pad = 3 - len(T)
+    T3, I3, s3, p3 = ((1,) * pad + tuple(T), (1,) * pad + tuple(I), (1,) * pad + tuple(s), (0,) * pad + tuple(p))
+    row_words = row_bytes // word
+    words = N * math.prod(T3) * row_words
+    args = c_struct(_SCATTER_FIELDS, dict(words=words, row_words=row_words, T0=T3[0], T1=T3[1], T2=T3[2], I0=I3[0],
+                                          I1=I3[1], I2=I3[2], s0=s3[0], s1=s3[1], s2=s3[2], p0=p3[0], p1=p3[1],
+                                          p2=p3[2]))
+    fn = load_cuda_function(SCATTER_SOURCE, gpu_info(device_id), {}, f"phase_scatter_w{word}")
+    blocks = max(1, min(-(-words // 256), 65535))
+    return PackedLaunch(fn, blocks, 256, 0, (np.uint64(0), np.uint64(0), args), slots=(0, 1))
+
+
+def scatter_phase(z, y, stride, phase, xp) -> None:
+    """``y[:, phase_0::stride_0, phase_1::stride_1, ..., :] = z``: ``z`` (``(N, *T, C)``, contiguous) is one
+    output phase of ``y`` (``(N, *I, C)``, contiguous). One launch of
+    ``kernels_cu/layout/phase_scatter.cu`` on a CUDA GPU; the array library's strided copy elsewhere."""
+    if _on_cuda(xp) and z.flags.c_contiguous and y.flags.c_contiguous and z.size:
+        row = z.shape[-1] * z.itemsize
+        word = next(w for w in (16, 4, 2, 1) if row % w == 0 and z.data.ptr % w == 0 and y.data.ptr % w == 0)
+        if word > 1:
+            launch = _scatter_launch(z.data.device_id, word, row, z.shape[0], tuple(z.shape[1:-1]),
+                                     tuple(y.shape[1:-1]), tuple(stride), tuple(phase))
+            launch(z.data.ptr, y.data.ptr)
+            return
+    y[(slice(None),) + tuple(slice(q, None, s) for q, s in zip(phase, stride)) + (slice(None),)] = z
 
 
 def describe(problem, device, plan=None) -> str:

@@ -195,3 +195,17 @@ def test_wgrad_kernel_named_for_numpy_is_an_error():
     dy = np.zeros((1, 4, 4, 8), np.float32)
     with pytest.raises(ValueError, match="kernel: sm80_wgrad"):
         cuconv.conv2d_weight_grad(x, dy, (8, 1, 1, 8), kernel="sm80_wgrad")
+
+
+def test_explanations_name_what_runs_and_why_the_others_declined():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 9, 9, 16))
+    w = rng.standard_normal((8, 3, 3, 16))
+    dy = rng.standard_normal((2, 5, 5, 8))
+    e = cuconv.explain_weight_grad(x, dy, w.shape, stride=2, padding=1)
+    assert e.kernel == "forward formulation on cpu"
+    assert set(e.declined) == {"sm90_wgrad", "sm80_wgrad"} and "NumPy" in e.declined["sm80_wgrad"]
+    e = cuconv.explain_input_grad(dy, w, x.shape, stride=2, padding=1)
+    assert e.kernel == "cpu" and len(e.steps) == 4 and "taps (2, 2)" in str(e)
+    e = cuconv.explain_transpose(dy, rng.standard_normal((8, 4, 4, 6)), stride=2, padding=1)
+    assert "transposed convolution" in str(e) and len(e.steps) == 4

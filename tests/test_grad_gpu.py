@@ -138,3 +138,18 @@ def test_wgrad_kernel_nchw_and_bias_grad(cp):
     assert rel_error(got_w, want_w) <= TOLERANCE["float16"]
     assert rel_error(got_b, want_b) <= TOLERANCE["float16"]
 
+
+
+def test_weight_grad_explanation_names_the_kernel_that_runs(cp):
+    """16-byte channel counts on a Hopper: sm90_wgrad; 3 channels: sm80_wgrad (sm90_wgrad says why not);
+    float32: the forward formulation, both GEMMs saying why not."""
+    from cuconv.device import current_gpu
+    x = cp.zeros((2, 8, 8, 16), dtype=ml_dtypes.bfloat16)
+    dy = cp.zeros((2, 8, 8, 32), dtype=ml_dtypes.bfloat16)
+    e = cuconv.explain_weight_grad(x, dy, (32, 3, 3, 16), padding=1)
+    assert e.kernel == ("sm90_wgrad" if current_gpu().is_hopper else "sm80_wgrad")
+    assert "split" in e.detail
+    e = cuconv.explain_weight_grad(x[..., :3], dy, (32, 3, 3, 3), padding=1)
+    assert e.kernel == "sm80_wgrad" and "multiples of 8" in e.declined.get("sm90_wgrad", "multiples of 8")
+    e = cuconv.explain_weight_grad(x.astype(cp.float32), dy.astype(cp.float32), (32, 3, 3, 16), padding=1)
+    assert e.kernel.startswith("forward formulation on ") and "fp16/bf16" in e.declined["sm80_wgrad"]

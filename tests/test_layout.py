@@ -197,3 +197,38 @@ def test_hopper_channels_first_epilogue(cp, name):
         check_case(case, cp, kernel="sm90_tma", poison=True)
         if case.epilogue.get("residual"):
             check_case(case, cp, kernel="sm90_tma", in_place=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("taps,groups", [((slice(None, None, -1), slice(None, None, -1)), 1),
+                                         ((slice(2, None, -2), slice(1, None, -2)), 2),
+                                         ((slice(0, 1), slice(None, None, -1), slice(3, 0, -3)), 1)])
+def test_flip_filter_matches_the_array_copy(cp, dtype, taps, groups):
+    """The input gradient's filter (taps selected and reversed, K and C exchanged per group): the
+    kernel's bits equal NumPy's moveaxis copy."""
+    from cuconv.layout import flip_filter
+    rng = np.random.default_rng(8)
+    shape = (6 * groups, 3, 4, 5) if len(taps) == 2 else (4, 2, 3, 4, 6)
+    w = random_array(rng, shape, dtype)
+    want = flip_filter(w, taps, groups, np)
+    got = flip_filter(cp.asarray(w), taps, groups, cp)
+    assert got.shape == want.shape and got.flags.c_contiguous
+    assert np.array_equal(cp.asnumpy(got).view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("channels,dtype", [(16, "bfloat16"), (3, "bfloat16"), (5, "float32"), (2, "float64")])
+@pytest.mark.parametrize("stride,phase", [((2, 2), (1, 0)), ((3, 2), (2, 1)), ((1, 2, 2), (0, 1, 1))])
+def test_scatter_phase_writes_its_positions_only(cp, channels, dtype, stride, phase):
+    from cuconv.layout import scatter_phase
+    rng = np.random.default_rng(9)
+    I = (7, 6) if len(stride) == 2 else (3, 5, 4)
+    T = tuple(-(-(i - q) // s) for i, q, s in zip(I, phase, stride))
+    z = random_array(rng, (2, *T, channels), dtype)
+    y0 = random_array(rng, (2, *I, channels), dtype)
+    want = y0.copy()
+    scatter_phase(z, want, stride, phase, np)
+    y = cp.asarray(y0)
+    scatter_phase(cp.asarray(z), y, stride, phase, cp)
+    assert np.array_equal(cp.asnumpy(y).view(np.uint8), want.view(np.uint8))

@@ -70,10 +70,16 @@ def _layer_calls(layer: Layer, dtype: str, torch) -> Dict[str, dict]:
         "dx": lambda: cuconv.conv2d_input_grad(dy, w, x.shape, **kw),
         "dw": lambda: cuconv.conv2d_weight_grad(x, dy, w.shape, **kw),
     }
+    explain = {"dx": lambda: cuconv.explain_input_grad(dy, w, x.shape, **kw),
+               "dw": lambda: cuconv.explain_weight_grad(x, dy, w.shape, **kw)}
     out: Dict[str, dict] = {}
     for key, call in calls.items():
         rec = dict(name=layer.name, describe=layer.describe(), count=layer.count, grad=key, dtype=dtype,
                    macs=layer.macs, ms={}, notes=[], check_ok=False)
+        try:
+            rec["kernel"] = explain[key]().kernel
+        except Exception as e:  # the explanation is informative only; the call below says whether it runs
+            rec["notes"].append(f"explain failed: {type(e).__name__}: {e}")
         try:
             got = call()
             cp.cuda.Device().synchronize()
@@ -175,7 +181,7 @@ def _line(rec: dict) -> str:
     diff = rec.get("rel_diff_vs_cudnn")
     return (f"  {rec['grad']:9s} {rec['name'][:34]:34s} {rec['describe']:32s} x{rec['count']:<2d} "
             f"cudnn {fmt(theirs)} us  cuconv {fmt(ours)} us  {_speed(ms):>6s}  one-at-a-time "
-            f"{_speed(ms, '_one_at_a_time'):>6s}  diff {diff if diff is None else f'{diff:.1e}'}"
+            f"{_speed(ms, '_one_at_a_time'):>6s}  diff {diff if diff is None else f'{diff:.1e}'}  {rec.get('kernel', '')}"
             + ("" if rec["check_ok"] else "  CHECK FAILED") + "".join(f"  [{n}]" for n in rec["notes"]))
 
 

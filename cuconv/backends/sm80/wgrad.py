@@ -25,7 +25,7 @@ from ...problem import ConvProblem
 from .variants import _DTYPE_TAG, TileConfig, _vec
 
 __all__ = ["WGRAD_SOURCE", "WgradVariant", "WgradLaunch", "declines", "wgrad_config", "wgrad_variant",
-           "sm80_variant", "choose_splits", "launch_for", "weight_grad", "COMPILE_VARIANTS"]
+           "sm80_variant", "choose_splits", "launch_for", "COMPILE_VARIANTS"]
 
 WGRAD_SOURCE = "sm80/conv2d_wgrad_sm80.cu"
 #: Tiles by filters per group: 128 x 128 (warp tiles 64 x 32), or 64 x 128 (32 x 32, two CTAs per SM)
@@ -175,15 +175,6 @@ class WgradLaunch:
 def launch_for(p: ConvProblem, device, v: WgradVariant) -> WgradLaunch:
     """The packed :class:`WgradLaunch` of ``p`` with variant ``v`` (memoised)."""
     return WgradLaunch(p, device, v)
-
-
-def weight_grad(p: ConvProblem, x, dy, dw, device) -> WgradLaunch:
-    """``dw`` (``(K, R, S, C/groups)``, C-contiguous) = the weight gradient of ``p`` from ``x``
-    (``(N, H, W, C)``) and ``dy`` (``(N, P, Q, K)``), all C-contiguous CuPy arrays of ``p.dtype``, on the
-    current stream of their device. Returns the launch (its ``describe()`` says what ran)."""
-    launch = launch_for(p, device, sm80_variant(p, x.data.ptr & 15, dy.data.ptr & 15))
-    launch(x, dy, dw)
-    return launch
 
 
 def _compile_variants():

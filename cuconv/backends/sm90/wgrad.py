@@ -15,10 +15,10 @@ from typing import Optional
 from ...launch import dtype_code
 from ...problem import ConvProblem
 from ..sm80.variants import _DTYPE_TAG
-from ..sm80.wgrad import WgradVariant, launch_for
+from ..sm80.wgrad import WgradVariant
 from ..sm80.wgrad import declines as sm80_declines
 
-__all__ = ["SOURCE", "STAGES", "declines", "variant", "weight_grad", "COMPILE_VARIANTS"]
+__all__ = ["SOURCE", "STAGES", "declines", "variant", "tile_for", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_wgrad_sm90.cu"
 #: Ring depth (tiles of 64 pixels); copies run STAGES - 2 tiles ahead of the wgmmas.
@@ -57,14 +57,6 @@ def tile_for(p: ConvProblem):
     """``(bm, bn)``: 256 x 128 where there are 256+ filters per group (each tile's copies feed twice the
     multiply-adds of a 128 x 128 tile), else 128 x 128."""
     return (256, 128) if p.gemm_n >= 256 else (128, 128)
-
-
-def weight_grad(p: ConvProblem, x, dy, dw, device):
-    """As :func:`cuconv.backends.sm80.wgrad.weight_grad`, on this kernel (the caller checked
-    :func:`declines`)."""
-    launch = launch_for(p, device, variant(p))
-    launch(x, dy, dw)
-    return launch
 
 
 def _compile_variants():
