@@ -42,7 +42,7 @@ import numpy as np
 
 from .api import execute
 from .arrays import as_array, check_companion, check_same_place, dtype_name
-from .layout import flip_filter, scatter_phase, to_channels_first, to_channels_last
+from .layout import flip_filter, flip_taps, scatter_phase, to_channels_first, to_channels_last
 from .problem import LAYOUTS, normalize_spatial
 from .overrides import current_overrides
 from .validate import activation_of, check_ranks, layout_of, precision_of
@@ -156,8 +156,9 @@ def _hashable(v):
 class _InputPlan:
     """The input gradient of one geometry: the forward problem and, per output phase, where its
     positions are in dx (``where``), and None (no tap reaches them: ``shape`` is theirs) or the
-    forward call computing them (``src``: the slice of dy; ``taps``: the flipped taps of each filter
-    axis, :func:`cuconv.layout.flip_filter`; ``pad``, ``dil``)."""
+    forward call computing them: ``src`` (the slice of dy; ``src_full`` when it is all of dy),
+    ``flips`` (the flipped taps of each filter axis, :func:`cuconv.layout.flip_taps`), ``pad``,
+    ``dil``, ``out`` (the phase's extent) and ``origin`` (its first position in dx)."""
 
     problem: object
     phases: tuple
@@ -179,9 +180,12 @@ def _input_plan(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, 
         if any(spec is None for spec in specs):
             phases.append((where, None, (x_shape[0], *(T for _, T, _ in combo), p.channels)))
             continue
-        phases.append((where, dict(out=tuple(T for _, T, _ in combo),
+        flips = flip_taps(F, [sp["flip"] for sp in specs])
+        full = all(sp["src"] == slice(0, o) for sp, o in zip(specs, O))
+        phases.append((where, dict(out=tuple(T for _, T, _ in combo), flips=flips, src_full=full,
+                                   origin=tuple(sl.start for sl in where[1:-1]),
                                    src=(slice(None),) + tuple(sp["src"] for sp in specs) + (slice(None),),
-                                   taps=tuple(sp["flip"] for sp in specs), pad=tuple(sp["pad"] for sp in specs),
+                                   pad=tuple(sp["pad"] for sp in specs),
                                    dil=tuple(sp["dil"] for sp in specs)), None))
     return _InputPlan(p, tuple(phases))
 
@@ -248,14 +252,13 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
             if not zeros:
                 y[where] = _epilogue_of_zero(xp, ep, res_part, zero_shape, dtype)
             continue
-        src = dy_n[spec["src"]]
-        src = src if src.flags.c_contiguous else xp.ascontiguousarray(src)
-        wt = flip_filter(w_n, spec["taps"], g, xp)
+        src = dy_n if spec["src_full"] else xp.ascontiguousarray(dy_n[spec["src"]])
+        wt = flip_filter(w_n, None, g, xp, spec["flips"])
         part = y if whole else xp.empty((N, *spec["out"], C), dtype=dy_n.dtype)
         fplan = _phase_plan(memo, i, nd, src, wt, ep, res_part, part, g, spec, kernel, precision)
         execute(fplan, xp, None if xp is np else src.data.device_id, src, wt, bias, res_part, part)
         if not whole:
-            scatter_phase(part, y, p.stride, tuple(w.start for w in where[1:-1]), xp)
+            scatter_phase(part, y, p.stride, spec["origin"], xp)
     if out is None:
         return _first(y, cf, xp)
     if cf:
@@ -530,7 +533,7 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
         if spec is None:
             steps.append(f"phase {phase}: no tap reaches it (the epilogue of zero)")
             continue
-        taps = tuple(len(range(f)[t]) for f, t in zip(p.filter_spatial, spec["taps"]))
+        taps = tuple(n for _, _, n in spec["flips"])
         src = (x_shape[0], *(len(range(o)[sl]) for o, sl in zip(p.out_spatial, spec["src"][1:-1])), p.out_channels)
         e = _forward_explanation(p, device, src, (p.channels, *taps, p.gemm_n), 1, spec["pad"], spec["dil"], p.groups,
                                  epilogue or {}, kernel)

@@ -36,7 +36,7 @@ from .launch import PackedLaunch, c_struct
 from .problem import LAYOUTS
 from .scratch import scratch
 
-__all__ = ["to_channels_last", "to_channels_first", "flip_filter", "scatter_phase", "describe", "SOURCE",
+__all__ = ["to_channels_last", "to_channels_first", "flip_taps", "flip_filter", "scatter_phase", "describe", "SOURCE",
            "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
 
 SOURCE = "layout/transpose.cu"
@@ -222,21 +222,31 @@ def _flip_launch(device_id, item, K, F, Cg, groups, flips) -> PackedLaunch:
                         slots=(0, 1))
 
 
-def flip_filter(w, taps, groups: int, xp):
-    """The filter of an input gradient: ``w`` (``(K, *F, C/g)``, C-contiguous) with the taps ``taps``
-    (per spatial dim a ``slice`` of that axis, e.g. ``slice(None, None, -1)`` to reverse it) and its
-    K and C axes exchanged within each group: ``(C, *T, K/g)``, contiguous. One launch of
-    ``kernels_cu/layout/flip_filter.cu`` on a CUDA GPU; the array library's copy elsewhere."""
-    K, F, Cg = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
+def flip_taps(F, taps) -> tuple:
+    """``taps`` (per spatial dim a ``slice`` of a filter axis of size ``F``) as ``(start, step, count)``
+    per dim, tap ``t`` of the result reading filter position ``start - t * step``: what
+    :func:`flip_filter` takes precomputed."""
     ranges = [range(f)[t] for f, t in zip(F, taps)]
-    if _on_cuda(xp) and w.itemsize in (2, 4, 8) and all(len(r) for r in ranges) and w.flags.c_contiguous:
-        flips = tuple((r.start, -r.step, len(r)) for r in ranges)
-        T = tuple(len(r) for r in ranges)
+    return tuple((r.start, -r.step, len(r)) for r in ranges)
+
+
+def flip_filter(w, taps, groups: int, xp, flips=None):
+    """The filter of an input gradient: ``w`` (``(K, *F, C/g)``, C-contiguous) with the taps ``taps``
+    (per spatial dim a ``slice`` of that axis, e.g. ``slice(None, None, -1)`` to reverse it; ``flips``:
+    the same as :func:`flip_taps` gives it, when the caller has it) and its K and C axes exchanged
+    within each group: ``(C, *T, K/g)``, contiguous. One launch of ``kernels_cu/layout/flip_filter.cu``
+    on a CUDA GPU; the array library's copy elsewhere."""
+    K, F, Cg = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
+    if flips is None:
+        flips = flip_taps(F, taps)
+    if _on_cuda(xp) and w.itemsize in (2, 4, 8) and all(n for _, _, n in flips) and w.flags.c_contiguous:
+        T = tuple(n for _, _, n in flips)
         wt = xp.empty((Cg * groups, *T, K // groups), dtype=w.dtype)
         _flip_launch(w.data.device_id, w.itemsize, K, F, Cg, groups, flips)(w.data.ptr, wt.data.ptr)
         return wt
     nd = len(F)
-    sub = w[(slice(None),) + tuple(taps) + (slice(None),)]
+    taps = tuple(slice(a, a - b * n if a - b * n >= 0 else None, -b) for a, b, n in flips)
+    sub = w[(slice(None),) + taps + (slice(None),)]
     T = sub.shape[1:-1]
     moved = xp.moveaxis(sub.reshape(groups, K // groups, *T, Cg), (1, nd + 2), (nd + 2, 1))
     return xp.ascontiguousarray(moved).reshape(Cg * groups, *T, K // groups)
