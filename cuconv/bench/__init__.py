@@ -18,14 +18,17 @@ What it measures, per shape and dtype (bf16 and fp16 by default):
 Suites (``--suite``, default all): ``resnet50`` and ``vae_unet`` (:mod:`.conv2d`), ``sm80`` (the
 sm_80+ kernel and ``cuconv.matmul``, :mod:`.sm80`) and ``conv3d`` (every conv3d strategy on video-VAE
 layers, :mod:`.conv3d`); ``networks`` (only when named: ``--suite networks`` or ``--network NAME``)
-times every conv layer of six networks back to back and one call at a time against cuDNN
-(:mod:`.networks`). ``--json FILE`` writes every number with the run's date, device and command;
+times every conv layer of eight networks back to back and one call at a time against cuDNN
+(:mod:`.networks`); ``grad`` (only when named: ``--suite grad``, networks by ``--network``) times the
+input and weight gradients of networks' layers and transposed convolutions against cuDNN's backward
+(:mod:`.grad`). ``--json FILE`` writes every number with the run's date, device and command;
 ``--plot FILE.png`` draws the roofline chart (:mod:`.plot`; ``--plot-from JSON`` redraws an earlier
 file without a GPU); ``python -m cuconv.bench.report`` writes ``docs/bench/README.md`` from the JSON
 files (:mod:`.report`). Without CuPy or a GPU the benchmark says which is missing and exits 2.
 
 Modules: :mod:`.cli` (command line), :mod:`.environment` (requirements, run metadata),
-:mod:`.timing`, :mod:`.ceilings`, :mod:`.conv2d`, :mod:`.conv3d`, :mod:`.sm80`, :mod:`.networks`, :mod:`.plot`,
+:mod:`.timing`, :mod:`.ceilings`, :mod:`.conv2d`, :mod:`.conv3d`, :mod:`.sm80`, :mod:`.networks`, :mod:`.grad`,
+:mod:`.plot`,
 :mod:`.report`. Importing the package needs neither CuPy nor a GPU.
 """
 

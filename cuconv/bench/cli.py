@@ -14,6 +14,8 @@ The networks suite (:mod:`.networks`: every conv layer of eight networks, as a f
 runs only when named: ``--suite networks``, or ``--network NAME`` (repeatable) for some of them;
 ``--layers`` prints its per-layer tables (the JSON always holds them). Its ``--plot`` chart (each
 network's speed vs cuDNN) goes to ``FILE.png``, or to ``FILE_networks.png`` when a conv2d suite ran too.
+The grad suite (:mod:`.grad`) also runs only when named (``--suite grad``; ``--network`` picks its
+networks).
 """
 
 from __future__ import annotations

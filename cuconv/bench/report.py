@@ -13,7 +13,9 @@ of the folder's files: ``--check`` exits 1 when the README differs from what the
 
 A networks file (``--suite networks``) gets a table of networks (cuDNN and cuconv ms per forward pass
 of the conv layers, back to back and one call at a time, and their ratios) and, folded, each
-network's per-layer table with the kernel cuconv chose.
+network's per-layer table with the kernel cuconv chose. A grad file (``--suite grad``) gets one row
+per network and gradient (input or weight, every layer back to back) and one per transposed
+convolution.
 """
 
 from __future__ import annotations
@@ -94,9 +96,9 @@ def _records(doc: dict) -> List[dict]:
 
 
 def suite_of(doc: dict) -> str:
-    """``"conv2d"``, ``"conv3d"``, ``"sm80"`` or ``"networks"``: the file's ``suite``, else read off its
-    records."""
-    if doc.get("suite") in ("conv2d", "conv3d", "sm80", "networks"):
+    """``"conv2d"``, ``"conv3d"``, ``"sm80"``, ``"networks"`` or ``"grad"``: the file's ``suite``, else read
+    off its records."""
+    if doc.get("suite") in ("conv2d", "conv3d", "sm80", "networks", "grad"):
         return doc["suite"]
     recs = _records(doc)
     if recs and all("network" in r and "layers" in r for r in recs):
@@ -201,6 +203,23 @@ def _networks_rows(recs: List[dict], ceilings: Ceilings):
     return head, rows
 
 
+def _grad_rows(recs: List[dict], ceilings: Ceilings):
+    head = ["what", "gradient", "dtype", "cuDNN ms", "cuconv ms", "speed", "1-at-a-time speed", "check"]
+    rows = []
+    one = "_one_at_a_time"
+    for r in recs:
+        ms = r.get("ms", {})
+        if "network" in r:
+            what = f"{r.get('title', r['network'])}, N={r.get('batch', '?')}: every layer"
+            grad = {"dx": "input", "dw": "weight"}.get(r.get("grad"), r.get("grad", "?"))
+        else:
+            what, grad = f"{r.get('name', '?')} ({r.get('describe', '-')})", "transposed conv"
+        rows.append([what, grad, r.get("dtype", ""), _ms(ms.get("cudnn")), _ms(ms.get("cuconv")),
+                     _ratio(ms.get("cudnn"), ms.get("cuconv")), _ratio(ms.get("cudnn" + one), ms.get("cuconv" + one)),
+                     _check_cell(r)])
+    return head, rows
+
+
 def _network_layer_rows(rec: dict):
     head = ["layer", "geometry", "count", "kernel", "cuDNN ms", "cuconv ms", "speed", "1-at-a-time cuDNN ms",
             "1-at-a-time cuconv ms", "1-at-a-time speed", "depthwise TB/s cuDNN / cuconv", "check"]
@@ -260,7 +279,7 @@ def _network_sections(doc: dict) -> List[str]:
 def table(doc: dict) -> Tuple[List[str], List[List[str]]]:
     """(column names, rows of cells) of a result file, by its suite."""
     builder = {"conv2d": _conv2d_rows, "conv3d": _conv3d_rows, "sm80": _sm80_rows,
-               "networks": _networks_rows}[suite_of(doc)]
+               "networks": _networks_rows, "grad": _grad_rows}[suite_of(doc)]
     return builder(_records(doc), Ceilings.from_json(doc))
 
 
