@@ -324,3 +324,24 @@ def test_float32_options_are_checked_before_any_gpu_work(argv, message, capsys):
     with pytest.raises(SystemExit):
         cli.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_grad_suite_options_and_results_page(tmp_path, capsys):
+    """``--suite grad`` is opt-in and takes ``--network``; ``--network`` with another suite is an error;
+    a grad result file gets its own table on the results page."""
+    from cuconv.bench import cli, report
+    args = cli.parser().parse_args(["--suite", "grad", "--network", "resnet50"])
+    assert args.suite == ["grad"] and args.network == ["resnet50"]
+    with pytest.raises(SystemExit):
+        cli.main(["--suite", "resnet50", "--network", "resnet50"])
+    assert "--network: picks networks of the networks and grad suites" in capsys.readouterr().err
+    doc = dict(suite="grad", date="2026-01-01", device="test GPU", command="python -m cuconv.bench --suite grad",
+               records=[dict(network="resnet50", title="ResNet-50", batch=32, grad="dw", dtype="bfloat16",
+                             ms=dict(cuconv=2.0, cudnn=1.5), layers=[], check_ok=True),
+                        dict(name="up2x2", describe="C64 8x8 -> C32 2x2 s2 p0", grad="transpose", dtype="bfloat16",
+                             ms=dict(cuconv=0.5, cudnn=0.1), check_ok=False)])
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    page = report.render(str(tmp_path))
+    assert "## g.json: grad" in page
+    assert "| ResNet-50, N=32: every layer | weight | bfloat16 | 1.500 | 2.000 | 0.75x |" in page
+    assert "transposed conv" in page and "0.20x" in page
