@@ -28,10 +28,11 @@ __all__ = ["WGRAD_SOURCE", "WgradVariant", "WgradLaunch", "declines", "wgrad_con
            "sm80_variant", "choose_splits", "launch_for", "COMPILE_VARIANTS"]
 
 WGRAD_SOURCE = "sm80/conv2d_wgrad_sm80.cu"
-#: Tiles by filters per group: 128 x 128 (warp tiles 64 x 32), or 64 x 128 (32 x 32, two CTAs per SM)
-#: where ``K/groups <= 64`` would leave half of a 128-row tile empty.
+#: Tiles by filters per group: 128 x 128 (warp tiles 64 x 32), 64 x 128 (32 x 32, two CTAs per SM)
+#: where ``K/groups <= 64`` would leave half of a 128-row tile empty, 32 x 128 (16 x 32) for 32 or fewer.
 _WIDE = TileConfig(128, 128, 4, 2, 4, 1)
 _NARROW = TileConfig(64, 128, 4, 2, 4, 2)
+_TINY = TileConfig(32, 128, 4, 2, 4, 2)  # K/groups <= 32 (a decoder's 3- or 4-filter output conv)
 #: The fewest reduction tiles (of 32 pixels) one split gets: a split's prologue and partial-sum
 #: store are amortised over at least this many tiles.
 MIN_SPLIT_TILES = 16
@@ -52,9 +53,11 @@ def declines(p: ConvProblem, device) -> Optional[str]:
 
 
 def wgrad_config(p: ConvProblem, narrow_copies: bool = False) -> TileConfig:
-    """:data:`_NARROW` for ``K/groups <= 64``, else :data:`_WIDE`; one CTA per SM with copies of
-    fewer than 4 elements (``narrow_copies``: their unrolled addresses spill at 128 registers)."""
-    cfg = _NARROW if p.gemm_n <= 64 else _WIDE
+    """:data:`_TINY` for ``K/groups <= 32``, :data:`_NARROW` for ``<= 64``, else :data:`_WIDE` (the
+    filters are the tile's rows: fewer rows waste less of a tile on few filters); one CTA per SM with
+    copies of fewer than 4 elements (``narrow_copies``: their unrolled addresses spill at 128
+    registers)."""
+    cfg = _TINY if p.gemm_n <= 32 else _NARROW if p.gemm_n <= 64 else _WIDE
     return dataclasses.replace(cfg, min_blocks=1) if narrow_copies else cfg
 
 
@@ -182,7 +185,7 @@ def _compile_variants():
         return ConvProblem.create(nd=2, batch=2, in_spatial=(16, 16), channels=c, out_channels=k, filter_spatial=(f, f),
                                   stride=1, dilation=1, padding=f // 2, groups=groups, dtype=dtype, layout="NHWC")
     probs = [problem(64, 256, 3, "bfloat16"), problem(64, 64, 3, "float16"), problem(3, 64, 7, "bfloat16"),
-             problem(12, 20, 3, "bfloat16", groups=2)]
+             problem(12, 20, 3, "bfloat16", groups=2), problem(128, 3, 3, "bfloat16"), problem(64, 16, 3, "float16")]
     return [(WGRAD_SOURCE, wgrad_variant(q)[2], arch) for q in probs for arch in ("sm_80", "sm_90a")]
 
 
