@@ -20,7 +20,7 @@ compare :func:`cuconv.conv_transpose2d` with ``torch.nn.functional.conv_transpos
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -87,15 +87,8 @@ def _layer_calls(layer: Layer, dtype: str, torch) -> Dict[str, dict]:
             rec["notes"].append(f"cuconv failed: {type(e).__name__}: {e}")
             out[key] = dict(record=rec, cuconv=None, cudnn=None)
             continue
-        cudnn = None
-        if torch is not None:
-            tx, tw, tdy = (torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (x, w, dy))
-            mask = [key == "dx", key == "dw", False]
-            args = ([layer.stride] * 2, [layer.pad] * 2, [layer.dilation] * 2, False, [0, 0], layer.groups, mask)
-            index = 0 if key == "dx" else 1
-
-            def cudnn(tdy=tdy, tx=tx, tw=tw, args=args, index=index):
-                return torch.ops.aten.convolution_backward(tdy, tx, tw, None, *args)[index]
+        cudnn = None if torch is None else _cudnn_backward(torch, layer, x, w, dy, key)
+        if cudnn is not None:
             ref = cp.from_dlpack(cudnn().permute(0, 2, 3, 1).contiguous())
             rec["rel_diff_vs_cudnn"] = _rel(got, ref)
             rec["check_ok"] = bool(rec["rel_diff_vs_cudnn"] <= TOLERANCE[dtype])
@@ -103,6 +96,16 @@ def _layer_calls(layer: Layer, dtype: str, torch) -> Dict[str, dict]:
             rec["check_ok"] = bool(cp.isfinite(got).all())
         out[key] = dict(record=rec, cuconv=call, cudnn=cudnn)
     return out
+
+
+def _cudnn_backward(torch, layer: Layer, x, w, dy, key: str):
+    """cuDNN's gradient ``key`` ("dx" or "dw") of ``layer`` on channels-last views of the arrays:
+    ``torch.ops.aten.convolution_backward`` asked for that one output."""
+    tx, tw, tdy = (torch.from_dlpack(a).permute(0, 3, 1, 2) for a in (x, w, dy))
+    mask = [key == "dx", key == "dw", False]
+    args = ([layer.stride] * 2, [layer.pad] * 2, [layer.dilation] * 2, False, [0, 0], layer.groups, mask)
+    index = 0 if key == "dx" else 1
+    return lambda: torch.ops.aten.convolution_backward(tdy, tx, tw, None, *args)[index]
 
 
 def _libs(items: Sequence[dict], counts: bool) -> Dict[str, tuple]:
@@ -151,13 +154,8 @@ def bench_transposed(dtype: str, torch=None, log=print) -> List[dict]:
         def ours(x=x, w=w, kw=kw):
             return cuconv.conv_transpose2d(x, w, **kw)
         got = ours()
-        theirs = None
-        if torch is not None:
-            tx = torch.from_dlpack(x).permute(0, 3, 1, 2)
-            tw = torch.from_dlpack(w).permute(0, 3, 1, 2)  # (C_in, C_out, R, S)
-
-            def theirs(tx=tx, tw=tw, kw=kw):
-                return torch.nn.functional.conv_transpose2d(tx, tw, **kw)
+        theirs = None if torch is None else _cudnn_transpose(torch, x, w, kw)
+        if theirs is not None:
             ref = cp.from_dlpack(theirs().permute(0, 2, 3, 1).contiguous())
             rec["rel_diff_vs_cudnn"] = _rel(got, ref)
             rec["check_ok"] = bool(got.shape == ref.shape and rec["rel_diff_vs_cudnn"] <= TOLERANCE[dtype])
@@ -167,6 +165,14 @@ def bench_transposed(dtype: str, torch=None, log=print) -> List[dict]:
         log(_line(rec))
         recs.append(rec)
     return recs
+
+
+def _cudnn_transpose(torch, x, w, kw):
+    """torch's ``conv_transpose2d`` on channels-last views of the arrays (the weight as
+    ``(C_in, C_out, R, S)``)."""
+    tx = torch.from_dlpack(x).permute(0, 3, 1, 2)
+    tw = torch.from_dlpack(w).permute(0, 3, 1, 2)
+    return lambda: torch.nn.functional.conv_transpose2d(tx, tw, **kw)
 
 
 def _speed(ms: dict, suffix: str = "") -> str:
