@@ -1,5 +1,5 @@
-"""Gradients of the forward convolution, and transposed convolution, each computed as one forward
-convolution (per group, for the weight gradient) on rearranged operands.
+"""Gradients of the forward convolution, and transposed convolution: forward convolutions on rearranged
+operands, and for the 2-D weight gradient a GEMM kernel of its own.
 
 For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation ``d``, padding
 ``(lo, hi)`` per dim, groups), with the output gradient ``dy``:
@@ -10,24 +10,25 @@ For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation
   phase is one stride-1 forward convolution of (a slice of) ``dy`` with those taps flipped and the
   filter's K and C axes exchanged within each group (:func:`_phases`); ``s^nd`` calls for a stride
   ``s``, none of them multiplying zeros, each writing its phase of ``dx``.
-* **weight gradient** ``dw[k, f, c] = sum over n, o of dy[n, o, k] x[n, o s - lo + f d, c]``: a forward
-  convolution whose "batch" is the channels of x and whose "channels" are the images: x as
-  ``(C, I, N)`` against ``dy`` as a ``(K, O, N)`` filter, stride ``d``, dilation ``s``, padding ``lo``
-  in front (and enough behind to reach ``F`` outputs), the first ``F`` outputs kept. A grouped
-  convolution takes one such call per group.
+* **weight gradient** ``dw[k, f, c] = sum over n, o of dy[n, o, k] x[n, o s - lo + f d, c]``: on CuPy
+  fp16 / bf16 2-D data one implicit GEMM over the output pixels, split across CTAs and summed in split
+  order (``sm90_wgrad`` / ``sm80_wgrad``, :data:`WGRAD_KERNELS`); otherwise a forward convolution whose
+  "batch" is the channels of x and whose "channels" are the images: x as ``(C, I, N)`` against ``dy``
+  as a ``(K, O, N)`` filter, stride ``d``, dilation ``s``, padding ``lo`` in front (and enough behind
+  to reach ``F`` outputs), the first ``F`` outputs kept, one call per group.
 * **transposed convolution** ``conv_transpose(x, w)`` is the input gradient of the forward convolution
   with weight ``w`` whose output has x's shape, with the epilogue ``act(alpha * . + bias + beta * C)``
   fused into that forward call. Its output extent per dim is
   ``(I - 1) s - lo - hi + (F - 1) d + output_padding + 1`` (torch's ``conv_transpose`` with
   ``padding=p`` is ``lo = hi = p``).
 
-Every forward call goes through :func:`cuconv.conv2d` / :func:`cuconv.conv3d`, so each runs on the
-kernel the dispatcher picks for it (NumPy: the CPU kernel, in float64 for float64 data) and
-``kernel=`` / ``precision=`` apply to it. A phase no tap reaches (a dilation sharing a factor with the
-stride) gets the epilogue of zero. The weight gradient is a GEMM of few output tiles with a long
-reduction, which the forward kernels split little. The results are deterministic (a fixed
-order of every sum). Arrays in the caller's layout go in and come out; channels-first operands are
-moved to channels-last for the computation.
+Every forward convolution is validated and dispatched as :func:`cuconv.conv2d` / :func:`cuconv.conv3d`
+would (once per geometry for the input gradient's phases), so each runs on the kernel the dispatcher
+picks for it (NumPy: the CPU kernel, in float64 for float64 data) and ``kernel=`` / ``precision=``
+apply to it. A phase no tap reaches (a dilation sharing a factor with the stride) gets the epilogue of
+zero. The results are deterministic (a fixed order of every sum). Arrays in the caller's layout go in
+and come out; channels-first operands are moved to channels-last for the computation.
+:func:`explain_input_grad`, :func:`explain_weight_grad` and :func:`explain_transpose` say what runs.
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def _phases(I: int, F: int, O: int, s: int, d: int, lo: int):
     reaches them (or no ``dy`` entry does), else the stride-1 convolution that computes them:
 
     ``dx[phi + s t] = sum_j dy[t + b + j r] w[taps[j]]``, the taps ``f`` with ``s | phi + lo - f d`` in
-    reverse order (they step by ``s / gcd(s, d)``, their ``dy`` offsets by ``r = d / gcd(s, d)``), ``dy``
+    reverse order (``flip``, a slice of the filter axis: they step by ``s / gcd(s, d)``, their ``dy``
+    offsets by ``r = d / gcd(s, d)``), ``dy``
     read from ``b`` on: the slice ``src`` of ``dy`` with zero padding ``pad`` (lo, hi) in front of and
     behind it, so that the convolution (dilation ``r``, no stride) has exactly ``T`` outputs."""
     r = d // math.gcd(s, d)
@@ -135,7 +137,7 @@ def _phases(I: int, F: int, O: int, s: int, d: int, lo: int):
             continue
         step = s // math.gcd(s, d)  # the taps in reverse order, as a slice of the filter axis
         flip = slice(taps[-1], taps[0] - step if taps[0] >= step else None, -step)
-        out.append((phi, T, dict(taps=taps[::-1], flip=flip, dil=r,
+        out.append((phi, T, dict(flip=flip, dil=r,
                                  pad=(lo_pad, length - lo_pad - (stop - start)), src=slice(start, stop))))
     return out
 
@@ -162,6 +164,13 @@ class _InputPlan:
 
     problem: object
     phases: tuple
+
+
+def _input_plan_of(*args):
+    """``(key, plan)``: the :class:`_InputPlan` of ``(nd, x_shape, w_shape, dtype, layout, stride, padding,
+    dilation, groups, precision)``, memoised where the arguments make a key (``key`` None otherwise)."""
+    key = _hashable(args)
+    return key, (_input_plan_cached(*key) if key is not None else _input_plan(*args))
 
 
 @functools.lru_cache(maxsize=512)
@@ -206,10 +215,8 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     if w.ndim != nd + 2:
         raise ValueError(f"w: expected a {nd + 2}-D array, got {w.ndim}-D with shape {tuple(w.shape)}")
     x_shape = _shape(x_shape, "x_shape", nd)
-    args = (nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
-            precision_of(precision, dtype))
-    key = _hashable(args)
-    plan = _input_plan_cached(*key) if key is not None else _input_plan(*args)
+    key, plan = _input_plan_of(nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
+                               precision_of(precision, dtype))
     p = plan.problem
     want = (x_shape[0], *_user_out_shape(p, layout)[1:])
     if tuple(dy.shape) != want:
@@ -458,12 +465,15 @@ def _doc_weight_grad(nd: int) -> str:
     bias_grad : bool
         Also return the bias gradient (``dy`` summed over every axis but the channels).
     kernel, precision
-        For the forward convolutions that compute it (one per group).
+        ``kernel``: one of ``"sm90_wgrad"`` / ``"sm80_wgrad"`` (an error where it declines), a forward
+        kernel (the forward formulation on it), or None (the first that accepts, else the forward
+        formulation). ``precision``: as in :func:`cuconv.conv{nd}d`.
 
     Returns
     -------
-    ``dw`` (or ``(dw, db)``), the array library of ``x``. Computed as a forward convolution with the
-    images as channels and ``dy`` as the filter: see :mod:`cuconv.grad`.
+    ``dw`` (or ``(dw, db)``), the array library of ``x``. Computed by the weight-gradient GEMM or as a
+    forward convolution with the images as channels and ``dy`` as the filter: see :mod:`cuconv.grad`
+    and :func:`explain_weight_grad`.
     """
 
 
@@ -522,10 +532,8 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
     dtype = dtype_name(dy, "dy")
     x_shape = _shape(x_shape, "x_shape", nd)
     layout = layout_of(layout, nd)
-    args = (nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
-            precision_of(precision, dtype))
-    key = _hashable(args)
-    plan = _input_plan_cached(*key) if key is not None else _input_plan(*args)
+    _, plan = _input_plan_of(nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
+                             precision_of(precision, dtype))
     p, device = plan.problem, device_of(dy)
     steps, kernels = [], []
     for where, spec, _ in plan.phases:
@@ -552,8 +560,9 @@ def _explain_weight(nd, x, dy, w_shape, stride, padding, dilation, groups, layou
                                                    precision)
     run, reasons = _wgrad_kernel(p, x_n, dy_n, kernel)
     if run is not None:
-        declined = {k: v for k, v in reasons.items() if v is not None and k != _wgrad_name(run)}
-        return GradExplanation("weight gradient", p, _wgrad_name(run), run.describe(), declined, ())
+        name = run.variant.kernel
+        declined = {k: v for k, v in reasons.items() if v is not None and k != name}
+        return GradExplanation("weight gradient", p, name, run.describe(), declined, ())
     e = _forward_explanation(p, device_of(x_n), (p.channels_per_group, *p.in_spatial, x_n.shape[0]),
                              (p.gemm_n, *p.out_spatial, x_n.shape[0]), p.dilation,
                              tuple(zip(p.pad_lo, _behind(p))), p.stride, 1, {}, kernel)
@@ -561,10 +570,6 @@ def _explain_weight(nd, x, dy, w_shape, stride, padding, dilation, groups, layou
               f"{e.kernel} [{e.detail}]")
     return GradExplanation("weight gradient", p, f"forward formulation on {e.kernel}", detail,
                            {k: v for k, v in reasons.items() if v is not None}, ())
-
-
-def _wgrad_name(launch) -> str:
-    return "sm90_wgrad" if launch.variant.name.startswith("conv2d_wgrad_sm90") else "sm80_wgrad"
 
 
 def explain_input_grad(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1, layout=None, kernel=None,
@@ -582,7 +587,9 @@ def explain_weight_grad(x, dy, w_shape, *, stride=1, padding=0, dilation=1, grou
                         precision=None) -> GradExplanation:
     """What :func:`conv2d_weight_grad` / :func:`conv3d_weight_grad` runs for these arguments: the
     weight-gradient GEMM (``sm90_wgrad`` / ``sm80_wgrad``, its tile and split) or, where both decline
-    (each says why), the forward formulation and its kernel. Computes nothing."""
+    (each says why), the forward formulation and its kernel. Runs no convolution (channels-first
+    operands are moved to channels-last, as the call moves them: the kernels' choice depends on
+    their alignment)."""
     nd = as_array(x, "x").ndim - 2
     layout = layout or ("NHWC" if nd == 2 else "NDHWC")
     return _explain_weight(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, kernel, precision)

@@ -74,9 +74,11 @@ def wgrad_variant(p: ConvProblem, x_ptr: Optional[int] = None, dy_ptr: Optional[
 
 @dataclass(frozen=True)
 class WgradVariant:
-    """One compiled weight-gradient kernel: its source, name and defines (a tuple of pairs), CTA tile
-    ``bm x bn x bk``, threads, dynamic shared memory and CTAs per SM."""
+    """One compiled weight-gradient kernel: the ``kernel=`` name it serves (``"sm80_wgrad"`` /
+    ``"sm90_wgrad"``), its source, name and defines (a tuple of pairs), CTA tile ``bm x bn x bk``,
+    threads, dynamic shared memory and CTAs per SM."""
 
+    kernel: str
     source: str
     name: str
     defines: tuple
@@ -91,8 +93,8 @@ class WgradVariant:
 def sm80_variant(p: ConvProblem, x_ptr: Optional[int] = None, dy_ptr: Optional[int] = None) -> WgradVariant:
     """:func:`wgrad_variant` as a :class:`WgradVariant`."""
     name, cfg, defines = wgrad_variant(p, x_ptr, dy_ptr)
-    return WgradVariant(WGRAD_SOURCE, name, tuple(sorted(defines.items())), cfg.bm, cfg.bn, cfg.bk, cfg.threads,
-                        cfg.ring_bytes(), cfg.min_blocks)
+    return WgradVariant("sm80_wgrad", WGRAD_SOURCE, name, tuple(sorted(defines.items())), cfg.bm, cfg.bn, cfg.bk,
+                        cfg.threads, cfg.ring_bytes(), cfg.min_blocks)
 
 
 @dataclass(frozen=True)

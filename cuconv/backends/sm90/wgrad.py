@@ -51,7 +51,8 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None) 
                    CUCONV_STAGES=STAGES, CUCONV_KERNEL_NAME=name)
     smem = STAGES * (bm + bn) * _BK * 2 + 1024  # the kernel aligns the ring to 1024 bytes
     per_sm = 2 if bm == 64 else 1  # 97 KiB of ring and 128 threads: two fit an SM
-    return WgradVariant(SOURCE, name, tuple(sorted(defines.items())), bm, bn, _BK, 128 * (bm // 64), smem, per_sm)
+    return WgradVariant("sm90_wgrad", SOURCE, name, tuple(sorted(defines.items())), bm, bn, _BK, 128 * (bm // 64),
+                        smem, per_sm)
 
 
 def tile_for(p: ConvProblem):
