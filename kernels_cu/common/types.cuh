@@ -16,6 +16,10 @@ typedef unsigned long long uint64_t;
 typedef int int32_t;
 typedef long long int64_t;
 
+// CUCONV_CAT(a, b): a and b pasted after expansion (entry names built from CUCONV_KERNEL_NAME).
+#define CUCONV_CAT_(a, b) a##b
+#define CUCONV_CAT(a, b) CUCONV_CAT_(a, b)
+
 namespace cuconv {
 
 struct half_t { uint16_t bits; };

@@ -49,9 +49,6 @@
 #define CUCONV_VEC_B 8
 #endif
 
-#define CUCONV_CAT_(a, b) a##b
-#define CUCONV_CAT(a, b) CUCONV_CAT_(a, b)
-
 namespace cuconv {
 namespace sm80 {
 constexpr int kBM = CUCONV_BM, kBN = CUCONV_BN, kBK = CUCONV_BK, kStages = CUCONV_STAGES;

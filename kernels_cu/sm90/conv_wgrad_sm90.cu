@@ -38,8 +38,6 @@
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME conv2d_wgrad_sm90
 #endif
-#define CUCONV_CAT_(a, b) a##b
-#define CUCONV_CAT(a, b) CUCONV_CAT_(a, b)
 
 namespace cs = cuconv::sm80;
 namespace c9 = cuconv::sm90;
