@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 
 from . import dispatch
-from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name
+from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, on_device_of
 from .device import cupy_or_none, device_of
 from .epilogue import apply_epilogue
 from .layout import native_result, to_channels_first, to_channels_last
@@ -225,6 +225,7 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
     return key
 
 
+@on_device_of(1)
 def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
           kernel, strategy, precision=None):
     key = _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,

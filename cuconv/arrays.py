@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import numbers
 
 import ml_dtypes
@@ -152,6 +153,32 @@ def dtype_name(a, name: str) -> str:
         raise TypeError(f"{name}: expected dtype float16, bfloat16 (ml_dtypes.bfloat16), float32 or float64, "
                         f"got {dt}")
     return SUPPORTED_DTYPES[dt]
+
+
+def foreign_device(a):
+    """The ``cupy.cuda.Device`` of a CuPy array that is not on the current GPU, else None."""
+    if type(a) is np.ndarray:
+        return None
+    cp = cupy_or_none()
+    if cp is None or type(a) is not cp.ndarray:
+        return None
+    device_id = a.data.device_id
+    return None if device_id == cp.cuda.runtime.getDevice() else cp.cuda.Device(device_id)
+
+
+def on_device_of(position: int):
+    """Decorator: the call runs with the GPU of its argument ``position`` (a CuPy array) current, so what
+    it allocates (the output, scratch) and launches lands on its operands' GPU, whatever GPU is current."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            device = foreign_device(args[position])
+            if device is None:
+                return fn(*args, **kwargs)
+            with device:
+                return fn(*args, **kwargs)
+        return call
+    return wrap
 
 
 def check_same_place(a, name: str, ref, ref_name: str = "x"):

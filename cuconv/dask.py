@@ -44,7 +44,7 @@ except ImportError as e:  # pragma: no cover - exercised only without dask
     raise ImportError("cuconv.dask needs dask: pip install 'cuconv[dask]' (dask[array], distributed)") from e
 
 from . import api
-from .arrays import as_array, dtype_name, module_name
+from .arrays import SUPPORTED_DTYPES, as_array, dtype_name, module_name
 from .dispatch import kernels
 from .problem import LAYOUTS
 from .validate import activation_of, check_ranks, conv_problem, layout_of, strategy_of, user_shape
@@ -132,6 +132,8 @@ def _residual(residual, shape, dtype: str, lib: str, out_chunks):
     """The residual as a dask array chunked like the output (a dask array is rechunked, an array wrapped)."""
     if not isinstance(residual, da.Array):
         residual = _whole(residual, "residual", shape, dtype, lib)
+        if lib == "cupy" and dtype == "bfloat16":
+            residual = residual.view(np.uint16)  # travels as its bits, like x (see _as_bits)
         return da.from_array(residual, chunks=out_chunks, asarray=False)
     if any(math.isnan(v) for v in residual.shape):
         raise ValueError("residual: its chunk sizes are unknown; call residual.compute_chunk_sizes() first")
@@ -142,7 +144,7 @@ def _residual(residual, shape, dtype: str, lib: str, out_chunks):
     got = dtype_name(residual, "residual")
     if got != dtype:
         raise TypeError(f"residual: expected dtype {dtype} like x, got {got}")
-    return residual.rechunk(out_chunks)
+    return _as_bits(residual, lib, dtype, len(shape)).rechunk(out_chunks)
 
 
 def _on_device_of(a, x):
@@ -153,8 +155,36 @@ def _on_device_of(a, x):
         return a.copy()  # CuPy copies onto the current device
 
 
-def _block(x, residual=None, *, nd, w, bias, pads, spatial_axes, kwargs, block_id=None):
+_DTYPES_BY_NAME = {name: dt for dt, name in SUPPORTED_DTYPES.items()}
+
+
+def _typed(a, dtype: str):
+    """``a`` as the graph's ``dtype``: bfloat16 CuPy chunks travel as their uint16 bits (:func:`_as_bits`),
+    and a bfloat16 CuPy ``w`` or ``bias`` arrives on a distributed worker as a raw void type, since
+    distributed's CuPy serializer sends a dtype by its type string (bfloat16's is ``<V2``). The bits are
+    intact either way, so a view restores the dtype."""
+    if a is None or a.dtype.kind not in "Vu":
+        return a
+    want = _DTYPES_BY_NAME[dtype]
+    return a.view(want) if a.dtype.itemsize == want.itemsize and a.dtype != want else a
+
+
+def _as_bits(a, lib: str, dtype: str, ndim: int):
+    """A dask array of bfloat16 CuPy chunks as their uint16 bits (a view per chunk, on its own worker), so
+    that what dask moves between workers for halos and rechunks keeps its type; the blocks view it back
+    (:func:`_typed`). Any other array is returned as it is."""
+    if lib != "cupy" or dtype != "bfloat16":
+        return a
+    return a.map_blocks(_bits_view, dtype=np.uint16, meta=da.utils.meta_from_array(a, ndim=ndim, dtype=np.uint16))
+
+
+def _bits_view(block):
+    return block.view(np.uint16)
+
+
+def _block(x, residual=None, *, nd, w, bias, pads, spatial_axes, kwargs, dtype_of, block_id=None):
     """One output block: the cuconv call on the block's input window ``x`` with its own zero padding."""
+    x, residual, w, bias = (_typed(a, dtype_of) for a in (x, residual, w, bias))
     pad = [per_axis[block_id[axis]] for per_axis, axis in zip(pads, spatial_axes)]
     if any(empty for _, _, empty in pad):
         # every row of the window is padding: the call reads zeros, so hand it the zeros themselves
@@ -213,7 +243,7 @@ def _lazy_conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
 
     spatial_axes = tuple(range(1, nd + 1)) if channels_last else tuple(range(2, nd + 2))
     channel_axis = nd + 1 if channels_last else 1
-    x = x.rechunk({channel_axis: -1})
+    x = _as_bits(x.rechunk({channel_axis: -1}), lib, dtype, nd + 2)
     out_chunks = [None] * (nd + 2)
     out_chunks[0] = x.chunks[0]
     out_chunks[channel_axis] = (problem.out_channels,)
@@ -235,11 +265,12 @@ def _lazy_conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
                   alpha=alpha, beta=beta, activation=act, kernel=kernel)
     if nd == 3:
         kwargs["strategy"] = strategy or "auto"
-    meta = da.utils.meta_from_array(x, ndim=nd + 2, dtype=x.dtype)
-    return da.map_blocks(_block, *arrays, chunks=out_chunks, dtype=x.dtype, meta=meta,
+    out_dtype = _DTYPES_BY_NAME[dtype]
+    meta = da.utils.meta_from_array(x, ndim=nd + 2, dtype=out_dtype)
+    return da.map_blocks(_block, *arrays, chunks=out_chunks, dtype=out_dtype, meta=meta,
                          token=f"cuconv-conv{nd}d", nd=nd, w=dask.delayed(w),
                          bias=None if bias is None else dask.delayed(bias),
-                         pads=tuple(tuple(p) for p in pads), spatial_axes=spatial_axes, kwargs=kwargs)
+                         pads=tuple(tuple(p) for p in pads), spatial_axes=spatial_axes, kwargs=kwargs, dtype_of=dtype)
 
 
 _DOC = """{nd}-D convolution of a dask array, lazily: :func:`cuconv.conv{nd}d` block by block.
@@ -250,7 +281,9 @@ _DOC = """{nd}-D convolution of a dask array, lazily: :func:`cuconv.conv{nd}d` b
     read (the exact halo of the filter, dilation, padding and stride; see :mod:`cuconv.dask`).
 
     x : dask.array.Array
-        NumPy chunks run on the CPU, CuPy chunks on the GPU of each chunk. Chunked along the batch and
+        NumPy chunks run on the CPU, CuPy chunks on the GPU of each chunk (a window that joins chunks of
+        several GPUs of one process for its halo is joined by dask's concatenation on the current GPU;
+        dask-cuda, one worker per GPU, keeps each worker on its own GPU). Chunked along the batch and
         spatial axes as the caller likes (chunks of any size, even smaller than the halo); the channel
         axis is rechunked to one chunk. Output chunks follow the input's: the batch chunks as they are,
         the spatial chunks at the output pixels whose window centre falls in each input chunk.
@@ -315,10 +348,11 @@ def transpose_axis_blocks(in_chunks, filt: int, stride: int, dilation: int, pad_
     return blocks
 
 
-def _transpose_block(x, residual=None, *, nd, w, bias, plans, spatial_axes, kwargs, block_id=None):
+def _transpose_block(x, residual=None, *, nd, w, bias, plans, spatial_axes, kwargs, dtype_of, block_id=None):
     """One output block of a transposed convolution: the input gradient (:func:`cuconv.grad`) of the
     block's forward convolution, on the block's window with its ``extra`` zero rows (all zeros when no
     input row reaches the block)."""
+    x, residual, w, bias = (_typed(a, dtype_of) for a in (x, residual, w, bias))
     from . import grad
     plan = [per_axis[block_id[axis]] for per_axis, axis in zip(plans, spatial_axes)]
     if isinstance(x, np.ndarray):
@@ -370,7 +404,7 @@ def _lazy_transpose(nd, x, w, bias, stride, padding, output_padding, dilation, g
     c_out = y_shape[channel_axis]
     if bias is not None:
         bias = _whole(bias, "bias", (c_out,), dtype, lib)
-    x = x.rechunk({channel_axis: -1})
+    x = _as_bits(x.rechunk({channel_axis: -1}), lib, dtype, nd + 2)
     out_chunks = [None] * (nd + 2)
     out_chunks[0] = x.chunks[0]
     out_chunks[channel_axis] = (c_out,)
@@ -393,11 +427,13 @@ def _lazy_transpose(nd, x, w, bias, stride, padding, output_padding, dilation, g
         arrays.append(_residual(residual, y_shape, dtype, lib, out_chunks))
     kwargs = dict(stride=stride_t, dilation=dilation_t, groups=groups, layout=layout, alpha=alpha, beta=beta,
                   activation=act, kernel=kernel, precision=precision, out_channels=c_out)
-    meta = da.utils.meta_from_array(x, ndim=nd + 2, dtype=x.dtype)
-    return da.map_blocks(_transpose_block, *arrays, chunks=out_chunks, dtype=x.dtype, meta=meta,
+    out_dtype = _DTYPES_BY_NAME[dtype]
+    meta = da.utils.meta_from_array(x, ndim=nd + 2, dtype=out_dtype)
+    return da.map_blocks(_transpose_block, *arrays, chunks=out_chunks, dtype=out_dtype, meta=meta,
                          token=f"cuconv-conv-transpose{nd}d", nd=nd, w=dask.delayed(w),
                          bias=None if bias is None else dask.delayed(bias),
-                         plans=tuple(tuple(p) for p in plans), spatial_axes=spatial_axes, kwargs=kwargs)
+                         plans=tuple(tuple(p) for p in plans), spatial_axes=spatial_axes, kwargs=kwargs,
+                         dtype_of=dtype)
 
 
 _TRANSPOSE_DOC = """{nd}-D transposed convolution of a dask array, lazily: :func:`cuconv.conv_transpose{nd}d` block by block.

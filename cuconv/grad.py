@@ -42,7 +42,7 @@ from typing import Sequence, Tuple
 import numpy as np
 
 from .api import execute
-from .arrays import as_array, check_companion, check_same_place, dtype_name
+from .arrays import as_array, check_companion, check_same_place, dtype_name, on_device_of
 from .layout import flip_filter, flip_taps, scatter_phase, to_channels_first, to_channels_last
 from .problem import LAYOUTS, normalize_spatial
 from .overrides import current_overrides
@@ -199,6 +199,7 @@ def _input_plan(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, 
     return _InputPlan(p, tuple(phases))
 
 
+@on_device_of(1)
 def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision,
                 epilogue=None, out=None):
     """The input gradient (module docstring), computed channels-last; ``epilogue``: the keywords
@@ -343,6 +344,7 @@ conv3d_input_grad.__doc__ = _doc_input_grad(3)
 
 
 # ------------------------------------------------------------------------------------------ weight gradient
+@on_device_of(1)
 def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision):
     p, xp, cf, x_n, dy_n, dtype = _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout,
                                                         precision)
@@ -654,6 +656,7 @@ def conv_transpose_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], 
     return (N, C_out, *size) if cf else (N, *size, C_out)
 
 
+@on_device_of(1)
 def _transpose(nd, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual, alpha, beta,
                activation, out, kernel, precision):
     layout = layout_of(layout, nd)

@@ -304,6 +304,31 @@ def test_scaling_benchmark_cli(tmp_path, capsys):
     assert_close(y, cuconv.reference.conv3d(x.compute(), w, padding="same"), "float32")
 
 
+def test_blocks_restore_bfloat16_sent_as_void_or_bits():
+    """distributed's CuPy serializer turns bfloat16 into a void type, and bfloat16 CuPy chunks travel as
+    uint16 bits: a block views either back to bfloat16, bit for bit; other arrays pass unchanged."""
+    a = random_array(np.random.default_rng(0), (3, 4), "bfloat16")
+    for sent in (a.view("V2"), a.view(np.uint16)):
+        back = cdask._typed(sent, "bfloat16")
+        assert back.dtype == DTYPES["bfloat16"] and np.array_equal(back.view(np.uint16), a.view(np.uint16))
+    f = np.ones((2, 2), np.float32)
+    assert cdask._typed(f, "float32") is f and cdask._typed(None, "bfloat16") is None
+    x = da.from_array(a, chunks=2)
+    assert cdask._as_bits(x, "numpy", "bfloat16", 2) is x  # NumPy chunks keep their dtype between workers
+
+
+def test_scaling_benchmark_sizes_the_volume_by_gpu_memory():
+    from cuconv.bench import dask_scaling
+    args = dask_scaling.parser().parse_args(["--gpu-fraction", "0.75", "--volume", "1", "64", "32",
+                                             "--channels", "4", "--dtype", "bfloat16"])
+    plane = 64 * 32 * 4 * 2
+    assert dask_scaling.depth_for(args, 1000 * plane) == 750
+    assert dask_scaling.depth_for(args, 1) == 1
+    for argv in (["--gpu-fraction", "0"], ["--gpu-fraction", "0.5", "--cpu"]):
+        with pytest.raises(SystemExit):
+            dask_scaling.main(argv)
+
+
 def test_import_cuconv_does_not_import_dask():
     import os
     import subprocess
@@ -348,6 +373,103 @@ def test_cupy_chunks_match_the_single_cupy_call(cp, nd):
     assert_close(got, (cuconv.reference.conv2d if nd == 2 else cuconv.reference.conv3d)(x, w, b, residual=res, **kw),
                  "float16")
     assert got.dtype == DTYPES["float16"]
+
+
+def _device_count(cp) -> int:
+    return cp.cuda.runtime.getDeviceCount()
+
+
+def _on_gpu_of_block(cp):
+    """A map_blocks function that moves NumPy chunks to GPU ``block_index % device count`` (alternating)."""
+    def place(block, block_info=None):
+        index = sum(block_info[0]["chunk-location"])
+        with cp.cuda.Device(index % _device_count(cp)):
+            return cp.asarray(block)
+    return place
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("filt", [1, 3])
+def test_chunks_on_several_gpus_in_one_process(cp, filt):
+    """Chunks spread over every visible GPU of one process equal the single call. With a 1x1x1 filter (no
+    halo) every block runs on its chunk's GPU, with w, bias and the residual copied there; a window that
+    needs a halo is joined by dask's concatenation on the current GPU. Skipped with one GPU."""
+    if _device_count(cp) < 2:
+        pytest.skip(f"needs 2 GPUs, {_device_count(cp)} visible")
+    rng = np.random.default_rng(8)
+    x = random_array(rng, (2, 12, 20, 18, 16), "bfloat16")
+    w = random_array(rng, (16, filt, filt, filt, 16), "bfloat16", 0.25)
+    b = random_array(rng, (16,), "bfloat16")
+    res = random_array(rng, (2, 12, 20, 18, 16), "bfloat16")
+    kw = dict(padding="same", activation="relu", beta=0.5)
+    single = cuconv.conv3d(cp.asarray(x), cp.asarray(w), cp.asarray(b), residual=cp.asarray(res), **kw).get()
+    xd = da.from_array(x, chunks=(1, 5, 7, 18, 16)).map_blocks(_on_gpu_of_block(cp), dtype=x.dtype,
+                                                               meta=cp.empty((0,) * 5, x.dtype))
+    rd = da.from_array(res, chunks=(1, 5, 7, 18, 16)).map_blocks(_on_gpu_of_block(cp), dtype=x.dtype,
+                                                                 meta=cp.empty((0,) * 5, x.dtype))
+    lazy = cdask.conv3d(xd, cp.asarray(w), cp.asarray(b), residual=rd, **kw)
+    seen = set()
+
+    def to_host(block):
+        seen.add(block.device.id)
+        return block.get()
+
+    got = lazy.map_blocks(to_host, dtype=x.dtype, meta=np.empty((0,) * 5, x.dtype)).compute(scheduler="synchronous")
+    if filt == 1:
+        assert seen == set(range(_device_count(cp)))
+    assert rel_error(got, single) <= 2e-3
+    assert_close(got, cuconv.reference.conv3d(x, w, b, residual=res, **kw), "bfloat16")
+
+
+@pytest.mark.gpu
+def test_dask_cuda_cluster_of_every_gpu_equals_the_single_call(cp):
+    """One dask-cuda worker per GPU, host chunks moved to the workers' GPUs: the result equals the single
+    call. bfloat16, whose CuPy chunks and filters reach the workers through distributed's serializer as a
+    void type (restored by the blocks). Skipped without dask-cuda or with one GPU."""
+    dask_cuda = pytest.importorskip("dask_cuda", reason="dask-cuda is not installed (pip install '.[dask-cuda]')")
+    from distributed import Client, get_task_stream
+    if _device_count(cp) < 2:
+        pytest.skip(f"needs 2 GPUs, {_device_count(cp)} visible")
+    rng = np.random.default_rng(9)
+    x = random_array(rng, (1, 24, 16, 16, 8), "bfloat16")
+    w = random_array(rng, (8, 3, 3, 3, 8), "bfloat16", 0.25)
+    single = cuconv.conv3d(cp.asarray(x), cp.asarray(w), stride=2, padding="same").get()
+    with dask_cuda.LocalCUDACluster(n_workers=_device_count(cp), threads_per_worker=1, dashboard_address=None,
+                                    protocol="tcp") as cluster, Client(cluster) as client:
+        xd = da.from_array(x, chunks=(1, 2, 16, 16, 8)).map_blocks(cp.asarray, dtype=x.dtype,
+                                                                   meta=cp.empty((0,) * 5, x.dtype))
+        lazy = cdask.conv3d(xd, cp.asarray(w), stride=2, padding="same")
+        on_host = lazy.map_blocks(cp.asnumpy, dtype=x.dtype, meta=np.empty((0,) * 5, x.dtype))
+        with get_task_stream(client) as tasks:
+            got = client.compute(on_host).result()
+        gpus = client.run(lambda: cp.cuda.Device(0).pci_bus_id)
+    assert len(set(gpus.values())) == _device_count(cp)  # one GPU per worker
+    assert {t["worker"] for t in tasks.data} == set(gpus)  # every worker ran blocks
+    assert rel_error(got, single) <= 2e-3
+    assert_close(got, cuconv.reference.conv3d(x, w, stride=2, padding="same"), "bfloat16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nd", [2, 3])
+def test_cupy_chunks_transpose_match_the_single_cupy_call(cp, nd):
+    """conv_transpose on CuPy chunks: every block on the GPU, equal to the single CuPy call's result."""
+    rng = np.random.default_rng(7)
+    shape = (2, 9, 11, 32) if nd == 2 else (1, 6, 7, 5, 32)
+    x = random_array(rng, shape, "bfloat16")
+    w = random_array(rng, (32, *(3,) * nd, 16), "bfloat16", 0.25)
+    b = random_array(rng, (16,), "bfloat16")
+    kw = dict(stride=2, padding=1, output_padding=1, activation="relu")
+    single_fn, lazy_fn = ((cuconv.conv_transpose2d, cdask.conv_transpose2d) if nd == 2 else
+                          (cuconv.conv_transpose3d, cdask.conv_transpose3d))
+    single = single_fn(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
+    xd = da.from_array(x, chunks=(1, 4, 5, *((3,) if nd == 3 else ()), 32)).map_blocks(cp.asarray)
+    lazy = lazy_fn(xd, cp.asarray(w), cp.asarray(b), **kw)
+    assert isinstance(lazy._meta, cp.ndarray) and lazy.shape == single.shape
+    got = lazy.compute(scheduler="synchronous")
+    assert isinstance(got, cp.ndarray)
+    assert rel_error(got, single.get()) <= 2e-3
+    ref = single_fn(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **kw)
+    assert_close(got, ref, "bfloat16")
 
 
 # ------------------------------------------------------------------------------- transposed convolution

@@ -2,10 +2,17 @@
 
 ``python -m cuconv.bench.dask_scaling`` convolves a ``(1, D, H, W, C)`` volume chunked along depth with a
 ``K x F x F x F x C`` filter (``padding="same"``) through :func:`cuconv.dask.conv3d` and prints the wall time
-of the whole graph for each worker count of ``--gpus``: every chunk is made in host memory, copied to its
+of the whole graph for each worker count of ``--gpus``: every chunk is a host array, copied to its
 worker's GPU, convolved, and copied back to host memory (where a checksum of it is kept), so the time
-includes the transfers a volume larger than a GPU needs. Several GPUs run through
-``dask_cuda.LocalCUDACluster`` (one worker per GPU); one GPU runs in-process when dask-cuda is absent.
+includes the transfers a volume larger than a GPU needs. The host chunks hold a random pattern made once
+per worker and chunk shape and handed out again (read-only) for every chunk of that shape, so making a
+chunk costs nothing; a pipeline that reads its chunks from storage adds its read time. On a GPU the host
+chunks and the buffers the results come back into are page-locked (pinned), as a streaming pipeline
+keeps them: pageable copies run at a few GB/s and would time the driver's staging, not the convolution. Several GPUs run
+through ``dask_cuda.LocalCUDACluster`` (one worker per GPU); one GPU runs in-process when dask-cuda is
+absent. ``--gpu-fraction F`` sizes the depth ``D`` so that the input volume is ``F`` times the first GPU's
+memory (``H``, ``W`` from ``--volume``); the report prints the volume against that GPU's total and free
+memory, so a run with ``F > 1`` shows a volume larger than one GPU convolved from host memory.
 ``--dask-image`` also times ``dask_image.ndfilters.correlate`` on the same CuPy-chunked volume, one 3-D
 filter per (output, input) channel pair summed over the input channels, and prints the ratio.
 
@@ -22,6 +29,7 @@ import json
 import math
 import statistics
 import sys
+import threading
 import time
 from typing import List, Optional
 
@@ -36,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out-channels", type=int, default=16, help="output channels K (default 16)")
     ap.add_argument("--filter", type=int, default=3, help="filter size F, odd (default 3)")
     ap.add_argument("--dtype", choices=DTYPES, default="float16")
+    ap.add_argument("--gpu-fraction", type=float, metavar="F",
+                    help="size the depth so the input volume is F times the first GPU's memory (overrides D)")
     ap.add_argument("--depth-chunk", type=int, default=32, help="depth of one chunk (default 32)")
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2], help="worker counts to time (default 1 2)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per worker count (default 3)")
@@ -52,13 +62,27 @@ def check_args(args) -> None:
             raise SystemExit(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
     if min(args.volume) < 1 or min(args.gpus) < 1:
         raise SystemExit(f"--volume and --gpus: every value must be >= 1, got {args.volume} and {args.gpus}")
+    if args.gpu_fraction is not None and not args.gpu_fraction > 0:
+        raise SystemExit(f"--gpu-fraction: must be > 0, got {args.gpu_fraction}")
+    if args.gpu_fraction is not None and args.cpu:
+        raise SystemExit("--gpu-fraction: sizes the volume by a GPU's memory; it does not go with --cpu")
     if args.filter % 2 == 0:
         raise SystemExit(f"--filter: must be odd (dask-image centres an even filter differently), got {args.filter}")
 
 
+def _itemsize(args) -> int:
+    return 4 if args.dtype == "float32" else 2
+
+
 def volume_bytes(args) -> int:
     """Bytes of the input volume (the output has the same size when K == C)."""
-    return math.prod(args.volume) * args.channels * (4 if args.dtype == "float32" else 2)
+    return math.prod(args.volume) * args.channels * _itemsize(args)
+
+
+def depth_for(args, memory_bytes: int) -> int:
+    """The depth D that makes the input volume ``args.gpu_fraction`` times ``memory_bytes`` (at least 1)."""
+    plane = args.volume[1] * args.volume[2] * args.channels * _itemsize(args)
+    return max(1, int(args.gpu_fraction * memory_bytes // plane))
 
 
 def _dtype(name):
@@ -67,28 +91,59 @@ def _dtype(name):
     return ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
 
 
-def _host_block(block, dtype, block_id=None):
-    """A chunk of the volume made in host memory: a random pattern tiled over the chunk (cheap to make)."""
+_HOST_CHUNKS: dict = {}
+_STAGING = threading.local()
+
+
+def _host_buffer(shape, dtype, pinned: bool):
+    """An empty host array; page-locked (``cupyx.empty_pinned``) when ``pinned``, so copies to and from a GPU
+    run at the bus's speed instead of through the driver's pageable staging."""
     import numpy as np
-    pattern = np.random.default_rng(hash(block_id) % 2**32).standard_normal(min(block.size, 1 << 16))
-    return np.resize(pattern.astype(np.float32), block.shape).astype(dtype)
+    if not pinned:
+        return np.empty(shape, dtype)
+    import cupyx
+    return cupyx.empty_pinned(shape, dtype)
+
+
+def _host_block(dtype, pinned: bool, block_info=None):
+    """A chunk of the volume in host memory: a random pattern, made once per process, chunk shape and
+    dtype and returned read-only for every chunk of that shape (so the timing holds no chunk making)."""
+    import numpy as np
+    shape = tuple(block_info[None]["chunk-shape"])
+    key = (shape, np.dtype(dtype).str, pinned)
+    if key not in _HOST_CHUNKS:
+        pattern = np.random.default_rng(len(_HOST_CHUNKS)).standard_normal(min(math.prod(shape), 1 << 16))
+        chunk = _host_buffer(shape, dtype, pinned)
+        chunk[...] = np.resize(pattern.astype(np.float32), shape).astype(dtype)
+        chunk.flags.writeable = False
+        _HOST_CHUNKS[key] = chunk
+    return _HOST_CHUNKS[key]
 
 
 def _checksum(block):
-    """The chunk copied to host memory, reduced to one number (keeps the copy, drops the data)."""
+    """The chunk copied to host memory (a page-locked buffer per thread and chunk shape), reduced to one
+    number: the copy is made, the data dropped."""
     import numpy as np
-    host = block if isinstance(block, np.ndarray) else block.get()
-    return np.full((1,) * host.ndim, float(host.astype(np.float32)[..., :1].sum()), np.float32)
+    if isinstance(block, np.ndarray):
+        host = block
+    else:
+        buffers = _STAGING.__dict__.setdefault("buffers", {})
+        key = (block.shape, block.dtype.str)
+        if key not in buffers:
+            buffers[key] = _host_buffer(block.shape, block.dtype, True)
+        host = block.get(out=buffers[key])
+    return np.full((1,) * host.ndim, float(host.reshape(-1)[:1 << 16].astype(np.float32).sum()), np.float32)
 
 
 def volume(args, on_gpu: bool):
-    """The lazy input: (1, D, H, W, C), chunked along depth, each chunk made on the host (and moved to a GPU)."""
+    """The lazy input: (1, D, H, W, C), chunked along depth, each chunk in host memory (page-locked when it
+    goes to a GPU) and moved to its worker's GPU."""
     import dask.array as da
     import numpy as np
-    shape = (1, *args.volume, args.channels)
-    chunks = (1, args.depth_chunk, *args.volume[1:], args.channels)
-    x = da.empty(shape, chunks=chunks, dtype=np.float32).map_blocks(_host_block, _dtype(args.dtype),
-                                                                     dtype=_dtype(args.dtype))
+    dtype = _dtype(args.dtype)
+    chunks = da.core.normalize_chunks((1, args.depth_chunk, *args.volume[1:], args.channels),
+                                      (1, *args.volume, args.channels))
+    x = da.map_blocks(_host_block, dtype, on_gpu, chunks=chunks, dtype=dtype, meta=np.empty((0,) * 5, dtype))
     if on_gpu:
         import cupy
         x = x.map_blocks(cupy.asarray, dtype=x.dtype, meta=cupy.empty((0,) * 5, x.dtype))
@@ -173,15 +228,28 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("no GPU visible to CuPy: nothing to measure (--cpu checks the pipeline on the host)", file=sys.stderr)
             return 2
     where = "host threads" if args.cpu else "GPUs"
+    memory = {}
+    if not args.cpu:
+        import cupy
+        free, total = cupy.cuda.runtime.memGetInfo()
+        memory = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "gpu_total_bytes": total,
+                  "gpu_free_bytes": free}
+        if args.gpu_fraction is not None:
+            args.volume = [depth_for(args, total), *args.volume[1:]]
     print(f"volume (1, {', '.join(map(str, args.volume))}, {args.channels}) {args.dtype} "
           f"({volume_bytes(args) / 2**30:.2f} GiB), filter {args.out_channels}x{args.filter}^3x{args.channels}, "
           f"chunks of depth {args.depth_chunk}")
+    if memory:
+        print(f"GPU 0: {memory['device']}, {memory['gpu_total_bytes'] / 2**30:.2f} GiB total, "
+              f"{memory['gpu_free_bytes'] / 2**30:.2f} GiB free; the input volume is "
+              f"{volume_bytes(args) / memory['gpu_total_bytes']:.2f}x its total and "
+              f"{volume_bytes(args) / memory['gpu_free_bytes']:.2f}x its free memory")
     records = []
     for workers in args.gpus:
         s = time_workers(cuconv_graph, args, workers)
         if s is not None:
             records.append({"library": "cuconv.dask", "workers": workers, "seconds": s})
-            print(f"cuconv.dask  {workers} {where}: {s:8.3f} s")
+            print(f"cuconv.dask  {workers} {where}: {s:8.3f} s  ({volume_bytes(args) / s / 1e9:.1f} GB/s of input)")
     if args.dask_image:
         try:
             import dask_image  # noqa: F401
@@ -200,9 +268,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"cuconv.dask vs dask-image on 1: {one['dask-image'] / one['cuconv.dask']:.1f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "volume_bytes": volume_bytes(args), "records": records}, f, indent=1)
+            json.dump({"args": vars(args), "volume_bytes": volume_bytes(args), **memory, "records": records}, f,
+                      indent=1)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run through the importable module, so the graphs' functions pickle by reference to it for the workers
+    # (by value from __main__ they would carry copies of this module's per-process caches)
+    from cuconv.bench import dask_scaling
+    sys.exit(dask_scaling.main())
