@@ -7,7 +7,8 @@ tail, halo tiles and ping-pong warpgroups; the sm80 kernel's loader sub-path) is
 1. the innermost ``with cuconv.overrides(...)`` block of the current thread / async task;
 2. the process's environment, read once: ``CUCONV_SM90_BN``, ``CUCONV_SM90_BM``,
    ``CUCONV_SM90_CLUSTER``, ``CUCONV_SM90_SPLIT``, ``CUCONV_SM90_HALO``, ``CUCONV_SM90_PINGPONG``
-   (``auto``, ``0`` or ``1`` for the last four's switches) and ``CUCONV_SM80_SUBPATH``.
+   (``auto``, ``0`` or ``1`` for the last three's switches), ``CUCONV_SM90_SPLIT_WAYS`` and
+   ``CUCONV_SM80_SUBPATH``.
 
 The dispatcher keys its plans on the :class:`Overrides` value, so a forced variant never meets a
 plan made under other settings. Overrides are for tests and tuning; the defaults are the tuned rules
@@ -38,9 +39,9 @@ _SWITCH_WORDS = {"auto": None, "": None, "0": False, "1": True}
 def _choices():
     """The values each field accepts, from the backends that own them (imported on first use only)."""
     from .backends.sm80.subpaths import SM80_SUBPATHS
-    from .backends.sm90.tiles import PINGPONG_BLOCK_MS, STAGES
+    from .backends.sm90.tiles import PINGPONG_BLOCK_MS, SPLIT_WAYS, STAGES
     return {"block_n": tuple(sorted(STAGES)), "block_m": PINGPONG_BLOCK_MS, "cluster": (1, 2),
-            "sm80_subpath": SM80_SUBPATHS}
+            "split_ways": SPLIT_WAYS, "sm80_subpath": SM80_SUBPATHS}
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ class Overrides:
         Hopper CTAs per cluster sharing the filter tile by multicast (1 or 2; None = 1).
     split : bool or None
         Hopper split tail: True splits every tile of the last wave the SMs can take twice, False never.
+    split_ways : int or None
+        Hopper split reduction of small problems: every tile cut into this many parts (2-16) along the
+        reduction, each on its own SM, the last adding the others' fp32 sums in a fixed order; lowered
+        to ``SMs // tiles`` parts where fewer fit (none where fewer than two do). None: not used (the
+        automatic choice has no rule for it yet).
     halo : bool or None
         Hopper halo tiles: True wherever the problem allows them, False never.
     pingpong : bool or None
@@ -69,6 +75,7 @@ class Overrides:
     block_m: Optional[int] = None
     cluster: Optional[int] = None
     split: Optional[bool] = None
+    split_ways: Optional[int] = None
     halo: Optional[bool] = None
     pingpong: Optional[bool] = None
     sm80_subpath: Optional[str] = None
@@ -123,7 +130,9 @@ def env_overrides() -> Overrides:
     return Overrides(block_n=_env_int("CUCONV_SM90_BN", "block_n", choices),
                      block_m=_env_int("CUCONV_SM90_BM", "block_m", choices),
                      cluster=None if cluster == 1 else cluster,
-                     split=_env_switch("CUCONV_SM90_SPLIT"), halo=_env_switch("CUCONV_SM90_HALO"),
+                     split=_env_switch("CUCONV_SM90_SPLIT"),
+                     split_ways=_env_int("CUCONV_SM90_SPLIT_WAYS", "split_ways", choices),
+                     halo=_env_switch("CUCONV_SM90_HALO"),
                      pingpong=_env_switch("CUCONV_SM90_PINGPONG"), sm80_subpath=subpath)
 
 
@@ -140,16 +149,16 @@ _KEEP = object()
 
 
 @contextlib.contextmanager
-def overrides(*, block_n=_KEEP, block_m=_KEEP, cluster=_KEEP, split=_KEEP, halo=_KEEP, pingpong=_KEEP,
-              sm80_subpath=_KEEP):
+def overrides(*, block_n=_KEEP, block_m=_KEEP, cluster=_KEEP, split=_KEEP, split_ways=_KEEP, halo=_KEEP,
+              pingpong=_KEEP, sm80_subpath=_KEEP):
     """Force automatic choices inside a ``with`` block (see :class:`Overrides` for each field).
 
     A field not passed keeps the value in force around the block; ``None`` (or ``"auto"``) makes it
     automatic again. Yields the :class:`Overrides` in force inside the block. Raises ValueError
     naming the field for a value it does not accept.
     """
-    given = dict(block_n=block_n, block_m=block_m, cluster=cluster, split=split, halo=halo, pingpong=pingpong,
-                 sm80_subpath=sm80_subpath)
+    given = dict(block_n=block_n, block_m=block_m, cluster=cluster, split=split, split_ways=split_ways, halo=halo,
+                 pingpong=pingpong, sm80_subpath=sm80_subpath)
     changes = {k: (None if v == "auto" else v) for k, v in given.items() if v is not _KEEP}
     value = dataclasses.replace(current_overrides(), **changes)
     token = _ACTIVE.set(value)

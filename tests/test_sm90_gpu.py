@@ -2,7 +2,8 @@
 
 The kernel is forced with ``kernel="sm90_tma"`` and checked against the float64 reference with the
 output NaN-poisoned (or written in place over the residual): one property test over drawn geometry
-per tile setting (:data:`SETTINGS`: cooperative, taller tiles, split tail, halo tiles, ping-pong),
+per tile setting (:data:`SETTINGS`: cooperative, taller tiles, split tail, split of small problems into
+several parts, halo tiles, ping-pong),
 named edge cases under each tiling the policy can choose (CTA pairs, widths, heights, split tail,
 halo, ping-pong), and the launch records a plan keeps. Every forced tiling is checked in
 ``cuconv.explain`` first, so a test never passes on a variant it did not mean to run. Tolerances
@@ -32,6 +33,8 @@ SETTINGS = [
     Setting("tall_192", coverage_cases(),
             lambda c: dict(block_m=192, block_n=64 if c.out_channels <= 64 else 128, split=False), "192x"),
     Setting("split", coverage_cases(), dict(split=True)),
+    # small problems cut into 3-8 parts along the reduction (fewer where fewer fit, none where one does)
+    Setting("split_ways", coverage_cases(), lambda c: dict(split_ways=3 + c.seed % 6, block_m=128, halo=False)),
     Setting("halo", halo_cases(nd=2), dict(halo=True), "_halo", max_examples=40),
     Setting("halo_in_place_residual", halo_cases(nd=2), dict(halo=True), max_examples=15, in_place=True),
     Setting("halo_pingpong", halo_cases(nd=2), dict(halo=True, pingpong=True)),
@@ -177,6 +180,45 @@ def test_sm90_split_tail(cp, name):
         assert "split in two" in _sm90_detail(cp, case)
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)  # the flags were put back to 0
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("ways", [3, 4, 7, 16])
+@pytest.mark.parametrize("name", ["m_not_multiple_of_tile", "c72", "pointwise", "large_k_bn256", "fp16_full_epilogue",
+                                  "stride2_pad_asym", "dilation2"])
+def test_sm90_split_ways(cp, name, ways):
+    """Every tile of a small problem cut into up to ``ways`` parts: the PARTIAL parts hand fp32 sums to
+    the FINISH part, which adds them in part order. Run twice (the flags are put back to 0)."""
+    case = SPLIT_CASES[name]
+    with cuconv.overrides(split_ways=ways, block_m=128, halo=False,
+                          block_n=256 if name == "large_k_bn256" else None):
+        detail = _sm90_detail(cp, case)
+        assert " along the reduction" in detail and "all " in detail, detail
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+        check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+def test_sm90_split_ways_same_bits_and_in_place(cp):
+    """The FINISH part adds the other parts in one fixed order: two runs give the same bits; the residual
+    may be the output itself."""
+    rng = np.random.default_rng(5)
+    x = cp.asarray(rng.standard_normal((2, 8, 8, 512)).astype(np.float16))
+    w = cp.asarray((rng.standard_normal((640, 3, 3, 512)) / 48).astype(np.float16))
+    res = cp.asarray(rng.standard_normal((2, 8, 8, 640)).astype(np.float16))
+    with cuconv.overrides(split_ways=12, block_m=128, halo=False):
+        assert "12 ways" in cuconv.explain(x, w, padding=1, residual=res).detail
+        a = cuconv.conv2d(x, w, padding=1, residual=res, kernel="sm90_tma")
+        b = cuconv.conv2d(x, w, padding=1, residual=res, kernel="sm90_tma")
+        assert bool((a.view(cp.uint16) == b.view(cp.uint16)).all())
+        with cuconv.overrides(split_ways=None, split=False):
+            whole = cuconv.conv2d(x, w, padding=1, residual=res, kernel="sm90_tma")
+        assert float(cp.abs(a.astype(cp.float32) - whole.astype(cp.float32)).max()) < 0.05
+        inplace = res.copy()
+        cuconv.conv2d(x, w, padding=1, residual=inplace, out=inplace, kernel="sm90_tma")
+        assert bool((inplace.view(cp.uint16) == a.view(cp.uint16)).all())
 
 
 @gpu

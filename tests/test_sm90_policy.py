@@ -223,11 +223,57 @@ def test_split_tail_rule(m, n, k_iters_, split, bn, units, grid):
     automatic, see test_mid_tile_rule)."""
     cfg = choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters_, block_m=128)
     assert (cfg.block_n, cfg.split_tiles, cfg.num_units, cfg.grid) == (bn, split, units, grid)
-    assert cfg.dp_tiles == cfg.num_tiles - split and cfg.k_split == k_iters_ // 2
+    assert cfg.dp_tiles == cfg.num_tiles - split and cfg.split_ways == 2
+    if split:
+        assert cfg.split_steps == (k_iters_ // 2, k_iters_ - k_iters_ // 2)
     # the split halves are the last 2 * split units, after every whole tile
     assert cfg.dp_tiles + 2 * cfg.split_tiles == cfg.num_units
     assert choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters_, block_m=128, split=False).split_tiles == 0
     assert choose_tile_config(m, n, 132, cluster=2, k_iters=k_iters_).split_tiles == 0, "no split with CTA pairs"
+
+
+@pytest.mark.parametrize("m,n,k_iters_,ways,want", [
+    (2 * 8 * 8, 1280, 180, 8, 8),      # UNet 3x3 1280 at 8x8, N=2: 10 tiles of 128 x 128 -> 80 units
+    (2 * 8 * 8, 1280, 180, 16, 13),    # 16 asked, 132 // 10 = 13 fit
+    (1 * 7 * 7, 512, 72, 4, 4),        # ResNet 7x7 at batch 1: 4 tiles
+    (1 * 7 * 7, 512, 3, 16, 3),        # at most one part per reduction step
+    (64 * 14 * 14, 256, 16, 4, 0),     # 196 tiles: no room for a second part (the tail rule applies)
+])
+def test_small_problem_split_ways(m, n, k_iters_, ways, want):
+    """overrides(split_ways=N): every tile of a small problem cut into N parts (fewer where fewer fit),
+    each part its own unit on its own SM, all in one round."""
+    cfg = choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters_, block_m=128, block_n=128, split_ways=ways)
+    if not want:
+        assert cfg.split_ways == 2 and cfg.split_tiles in (0, cfg.num_tiles % 132)
+        return
+    tiles = cfg.num_tiles
+    assert (cfg.split_tiles, cfg.split_ways, cfg.dp_tiles) == (tiles, want, 0)
+    assert cfg.num_units == tiles * want == cfg.grid and cfg.grid <= 132 and not cfg.persistent
+    steps = cfg.split_steps
+    assert len(steps) == want and sum(steps) == k_iters_ and min(steps) >= 1 and max(steps) - min(steps) <= 1
+    # the scheduler's k ranges (scheduler.cuh: part * k_iters / ways) tile [0, k_iters) in part order
+    bounds = [j * k_iters_ // want for j in range(want + 1)]
+    assert [b - a for a, b in zip(bounds[:-1], bounds[1:])] == list(steps)
+    assert choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters_, block_m=128, split_ways=ways,
+                              split=False).split_tiles == 0
+    paired = choose_tile_config(m, n, 132, cluster=2, k_iters=k_iters_, split_ways=ways)
+    assert paired.cluster == 1 or paired.split_ways == 2  # CTA pairs (where two row tiles allow them) never split
+    assert choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters_, block_m=128).split_ways == 2  # never automatic
+
+
+def test_split_ways_override_and_env(cuconv_env):
+    with cuconv.overrides(split_ways=4) as o:
+        assert o.split_ways == 4
+        assert "split_ways=4" in o.describe()
+    for bad in (1, 17, "4", True):
+        with pytest.raises(ValueError, match="split_ways"):
+            with cuconv.overrides(split_ways=bad):
+                pass
+    with cuconv_env("CUCONV_SM90_SPLIT_WAYS", "6"):
+        assert current_overrides().split_ways == 6
+    with cuconv_env("CUCONV_SM90_SPLIT_WAYS", "40"):
+        with pytest.raises(ValueError, match="CUCONV_SM90_SPLIT_WAYS"):
+            current_overrides()
 
 
 def test_split_tail_forced_and_env(cuconv_env):

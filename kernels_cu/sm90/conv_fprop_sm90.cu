@@ -35,10 +35,10 @@
 //   c_empty[j]  count 4*CONSUMERS    consumer warps arrive after reading C chunk j; the epilogue
 //                                    load waits on it before refilling.
 //
-// Split tail (scheduler.cuh, split_reduce.cuh): a unit is a whole tile or half of a split one. Every
-// role walks the same units; the main load issues only the unit's reduction steps, the consumers of a
-// PARTIAL half hand their fp32 sums to the FINISH half through `partials` / `partial_flags` and skip
-// the epilogue (so the epilogue-load warp skips those units too).
+// Split tiles (scheduler.cuh, split_reduce.cuh): a unit is a whole tile or one part of a split one.
+// Every role walks the same units; the main load issues only the unit's reduction steps, the consumers
+// of a PARTIAL part hand their fp32 sums to the FINISH part through `partials` / `partial_flags` and
+// skip the epilogue (so the epilogue-load warp skips those units too).
 //
 // Clusters (SM90_CLUSTER = 2): the two CTAs of a cluster compute vertically adjacent tiles (same
 // filter columns, see scheduler.cuh), so they need the same B tile in every slot. Each main-load
@@ -216,7 +216,7 @@ struct Sm90ConvParams {
   int num_units;    // ceil(ceil(M / BM) / CLUSTER) * n_tiles + split tiles (see scheduler.cuh)
   int dp_tiles;     // units that are whole tiles (= num_units when no tile is split)
   int k_iters;      // reduction steps of a whole tile: T * R * S * c_blocks
-  int k_split;      // reduction steps of the first half of a split tile
+  int split_ways;   // parts of a split tile along the reduction (scheduler.cuh; 2 when no tile is split)
   int x_tiles;      // halo tiles: ceil(Q / 64) column tiles per output row
   int y_tiles;      // halo tiles: ceil(P / (BM / 64)) row tiles per plane
   int halo_w;       // halo tiles: window width in pixels, 64 + (S - 1) * dil_w
@@ -302,7 +302,7 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
     const int k_begin = sched.k_begin(t);
     const int k_end = sched.k_end(t);
     int cb = 0, s = 0, r = 0, ft = 0;
-    if (k_begin != 0) {  // the FINISH half of a split tile (whole tiles start at step 0)
+    if (k_begin != 0) {  // a later part of a split tile (whole tiles start at step 0)
       const int tap0 = k_begin / g.c_blocks;
       cb = k_begin - tap0 * g.c_blocks;
       s = tap0 % g.S;
@@ -373,16 +373,22 @@ __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, co
         acc, ring, sched.k_end(t) - k_begin, k_begin % g.c_blocks, g.c_blocks, g.last_k16, a_rows, b_base,
         full_bar, empty_bar);
     if (part != sm90::UNIT_WHOLE) {
-      const int split = sched.split_index(t);
       // 0 .. 128 * CONSUMERS - 1, read here (volatile) so that it and the values derived from it
       // are not hoisted out of the tile loop: kept live, they spill at BN = 256 with a residual.
       const int consumer_thread = (int)sm90::thread_index_volatile() - 128;
-      int* flag = partial_flags + split * (4 * cfg::CONSUMERS) + consumer_thread / 32;
       if (part == sm90::UNIT_PARTIAL) {
-        sm90::store_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
-        continue;  // the FINISH half of this tile runs the epilogue
+        const int slot = sched.slot(t, sched.part_index(t));
+        int* flag = partial_flags + slot * (4 * cfg::CONSUMERS) + consumer_thread / 32;
+        sm90::store_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, slot, consumer_thread);
+        continue;  // the FINISH part of this tile runs the epilogue
       }
-      sm90::add_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, split, consumer_thread);
+      // The FINISH part: the other parts' sums in part order (a fixed order: the same bits every run).
+#pragma unroll 1
+      for (int j = 0; j < g.split_ways - 1; ++j) {
+        const int slot = sched.slot(t, j);
+        int* flag = partial_flags + slot * (4 * cfg::CONSUMERS) + consumer_thread / 32;
+        sm90::add_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, slot, consumer_thread);
+      }
     }
     const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
     const long long rows_left = g.M - m_row;

@@ -14,12 +14,19 @@
 // past the last tile (odd m_tiles) still runs its unit, on rows >= M that TMA reads as zeros and
 // the epilogue never stores: its share of the multicast filter load is what its peer waits for.
 //
-// Split tail (CLUSTER == 1 only; the host decides, cuconv/backends/sm90/tiles.py): when the last
-// wave of tiles would leave at least half of the SMs idle, its tiles are each cut in two along the
-// reduction. Tiles [0, dp_tiles) stay whole (units 0 .. dp_tiles - 1); split tile j = dp_tiles + i
-// becomes units dp_tiles + 2i (PARTIAL: steps [0, k_split), fp32 partial sums to a workspace) and
-// dp_tiles + 2i + 1 (FINISH: steps [k_split, k_iters), adds the partial, runs the epilogue). The two
-// halves land on different CTAs of the same round, so the last round takes half a tile's time.
+// Split tiles (CLUSTER == 1 only; the host decides, cuconv/backends/sm90/tiles.py): a split tile is cut
+// into split_ways parts along the reduction, each its own unit. Tiles [0, dp_tiles) stay whole (units
+// 0 .. dp_tiles - 1); split tile j = dp_tiles + i becomes units dp_tiles + i * split_ways + part, part
+// 0 .. split_ways - 1 taking steps [part * k_iters / split_ways, (part + 1) * k_iters / split_ways).
+// Parts 0 .. split_ways - 2 are PARTIAL (fp32 partial sums to workspace slot i * (split_ways - 1) +
+// part); the last part is the FINISH: it adds the slots in part order (one fixed order: the same bits
+// on every run) and runs the epilogue. Two uses:
+//  - the split tail: when the last wave of tiles would leave at least half of the SMs idle, its tiles
+//    are cut in two (split_ways = 2), so the last round takes half a tile's time;
+//  - small problems: every tile cut into split_ways parts where tiles * split_ways units fit the SMs.
+// Every part of a split tile lands on its own CTA of one round (units of a tile are consecutive and
+// the host keeps a split tile's units within one round of the grid), so a FINISH never waits on a part
+// its own CTA has still to run.
 //
 // Halo tiles (SM90_HALO, halo_loader.cuh): a row tile is BM/64 output rows x 64 output columns of
 // one (image, depth) plane instead of BM consecutive GEMM rows; m_tile numbers them column tile
@@ -35,9 +42,9 @@ enum UnitPart : int { UNIT_WHOLE = 0, UNIT_PARTIAL = 1, UNIT_FINISH = 2 };
 
 // Params: the kernel's parameter struct (a __grid_constant__ kernel parameter, so the reference
 // reads the parameter bank and the scheduler costs no registers), with fields n_tiles (tiles along
-// the GEMM N) and its FastDivisor n_tiles_div, num_units (ceil(m_tiles / CLUSTER) * n_tiles, plus one per split tile), dp_tiles
-// (units below this are whole tiles), k_iters (reduction steps of a whole tile) and k_split (steps
-// of the PARTIAL half of a split tile).
+// the GEMM N) and its FastDivisor n_tiles_div, num_units (ceil(m_tiles / CLUSTER) * n_tiles, plus
+// split_ways - 1 per split tile), dp_tiles (units below this are whole tiles), k_iters (reduction steps
+// of a whole tile) and split_ways (parts per split tile, >= 2 where any tile is split).
 template <int CLUSTER, typename Params>
 struct TileScheduler {
   const Params& p;
@@ -46,15 +53,23 @@ struct TileScheduler {
   __device__ __forceinline__ int first() const { return blockIdx.x / CLUSTER; }
   __device__ __forceinline__ int next(int u) const { return u + gridDim.x / CLUSTER; }
   __device__ __forceinline__ bool valid(int u) const { return u < p.num_units; }
-  // The (cluster) tile a unit works on, and the index of its split pair (units >= dp_tiles).
-  __device__ __forceinline__ int tile(int u) const { return u < p.dp_tiles ? u : p.dp_tiles + ((u - p.dp_tiles) >> 1); }
-  __device__ __forceinline__ int split_index(int u) const { return (u - p.dp_tiles) >> 1; }
+  // Which split tile a unit >= dp_tiles belongs to, and which of its parts it is.
+  __device__ __forceinline__ int split_index(int u) const { return (u - p.dp_tiles) / p.split_ways; }
+  __device__ __forceinline__ int part_index(int u) const { return (u - p.dp_tiles) % p.split_ways; }
+  // The (cluster) tile a unit works on.
+  __device__ __forceinline__ int tile(int u) const { return u < p.dp_tiles ? u : p.dp_tiles + split_index(u); }
   __device__ __forceinline__ int part(int u) const {
-    return u < p.dp_tiles ? UNIT_WHOLE : (((u - p.dp_tiles) & 1) ? UNIT_FINISH : UNIT_PARTIAL);
+    return u < p.dp_tiles ? UNIT_WHOLE : (part_index(u) == p.split_ways - 1 ? UNIT_FINISH : UNIT_PARTIAL);
   }
-  __device__ __forceinline__ int k_begin(int u) const { return part(u) == UNIT_FINISH ? p.k_split : 0; }
-  __device__ __forceinline__ int k_end(int u) const { return part(u) == UNIT_PARTIAL ? p.k_split : p.k_iters; }
-  // Units whose epilogue stores (and, with a residual, reads C): all but the PARTIAL halves.
+  // Workspace slot of part j (< split_ways - 1) of u's split tile.
+  __device__ __forceinline__ int slot(int u, int j) const { return split_index(u) * (p.split_ways - 1) + j; }
+  __device__ __forceinline__ int k_begin(int u) const {
+    return u < p.dp_tiles ? 0 : part_index(u) * p.k_iters / p.split_ways;
+  }
+  __device__ __forceinline__ int k_end(int u) const {
+    return u < p.dp_tiles ? p.k_iters : (part_index(u) + 1) * p.k_iters / p.split_ways;
+  }
+  // Units whose epilogue stores (and, with a residual, reads C): all but the PARTIAL parts.
   __device__ __forceinline__ bool stores(int u) const { return part(u) != UNIT_PARTIAL; }
   __device__ __forceinline__ int m_tile(int u) const { return row_tile(u) * CLUSTER + rank; }
   __device__ __forceinline__ int n_tile(int u) const { return tile(u) - row_tile(u) * p.n_tiles; }

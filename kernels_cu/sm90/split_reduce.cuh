@@ -1,21 +1,22 @@
-// cuconv hopper: hand-over of a split tile's partial sums between its two halves (scheduler.cuh).
+// cuconv hopper: hand-over of a split tile's partial sums from its PARTIAL parts to its FINISH part
+// (scheduler.cuh).
 //
-// The PARTIAL unit's consumers write their fp32 accumulators to a global workspace and raise one
-// flag per consumer warp; the FINISH unit's consumer warp with the same index waits for that flag
-// after its own mainloop, adds the partial sums to its accumulators, puts the flag back to 0 (the
-// workspace is clean for the next launch without a memset) and runs the epilogue.
+// A PARTIAL unit's consumers write their fp32 accumulators to its workspace slot and raise one flag
+// per consumer warp; the FINISH unit's consumer warp with the same index waits for each slot's flag in
+// turn after its own mainloop, adds the slot's sums to its accumulators, puts the flag back to 0 (the
+// workspace is clean for the next launch without a memset) and, after the last slot, runs the epilogue.
 //
 // Both halves use the same accumulator layout, so thread i of the finishing CTA reads exactly what
 // thread i of the partial CTA wrote: the workspace is laid out per thread, not per output element,
 //
-//   partials[((split * ACC / 4 + v) * CONSUMER_THREADS + i)] = float4(acc[4v .. 4v + 3]) of thread i,
+//   partials[((slot * ACC / 4 + v) * CONSUMER_THREADS + i)] = float4(acc[4v .. 4v + 3]) of thread i,
 //
 // which makes every warp access 512 contiguous bytes. The workspace lives in L2 (ld/st .cg); it is
 // owned by the host per (device, stream), so concurrent launches never share one.
 //
 // Ordering: each lane fences (gpu scope) after its stores, the warp synchronises, lane 0 sets the
 // flag with a release store; the finishing warp's lanes spin on an acquire load of it. The two
-// halves are on different CTAs of one persistent grid, all resident at once, so the wait ends.
+// parts are on different CTAs of one round of the grid, all resident at once, so the wait ends.
 #pragma once
 
 #include "common/types.cuh"
@@ -40,12 +41,12 @@ __device__ __forceinline__ void st_release_gpu(int* p, int v) {
 }
 
 // thread: this thread's index among the consumer threads (0 .. CONSUMER_THREADS - 1);
-// flag: flags[split * (CONSUMER_THREADS / 32) + thread / 32].
+// flag: flags[slot * (CONSUMER_THREADS / 32) + thread / 32].
 template <int ACC, int CONSUMER_THREADS>
-__device__ __forceinline__ void store_partial(const float (&acc)[ACC], float4* partials, int* flag, int split,
+__device__ __forceinline__ void store_partial(const float (&acc)[ACC], float4* partials, int* flag, int slot,
                                               int thread) {
   static_assert(ACC % 4 == 0, "float4 groups of accumulators");
-  float4* dst = partials + (long long)split * (ACC / 4) * CONSUMER_THREADS + thread;
+  float4* dst = partials + (long long)slot * (ACC / 4) * CONSUMER_THREADS + thread;
 #pragma unroll
   for (int v = 0; v < ACC / 4; ++v) {
     __stcg(dst + v * CONSUMER_THREADS, make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]));
@@ -57,14 +58,14 @@ __device__ __forceinline__ void store_partial(const float (&acc)[ACC], float4* p
 }
 
 template <int ACC, int CONSUMER_THREADS>
-__device__ __forceinline__ void add_partial(float (&acc)[ACC], const float4* partials, int* flag, int split,
+__device__ __forceinline__ void add_partial(float (&acc)[ACC], const float4* partials, int* flag, int slot,
                                             int thread) {
   // Every lane spins on its own acquire load and the warp leaves the loop together (a vote). A
   // loop exit that ptxas cannot prove warp-uniform, ahead of the accumulator updates below, makes
   // it serialise every wgmma of the kernel (ptxas C7519; measured 1.3-1.4x slower everywhere).
   while (!__all_sync(0xffffffffu, ld_acquire_gpu(flag) != 0)) {
   }
-  const float4* src = partials + (long long)split * (ACC / 4) * CONSUMER_THREADS + thread;
+  const float4* src = partials + (long long)slot * (ACC / 4) * CONSUMER_THREADS + thread;
   // Four float4 loads in flight at a time: hoisting all ACC / 4 of them (the compiler's choice
   // otherwise) needs ACC more registers than the accumulators leave (spills at BN = 256).
 #pragma unroll

@@ -133,8 +133,13 @@ class Sm90Plan(Plan):
         unit = "tile" if cfg.cluster == 1 else "pair of tiles (CTA pairs multicast the filter tile)"
         grid = (f"persistent grid {cfg.grid} CTAs over {cfg.num_units} units of one {unit}" if cfg.persistent
                 else f"grid {cfg.grid} CTAs, one {unit} per {'CTA' if cfg.cluster == 1 else 'pair'}")
-        split = (f", last wave's {cfg.split_tiles} tiles split in two along the reduction "
-                 f"({cfg.k_split} + {cfg.k_iters - cfg.k_split} steps)" if cfg.split_tiles else "")
+        split = ""
+        if cfg.split_tiles:
+            which = "last wave's" if cfg.dp_tiles else "all"
+            ways = "in two" if cfg.split_ways == 2 else f"{cfg.split_ways} ways"
+            split = (f", {which} {cfg.split_tiles} tiles split {ways} along the reduction "
+                     f"({' + '.join(map(str, cfg.split_steps))} steps; the last part adds the others' fp32 sums "
+                     f"in part order)")
         if cfg.halo:
             loads = (f"halo tiles ({cfg.tile_rows} output rows x 64 columns; one input window per depth tap and "
                      f"channel block, {HALO_A_STAGES} window slots, shared by every (r, s) tap; "
@@ -244,11 +249,12 @@ def _aligned(a, align: int = 16):
 
 def _split_workspace(cfg: TileConfig):
     """(partials, flags) of a split-tail launch on the current device and stream (small placeholders when
-    nothing is split): one fp32 tile per split tile, and one flag per consumer warp per split tile, zero
+    nothing is split): one fp32 tile per PARTIAL part, and one flag per consumer warp per PARTIAL part, zero
     between launches (kernels_cu/sm90/split_reduce.cuh). Both are :mod:`cuconv.scratch` buffers, one per
     (device, stream); a launch record keeps the views it was built with alive."""
-    nflt = cfg.split_tiles * cfg.block_m * cfg.block_n
-    nflag = cfg.split_tiles * 4 * cfg.consumers
+    slots = cfg.split_tiles * (cfg.split_ways - 1)  # one per PARTIAL part
+    nflt = slots * cfg.block_m * cfg.block_n
+    nflag = slots * 4 * cfg.consumers
     return (scratch("sm90_split_partials", (max(nflt, 4),), "float32"),
             scratch("sm90_split_flags", (max(nflag, 1),), "int32", zeroed=True))
 

@@ -22,7 +22,7 @@ from ...launch import header_constants
 
 __all__ = ["TileConfig", "choose_tile_config", "tile_config", "halo_decline", "halo_why_not", "halo_window",
            "k_iters", "c_blocks", "last_k16", "stages_for", "halo_stages", "bm_fits", "pingpong_block_m",
-           "STAGES", "BLOCK_MS", "PINGPONG_BLOCK_MS", "BLOCK_K"]
+           "STAGES", "BLOCK_MS", "PINGPONG_BLOCK_MS", "BLOCK_K", "SPLIT_WAYS"]
 
 _BUDGET = header_constants("sm90/budget.cuh")
 BLOCK_K = _BUDGET["SM90_BLOCK_K"]
@@ -51,6 +51,8 @@ _BASE_BN = (64, 128, 256)
 HALO_MIN_RES_STAGES = 4
 #: The split tail needs this many reduction steps per tile unless forced (each half >= 4 slots).
 _SPLIT_MIN_K_ITERS = 8
+#: Parts a tile of a small problem may be split into along the reduction (overrides(split_ways=...)).
+SPLIT_WAYS = tuple(range(2, 17))
 #: (BN, BM) of the halo tiles that replace BN = 256 with a residual (docs/tuning.md T-halo-narrow-res).
 _NARROW_HALO_RES = (128, 192)
 #: The ping-pong tile the automatic choice takes: two 64 x 128 wgmma row blocks per warpgroup.
@@ -95,7 +97,8 @@ class TileConfig:
     n_tiles: int
     grid: int               # CTAs launched (persistent when grid / cluster < units)
     cluster: int = 1        # CTAs per cluster sharing the filter tile by multicast (1 or 2)
-    split_tiles: int = 0    # tiles of the last wave cut in two along the reduction (scheduler.cuh)
+    split_tiles: int = 0    # tiles cut into split_ways parts along the reduction (scheduler.cuh)
+    split_ways: int = 2     # parts of a split tile: 2 for the split tail, up to 16 for small problems
     k_iters: int = 0        # reduction steps (ring slots) of a whole tile
     halo: bool = False      # halo tiles: BM/64 output rows x 64 columns, one window per (t, c-block)
     pingpong: bool = False  # halo tiles only: two consumer warpgroups take turns, each owning a whole tile
@@ -117,18 +120,19 @@ class TileConfig:
 
     @property
     def num_units(self) -> int:
-        """Scheduling units (scheduler.cuh): cluster tiles, each split tile counted once per half."""
-        return -(-self.m_tiles // self.cluster) * self.n_tiles + self.split_tiles
+        """Scheduling units (scheduler.cuh): cluster tiles, each split tile counted once per part."""
+        return -(-self.m_tiles // self.cluster) * self.n_tiles + self.split_tiles * (self.split_ways - 1)
 
     @property
     def dp_tiles(self) -> int:
-        """Units that are whole tiles: the first ``num_units - 2 * split_tiles``."""
-        return self.num_units - 2 * self.split_tiles
+        """Units that are whole tiles: the first ``num_units - split_ways * split_tiles``."""
+        return self.num_units - self.split_ways * self.split_tiles
 
     @property
-    def k_split(self) -> int:
-        """Reduction steps of the first (PARTIAL) half of a split tile."""
-        return self.k_iters // 2
+    def split_steps(self) -> tuple:
+        """Reduction steps of each part of a split tile, in part order (scheduler.cuh's k_begin / k_end)."""
+        w, k = self.split_ways, self.k_iters
+        return tuple((j + 1) * k // w - j * k // w for j in range(w))
 
     @property
     def persistent(self) -> bool:
@@ -213,6 +217,18 @@ def _split_tiles(tiles: int, sm_count: int, k_iters_: int, cluster: int, split: 
     if split is None and (k_iters_ < _SPLIT_MIN_K_ITERS or tiles < sm_count):
         return 0
     return tail
+
+
+def _small_split_ways(tiles: int, sm_count: int, k_iters_: int, cluster: int, split: Optional[bool],
+                      split_ways: Optional[int]) -> int:
+    """Parts to cut every tile of a small problem into along the reduction (scheduler.cuh), or 0 for none:
+    ``split_ways`` (forced by overrides) lowered to what fits, so that every part has its own SM
+    (``tiles * parts <= sm_count``: all parts of the grid resident at once, one round) and at least one
+    reduction step. None without ``split_ways``, with CTA pairs or with ``split=False``."""
+    if split_ways is None or split is False or cluster != 1:
+        return 0
+    ways = min(split_ways, k_iters_, sm_count // max(tiles, 1))
+    return ways if ways >= 2 else 0
 
 
 def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
@@ -306,6 +322,7 @@ def _narrow_halo_res_pays(auto_bn: bool, bn: int, gemm_n: int, block_m: Optional
 
 def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: Optional[int] = None,
                        block_n: Optional[int] = None, k_iters: int = 0, split: Optional[bool] = None,
+                       split_ways: Optional[int] = None,
                        block_m: Optional[int] = None, loads_residual: bool = False,
                        halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None,
                        pingpong: Optional[bool] = None) -> TileConfig:
@@ -317,6 +334,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     * Height: :func:`_auto_block_m`; ``block_m`` forces it where the variant exists (:func:`bm_fits`).
     * ``cluster`` = 2: pairs of CTAs multicasting the filter tile, when there are two row tiles.
     * The split tail (:func:`_split_tiles`); ``split`` forces it on or off.
+    * Small problems: every tile cut into ``split_ways`` parts along the reduction where that many fit
+      (:func:`_small_split_ways`); only when ``split_ways`` is given (no automatic rule yet).
     * Halo tiles where ``halo_geometry`` = (planes, P, Q, R*S) is given (else the problem cannot use
       them) and :func:`_halo_rule` or ``halo`` says so; with a residual only where the filter ring keeps
       :data:`HALO_MIN_RES_STAGES` slots, or as 192 x 128 tiles (:func:`_narrow_halo_res_pays`).
@@ -385,11 +404,15 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     m_tiles = -(-gemm_m // bm)
     cl = cl if m_tiles >= 2 else 1
     n_tiles = -(-gemm_n // bn)
-    sp = _split_tiles(m_tiles * n_tiles, sm_count, k_iters, cl, split)
-    units = -(-m_tiles // cl) * n_tiles + sp
+    ways = _small_split_ways(m_tiles * n_tiles, sm_count, k_iters, cl, split, split_ways)
+    if ways:
+        sp = m_tiles * n_tiles
+    else:
+        sp, ways = _split_tiles(m_tiles * n_tiles, sm_count, k_iters, cl, split), 2
+    units = -(-m_tiles // cl) * n_tiles + sp * (ways - 1)
     return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages_for(bm, bn, loads_residual),
                       m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
-                      split_tiles=sp, k_iters=k_iters)
+                      split_tiles=sp, split_ways=ways, k_iters=k_iters)
 
 
 #: Tile widths of the float32-output variant: its promotion (kernels_cu/sm90/wgmma_mainloop.cuh)
@@ -414,7 +437,7 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False) -> Til
     if out_f32:
         block_m, block_n, pingpong = BLOCK_M, f32_block_n(problem.gemm_n, o.block_n), False
     return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=block_n,
-                              k_iters=k_iters(problem), split=o.split, block_m=block_m,
+                              k_iters=k_iters(problem), split=o.split, split_ways=o.split_ways, block_m=block_m,
                               loads_residual=problem.epilogue.loads_residual, halo_geometry=halo_geometry(problem),
                               halo=o.halo, pingpong=pingpong)
 
