@@ -329,6 +329,21 @@ def test_scaling_benchmark_sizes_the_volume_by_gpu_memory():
             dask_scaling.main(argv)
 
 
+def test_scaling_benchmark_counts_bytes_moved_between_workers():
+    """``--transfers``: the bytes one worker fetched from another, by task name."""
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[dask]')")
+    from cuconv.bench import dask_scaling
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+        a, b = sorted(client.scheduler_info()["workers"])
+
+        def run():
+            made = client.submit(np.ones, 1000, workers=[a], key="made-here-1")
+            client.submit(np.sum, made, workers=[b], key="summed-there-1").result()
+
+        moved = dask_scaling.worker_transfers(client, run)
+    assert moved == {"made-here": 8000}
+
+
 def test_import_cuconv_does_not_import_dask():
     import os
     import subprocess

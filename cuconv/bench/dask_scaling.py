@@ -25,6 +25,7 @@ writes the records.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import statistics
@@ -51,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per worker count (default 3)")
     ap.add_argument("--dask-image", action="store_true", help="also time dask_image.ndfilters.correlate")
     ap.add_argument("--cpu", action="store_true", help="NumPy chunks on the host (a pipeline check)")
+    ap.add_argument("--transfers", action="store_true",
+                    help="after the timed runs on several GPUs, run the graph once more and print the bytes "
+                         "the workers fetched from each other, by task")
     ap.add_argument("--json", metavar="PATH", help="write the records as JSON")
     return ap
 
@@ -216,7 +220,27 @@ def time_workers(make_graph, args, workers: int, log=print) -> Optional[float]:
         return _timed(lambda: make_graph(args, True).compute(scheduler="threads", num_workers=1), args.repeats)
     with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(workers)), n_workers=workers, threads_per_worker=1,
                           dashboard_address=None) as cluster, Client(cluster) as client:
-        return _timed(lambda: client.compute(make_graph(args, True)).result(), args.repeats)
+        seconds = _timed(lambda: client.compute(make_graph(args, True)).result(), args.repeats)
+        if args.transfers and workers > 1:
+            moved = worker_transfers(client, lambda: client.compute(make_graph(args, True)).result())
+            total = sum(moved.values())
+            log(f"  {workers} GPUs: the workers fetched {total / 2**20:.1f} MiB from each other in one run ("
+                + ", ".join(f"{name} {nbytes / 2**20:.1f} MiB" for name, nbytes in moved.most_common()) + ")")
+        return seconds
+
+
+def worker_transfers(client, run) -> "collections.Counter":
+    """Bytes the workers of ``client`` fetched from each other while ``run()`` ran, by task name (the
+    key's name without its token): which results crossed between workers, and how much of them."""
+    client.run(lambda dask_worker: dask_worker.transfer_incoming_log.clear())
+    run()
+    moved = collections.Counter()
+    for entries in client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log)).values():
+        for entry in entries:
+            for key, nbytes in entry["keys"].items():
+                name = key[0] if isinstance(key, tuple) else str(key)
+                moved[name.rsplit("-", 1)[0]] += nbytes
+    return moved
 
 
 def main(argv: Optional[List[str]] = None) -> int:
