@@ -231,6 +231,7 @@ DESIGN = {
     "cdna3_depthwise": (MI300, dict(C=48, K=48, groups=48), SIXTEEN_BIT | FLOAT32_FFMA),
     "sm90_tma": (H100, dict(C=64, K=64), SIXTEEN_BIT),
     "sm90_bf16x3": (H100, dict(C=64, K=64), FLOAT32_SPLIT),
+    "sm90_fold": (H100, dict(C=4, K=64), SIXTEEN_BIT),
     "conv3d_native_bf16x3": (H100, dict(nd=3, C=64, K=64), FLOAT32_SPLIT),
     "conv3d_native": (H100, dict(nd=3, C=64, K=64), SIXTEEN_BIT),
     "conv3d_qslice": (H100, dict(nd=3, C=64, K=64, padding=((0, 0), (1, 1), (1, 1))), SIXTEEN_BIT),

@@ -37,9 +37,11 @@ import dataclasses
 import numpy as np
 
 from ...launch import PackedLaunch, c_struct, grid_1d
+from ...models.fold import padded_channels  # channels per part block (16-byte rows for TMA)
 from ...plan import Declined, Kernel, Plan, tf32_note
 from ...registry import register
 from ...scratch import scratch
+from .fold import fold_width_problem
 from .kernel import Sm90TmaConv3d, Sm90TmaKernel, not_hopper
 
 __all__ = ["Sm90SplitBf16Kernel", "Sm90SplitBf16Conv3d", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_PARTS"]
@@ -57,11 +59,6 @@ _BLOCK = 64
 
 #: What CI compiles (tests/test_compile.py); the float32-output Hopper variants are in :mod:`.variants`.
 COMPILE_VARIANTS = [(SPLIT_SOURCE, {}, arch) for arch in ("sm_80", "sm_90a")]
-
-
-def padded_channels(c: int) -> int:
-    """Channels per part block: ``c`` rounded up to a multiple of 8 (16-byte rows for TMA)."""
-    return -(-c // 8) * 8
 
 
 class _Split:
@@ -149,15 +146,9 @@ def folds(problem) -> bool:
 
 
 def folded_problem(problem):
-    """The bf16 problem of a folded split: x (N, H, Q, S * 3 Cp) under an R x 1 filter, stride and
-    dilation along H only, no padding along W (the fold applied it), the same output."""
-    from ...problem import ConvProblem
-    (R, S), (H, _), cp_ = problem.filter_spatial, problem.in_spatial, padded_channels(problem.channels)
-    return ConvProblem.create(nd=2, batch=problem.batch, in_spatial=(H, problem.out_spatial[1]),
-                              channels=S * 3 * cp_, out_channels=problem.out_channels, filter_spatial=(R, 1),
-                              stride=(problem.stride[0], 1), dilation=(problem.dilation[0], 1),
-                              padding=((problem.pad_lo[0], problem.pad_hi[0]), (0, 0)), groups=1, dtype="bfloat16",
-                              layout="NHWC", epilogue=problem.epilogue)
+    """The bf16 problem of a folded split: x (N, H, Q, S * 3 Cp) under an R x 1 filter
+    (:func:`.fold.fold_width_problem`), channels-last (the float32 epilogue stores channels-last)."""
+    return fold_width_problem(problem, 3 * padded_channels(problem.channels), "bfloat16", "NHWC")
 
 
 class SplitBf16Plan(Plan):
