@@ -8,7 +8,10 @@ For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation
   split by output phase: the positions ``i = phi + s t`` (one ``phi < s`` per dim) are reached only by
   the taps ``f`` with ``s | phi + lo - f d``, which step through ``dy`` by ``d / gcd(s, d)``, so each
   phase is one stride-1 forward convolution of (a slice of) ``dy`` with those taps flipped and the
-  filter's K and C axes exchanged within each group (:func:`_phases`); ``s^nd`` calls for a stride
+  filter's K and C axes exchanged within each group (:func:`_phases`). With groups 1 the phases are
+  stacked along the channels and computed by one forward convolution (:mod:`cuconv.subpixel`: its
+  filter gathered from ``w``, zero where a phase has no tap), then put into place; otherwise (or where
+  the stacked filter would hold more than four times the filter's taps) ``s^nd`` calls for a stride
   ``s``, none of them multiplying zeros, each writing its phase of ``dx``.
 * **weight gradient** ``dw[k, f, c] = sum over n, o of dy[n, o, k] x[n, o s - lo + f d, c]``: on CuPy
   fp16 / bf16 2-D data one implicit GEMM over the output pixels, split across CTAs and summed in split
@@ -41,6 +44,7 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
+from . import subpixel
 from .api import execute
 from .arrays import as_array, check_companion, check_same_place, dtype_name, on_device_of
 from .layout import flip_filter, flip_taps, scatter_phase, to_channels_first, to_channels_last
@@ -164,6 +168,9 @@ class _InputPlan:
 
     problem: object
     phases: tuple
+    #: The stacked-phase convolution (:mod:`cuconv.subpixel`) that computes every phase at once, where it
+    #: applies (strides, groups 1); None otherwise.
+    subpixel: object = None
 
 
 def _input_plan_of(*args):
@@ -196,7 +203,7 @@ def _input_plan(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, 
                                    src=(slice(None),) + tuple(sp["src"] for sp in specs) + (slice(None),),
                                    pad=tuple(sp["pad"] for sp in specs),
                                    dil=tuple(sp["dil"] for sp in specs)), None))
-    return _InputPlan(p, tuple(phases))
+    return _InputPlan(p, tuple(phases), subpixel.geometry(p))
 
 
 @on_device_of(1)
@@ -237,6 +244,22 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
         check_companion(out, "out", x_shape, dtype, dy, "x")
         if xp is np and not out.flags.writeable:
             raise ValueError("out: expected a writeable array, got a read-only one")
+    bias = ep["bias"]
+    if bias is not None:
+        bias = as_array(bias, "bias")
+        check_companion(bias, "bias", (C,), dtype, dy, "x")
+        bias = bias if bias.flags.c_contiguous else xp.ascontiguousarray(bias)
+    memo = None if key is None else (key, type(dy), None if xp is np else dy.data.device_id, bias is not None,
+                                     residual is not None, ep["alpha"], type(ep["alpha"]), ep["beta"], type(ep["beta"]),
+                                     ep["activation"], kernel, current_overrides())
+    if plan.subpixel is not None:
+        y = out if out is not None and not cf else xp.empty((N, *I, C), dtype=dy_n.dtype)
+        _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, precision)
+        if out is None:
+            return _first(y, cf, xp)
+        if cf:
+            to_channels_first(y, xp, out)
+        return out
     plain = ep["bias"] is None and residual is None and ep["activation"] is None
     zeros = plain and any(spec is None for _, spec, _ in plan.phases)
     if out is not None and not cf:
@@ -246,14 +269,6 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     else:  # phases no tap reaches are zeros without an epilogue: one fill of the whole result
         y = (xp.zeros if zeros else xp.empty)((N, *I, C), dtype=dy_n.dtype)
     whole = len(plan.phases) == 1  # stride 1: the one phase is written straight into y
-    bias = ep["bias"]
-    if bias is not None:
-        bias = as_array(bias, "bias")
-        check_companion(bias, "bias", (C,), dtype, dy, "x")
-        bias = bias if bias.flags.c_contiguous else xp.ascontiguousarray(bias)
-    memo = None if key is None else (key, type(dy), None if xp is np else dy.data.device_id, bias is not None,
-                                     residual is not None, ep["alpha"], type(ep["alpha"]), ep["beta"], type(ep["beta"]),
-                                     ep["activation"], kernel, current_overrides())
     for i, (where, spec, zero_shape) in enumerate(plan.phases):
         res_part = None if residual is None else (residual if whole else xp.ascontiguousarray(residual[where]))
         if spec is None:  # no tap reaches these positions: the epilogue of zero
@@ -272,6 +287,25 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     if cf:
         to_channels_first(y, xp, out)
     return out
+
+
+def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, precision) -> None:
+    """The input gradient into ``y`` (channels-last) as one convolution over the stacked phases
+    (:mod:`cuconv.subpixel`): the filter gathered, the bias repeated and the residual stacked per phase,
+    the forward call, the phases put into place."""
+    sp, C = plan.subpixel, plan.problem.channels
+    P = sp.phases
+    wt = subpixel.stacked_filter(sp, w_n, xp)
+    b = None if bias is None else xp.tile(bias, P)
+    z = xp.empty((dy_n.shape[0], *sp.length, P * C), dtype=dy_n.dtype)
+    res_z = None
+    if residual is not None:
+        res_z = xp.empty_like(z)
+        subpixel.stack(sp, residual, res_z, xp)
+    spec = dict(pad=sp.pad, dil=1)
+    fplan = _phase_plan(memo, "stacked", nd, dy_n, wt, dict(ep, bias=b), res_z, z, 1, spec, kernel, precision)
+    execute(fplan, xp, None if xp is np else dy_n.data.device_id, dy_n, wt, b, res_z, z)
+    subpixel.unstack(sp, z, y, xp)
 
 
 #: The forward plans of input-gradient phases: (call memo key, phase) -> the dispatcher's plan.
@@ -537,6 +571,14 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
     _, plan = _input_plan_of(nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
                              precision_of(precision, dtype))
     p, device = plan.problem, device_of(dy)
+    sp = plan.subpixel
+    if sp is not None:
+        e = _forward_explanation(p, device, (x_shape[0], *p.out_spatial, p.out_channels),
+                                 (sp.phases * p.channels, *sp.window, p.out_channels), 1, sp.pad, 1, 1,
+                                 epilogue or {}, kernel)
+        steps = (f"stacked convolution of dy: {p.out_channels} -> {sp.phases} x {p.channels} channels, "
+                 f"{'x'.join(map(str, sp.window))} filter, padding {sp.pad}, on {e.kernel} [{e.detail}]",)
+        return GradExplanation(what, p, e.kernel, sp.describe(), {}, steps)
     steps, kernels = [], []
     for where, spec, _ in plan.phases:
         phase = tuple(sl.start for sl in where[1:-1])

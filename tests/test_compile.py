@@ -2,7 +2,7 @@
 
 Runs on the CPU (CI). Each backend lists the (source, defines, arch) variants it launches in a
 module-level ``COMPILE_VARIANTS`` (sm90: ``sm90.variants``, sm80: ``sm80.catalog``, generic_gpu,
-conv3d_qslice, sm90.split_precision, and cuconv.layout for the transposes); this test compiles all of
+conv3d_qslice, sm90.split_precision, sm90.fold, cuconv.layout and cuconv.subpixel); this test compiles all of
 them and checks that every .cu file is covered. The
 per-backend SASS checks are in tests/test_sm90_compile.py and tests/test_sm80_compile.py.
 """
@@ -21,10 +21,12 @@ nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (the cu
 
 
 def _all_variants():
-    """Every module's ``COMPILE_VARIANTS`` under cuconv.backends (subpackages included), and
-    :mod:`cuconv.layout`'s (the transposes of channels-first calls)."""
+    """Every module's ``COMPILE_VARIANTS`` under cuconv.backends (subpackages included),
+    :mod:`cuconv.layout`'s (the transposes of channels-first calls, the gradients' flips and scatters)
+    and :mod:`cuconv.subpixel`'s (the stacked phases of a strided input gradient)."""
     import cuconv.layout
-    variants = list(cuconv.layout.COMPILE_VARIANTS)
+    import cuconv.subpixel
+    variants = list(cuconv.layout.COMPILE_VARIANTS) + list(cuconv.subpixel.COMPILE_VARIANTS)
     for mod in pkgutil.walk_packages(cuconv.backends.__path__, prefix="cuconv.backends."):
         m = importlib.import_module(mod.name)
         if "COMPILE_VARIANTS" in vars(m) and not mod.ispkg:

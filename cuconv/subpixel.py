@@ -1,0 +1,242 @@
+"""The input gradient of a strided convolution (and so a transposed convolution) as one forward convolution
+over the stacked output phases.
+
+Along an axis of stride ``s``, dilation ``d`` and padding ``lo``, the input-gradient positions
+``i = phi + s t`` (phase ``phi < s``) are reached by the taps ``f`` with ``s | phi + lo - f d``, each reading
+``dy`` at ``t + delta`` with ``delta = (phi + lo - f d) / s`` (:func:`cuconv.grad._phases`). A phase's
+offsets start at ``delta_min(phi)``; counted from there (the phase's rows shifted by
+``shift(phi) = delta_min(phi) - base``, ``base`` the least of them), every phase reads a window of at
+most ``J`` rows, ``J - 1`` the widest span of one phase's offsets. So all phases are one stride-1
+forward convolution of ``dy`` with a ``J``-tap filter and ``P = prod(s)`` times the channels (groups 1)::
+
+    z[n, t', ph * C + c] = sum over j < J, k of  dy[n, t' + base + j, k] * W'[ph * C + c, j, k]
+    W'[ph * C + c, j, k] = w[k, f, c]  for the tap f of phase ph with delta = delta_min(phi) + j, else 0
+    dx[n, phi + s t, c]  = z[n, t + shift(phi), ph(phi) * C + c]        (phase ph(phi): phi row-major)
+
+``W'`` is one gather of ``w`` (kernels_cu/layout/gather_index.cu, an index per element built once per
+geometry); the convolution has padding ``-base`` in front (``base <= 0`` is required) and enough
+behind for every phase's rows; its epilogue takes the bias repeated ``P`` times and the
+residual stacked the same way (kernels_cu/layout/phase_stack.cu), so ``act(alpha * . + bias +
+beta * residual)`` is computed once per value, in fp32, as the forward kernel computes it; then
+phase_stack.cu puts the phases into place. A phase no tap reaches has a zero filter: its positions get
+the epilogue of zero. Four launches or fewer, where the phase split (:mod:`cuconv.grad`) makes ``P``
+convolutions, each with a filter flip and a scatter; the cost is the zero taps of ``W'``: ``P prod(J)``
+against ``prod(F)`` filter taps (a 3x3 filter of stride 2: 16 against 9; 4x4: 16 against 16).
+:func:`geometry` declines (None) where that ratio passes :data:`MAX_WASTE`, for groups, strides past
+:data:`MAX_STRIDE` and ``base > 0``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+from .launch import PackedLaunch, c_struct
+
+__all__ = ["Subpixel", "geometry", "stacked_filter", "stack", "unstack", "MAX_WASTE", "STACK_SOURCE",
+           "GATHER_SOURCE", "COMPILE_VARIANTS"]
+
+STACK_SOURCE = "layout/phase_stack.cu"
+GATHER_SOURCE = "layout/gather_index.cu"
+COMPILE_VARIANTS = [(src, {}, arch) for src in (STACK_SOURCE, GATHER_SOURCE) for arch in ("sm_80", "sm_90a")]
+#: The most filter taps (zeros included) the stacked convolution may multiply per tap of the filter.
+MAX_WASTE = 4.0
+#: The largest stride per axis (phase_stack.cu holds each axis's phase shifts in that many slots).
+MAX_STRIDE = 8
+
+_STACK_FIELDS = [("words", np.int64)] + [(n, np.int32) for n in (
+    "row_words", "L0", "L1", "L2", "I0", "I1", "I2", "s0", "s1", "s2")] + [
+    (f"sh{a}_{k}", np.int32) for a in range(3) for k in range(MAX_STRIDE)]
+
+
+@dataclass(frozen=True)
+class Subpixel:
+    """One geometry's stacked-phase convolution: per axis the stride, ``window`` (J), padding ``pad``
+    ((lo, hi)) of the convolution of ``dy``, its output extent ``length`` (L: every phase's rows after
+    its shift), and the input-gradient extent ``extent`` (I); ``tap_of[a][phi][j]``: the filter tap of
+    phase ``phi`` at window row ``j`` along axis ``a``, or -1; ``shift[a][phi]``: where phase ``phi``'s
+    first row is in the convolution's output."""
+
+    stride: Tuple[int, ...]
+    window: Tuple[int, ...]
+    pad: Tuple[Tuple[int, int], ...]
+    length: Tuple[int, ...]
+    extent: Tuple[int, ...]
+    tap_of: Tuple[Tuple[Tuple[int, ...], ...], ...]
+    shift: Tuple[Tuple[int, ...], ...]
+
+    @property
+    def phases(self) -> int:
+        return math.prod(self.stride)
+
+    def describe(self) -> str:
+        return (f"the {self.phases} output phases of stride {self.stride} stacked along the channels: one "
+                f"stride-1 convolution of dy with a {'x'.join(map(str, self.window))} filter gathered from w "
+                f"(kernels_cu/layout/gather_index.cu), the phases put into place by kernels_cu/layout/phase_stack.cu")
+
+
+def _axis(I: int, F: int, O: int, s: int, d: int, lo: int):
+    """``(window, (pad_lo, pad_hi), length, tap_of, shift)`` of one axis, or None where ``base > 0`` or no
+    tap reaches any phase."""
+    offsets = {phi: {(phi + lo - f * d) // s: f for f in range(F) if (phi + lo - f * d) % s == 0} for phi in range(s)}
+    reached = {phi: taps for phi, taps in offsets.items() if taps and phi < I}
+    if not reached:
+        return None
+    first = {phi: min(taps) for phi, taps in reached.items()}
+    base = min(first.values())
+    if base > 0:
+        return None
+    J = max(max(taps) - first[phi] + 1 for phi, taps in reached.items())
+    shift = tuple(first[phi] - base if phi in reached else 0 for phi in range(s))
+    rows = max(shift[phi] + -(-(I - phi) // s) for phi in range(min(s, I)))  # every phase's rows, shifted
+    pad_lo = -base
+    pad_hi = max(0, rows - O - pad_lo + J - 1)
+    length = O + pad_lo + pad_hi - J + 1
+    tap_of = tuple(tuple(reached[phi].get(first[phi] + j, -1) if phi in reached else -1 for j in range(J))
+                   for phi in range(s))
+    return J, (pad_lo, pad_hi), length, tap_of, shift
+
+
+def geometry(p) -> Optional[Subpixel]:
+    """The stacked-phase convolution of the input gradient of forward problem ``p``, or None where it does
+    not apply (stride 1, groups, ``delta_min > 0``) or multiplies more than :data:`MAX_WASTE` times the
+    filter's taps."""
+    if p.groups != 1 or all(s == 1 for s in p.stride) or max(p.stride) > MAX_STRIDE:
+        return None
+    axes = [_axis(i, f, o, s, d, lo) for i, f, o, s, d, lo in
+            zip(p.in_spatial, p.filter_spatial, p.out_spatial, p.stride, p.dilation, p.pad_lo)]
+    if any(a is None for a in axes):
+        return None
+    window = tuple(a[0] for a in axes)
+    if math.prod(p.stride) * math.prod(window) > MAX_WASTE * math.prod(p.filter_spatial):
+        return None
+    return Subpixel(stride=tuple(p.stride), window=window, pad=tuple(a[1] for a in axes),
+                    length=tuple(a[2] for a in axes), extent=tuple(p.in_spatial), tap_of=tuple(a[3] for a in axes),
+                    shift=tuple(a[4] for a in axes))
+
+
+@functools.lru_cache(maxsize=64)
+def _index(sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]) -> np.ndarray:
+    """The gather index of ``W'`` (``(P C, *J, K)``, int32) into the flattened channels-last filter ``w``
+    (``(K, *F, C)``), -1 for a zero tap."""
+    nd = len(sp.stride)
+    # per axis: the filter tap at (phase phi, window row j), as a (s, J) table
+    taps = [np.array(t, dtype=np.int64) for t in sp.tap_of]
+    # phases row-major over the axes, window rows per axis: tap index per axis broadcast to (s..., J...)
+    grids = np.meshgrid(*[np.arange(s) for s in sp.stride], *[np.arange(j) for j in sp.window], indexing="ij")
+    phis, js = grids[:nd], grids[nd:]
+    per_axis = [taps[a][phis[a], js[a]] for a in range(nd)]                   # each (s0.., J0..)
+    missing = np.zeros(per_axis[0].shape, dtype=bool)
+    flat_tap = np.zeros(per_axis[0].shape, dtype=np.int64)
+    for a in range(nd):
+        missing |= per_axis[a] < 0
+        flat_tap = flat_tap * filter_spatial[a] + np.maximum(per_axis[a], 0)
+    P, J = sp.phases, math.prod(sp.window)
+    flat_tap = flat_tap.reshape(P, J)
+    missing = missing.reshape(P, J)
+    F = math.prod(filter_spatial)
+    k = np.arange(K).reshape(1, 1, 1, K)
+    c = np.arange(C).reshape(1, C, 1, 1)
+    idx = (k * F + flat_tap.reshape(P, 1, J, 1)) * C + c                   # (P, C, J, K)
+    idx = np.where(missing.reshape(P, 1, J, 1), -1, idx)
+    if idx.size and idx.max() >= 2 ** 31:
+        raise ValueError("w: too large for the stacked-phase gather (2^31 elements)")
+    return np.ascontiguousarray(idx.reshape(P * C, *sp.window, K), dtype=np.int32)
+
+
+def stacked_filter(sp: Subpixel, w_n, xp):
+    """``W'`` (``(P C, *J, K)``, w's dtype) of the channels-last forward filter ``w_n`` (``(K, *F, C)``)."""
+    K, F, C = w_n.shape[0], tuple(w_n.shape[1:-1]), w_n.shape[-1]
+    index = _index(sp, K, C, F)
+    w_flat = w_n.reshape(-1) if w_n.flags.c_contiguous else xp.ascontiguousarray(w_n).reshape(-1)
+    if xp is np:
+        return np.where(index >= 0, w_flat[np.maximum(index, 0)], w_flat.dtype.type(0))
+    out = xp.empty(index.shape, dtype=w_n.dtype)
+    if out.size:
+        device_index = _device_index(w_flat.data.device_id, sp, K, C, F)
+        _gather_launch(w_flat.data.device_id, w_flat.itemsize, out.size)(w_flat.data.ptr, device_index.data.ptr,
+                                                                         out.data.ptr)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _device_index(device_id: int, sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]):
+    """The gather index on the GPU (copied once per geometry and device)."""
+    import cupy as cp
+    with cp.cuda.Device(device_id):
+        return cp.asarray(_index(sp, K, C, filter_spatial))
+
+
+@functools.lru_cache(maxsize=64)
+def _gather_launch(device_id: int, itemsize: int, count: int) -> PackedLaunch:
+    from .compiler import load_cuda_function
+    from .device import gpu_info
+    fn = load_cuda_function(GATHER_SOURCE, gpu_info(device_id), {}, f"gather_index_b{itemsize}")
+    blocks = max(1, min(-(-count // 256), 65535))
+    return PackedLaunch(fn, blocks, 256, 0, (np.uint64(0), np.uint64(0), np.uint64(0), np.int64(count)),
+                        slots=(0, 1, 2))
+
+
+def _phase_slices(sp: Subpixel):
+    """Per phase (row-major): (its index, the slice of dx it fills, the slice of the convolution's output
+    rows that holds it, per axis)."""
+    out = []
+    for ph, phis in enumerate(np.ndindex(*sp.stride)):
+        ext = [-(-(I - phi) // s) if I > phi else 0 for I, phi, s in zip(sp.extent, phis, sp.stride)]
+        if all(ext):
+            rows = tuple(slice(sh[phi], sh[phi] + e) for sh, phi, e in zip(sp.shift, phis, ext))
+            out.append((ph, tuple(slice(phi, None, s) for phi, s in zip(phis, sp.stride)), rows))
+    return out
+
+
+def unstack(sp: Subpixel, z, y, xp) -> None:
+    """Put the stacked phases ``z`` (``(N, *L, P C)``) into place in ``y`` (``(N, *I, C)``): one launch of
+    kernels_cu/layout/phase_stack.cu for contiguous CuPy arrays, a strided copy per phase otherwise."""
+    C = y.shape[-1]
+    if xp is not np and y.size and y.flags.c_contiguous and z.flags.c_contiguous:
+        _stack_launch("unstack", sp, z, y)(z.data.ptr, y.data.ptr)
+        return
+    for ph, where, rows in _phase_slices(sp):
+        y[(slice(None), *where, slice(None))] = z[(slice(None), *rows, slice(ph * C, (ph + 1) * C))]
+
+
+def stack(sp: Subpixel, y, z, xp) -> None:
+    """The phases of ``y`` (``(N, *I, C)``) stacked into ``z`` (``(N, *L, P C)``), zeros where a stacked
+    position is outside ``y`` (as :func:`unstack`: one launch, or a strided copy per phase)."""
+    C = y.shape[-1]
+    if xp is not np and z.size and y.flags.c_contiguous and z.flags.c_contiguous:
+        _stack_launch("stack", sp, z, y)(y.data.ptr, z.data.ptr)
+        return
+    z[...] = 0
+    for ph, where, rows in _phase_slices(sp):
+        z[(slice(None), *rows, slice(ph * C, (ph + 1) * C))] = y[(slice(None), *where, slice(None))]
+
+
+def _stack_launch(direction: str, sp: Subpixel, z, y) -> PackedLaunch:
+    row = y.shape[-1] * y.itemsize
+    word = next(w for w in (16, 4, 2) if row % w == 0 and z.data.ptr % w == 0 and y.data.ptr % w == 0)
+    return _stack_launch_cached(direction, z.data.device_id, word, row, z.shape[0], sp)
+
+
+@functools.lru_cache(maxsize=256)
+def _stack_launch_cached(direction: str, device_id: int, word: int, row_bytes: int, N: int,
+                         sp: Subpixel) -> PackedLaunch:
+    from .compiler import load_cuda_function
+    from .device import gpu_info
+    pad = 3 - len(sp.stride)
+    L3, I3, s3 = ((1,) * pad + sp.length, (1,) * pad + sp.extent, (1,) * pad + sp.stride)
+    shifts = ((0,),) * pad + sp.shift
+    row_words = row_bytes // word
+    words = N * math.prod(L3) * sp.phases * row_words
+    values = dict(words=words, row_words=row_words, L0=L3[0], L1=L3[1], L2=L3[2], I0=I3[0], I1=I3[1], I2=I3[2],
+                  s0=s3[0], s1=s3[1], s2=s3[2])
+    values.update({f"sh{a}_{k}": (shifts[a][k] if k < len(shifts[a]) else 0) for a in range(3)
+                   for k in range(MAX_STRIDE)})
+    args = c_struct(_STACK_FIELDS, values)
+    fn = load_cuda_function(STACK_SOURCE, gpu_info(device_id), {}, f"phase_{direction}_w{word}")
+    blocks = max(1, min(-(-words // 256), 65535 * 8))
+    return PackedLaunch(fn, blocks, 256, 0, (np.uint64(0), np.uint64(0), args), slots=(0, 1))
