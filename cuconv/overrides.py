@@ -69,6 +69,10 @@ class Overrides:
         Hopper ping-pong warpgroups on halo tiles without a residual: True wherever possible, False never.
     sm80_subpath : str or None
         The sm80 kernel's path: "pointwise", "uniform", "grouped_mma", "pad_channels" or "per_lane".
+    stacked_phases : bool or None
+        Strided input gradients and transposed convolutions as one convolution over the stacked output
+        phases (:mod:`cuconv.subpixel`) where it applies: True on every array library, False never. None:
+        on NumPy arrays; on a GPU the phase split runs until the two are timed against each other.
     """
 
     block_n: Optional[int] = None
@@ -79,6 +83,7 @@ class Overrides:
     halo: Optional[bool] = None
     pingpong: Optional[bool] = None
     sm80_subpath: Optional[str] = None
+    stacked_phases: Optional[bool] = None
 
     __hash__ = cached_fields_hash  # part of the plan memo's key on every call: hashed once
     __getstate__ = fields_state
@@ -89,7 +94,7 @@ class Overrides:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or v not in allowed):
                 raise ValueError(f"{name}: expected one of {list(allowed)} or None, got {v!r}")
-        for name in ("split", "halo", "pingpong"):
+        for name in ("split", "halo", "pingpong", "stacked_phases"):
             v = getattr(self, name)
             if v not in (None, True, False) or (v is not None and not isinstance(v, bool)):
                 raise ValueError(f"{name}: expected True, False or None, got {v!r}")
@@ -150,7 +155,7 @@ _KEEP = object()
 
 @contextlib.contextmanager
 def overrides(*, block_n=_KEEP, block_m=_KEEP, cluster=_KEEP, split=_KEEP, split_ways=_KEEP, halo=_KEEP,
-              pingpong=_KEEP, sm80_subpath=_KEEP):
+              pingpong=_KEEP, sm80_subpath=_KEEP, stacked_phases=_KEEP):
     """Force automatic choices inside a ``with`` block (see :class:`Overrides` for each field).
 
     A field not passed keeps the value in force around the block; ``None`` (or ``"auto"``) makes it
@@ -158,7 +163,7 @@ def overrides(*, block_n=_KEEP, block_m=_KEEP, cluster=_KEEP, split=_KEEP, split
     naming the field for a value it does not accept.
     """
     given = dict(block_n=block_n, block_m=block_m, cluster=cluster, split=split, split_ways=split_ways, halo=halo,
-                 pingpong=pingpong, sm80_subpath=sm80_subpath)
+                 pingpong=pingpong, sm80_subpath=sm80_subpath, stacked_phases=stacked_phases)
     changes = {k: (None if v == "auto" else v) for k, v in given.items() if v is not _KEEP}
     value = dataclasses.replace(current_overrides(), **changes)
     token = _ACTIVE.set(value)

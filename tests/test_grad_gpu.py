@@ -57,6 +57,38 @@ def test_transpose_with_epilogue_matches_the_cpu(cp, dtype):
     assert rel_error(got, want) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("stacked", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("kw", [dict(stride=2, padding=1, output_padding=1, filt=3),
+                                dict(stride=2, padding=1, output_padding=0, filt=4),
+                                dict(stride=(3, 2), padding=((2, 0), (1, 1)), output_padding=(1, 0), filt=5),
+                                dict(stride=2, padding=0, output_padding=0, filt=1)])
+def test_transpose_phase_split_and_stacked_phases(cp, dtype, kw, stacked):
+    """Strided transposed convolutions with every epilogue term through the phase split and through the
+    stacked phases (overrides(stacked_phases=True): the filter gather, the residual stacked, one forward
+    convolution, the phases put into place), against the CPU in float64."""
+    rng = np.random.default_rng(3)
+    dt = DTYPES[dtype]
+    f, kw = kw["filt"], {k: v for k, v in kw.items() if k != "filt"}
+    x = rng.standard_normal((2, 7, 9, 24)).astype(dt)
+    w = (rng.standard_normal((24, f, f, 16)) / (3 * f)).astype(dt)
+    bias = rng.standard_normal(16).astype(dt)
+    shape = cuconv.conv_transpose_output_shape(x.shape, w.shape, **kw)
+    res = rng.standard_normal(shape).astype(dt)
+    ep = dict(activation="relu", beta=0.5, alpha=0.75)
+    f64 = [a.astype(np.float64) for a in (x, w, bias, res)]
+    want = cuconv.conv_transpose2d(*f64[:3], residual=f64[3], **kw, **ep)
+    with cuconv.overrides(stacked_phases=stacked):
+        e = cuconv.explain_transpose(cp.asarray(x), cp.asarray(w), cp.asarray(bias), **kw)
+        assert ("stacked along the channels" in e.detail) == stacked, e.detail
+        got = cuconv.conv_transpose2d(cp.asarray(x), cp.asarray(w), cp.asarray(bias), residual=cp.asarray(res),
+                                      **kw, **ep)
+        got2 = cuconv.conv_transpose2d(cp.asarray(x), cp.asarray(w), cp.asarray(bias), residual=cp.asarray(res),
+                                       **kw, **ep)
+    assert got.shape == tuple(shape) and rel_error(got, want) <= TOLERANCE[dtype]
+    assert bool((got == got2).all())  # the same bits on every run
+
+
 # ------------------------------------------------------------------------------------------ sm80_wgrad
 @st.composite
 def wgrad_problems(draw, multiples_of_8=False):
