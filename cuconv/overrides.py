@@ -7,8 +7,8 @@ tail, halo tiles and ping-pong warpgroups; the sm80 kernel's loader sub-path) is
 1. the innermost ``with cuconv.overrides(...)`` block of the current thread / async task;
 2. the process's environment, read once: ``CUCONV_SM90_BN``, ``CUCONV_SM90_BM``,
    ``CUCONV_SM90_CLUSTER``, ``CUCONV_SM90_SPLIT``, ``CUCONV_SM90_HALO``, ``CUCONV_SM90_PINGPONG``
-   (``auto``, ``0`` or ``1`` for the last three's switches), ``CUCONV_SM90_SPLIT_WAYS`` and
-   ``CUCONV_SM80_SUBPATH``.
+   (``auto``, ``0`` or ``1`` for the last three's switches), ``CUCONV_SM90_SPLIT_WAYS``,
+   ``CUCONV_SM80_SUBPATH`` and ``CUCONV_STACKED_PHASES`` (a switch).
 
 The dispatcher keys its plans on the :class:`Overrides` value, so a forced variant never meets a
 plan made under other settings. Overrides are for tests and tuning; the defaults are the tuned rules
@@ -123,7 +123,8 @@ def _env_switch(name: str) -> Optional[bool]:
 
 @functools.lru_cache(maxsize=None)
 def env_overrides() -> Overrides:
-    """The overrides of the process's ``CUCONV_SM90_*`` / ``CUCONV_SM80_SUBPATH`` variables (read once)."""
+    """The overrides of the process's ``CUCONV_SM90_*``, ``CUCONV_SM80_SUBPATH`` and ``CUCONV_STACKED_PHASES``
+    variables (read once)."""
     choices = _choices()
     cluster = _env_int("CUCONV_SM90_CLUSTER", "cluster", choices)
     subpath = os.environ.get("CUCONV_SM80_SUBPATH", "").strip()
@@ -138,7 +139,8 @@ def env_overrides() -> Overrides:
                      split=_env_switch("CUCONV_SM90_SPLIT"),
                      split_ways=_env_int("CUCONV_SM90_SPLIT_WAYS", "split_ways", choices),
                      halo=_env_switch("CUCONV_SM90_HALO"),
-                     pingpong=_env_switch("CUCONV_SM90_PINGPONG"), sm80_subpath=subpath)
+                     pingpong=_env_switch("CUCONV_SM90_PINGPONG"), sm80_subpath=subpath,
+                     stacked_phases=_env_switch("CUCONV_STACKED_PHASES"))
 
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("cuconv_overrides", default=None)
