@@ -24,7 +24,8 @@ from .problem import ConvProblem, Epilogue
 
 __all__ = ["c_struct", "geometry3d", "Geometry3d", "conv_geometry", "epilogue_params", "epilogue_params64",
            "dtype_code", "grid_1d",
-           "operand_or", "header_constants", "fast_divisor", "divisor_fields", "divisor_values", "PackedLaunch"]
+           "operand_or", "header_constants", "fast_divisor", "divisor_fields", "divisor_values", "PackedLaunch",
+           "RowKernel"]
 
 #: Value of ``-DCUCONV_DTYPE`` for each dtype name (see kernels_cu/common/types.cuh).
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
@@ -207,3 +208,34 @@ class PackedLaunch:
             slot.value = pointer
         self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem,
                             self._current_stream().ptr, self._table_ptr, 0)
+
+
+class RowKernel:
+    """A ``(src, dst, args)`` kernel over rows of one geometry on one GPU (a pre-pass such as the float32
+    split or the width fold), its argument struct packed once per load width, on first use: 16-byte
+    loads (``vec_loads = 1``) where ``vec_ok`` and the source is 16-byte aligned. Subclasses name the
+    ``source`` (under kernels_cu/), the ``function`` and the struct's ``fields``."""
+
+    source: str = ""
+    function: str = ""
+    fields: list = []
+
+    def __init__(self, device_index: int, geometry: dict, threads: int, vec_ok: bool):
+        self.device_index = device_index
+        self.geometry = geometry
+        self.grid = grid_1d(threads, 256, max_blocks=132 * 16)
+        self._vec_ok = vec_ok
+        self._launches: dict = {}
+
+    def __call__(self, src, dst) -> None:
+        """Run on ``src`` into ``dst`` (C-contiguous arrays of the geometry's sizes), on the current stream."""
+        vec = self._vec_ok and src.data.ptr % 16 == 0
+        launch = self._launches.get(vec)
+        if launch is None:
+            from .compiler import load_cuda_function
+            from .device import gpu_info
+            fn = load_cuda_function(self.source, gpu_info(self.device_index), {}, self.function)
+            args = c_struct(self.fields, dict(self.geometry, vec_loads=int(vec)))
+            launch = self._launches[vec] = PackedLaunch(fn, self.grid, 256, 0, (np.uint64(0), np.uint64(0), args),
+                                                        slots=(0, 1))
+        launch(src.data.ptr, dst.data.ptr)

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...launch import PackedLaunch, c_struct, grid_1d
+from ...launch import RowKernel
 from ...models.fold import padded_channels
-from ...plan import SIXTEEN_BIT, Declined, Kernel, Plan
+from ...plan import SIXTEEN_BIT, Declined, Plan
 from ...registry import register
 from ...scratch import scratch
-from .kernel import Sm90TmaKernel, not_hopper
+from .kernel import RewritingKernel, Sm90TmaKernel
 
 __all__ = ["Sm90FoldKernel", "FoldPlan", "FoldWidth", "fold_width_problem", "FOLD_SOURCE"]
 
@@ -53,34 +53,19 @@ def fold_width_problem(problem, tap_channels: int, dtype: str, layout: str):
                               layout=layout, epilogue=problem.epilogue)
 
 
-class FoldWidth:
-    """One fold geometry on one GPU (``rows`` destination rows of ``taps`` x ``Cp`` 16-bit values): a
-    :class:`~cuconv.launch.PackedLaunch` per load width, packed on first use."""
+class FoldWidth(RowKernel):
+    """One fold geometry on one GPU: ``rows`` destination rows of ``taps`` x ``Cp`` 16-bit values."""
+
+    source, function, fields = FOLD_SOURCE, "fold_width", _ARGS_FIELDS
 
     def __init__(self, device_index: int, rows: int, c: int, taps: int, stride: int, dil: int, pad: int,
                  src_w: int, dst_w: int):
-        self.device_index = device_index
-        self.geometry = dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), taps=taps, stride=stride,
-                             dil=dil, pad=pad, src_w=src_w, dst_w=dst_w)
-        self.grid = grid_1d(rows * taps * (padded_channels(c) // 8), 256, max_blocks=132 * 16)
-        self._vec_ok = c % 8 == 0
-        self._launches: dict = {}
-
-    def __call__(self, src, dst) -> None:
-        """Fold the C-contiguous ``src`` into ``dst`` (16-bit arrays of the geometry's sizes) on the current stream."""
-        vec = self._vec_ok and src.data.ptr % 16 == 0
-        launch = self._launches.get(vec)
-        if launch is None:
-            from ...compiler import load_cuda_function
-            from ...device import gpu_info
-            fn = load_cuda_function(FOLD_SOURCE, gpu_info(self.device_index), {}, "fold_width")
-            args = c_struct(_ARGS_FIELDS, dict(self.geometry, vec_loads=int(vec)))
-            launch = self._launches[vec] = PackedLaunch(fn, self.grid, 256, 0, (np.uint64(0), np.uint64(0), args),
-                                                        slots=(0, 1))
-        launch(src.data.ptr, dst.data.ptr)
+        super().__init__(device_index, dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), taps=taps,
+                                            stride=stride, dil=dil, pad=pad, src_w=src_w, dst_w=dst_w),
+                         rows * taps * (padded_channels(c) // 8), c % 8 == 0)
 
 
-class Sm90FoldKernel(Kernel):
+class Sm90FoldKernel(RewritingKernel):
     """conv2d of 16-bit data with few input channels on Hopper: the width fold, then the wgmma kernel."""
 
     name = "sm90_fold"
@@ -89,14 +74,7 @@ class Sm90FoldKernel(Kernel):
     spatial_dims = (2,)
     precisions = SIXTEEN_BIT
 
-    def __init__(self, inner: Kernel):
-        self.inner = inner
-
-    def make_plan(self, problem, device, overrides):
-        if not device.is_hopper:
-            return not_hopper(device)
-        if problem.groups != 1:
-            return Declined(f"groups={problem.groups}: grouped/depthwise convolution is not covered (groups == 1 only)")
+    def rewrite_plan(self, problem, device, overrides):
         S, cp_ = problem.filter_spatial[-1], padded_channels(problem.channels)
         if S * cp_ > _BLOCK:
             return Declined(f"the filter's {S} columns of {cp_} channels fill more than one {_BLOCK}-channel block "

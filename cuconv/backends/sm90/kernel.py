@@ -55,8 +55,9 @@ class Sm90TmaKernel(Kernel):
             return not_hopper(device)
         if problem.dtype not in ("float16", "bfloat16"):
             return Declined(f"dtype {problem.dtype}: wgmma path serves float16 and bfloat16 only")
-        if problem.groups != 1:
-            return Declined(f"groups={problem.groups}: grouped/depthwise convolution is not covered (groups == 1 only)")
+        declined = hopper_dense_decline(problem, device)
+        if declined is not None:
+            return declined
         if problem.channels % 8:
             return Declined(f"C={problem.channels} is not a multiple of 8 (TMA needs 16-byte pixel strides)")
         if problem.out_channels % 8 and not out_f32:  # the float32 epilogue stores any K
@@ -72,6 +73,30 @@ class Sm90TmaKernel(Kernel):
         return Sm90Plan(self, problem, device, cfg, overrides,
                         f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem",
                         out_f32=out_f32, x_channels=x_channels)
+
+
+def hopper_dense_decline(problem, device):
+    """The decline every kernel of this backend gives first (another GPU, or groups), or None."""
+    if not device.is_hopper:
+        return not_hopper(device)
+    if problem.groups != 1:
+        return Declined(f"groups={problem.groups}: grouped/depthwise convolution is not covered (groups == 1 only)")
+    return None
+
+
+class RewritingKernel(Kernel):
+    """A kernel that rewrites a problem for the Hopper kernel ``inner`` (float32 as split parts, a width
+    fold): the backend's common declines first, then :meth:`rewrite_plan`."""
+
+    def __init__(self, inner: Kernel):
+        self.inner = inner
+
+    def make_plan(self, problem, device, overrides):
+        declined = hopper_dense_decline(problem, device)
+        return declined if declined is not None else self.rewrite_plan(problem, device, overrides)
+
+    def rewrite_plan(self, problem, device, overrides):  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
 
 
 def not_hopper(device) -> Declined:

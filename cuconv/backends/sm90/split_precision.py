@@ -36,13 +36,13 @@ import dataclasses
 
 import numpy as np
 
-from ...launch import PackedLaunch, c_struct, grid_1d
+from ...launch import RowKernel
 from ...models.fold import padded_channels  # channels per part block (16-byte rows for TMA)
-from ...plan import Declined, Kernel, Plan, tf32_note
+from ...plan import Declined, Plan, tf32_note
 from ...registry import register
 from ...scratch import scratch
 from .fold import fold_width_problem
-from .kernel import Sm90TmaConv3d, Sm90TmaKernel, not_hopper
+from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
 
 __all__ = ["Sm90SplitBf16Kernel", "Sm90SplitBf16Conv3d", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_PARTS"]
 
@@ -61,30 +61,17 @@ _BLOCK = 64
 COMPILE_VARIANTS = [(SPLIT_SOURCE, {}, arch) for arch in ("sm_80", "sm_90a")]
 
 
-class _Split:
-    """One split geometry (``rows`` rows of ``C`` float32 values -> ``rows`` rows of ``parts Cp`` bf16) on
-    one GPU: a :class:`~cuconv.launch.PackedLaunch` per load width, packed on first use."""
+class _Split(RowKernel):
+    """One split geometry on one GPU: ``rows`` rows of ``C`` float32 values -> ``rows`` rows of ``parts Cp``
+    bf16 (``taps`` of them per row where the width folds)."""
+
+    source, function, fields = SPLIT_SOURCE, "split_bf16x3", _ARGS_FIELDS
 
     def __init__(self, device_index: int, rows: int, c: int, lo_parts: int, parts: int = 3, fold=None):
-        self.device_index = device_index
         fold = fold or _NO_FOLD
-        self.geometry = dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), lo_parts=lo_parts, parts=parts,
-                             **fold)
-        self.grid = grid_1d(rows * fold["taps"] * (padded_channels(c) // 8), 256, max_blocks=132 * 16)
-        self._vec_ok = c % 4 == 0
-        self._launches: dict = {}
-
-    def __call__(self, src, dst) -> None:
-        vec = self._vec_ok and src.data.ptr % 16 == 0
-        launch = self._launches.get(vec)
-        if launch is None:
-            from ...compiler import load_cuda_function
-            from ...device import gpu_info
-            fn = load_cuda_function(SPLIT_SOURCE, gpu_info(self.device_index), {}, "split_bf16x3")
-            args = c_struct(_ARGS_FIELDS, dict(self.geometry, vec_loads=int(vec)))
-            launch = self._launches[vec] = PackedLaunch(fn, self.grid, 256, 0, (np.uint64(0), np.uint64(0), args),
-                                                        slots=(0, 1))
-        launch(src.data.ptr, dst.data.ptr)
+        super().__init__(device_index, dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c),
+                                            lo_parts=lo_parts, parts=parts, **fold),
+                         rows * fold["taps"] * (padded_channels(c) // 8), c % 4 == 0)
 
 
 def split_bf16x3(a, lo_parts: int, parts: int = 3):
@@ -105,7 +92,7 @@ def split_bf16x3(a, lo_parts: int, parts: int = 3):
     return out
 
 
-class Sm90SplitBf16Kernel(Kernel):
+class Sm90SplitBf16Kernel(RewritingKernel):
     """conv2d of float32 data on Hopper: bf16 hi/lo parts, three products per term, one wgmma launch."""
 
     name = "sm90_bf16x3"
@@ -114,14 +101,7 @@ class Sm90SplitBf16Kernel(Kernel):
     spatial_dims = (2,)
     precisions = frozenset({("float32", "float32"), ("float32", "tf32")})
 
-    def __init__(self, inner: Kernel):
-        self.inner = inner
-
-    def make_plan(self, problem, device, overrides):
-        if not device.is_hopper:
-            return not_hopper(device)
-        if problem.groups != 1:
-            return Declined(f"groups={problem.groups}: grouped/depthwise convolution is not covered (groups == 1 only)")
+    def rewrite_plan(self, problem, device, overrides):
         cp_ = padded_channels(problem.channels)
         if folds(problem):
             inner_problem, x_channels = folded_problem(problem), 0
