@@ -235,7 +235,10 @@ class RowKernel:
             from .compiler import load_cuda_function
             from .device import gpu_info
             fn = load_cuda_function(self.source, gpu_info(self.device_index), {}, self.function)
-            args = c_struct(self.fields, dict(self.geometry, vec_loads=int(vec)))
-            launch = self._launches[vec] = PackedLaunch(fn, self.grid, 256, 0, (np.uint64(0), np.uint64(0), args),
-                                                        slots=(0, 1))
+            launch = self._launches[vec] = PackedLaunch(fn, self.grid, 256, 0,
+                                                        (np.uint64(0), np.uint64(0), self.args(vec)), slots=(0, 1))
         launch(src.data.ptr, dst.data.ptr)
+
+    def args(self, vec: bool) -> np.void:
+        """The kernel's argument struct for this geometry (``vec``: 16-byte loads)."""
+        return c_struct(self.fields, dict(self.geometry, vec_loads=int(vec)))

@@ -222,11 +222,9 @@ def _stack_launch(direction: str, sp: Subpixel, z, y) -> PackedLaunch:
     return _stack_launch_cached(direction, z.data.device_id, word, row, z.shape[0], sp)
 
 
-@functools.lru_cache(maxsize=256)
-def _stack_launch_cached(direction: str, device_id: int, word: int, row_bytes: int, N: int,
-                         sp: Subpixel) -> PackedLaunch:
-    from .compiler import load_cuda_function
-    from .device import gpu_info
+def stack_args(sp: Subpixel, word: int, row_bytes: int, N: int):
+    """``(args, blocks)``: phase_stack.cu's argument struct and grid for ``N`` images of ``row_bytes`` rows
+    moved in ``word``-byte words."""
     pad = 3 - len(sp.stride)
     L3, I3, s3 = ((1,) * pad + sp.length, (1,) * pad + sp.extent, (1,) * pad + sp.stride)
     shifts = ((0,),) * pad + sp.shift
@@ -236,7 +234,14 @@ def _stack_launch_cached(direction: str, device_id: int, word: int, row_bytes: i
                   s0=s3[0], s1=s3[1], s2=s3[2])
     values.update({f"sh{a}_{k}": (shifts[a][k] if k < len(shifts[a]) else 0) for a in range(3)
                    for k in range(MAX_STRIDE)})
-    args = c_struct(_STACK_FIELDS, values)
+    return c_struct(_STACK_FIELDS, values), max(1, min(-(-words // 256), 65535 * 8))
+
+
+@functools.lru_cache(maxsize=256)
+def _stack_launch_cached(direction: str, device_id: int, word: int, row_bytes: int, N: int,
+                         sp: Subpixel) -> PackedLaunch:
+    from .compiler import load_cuda_function
+    from .device import gpu_info
+    args, blocks = stack_args(sp, word, row_bytes, N)
     fn = load_cuda_function(STACK_SOURCE, gpu_info(device_id), {}, f"phase_{direction}_w{word}")
-    blocks = max(1, min(-(-words // 256), 65535 * 8))
     return PackedLaunch(fn, blocks, 256, 0, (np.uint64(0), np.uint64(0), args), slots=(0, 1))
