@@ -9,10 +9,10 @@ For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation
   the taps ``f`` with ``s | phi + lo - f d``, which step through ``dy`` by ``d / gcd(s, d)``, so each
   phase is one stride-1 forward convolution of (a slice of) ``dy`` with those taps flipped and the
   filter's K and C axes exchanged within each group (:func:`_phases`): ``s^nd`` calls for a stride
-  ``s``, none of them multiplying zeros, each writing its phase of ``dx``. Or, with groups 1 (on NumPy
-  arrays, and on a GPU under ``overrides(stacked_phases=True)``), the phases stacked along the
-  channels and computed by one forward convolution (:mod:`cuconv.subpixel`: its filter gathered from
-  ``w``, zero where a phase has no tap), then put into place.
+  ``s``, none of them multiplying zeros, each writing its phase of ``dx``. Or, with groups 1 and under
+  ``overrides(stacked_phases=True)``, the phases stacked along the channels and computed by one
+  forward convolution (:mod:`cuconv.subpixel`: its filter gathered from ``w``, zero where a phase has
+  no tap), then put into place.
 * **weight gradient** ``dw[k, f, c] = sum over n, o of dy[n, o, k] x[n, o s - lo + f d, c]``: on CuPy
   fp16 / bf16 2-D data one implicit GEMM over the output pixels, split across CTAs and summed in split
   order (``sm90_wgrad`` / ``sm80_wgrad``, :data:`WGRAD_KERNELS`); otherwise a forward convolution whose
@@ -252,7 +252,7 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     memo = None if key is None else (key, type(dy), None if xp is np else dy.data.device_id, bias is not None,
                                      residual is not None, ep["alpha"], type(ep["alpha"]), ep["beta"], type(ep["beta"]),
                                      ep["activation"], kernel, current_overrides())
-    if _stacks(plan, xp):
+    if _stacks(plan):
         y = out if out is not None and not cf else xp.empty((N, *I, C), dtype=dy_n.dtype)
         _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, precision)
         if out is None:
@@ -289,13 +289,10 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     return out
 
 
-def _stacks(plan, xp) -> bool:
-    """Whether the input gradient of ``plan`` runs as the stacked-phase convolution: where it applies, as
-    ``overrides(stacked_phases=...)`` says (None: on NumPy arrays)."""
-    if plan.subpixel is None:
-        return False
-    wanted = current_overrides().stacked_phases
-    return xp is np if wanted is None else wanted
+def _stacks(plan) -> bool:
+    """Whether the input gradient of ``plan`` runs as the stacked-phase convolution: where it applies and
+    ``overrides(stacked_phases=True)`` asks for it."""
+    return plan.subpixel is not None and bool(current_overrides().stacked_phases)
 
 
 def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, precision) -> None:
@@ -581,7 +578,7 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
                              precision_of(precision, dtype))
     p, device = plan.problem, device_of(dy)
     sp = plan.subpixel
-    if _stacks(plan, _xp(dy)):
+    if _stacks(plan):
         e = _forward_explanation(p, device, (x_shape[0], *p.out_spatial, p.out_channels),
                                  (sp.phases * p.channels, *sp.window, p.out_channels), 1, sp.pad, 1, 1,
                                  epilogue or {}, kernel)
