@@ -23,7 +23,8 @@ the epilogue of zero. Four launches or fewer, where the phase split (:mod:`cucon
 convolutions, each with a filter flip and a scatter; the cost is the zero taps of ``W'``: ``P prod(J)``
 against ``prod(F)`` filter taps (a 3x3 filter of stride 2: 16 against 9; 4x4: 16 against 16).
 :func:`geometry` declines (None) where that ratio passes :data:`MAX_WASTE`, for groups, strides past
-:data:`MAX_STRIDE` and ``base > 0``.
+:data:`MAX_STRIDE` and ``base > 0``. :mod:`cuconv.grad` runs it where it applies and
+``cuconv.overrides(stacked_phases=True)`` asks for it; the phase split otherwise.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ import numpy as np
 
 from .launch import PackedLaunch, c_struct
 
-__all__ = ["Subpixel", "geometry", "stacked_filter", "stack", "unstack", "MAX_WASTE", "STACK_SOURCE",
-           "GATHER_SOURCE", "COMPILE_VARIANTS"]
+__all__ = ["Subpixel", "geometry", "stacked_filter", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
+           "STACK_SOURCE", "GATHER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"
 GATHER_SOURCE = "layout/gather_index.cu"
