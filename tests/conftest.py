@@ -135,6 +135,24 @@ def host_shared_library(folder, source, flags=()):
     return ctypes.CDLL(str(so))
 
 
+def kernel_source_library(folder, harness: str):
+    """``harness`` (C++ that ``#include``s kernels_cu/ sources) built for this CPU by
+    :func:`host_shared_library`, with a host ``common/types.cuh`` (the fixed-width integer types) ahead
+    of the real one, which holds PTX conversions a host compiler cannot build; and the real
+    ``common/fast_div.cuh`` beside it. For kernels whose code is index arithmetic and copies, run
+    thread by thread on the CPU."""
+    from pathlib import Path
+
+    from cuconv.compiler import kernels_dir
+    folder = Path(folder)
+    (folder / "common").mkdir(exist_ok=True)
+    (folder / "common" / "types.cuh").write_text("#pragma once\n#include <cstdint>\n")
+    (folder / "common" / "fast_div.cuh").write_text((kernels_dir("cu") / "common" / "fast_div.cuh").read_text())
+    src = folder / "harness.cpp"
+    src.write_text(harness)
+    return host_shared_library(folder, src, (f"-I{folder}", f"-I{kernels_dir('cu')}"))
+
+
 def find_cuobjdump():
     """Path of cuobjdump (on PATH, or from the nvidia-cuda-cuobjdump wheel), or None."""
     exe = shutil.which("cuobjdump")

@@ -24,15 +24,10 @@ from hypothesis import strategies as st
 
 from cuconv import subpixel
 from cuconv.backends.sm90.fold import FoldWidth
-from cuconv.compiler import kernels_dir
 from cuconv.models.fold import fold_rows, padded_channels
 from cuconv.validate import conv_problem
 
-from conftest import host_shared_library
-
-_TYPES = """#pragma once
-#include <cstdint>
-"""
+from conftest import kernel_source_library
 
 _HARNESS = r"""
 #include <cstdint>
@@ -87,12 +82,7 @@ extern "C" void run_gather(int itemsize, const void* src, const int32_t* index, 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    d = tmp_path_factory.mktemp("layout_kernels")
-    (d / "common").mkdir()
-    (d / "common" / "types.cuh").write_text(_TYPES)
-    src = d / "harness.cpp"
-    src.write_text(_HARNESS)
-    L = host_shared_library(d, src, (f"-I{d}", f"-I{kernels_dir('cu')}"))
+    L = kernel_source_library(tmp_path_factory.mktemp("layout_kernels"), _HARNESS)
     P, U = ctypes.c_void_p, ctypes.c_uint
     L.run_fold.argtypes = [P, P, P, U, U]
     L.run_stack.argtypes = [ctypes.c_int, ctypes.c_int, P, P, P, U, U]

@@ -21,14 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cuconv.backends.sm90.tiles import choose_tile_config
-from cuconv.compiler import kernels_dir
 from cuconv.launch import fast_divisor
 
-from conftest import host_shared_library
-
-_TYPES = """#pragma once
-#include <cstdint>
-"""
+from conftest import kernel_source_library
 
 _HARNESS = r"""
 #include <cstdint>
@@ -74,14 +69,7 @@ WHOLE, PARTIAL, FINISH = 0, 1, 2
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    d = tmp_path_factory.mktemp("sm90_scheduler")
-    (d / "common").mkdir()
-    (d / "common" / "types.cuh").write_text(_TYPES)
-    # the real fast_div.cuh, beside the host types.cuh it includes
-    (d / "common" / "fast_div.cuh").write_text((kernels_dir("cu") / "common" / "fast_div.cuh").read_text())
-    src = d / "harness.cpp"
-    src.write_text(_HARNESS)
-    L = host_shared_library(d, src, (f"-I{d}", f"-I{kernels_dir('cu')}"))
+    L = kernel_source_library(tmp_path_factory.mktemp("sm90_scheduler"), _HARNESS)
     P = ctypes.c_void_p
     L.walk.argtypes = [P, ctypes.c_int, ctypes.c_int, P, P, ctypes.c_int]
     L.walk.restype = ctypes.c_int
