@@ -232,7 +232,7 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
                          f"{x_shape} with w {tuple(w.shape)}, {layout}), got {tuple(dy.shape)}")
     xp = _xp(dy)
     dy_n, w_n = _last(dy, cf, xp), _last(w, cf, xp)
-    N, I, C, g = x_shape[0], p.in_spatial, p.channels, p.groups
+    N, I, C = x_shape[0], p.in_spatial, p.channels
     ep = {**dict(bias=None, residual=None, alpha=1.0, beta=1.0, activation=None), **(epilogue or {})}
     residual = ep["residual"]
     if residual is not None:
@@ -252,18 +252,29 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     memo = None if key is None else (key, type(dy), None if xp is np else dy.data.device_id, bias is not None,
                                      residual is not None, ep["alpha"], type(ep["alpha"]), ep["beta"], type(ep["beta"]),
                                      ep["activation"], kernel, current_overrides())
+    into = out if out is not None and not cf else None  # the caller's array, where it is channels-last
     if _stacks(plan):
-        y = out if out is not None and not cf else xp.empty((N, *I, C), dtype=dy_n.dtype)
+        y = into if into is not None else xp.empty((N, *I, C), dtype=dy_n.dtype)
         _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, precision)
-        if out is None:
-            return _first(y, cf, xp)
-        if cf:
-            to_channels_first(y, xp, out)
-        return out
+    else:
+        y = _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel, precision, dtype)
+    if out is None:
+        return _first(y, cf, xp)
+    if cf:
+        to_channels_first(y, xp, out)
+    return out
+
+
+def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel, precision, dtype: str):
+    """The input gradient (channels-last) phase by phase: per phase the flipped taps, its forward call, its
+    rows put into place; phases no tap reaches get the epilogue of zero. Into ``into`` where given, else
+    a new array; returns it."""
+    p = plan.problem
+    N, I, C, g = dy_n.shape[0], p.in_spatial, p.channels, p.groups
     plain = ep["bias"] is None and residual is None and ep["activation"] is None
     zeros = plain and any(spec is None for _, spec, _ in plan.phases)
-    if out is not None and not cf:
-        y = out
+    if into is not None:
+        y = into
         if zeros:
             y.fill(0)
     else:  # phases no tap reaches are zeros without an epilogue: one fill of the whole result
@@ -282,11 +293,7 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
         execute(fplan, xp, None if xp is np else src.data.device_id, src, wt, bias, res_part, part)
         if not whole:
             scatter_phase(part, y, p.stride, spec["origin"], xp)
-    if out is None:
-        return _first(y, cf, xp)
-    if cf:
-        to_channels_first(y, xp, out)
-    return out
+    return y
 
 
 def _stacks(plan) -> bool:
