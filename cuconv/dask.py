@@ -132,7 +132,7 @@ def _residual(residual, shape, dtype: str, lib: str, out_chunks):
     """The residual as a dask array chunked like the output (a dask array is rechunked, an array wrapped)."""
     if not isinstance(residual, da.Array):
         residual = _whole(residual, "residual", shape, dtype, lib)
-        if lib == "cupy" and dtype == "bfloat16":
+        if _moves_as_bits(lib, dtype):
             residual = residual.view(np.uint16)  # travels as its bits, like x (see _as_bits)
         return da.from_array(residual, chunks=out_chunks, asarray=False)
     if any(math.isnan(v) for v in residual.shape):
@@ -144,7 +144,7 @@ def _residual(residual, shape, dtype: str, lib: str, out_chunks):
     got = dtype_name(residual, "residual")
     if got != dtype:
         raise TypeError(f"residual: expected dtype {dtype} like x, got {got}")
-    return _as_bits(residual, lib, dtype, len(shape)).rechunk(out_chunks)
+    return _as_bits(residual, lib, dtype).rechunk(out_chunks)
 
 
 def _on_device_of(a, x):
@@ -169,13 +169,19 @@ def _typed(a, dtype: str):
     return a.view(want) if a.dtype.itemsize == want.itemsize and a.dtype != want else a
 
 
-def _as_bits(a, lib: str, dtype: str, ndim: int):
+def _moves_as_bits(lib: str, dtype: str) -> bool:
+    """Whether arrays of the graph travel between workers as uint16 bits: bfloat16 CuPy data, whose dtype
+    distributed's CuPy serializer does not carry (:func:`_typed`)."""
+    return lib == "cupy" and dtype == "bfloat16"
+
+
+def _as_bits(a, lib: str, dtype: str):
     """A dask array of bfloat16 CuPy chunks as their uint16 bits (a view per chunk, on its own worker), so
     that what dask moves between workers for halos and rechunks keeps its type; the blocks view it back
     (:func:`_typed`). Any other array is returned as it is."""
-    if lib != "cupy" or dtype != "bfloat16":
+    if not _moves_as_bits(lib, dtype):
         return a
-    return a.map_blocks(_bits_view, dtype=np.uint16, meta=da.utils.meta_from_array(a, ndim=ndim, dtype=np.uint16))
+    return a.map_blocks(_bits_view, dtype=np.uint16, meta=da.utils.meta_from_array(a, dtype=np.uint16))
 
 
 def _bits_view(block):
@@ -243,7 +249,7 @@ def _lazy_conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
 
     spatial_axes = tuple(range(1, nd + 1)) if channels_last else tuple(range(2, nd + 2))
     channel_axis = nd + 1 if channels_last else 1
-    x = _as_bits(x.rechunk({channel_axis: -1}), lib, dtype, nd + 2)
+    x = _as_bits(x.rechunk({channel_axis: -1}), lib, dtype)
     out_chunks = [None] * (nd + 2)
     out_chunks[0] = x.chunks[0]
     out_chunks[channel_axis] = (problem.out_channels,)
@@ -404,7 +410,7 @@ def _lazy_transpose(nd, x, w, bias, stride, padding, output_padding, dilation, g
     c_out = y_shape[channel_axis]
     if bias is not None:
         bias = _whole(bias, "bias", (c_out,), dtype, lib)
-    x = _as_bits(x.rechunk({channel_axis: -1}), lib, dtype, nd + 2)
+    x = _as_bits(x.rechunk({channel_axis: -1}), lib, dtype)
     out_chunks = [None] * (nd + 2)
     out_chunks[0] = x.chunks[0]
     out_chunks[channel_axis] = (c_out,)

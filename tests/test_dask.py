@@ -314,7 +314,7 @@ def test_blocks_restore_bfloat16_sent_as_void_or_bits():
     f = np.ones((2, 2), np.float32)
     assert cdask._typed(f, "float32") is f and cdask._typed(None, "bfloat16") is None
     x = da.from_array(a, chunks=2)
-    assert cdask._as_bits(x, "numpy", "bfloat16", 2) is x  # NumPy chunks keep their dtype between workers
+    assert cdask._as_bits(x, "numpy", "bfloat16") is x  # NumPy chunks keep their dtype between workers
 
 
 def test_scaling_benchmark_sizes_the_volume_by_gpu_memory():
