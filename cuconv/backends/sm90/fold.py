@@ -14,7 +14,7 @@ tiles) with every epilogue term and either output layout. The kernel takes probl
 channels fill at most one 64-channel block (``S * Cp <= 64``) and that need the fold: C not a multiple
 of 8, or a filter wider than one column. Its priority (40) is below ``sm80_igemm``'s (50), so the
 automatic choice does not pick it: it runs when ``kernel="sm90_fold"`` asks for it.
-``python -m cuconv.bench --suite networks`` with that kernel forced is how it is compared.
+``python -m cuconv.bench.layer_ab --kernel sm90_fold`` compares it with the automatic choice.
 """
 
 from __future__ import annotations
