@@ -213,7 +213,7 @@ struct Sm90ConvParams {
   int c_blocks;     // ceil(C / BK)
   int last_k16;     // k16 steps holding real channels in the last channel block: ceil((C - (c_blocks-1) BK) / 16)
   int n_tiles;      // ceil(K / BN)
-  int num_units;    // ceil(ceil(M / BM) / CLUSTER) * n_tiles + split tiles (see scheduler.cuh)
+  int num_units;    // ceil(ceil(M / BM) / CLUSTER) * n_tiles + split_tiles * (split_ways - 1) (scheduler.cuh)
   int dp_tiles;     // units that are whole tiles (= num_units when no tile is split)
   int k_iters;      // reduction steps of a whole tile: T * R * S * c_blocks
   int split_ways;   // parts of a split tile along the reduction (scheduler.cuh; 2 when no tile is split)
