@@ -258,7 +258,31 @@ def test_small_problem_split_ways(m, n, k_iters_, ways, want):
                               split=False).split_tiles == 0
     paired = choose_tile_config(m, n, 132, cluster=2, k_iters=k_iters_, split_ways=ways)
     assert paired.cluster == 1 or paired.split_ways == 2  # CTA pairs (where two row tiles allow them) never split
-    assert choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters_, block_m=128).split_ways == 2  # never automatic
+
+
+@pytest.mark.parametrize("m,n,bn,k_iters_,want", [
+    (2 * 8 * 8, 1280, 96, 360, 9),     # UNet 3x3 2560->1280 at 8x8: 14 tiles, 132 // 14 = 9 parts of 40 steps
+    (2 * 16 * 16, 640, 96, 90, 4),     # UNet 3x3 640 at 16x16: 28 tiles -> 4 parts
+    (2 * 16 * 16, 1280, 96, 180, 2),   # 56 tiles: room for two parts only
+    (2 * 8 * 8, 1280, 96, 40, 4),      # 40 steps: at least 10 per part
+    (16 * 20 * 20, 64, 64, 72, 2),     # YOLO head 3x3 64->64 at 20x20: 50 tiles
+    (2 * 8 * 8, 1280, 96, 20, 0),      # a 1x1 1280->1280: too short a reduction (splitting costs more)
+    (2 * 32 * 32, 320, 96, 45, 2),     # UNet 3x3 s2 320 at 64x64: 64 tiles, two parts
+    (2 * 32 * 32, 320, 96, 31, 0),     # the same with 31 steps
+    (64 * 7 * 7, 512, 128, 72, 0),     # 100 tiles: more than half of the SMs busy
+])
+def test_small_problem_split_automatic(m, n, bn, k_iters_, want):
+    """The automatic split of small problems (docs/tuning.md T-split-small): every tile in as many parts
+    as have SMs of their own, at most 16, each of at least 10 reduction steps, for tiles of at least 32
+    steps; never with split=False or CTA pairs."""
+    cfg = choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters_, block_m=128, block_n=bn)
+    if want:
+        assert (cfg.split_tiles, cfg.split_ways) == (cfg.num_tiles, want)
+        assert cfg.num_units == cfg.grid == cfg.num_tiles * want <= 132 and min(cfg.split_steps) >= 10
+    else:
+        assert cfg.split_tiles == 0 and cfg.num_units == cfg.num_tiles  # (no full wave: no split tail either)
+    off = choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters_, block_m=128, block_n=bn, split=False)
+    assert off.split_tiles == 0 and off.num_units == off.num_tiles
 
 
 def test_split_ways_override_and_env(cuconv_env):

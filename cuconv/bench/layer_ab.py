@@ -3,7 +3,8 @@
 Two questions, one tool:
 
 * ``python -m cuconv.bench.layer_ab --split-ways 2 4 8 16``: the Hopper kernel's split of small problems
-  (``cuconv.overrides(split_ways=N, halo=False)``). The layers are those whose automatic tiling leaves at
+  forced to N parts (``cuconv.overrides(split_ways=N, halo=False)``) against its automatic rule
+  (docs/tuning.md T-split-small). The layers are those whose automatic tiling leaves at
   least half of the SMs without a tile (few output tiles, often a long reduction).
 * ``python -m cuconv.bench.layer_ab --kernel sm90_fold``: a kernel that the automatic choice does not
   take (``kernel=NAME``). The layers are those it accepts.

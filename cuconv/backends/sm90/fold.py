@@ -14,7 +14,10 @@ tiles) with every epilogue term and either output layout. The kernel takes probl
 channels fill at most one 64-channel block (``S * Cp <= 64``) and that need the fold: C not a multiple
 of 8, or a filter wider than one column. Its priority (40) is below ``sm80_igemm``'s (50), so the
 automatic choice does not pick it: it runs when ``kernel="sm90_fold"`` asks for it.
-``python -m cuconv.bench.layer_ab --kernel sm90_fold`` compares it with the automatic choice.
+``python -m cuconv.bench.layer_ab --kernel sm90_fold`` compares it with the automatic choice; on an
+H200 (bf16) the automatic choice is faster on every layer of the networks suite that the fold takes:
+ResNet-50's 7x7 stem 111 against 168 us, the SD VAE's and UNet's conv_in 12 against 16-18 us, YOLOv8s'
+stem 164 against 442 us.
 """
 
 from __future__ import annotations

@@ -53,6 +53,9 @@ HALO_MIN_RES_STAGES = 4
 _SPLIT_MIN_K_ITERS = 8
 #: Parts a tile of a small problem may be split into along the reduction (overrides(split_ways=...)).
 SPLIT_WAYS = tuple(range(2, 17))
+#: The automatic split of small problems (docs/tuning.md T-split-small): at least this many reduction
+#: steps per tile, and at least this many per part.
+_SMALL_SPLIT_MIN_K_ITERS, _SMALL_SPLIT_PART_K_ITERS = 32, 10
 #: (BN, BM) of the halo tiles that replace BN = 256 with a residual (docs/tuning.md T-halo-narrow-res).
 _NARROW_HALO_RES = (128, 192)
 #: The ping-pong tile the automatic choice takes: two 64 x 128 wgmma row blocks per warpgroup.
@@ -221,13 +224,21 @@ def _split_tiles(tiles: int, sm_count: int, k_iters_: int, cluster: int, split: 
 
 def _small_split_ways(tiles: int, sm_count: int, k_iters_: int, cluster: int, split: Optional[bool],
                       split_ways: Optional[int]) -> int:
-    """Parts to cut every tile of a small problem into along the reduction (scheduler.cuh), or 0 for none:
-    ``split_ways`` (forced by overrides) lowered to what fits, so that every part has its own SM
-    (``tiles * parts <= sm_count``: all parts of the grid resident at once, one round) and at least one
-    reduction step. None without ``split_ways``, with CTA pairs or with ``split=False``."""
-    if split_ways is None or split is False or cluster != 1:
+    """Parts to cut every tile of a small problem into along the reduction (scheduler.cuh), or 0 for none.
+
+    Every part gets its own SM (``tiles * parts <= sm_count``: the whole grid resident, one round).
+    ``split_ways`` (forced by overrides) is lowered to what fits, with at least one reduction step per
+    part. Automatically (docs/tuning.md T-split-small): where at least half of the SMs would be idle and
+    a tile takes at least 32 reduction steps, as many parts as fit, at most 16, each of at least 10
+    steps. None with CTA pairs or with ``split=False``."""
+    if split is False or cluster != 1:
         return 0
-    ways = min(split_ways, k_iters_, sm_count // max(tiles, 1))
+    if split_ways is not None:
+        ways = min(split_ways, k_iters_, sm_count // max(tiles, 1))
+    elif k_iters_ < _SMALL_SPLIT_MIN_K_ITERS:
+        return 0
+    else:
+        ways = min(SPLIT_WAYS[-1], k_iters_ // _SMALL_SPLIT_PART_K_ITERS, sm_count // max(tiles, 1))
     return ways if ways >= 2 else 0
 
 
@@ -334,8 +345,9 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     * Height: :func:`_auto_block_m`; ``block_m`` forces it where the variant exists (:func:`bm_fits`).
     * ``cluster`` = 2: pairs of CTAs multicasting the filter tile, when there are two row tiles.
     * The split tail (:func:`_split_tiles`); ``split`` forces it on or off.
-    * Small problems: every tile cut into ``split_ways`` parts along the reduction where that many fit
-      (:func:`_small_split_ways`); only when ``split_ways`` is given (no automatic rule yet).
+    * Small problems (at most half as many tiles as SMs, long reductions): every tile cut into parts
+      along the reduction (:func:`_small_split_ways`); ``split_ways`` forces the count, ``split=False``
+      switches it off.
     * Halo tiles where ``halo_geometry`` = (planes, P, Q, R*S) is given (else the problem cannot use
       them) and :func:`_halo_rule` or ``halo`` says so; with a residual only where the filter ring keeps
       :data:`HALO_MIN_RES_STAGES` slots, or as 192 x 128 tiles (:func:`_narrow_halo_res_pays`).
