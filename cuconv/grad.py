@@ -9,9 +9,9 @@ For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation
   the taps ``f`` with ``s | phi + lo - f d``, which step through ``dy`` by ``d / gcd(s, d)``, so each
   phase is one stride-1 forward convolution of (a slice of) ``dy`` with those taps flipped and the
   filter's K and C axes exchanged within each group (:func:`_phases`): ``s^nd`` calls for a stride
-  ``s``, none of them multiplying zeros, each writing its phase of ``dx``. Or, with groups 1 and under
-  ``overrides(stacked_phases=True)``, the phases stacked along the channels and computed by one
-  forward convolution (:mod:`cuconv.subpixel`: its filter gathered from ``w``, zero where a phase has
+  ``s``, none of them multiplying zeros, each writing its phase of ``dx``. Or, on a GPU with groups 1 (on the
+  CPU only under ``overrides(stacked_phases=True)``), the phases stacked along the channels and
+  computed by one forward convolution (:mod:`cuconv.subpixel`: its filter gathered from ``w``, zero where a phase has
   no tap), then put into place.
 * **weight gradient** ``dw[k, f, c] = sum over n, o of dy[n, o, k] x[n, o s - lo + f d, c]``: on CuPy
   fp16 / bf16 2-D data one implicit GEMM over the output pixels, split across CTAs and summed in split
@@ -253,7 +253,7 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
                                      residual is not None, ep["alpha"], type(ep["alpha"]), ep["beta"], type(ep["beta"]),
                                      ep["activation"], kernel, current_overrides())
     into = out if out is not None and not cf else None  # the caller's array, where it is channels-last
-    if _stacks(plan):
+    if _stacks(plan, xp is not np):
         y = into if into is not None else xp.empty((N, *I, C), dtype=dy_n.dtype)
         _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, precision)
     else:
@@ -296,10 +296,12 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
     return y
 
 
-def _stacks(plan) -> bool:
-    """Whether the input gradient of ``plan`` runs as the stacked-phase convolution: where it applies and
-    ``overrides(stacked_phases=True)`` asks for it."""
-    return plan.subpixel is not None and bool(current_overrides().stacked_phases)
+def _stacks(plan, on_gpu: bool) -> bool:
+    """Whether the input gradient of ``plan`` runs as the stacked-phase convolution: where it applies, on a
+    GPU unless ``overrides(stacked_phases=False)`` says otherwise, on the CPU only where
+    ``overrides(stacked_phases=True)`` asks for it (docs/tuning.md T-stacked-phases)."""
+    asked = current_overrides().stacked_phases
+    return plan.subpixel is not None and (on_gpu if asked is None else asked)
 
 
 def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, precision) -> None:
@@ -585,7 +587,7 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
                              precision_of(precision, dtype))
     p, device = plan.problem, device_of(dy)
     sp = plan.subpixel
-    if _stacks(plan):
+    if _stacks(plan, device.kind != "cpu"):
         e = _forward_explanation(p, device, (x_shape[0], *p.out_spatial, p.out_channels),
                                  (sp.phases * p.channels, *sp.window, p.out_channels), 1, sp.pad, 1, 1,
                                  epilogue or {}, kernel)

@@ -23,8 +23,10 @@ the epilogue of zero. Four launches or fewer, where the phase split (:mod:`cucon
 convolutions, each with a filter flip and a scatter; the cost is the zero taps of ``W'``: ``P prod(J)``
 against ``prod(F)`` filter taps (a 3x3 filter of stride 2: 16 against 9; 4x4: 16 against 16).
 :func:`geometry` declines (None) where that ratio passes :data:`MAX_WASTE`, for groups, strides past
-:data:`MAX_STRIDE` and ``base > 0``. :mod:`cuconv.grad` runs it where it applies and
-``cuconv.overrides(stacked_phases=True)`` asks for it; the phase split otherwise.
+:data:`MAX_STRIDE` and ``base > 0``. :mod:`cuconv.grad` runs it where it applies on a GPU (one call with fewer
+launches beats the phase split there: docs/tuning.md T-stacked-phases) unless
+``cuconv.overrides(stacked_phases=False)`` says otherwise, and on the CPU only where
+``cuconv.overrides(stacked_phases=True)`` asks for it (the zero taps cost more there than the calls they save).
 """
 
 from __future__ import annotations
