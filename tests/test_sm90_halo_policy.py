@@ -16,6 +16,7 @@ from cuconv.backends.sm90 import tiles
 from cuconv.backends.sm90.tiles import (choose_tile_config, halo_decline, halo_geometry, halo_why_not,
                                         pingpong_block_m, tile_config)
 from cuconv.backends.sm90.variants import defines, kernel_name
+from cuconv.backends.sm90.tiles import k_iters
 from cuconv.overrides import Overrides, current_overrides
 
 from geometry import H100, problem2d
@@ -54,10 +55,28 @@ def test_halo_geometry(kwargs, taps):
     (512, 1, False),   # a 1x1 filter: nothing to share
 ])
 def test_halo_rule(Q, taps, want):
-    """Halo tiles where at most 1/7 of the columns are padding and there is more than one (r, s) tap."""
-    cfg = choose_tile_config(4 * 60 * Q, 64, 132, cluster=1, halo_geometry=(4, 60, Q, taps))
+    """Halo tiles where at most 1/8 of the padded columns are padding and there is more than one (r, s)
+    tap (here with two channel blocks per tap)."""
+    cfg = choose_tile_config(4 * 60 * Q, 64, 132, cluster=1, k_iters=2 * taps, halo_geometry=(4, 60, Q, taps))
     assert cfg.halo is want
     assert choose_tile_config(4 * 60 * Q, 64, 132, cluster=1, halo_geometry=(4, 60, Q, taps), halo=True).halo
+
+
+@pytest.mark.parametrize("Q,k_iters_,want", [
+    (160, 9, True),     # YOLOv8s 3x3 32->32 at 160x160: 17% padding, one channel block per tap
+    (200, 9, True),     # 22%
+    (160, 18, False),   # two channel blocks per tap: the 1/8 rule
+    (80, 9, False),     # 37.5%
+    (40, 9, False),
+])
+def test_halo_rule_one_channel_block(Q, k_iters_, want):
+    """With one channel block per tap (C <= 64) halo tiles may pad up to 1/4 of the columns (T-halo-one-block)."""
+    cfg = choose_tile_config(16 * 160 * Q, 32, 132, cluster=1, k_iters=k_iters_, halo_geometry=(16, 160, Q, 9))
+    assert cfg.halo is want
+    p = problem2d(N=16, H=Q, W=Q, C=64 * (k_iters_ // 9), K=32, R=3, S=3, padding=1)
+    assert k_iters(p) == k_iters_ and tiles.tile_config(p, 132, Overrides()).halo is want
+    if not want:
+        assert "columns pad to" in halo_why_not(p, Overrides())
 
 
 def test_mid_tile_rule_on_halo_tiles():
@@ -215,8 +234,10 @@ def test_pingpong_through_overrides():
 def test_explain_names_halo_choice():
     _, e = dispatch.select(WIDE, H100)
     assert "_halo" in e.detail and "halo tiles" in e.detail
-    _, e = dispatch.select(problem2d(N=2, H=20, W=208, C=64, K=64), H100)
+    _, e = dispatch.select(problem2d(N=2, H=20, W=208, C=128, K=64), H100)
     assert "_halo" not in e.detail and "pad to 256" in e.detail
+    _, e = dispatch.select(problem2d(N=2, H=20, W=208, C=64, K=64), H100)  # one channel block per tap
+    assert "_halo" in e.detail
     _, e = dispatch.select(problem2d(N=2, H=20, W=416, C=64, K=64, stride=2), H100)
     assert "not halo tiles: H/W stride (2, 2)" in e.detail
     _, e = dispatch.select(problem2d(N=2, H=20, W=416, C=64, K=64, R=1, S=1, padding=0), H100)

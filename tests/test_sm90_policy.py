@@ -110,6 +110,9 @@ def test_tile_width_choice(m, n, bn):
     (2 * 512 * 512, 128, 192, 5),     # ... but 2731 tiles of 192 rows take fewer tile-times (21 waves vs 32)
     (1000, 64, 128, 8),               # one tile either way: keep two consumer warpgroups
     (4 * 64 * 68, 64, 192, 7),        # 68 tall tiles would leave half the SMs idle; 91 of 192 rows: one wave
+    (16 * 160 * 160, 64, 256, 5),     # YOLOv8s 1x1 64->64 at 160x160: 13 waves of 256 against 25 of 128 (slack)
+    (16 * 160 * 160, 32, 256, 5),     # ... and its 3x3 32->32 on im2col boxes
+    (265 * 256, 64, 192, 7),          # 3 waves of 256 against 5 of 128: past the 1/8 slack (192: 3 waves)
 ])
 def test_tall_tile_rule(m, n, bm, stages):
     cfg = choose_tile_config(m, n, 132, cluster=1)
@@ -119,7 +122,7 @@ def test_tall_tile_rule(m, n, bm, stages):
         res = choose_tile_config(m, n, 132, cluster=1, loads_residual=True)
         assert res.block_m == 128, "a residual keeps 128-row tiles (the 256-row C ring leaves 3-4 slots)"
         res = choose_tile_config(m, n, 132, cluster=1, loads_residual=True, block_m=256)
-        assert res.block_m == 256 and res.stages == {64: 4, 96: 3}[n] and res.smem_bytes(True) <= 227 * 1024
+        assert res.block_m == 256 and res.stages == {64: 4, 96: 3}[cfg.block_n] and res.smem_bytes(True) <= 227 * 1024
         assert choose_tile_config(m, n, 132, cluster=2).block_m == 128, "no 256-row tiles in CTA pairs"
         assert choose_tile_config(m, n, 132, cluster=1, block_m=128).block_m == 128
 

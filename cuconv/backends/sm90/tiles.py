@@ -56,6 +56,12 @@ SPLIT_WAYS = tuple(range(2, 17))
 #: The automatic split of small problems (docs/tuning.md T-split-small): at least this many reduction
 #: steps per tile, and at least this many per part.
 _SMALL_SPLIT_MIN_K_ITERS, _SMALL_SPLIT_PART_K_ITERS = 32, 10
+#: 256-row tiles may take up to this many times the waves-times-rows of 128-row ones (docs/tuning.md
+#: T-bm-tall): their rows run faster, which pays for a slightly emptier last wave.
+_TALL_WAVE_SLACK = 1.125
+#: Halo tiles of problems with one channel block per tap (k_iters <= R*S: C <= 64) may pad up to this
+#: fraction of their columns (docs/tuning.md T-halo-one-block), where every other problem pads at most 1/8.
+_HALO_ONE_BLOCK_MAX_PAD = 0.25
 #: (BN, BM) of the halo tiles that replace BN = 256 with a residual (docs/tuning.md T-halo-narrow-res).
 _NARROW_HALO_RES = (128, 192)
 #: The ping-pong tile the automatic choice takes: two 64 x 128 wgmma row blocks per warpgroup.
@@ -275,9 +281,9 @@ def bm_fits(block_m: int, block_n: int, cluster: int, loads_residual: bool, halo
 
 
 def _tall_pays(tall: int, short: int, sm_count: int) -> bool:
-    """256-row tiles fill at least one wave and need no more than half the waves of 128-row ones
-    (docs/tuning.md T-bm-tall)."""
-    return tall >= sm_count and 2 * -(-tall // sm_count) <= -(-short // sm_count)
+    """256-row tiles fill at least one wave and need no more than half the waves of 128-row ones, give
+    or take :data:`_TALL_WAVE_SLACK` (docs/tuning.md T-bm-tall)."""
+    return tall >= sm_count and 2 * -(-tall // sm_count) <= _TALL_WAVE_SLACK * -(-short // sm_count)
 
 
 def _mid_pays(mid: int, short: int, sm_count: int) -> bool:
@@ -316,10 +322,13 @@ def _pingpong_pays(pingpong: Optional[bool], auto_bn: bool, block_m: Optional[in
             and gemm_n % 128 == 0)
 
 
-def _halo_rule(planes: int, P: int, Q: int, taps_hw: int) -> bool:
-    """Halo tiles beat im2col boxes when at most 1/7 of the columns are padding (a tile covers 64
-    columns) and the filter has more than one (r, s) tap to share (docs/tuning.md T-halo-rule)."""
+def _halo_rule(planes: int, P: int, Q: int, taps_hw: int, k_iters_: int = 0) -> bool:
+    """Halo tiles beat im2col boxes when at most 1/8 of the padded columns are padding (a tile covers 64
+    columns) and the filter has more than one (r, s) tap to share (docs/tuning.md T-halo-rule); at most
+    1/4 where a tile's reduction is one channel block per tap (``0 < k_iters <= R*S``: T-halo-one-block)."""
     padded = -(-Q // 64) * 64
+    if taps_hw > 1 and 0 < k_iters_ <= taps_hw:
+        return padded - Q <= _HALO_ONE_BLOCK_MAX_PAD * padded
     return taps_hw > 1 and 7 * padded <= 8 * Q
 
 
@@ -369,7 +378,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         best = min((b for b in STAGES if b not in _BASE_BN), key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
         if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * _modelled_cost(m_tiles, gemm_n, bn, sm_count):
             bn = best
-    use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry) if halo is None else halo)
+    use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry, k_iters) if halo is None else halo)
     if use_halo and halo is None and loads_residual:
         if _narrow_halo_res_pays(auto_bn, bn, gemm_n, bm, cl):
             bn, bm = _NARROW_HALO_RES
@@ -464,7 +473,8 @@ def halo_why_not(problem, overrides) -> str:
     planes, P, Q, taps = halo_geometry(problem)
     if taps == 1:
         return "one (r, s) tap: no window to share"
-    if _halo_rule(planes, P, Q, taps):
+    if _halo_rule(planes, P, Q, taps, k_iters(problem)):
         return (f"with a residual, halo tiles of this width keep fewer than {HALO_MIN_RES_STAGES} filter slots "
                 f"next to the C ring")
-    return f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than 1/7 wasted)"
+    limit = "1/3" if 0 < k_iters(problem) <= taps else "1/7"
+    return f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than {limit} of {Q} wasted)"
