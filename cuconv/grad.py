@@ -47,8 +47,10 @@ import numpy as np
 from . import subpixel
 from .api import execute
 from .arrays import as_array, check_companion, check_same_place, dtype_name, on_device_of
+from .device import cupy_or_none
 from .layout import flip_filter, flip_taps, scatter_phase, to_channels_first, to_channels_last
 from .problem import LAYOUTS, normalize_spatial
+from .registry import on_change
 from .overrides import current_overrides
 from .validate import activation_of, check_ranks, layout_of, precision_of
 
@@ -206,12 +208,62 @@ def _input_plan(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, 
     return _InputPlan(p, tuple(phases), subpixel.geometry(p))
 
 
-@on_device_of(1)
-def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision,
-                epilogue=None, out=None):
-    """The input gradient (module docstring), computed channels-last; ``epilogue``: the keywords
-    (bias, residual, alpha, beta, activation) fused into the forward calls (transposed convolution),
-    ``out`` where to write. ``residual`` and ``out`` have ``x_shape``, in ``layout``."""
+#: Input-gradient calls already validated, by :func:`_call_key`: ``(plan, memo, channels_first)``.
+_GRAD_CALLS: dict = {}
+_GRAD_CALLS_LIMIT = 1024
+_NO_KEY = object()
+
+
+def _exact(v):
+    """``v`` itself where it is exactly an int, str or None, or a tuple of such (recursively), so that a
+    memo key never equates values that validation tells apart (2 and 2.0, 1 and True); else
+    :data:`_NO_KEY`."""
+    t = type(v)
+    if t is int or t is str or v is None:
+        return v
+    if t is not tuple:
+        return _NO_KEY
+    for u in v:
+        tu = type(u)
+        if not (tu is int or tu is str or u is None or (tu is tuple and _exact(u) is not _NO_KEY)):
+            return _NO_KEY
+    return v
+
+
+def _call_key(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision, ep, out, base=None):
+    """A key fixing everything :func:`_validated_input` decides for a call, or None where the call has
+    arguments it cannot vouch for (the full path then runs every time): operands by shape, strides,
+    dtype and device, the other arguments as :func:`_exact` values, scalars by type and value, and the
+    :func:`cuconv.overrides` in force. ``base``: a caller's key that already fixes dy, w and the geometry
+    (:func:`_transpose`)."""
+    from .api import _SCALAR_TYPES, _operand_key
+    tx = type(dy)
+    if base is None:
+        if tx is not np.ndarray:
+            cp = cupy_or_none()
+            if cp is None or tx is not cp.ndarray:
+                return None
+        args = _exact((nd, x_shape, stride, padding, dilation, groups, layout))
+        if args is _NO_KEY:
+            return None
+    alpha, beta, act = ep["alpha"], ep["beta"], ep["activation"]
+    rest = _exact((kernel, precision, act))
+    if type(alpha) not in _SCALAR_TYPES or type(beta) not in _SCALAR_TYPES or rest is _NO_KEY:
+        return None
+    if out is not None and tx is np.ndarray and not out.flags.writeable:
+        return None
+    try:
+        if base is None:
+            base = (tx, _operand_key(dy, tx), _operand_key(w, tx), args)
+        return (base, _operand_key(ep["bias"], tx), _operand_key(ep["residual"], tx), _operand_key(out, tx), rest,
+                alpha, type(alpha), beta, type(beta), current_overrides())
+    except KeyError:
+        return None
+
+
+def _validated_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision, ep, out):
+    """Validate an input-gradient call (every argument, named in its error): ``(plan, memo, channels_first)``
+    with the :class:`_InputPlan` and the key its forward plans are kept under (:func:`_phase_plan`)."""
     layout = layout_of(layout, nd)
     cf = not LAYOUTS[layout][1]
     dy = as_array(dy, "dy")
@@ -225,33 +277,59 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     x_shape = _shape(x_shape, "x_shape", nd)
     key, plan = _input_plan_of(nd, x_shape, tuple(w.shape), dtype, layout, stride, padding, dilation, groups,
                                precision_of(precision, dtype))
-    p = plan.problem
-    want = (x_shape[0], *_user_out_shape(p, layout)[1:])
+    want = (x_shape[0], *_user_out_shape(plan.problem, layout)[1:])
     if tuple(dy.shape) != want:
         raise ValueError(f"dy: expected shape {want} (the output of the forward convolution of x_shape "
                          f"{x_shape} with w {tuple(w.shape)}, {layout}), got {tuple(dy.shape)}")
     xp = _xp(dy)
-    dy_n, w_n = _last(dy, cf, xp), _last(w, cf, xp)
-    N, I, C = x_shape[0], p.in_spatial, p.channels
+    for name in ("residual", "out"):
+        v = out if name == "out" else ep["residual"]
+        if v is not None:
+            check_companion(as_array(v, name), name, x_shape, dtype, dy, "x")
+    if out is not None and xp is np and not as_array(out, "out").flags.writeable:
+        raise ValueError("out: expected a writeable array, got a read-only one")
+    if ep["bias"] is not None:
+        check_companion(as_array(ep["bias"], "bias"), "bias", (plan.problem.channels,), dtype, dy, "x")
+    activation_of(ep["activation"])
+    memo = None if key is None else (key, type(dy), None if xp is np else dy.data.device_id, ep["bias"] is not None,
+                                     ep["residual"] is not None, ep["alpha"], type(ep["alpha"]), ep["beta"],
+                                     type(ep["beta"]), ep["activation"], kernel, current_overrides())
+    return plan, memo, cf
+
+
+@on_device_of(1)
+def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision,
+                epilogue=None, out=None, base_key=None):
+    """The input gradient (module docstring), computed channels-last; ``epilogue``: the keywords
+    (bias, residual, alpha, beta, activation) fused into the forward calls (transposed convolution),
+    ``out`` where to write. ``residual`` and ``out`` have ``x_shape``, in ``layout``. A call whose
+    :func:`_call_key` was validated before skips validation and planning (``base_key``: see there)."""
     ep = {**dict(bias=None, residual=None, alpha=1.0, beta=1.0, activation=None), **(epilogue or {})}
-    residual = ep["residual"]
+    key = _call_key(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision, ep, out,
+                    base_key)
+    known = None if key is None else _GRAD_CALLS.get(key)
+    if known is None:
+        known = _validated_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision,
+                                 ep, out)
+        if key is not None:
+            if len(_GRAD_CALLS) >= _GRAD_CALLS_LIMIT:
+                _GRAD_CALLS.clear()
+            _GRAD_CALLS[key] = known
+    else:  # the operands are arrays of the kinds the key holds; only their conversion remains
+        dy, w = as_array(dy, "dy"), as_array(w, "w")
+    plan, memo, cf = known
+    p, xp = plan.problem, _xp(dy)
+    dy_n, w_n = _last(dy, cf, xp), _last(w, cf, xp)
+    N, I, C = dy.shape[0], p.in_spatial, p.channels
+    residual, bias = ep["residual"], ep["bias"]
     if residual is not None:
-        residual = as_array(residual, "residual")
-        check_companion(residual, "residual", x_shape, dtype, dy, "x")
-        residual = _last(residual, cf, xp)  # read before out is written (channels-first: a copy)
+        residual = _last(as_array(residual, "residual"), cf, xp)  # read before out is written (cf: a copy)
     if out is not None:
         out = as_array(out, "out")
-        check_companion(out, "out", x_shape, dtype, dy, "x")
-        if xp is np and not out.flags.writeable:
-            raise ValueError("out: expected a writeable array, got a read-only one")
-    bias = ep["bias"]
     if bias is not None:
         bias = as_array(bias, "bias")
-        check_companion(bias, "bias", (C,), dtype, dy, "x")
         bias = bias if bias.flags.c_contiguous else xp.ascontiguousarray(bias)
-    memo = None if key is None else (key, type(dy), None if xp is np else dy.data.device_id, bias is not None,
-                                     residual is not None, ep["alpha"], type(ep["alpha"]), ep["beta"], type(ep["beta"]),
-                                     ep["activation"], kernel, current_overrides())
+    dtype = p.dtype
     into = out if out is not None and not cf else None  # the caller's array, where it is channels-last
     if _stacks(plan, xp is not np):
         y = into if into is not None else xp.empty((N, *I, C), dtype=dy_n.dtype)
@@ -326,6 +404,7 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
 #: The forward plans of input-gradient phases: (call memo key, phase) -> the dispatcher's plan.
 _PHASE_PLANS: dict = {}
 _PHASE_PLANS_MAX = 2048
+on_change(_PHASE_PLANS.clear)  # a kernel registered later may plan these calls differently
 
 
 def _phase_plan(memo, i, nd, src, wt, ep, residual, part, g, spec, kernel, precision):
@@ -713,21 +792,42 @@ def conv_transpose_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], 
     return (N, C_out, *size) if cf else (N, *size, C_out)
 
 
+#: Transposed-convolution geometries already validated: key -> (output shape, padding pairs).
+_TRANSPOSE_SHAPES: dict = {}
+_TRANSPOSE_SHAPES_LIMIT = 1024
+
+
 @on_device_of(1)
 def _transpose(nd, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual, alpha, beta,
                activation, out, kernel, precision):
-    layout = layout_of(layout, nd)
-    x = as_array(x, "x")
-    w = as_array(w, "w")
-    check_same_place(w, "w", x)
-    check_ranks(nd, layout, x, w)
-    y_shape = conv_transpose_output_shape(tuple(x.shape), tuple(w.shape), stride=stride, padding=padding,
-                                          output_padding=output_padding, dilation=dilation, groups=groups,
-                                          layout=layout)
-    activation_of(activation)  # named errors before any work
+    from .api import _operand_key
+    tx = type(x)
+    args = _exact((nd, stride, padding, output_padding, dilation, groups, layout))
+    key = None
+    if args is not _NO_KEY and tx in (np.ndarray, getattr(cupy_or_none(), "ndarray", None)):
+        try:
+            key = ("transpose", tx, _operand_key(x, tx), _operand_key(w, tx), args)
+        except KeyError:  # w of another kind: validation says so
+            pass
+    known = None if key is None else _TRANSPOSE_SHAPES.get(key)
+    if known is None:
+        layout_n = layout_of(layout, nd)
+        x = as_array(x, "x")
+        w = as_array(w, "w")
+        check_same_place(w, "w", x)
+        check_ranks(nd, layout_n, x, w)
+        y_shape = conv_transpose_output_shape(tuple(x.shape), tuple(w.shape), stride=stride, padding=padding,
+                                              output_padding=output_padding, dilation=dilation, groups=groups,
+                                              layout=layout_n)
+        known = (y_shape, _pairs(padding, nd))
+        if key is not None:
+            if len(_TRANSPOSE_SHAPES) >= _TRANSPOSE_SHAPES_LIMIT:
+                _TRANSPOSE_SHAPES.clear()
+            _TRANSPOSE_SHAPES[key] = known
+    y_shape, pads = known
     epilogue = dict(bias=bias, residual=residual, alpha=alpha, beta=beta, activation=activation)
-    return _input_grad(nd, x, w, y_shape, stride, _pairs(padding, nd), dilation, groups, layout, kernel, precision,
-                       epilogue, out)
+    return _input_grad(nd, x, w, y_shape, stride, pads, dilation, groups, layout, kernel, precision, epilogue, out,
+                       key)
 
 
 def explain_transpose(x, w, bias=None, *, stride=1, padding=0, output_padding=0, dilation=1, groups=1, layout=None,

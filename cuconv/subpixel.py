@@ -73,6 +73,14 @@ class Subpixel:
     tap_of: Tuple[Tuple[Tuple[int, ...], ...], ...]
     shift: Tuple[Tuple[int, ...], ...]
 
+    def __post_init__(self):
+        # a geometry keys several caches on every call: its hash is computed once
+        object.__setattr__(self, "_hash", hash((self.stride, self.window, self.pad, self.length, self.extent,
+                                                self.tap_of, self.shift)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     @property
     def phases(self) -> int:
         return math.prod(self.stride)

@@ -218,3 +218,43 @@ def test_explanations_name_what_runs_and_why_the_others_declined():
                                atol=1e-12)
     e = cuconv.explain_transpose(dy, rng.standard_normal((8, 4, 4, 6)), stride=2, padding=1)
     assert "transposed convolution" in str(e) and len(e.steps) == 4
+
+
+def test_repeated_calls_skip_validation_but_not_its_errors():
+    """A repeated input-gradient or transposed call (same shapes, dtypes, arguments) reuses its validation
+    and plan (grad._GRAD_CALLS, grad._TRANSPOSE_SHAPES) and gives the full path's result; arguments that
+    only look equal (2.0 for 2, True for 1), a bad activation or a read-only out still raise."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 5, 6, 4))
+    w = rng.standard_normal((4, 3, 3, 3))
+    bias = rng.standard_normal(3)
+    grad._GRAD_CALLS.clear()
+    grad._TRANSPOSE_SHAPES.clear()
+    first = cuconv.conv_transpose2d(x, w, bias, stride=2, padding=1, output_padding=1, activation="relu")
+    assert len(grad._GRAD_CALLS) == 1 and len(grad._TRANSPOSE_SHAPES) == 1
+    x2 = rng.standard_normal(x.shape)
+    again = cuconv.conv_transpose2d(x2, w, bias, stride=2, padding=1, output_padding=1, activation="relu")
+    assert len(grad._GRAD_CALLS) == 1 and len(grad._TRANSPOSE_SHAPES) == 1
+    grad._GRAD_CALLS.clear()
+    grad._TRANSPOSE_SHAPES.clear()
+    fresh = cuconv.conv_transpose2d(x2, w, bias, stride=2, padding=1, output_padding=1, activation="relu")
+    np.testing.assert_array_equal(again, fresh)
+    assert not np.array_equal(first, again)
+    with pytest.raises(TypeError, match="stride"):
+        cuconv.conv_transpose2d(x, w, bias, stride=2.0, padding=1, output_padding=1, activation="relu")
+    with pytest.raises(ValueError, match="groups"):
+        cuconv.conv_transpose2d(x, w, bias, stride=2, padding=1, output_padding=1, groups=True)
+    with pytest.raises(ValueError, match="activation"):
+        cuconv.conv_transpose2d(x, w, bias, stride=2, padding=1, output_padding=1, activation="tanh")
+    out = np.empty_like(fresh)
+    cuconv.conv_transpose2d(x2, w, bias, stride=2, padding=1, output_padding=1, activation="relu", out=out)
+    np.testing.assert_array_equal(out, fresh)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out"):
+        cuconv.conv_transpose2d(x2, w, bias, stride=2, padding=1, output_padding=1, activation="relu", out=out)
+    dy = rng.standard_normal((2, 3, 3, 3))
+    a = cuconv.conv2d_input_grad(dy, w.transpose(3, 1, 2, 0).copy(), (2, 5, 6, 4), stride=2, padding=1)
+    b = cuconv.conv2d_input_grad(dy, w.transpose(3, 1, 2, 0).copy(), (2, 5, 6, 4), stride=2, padding=1)
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="x_shape"):
+        cuconv.conv2d_input_grad(dy, w.transpose(3, 1, 2, 0).copy(), (2, 5, 6, 4, 1), stride=2, padding=1)
