@@ -45,12 +45,13 @@ from typing import Sequence, Tuple
 import numpy as np
 
 from . import subpixel
-from .api import execute
+from .api import _SCALAR_TYPES, _operand_key, execute
 from .arrays import as_array, check_companion, check_same_place, dtype_name, on_device_of
 from .device import cupy_or_none
 from .layout import flip_filter, flip_taps, scatter_phase, to_channels_first, to_channels_last
 from .problem import LAYOUTS, normalize_spatial
 from .registry import on_change
+from .scratch import scratch
 from .overrides import current_overrides
 from .validate import activation_of, check_ranks, layout_of, precision_of
 
@@ -236,7 +237,6 @@ def _call_key(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, ker
     dtype and device, the other arguments as :func:`_exact` values, scalars by type and value, and the
     :func:`cuconv.overrides` in force. ``base``: a caller's key that already fixes dy, w and the geometry
     (:func:`_transpose`)."""
-    from .api import _SCALAR_TYPES, _operand_key
     tx = type(dy)
     if base is None:
         if tx is not np.ndarray:
@@ -388,9 +388,11 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     the forward call, the phases put into place."""
     sp, C = plan.subpixel, plan.problem.channels
     P = sp.phases
-    wt = subpixel.stacked_filter(sp, w_n, xp)
+    # W' and z live until the put-into-place launch: per-stream scratch buffers on a GPU
+    wt = subpixel.stacked_filter(sp, w_n, xp, "stacked-phase filter")
     b = None if bias is None else xp.tile(bias, P)
-    z = xp.empty((dy_n.shape[0], *sp.length, P * C), dtype=dy_n.dtype)
+    z_shape = (dy_n.shape[0], *sp.length, P * C)
+    z = xp.empty(z_shape, dtype=dy_n.dtype) if xp is np else scratch("stacked phases", z_shape, dy_n.dtype)
     res_z = None
     if residual is not None:
         res_z = xp.empty_like(z)
@@ -800,7 +802,6 @@ _TRANSPOSE_SHAPES_LIMIT = 1024
 @on_device_of(1)
 def _transpose(nd, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual, alpha, beta,
                activation, out, kernel, precision):
-    from .api import _operand_key
     tx = type(x)
     args = _exact((nd, stride, padding, output_padding, dilation, groups, layout))
     key = None

@@ -39,6 +39,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .launch import PackedLaunch, c_struct
+from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
            "STACK_SOURCE", "GATHER_SOURCE", "COMPILE_VARIANTS"]
@@ -160,14 +161,16 @@ def _index(sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]) -> np.
     return np.ascontiguousarray(idx.reshape(P * C, *sp.window, K), dtype=np.int32)
 
 
-def stacked_filter(sp: Subpixel, w_n, xp):
-    """``W'`` (``(P C, *J, K)``, w's dtype) of the channels-last forward filter ``w_n`` (``(K, *F, C)``)."""
+def stacked_filter(sp: Subpixel, w_n, xp, purpose: Optional[str] = None):
+    """``W'`` (``(P C, *J, K)``, w's dtype) of the channels-last forward filter ``w_n`` (``(K, *F, C)``): a new
+    array, or on a GPU the :mod:`cuconv.scratch` buffer ``purpose`` where one is named (the caller uses
+    it before its next call on the stream)."""
     K, F, C = w_n.shape[0], tuple(w_n.shape[1:-1]), w_n.shape[-1]
     index = _index(sp, K, C, F)
     w_flat = w_n.reshape(-1) if w_n.flags.c_contiguous else xp.ascontiguousarray(w_n).reshape(-1)
     if xp is np:
         return np.where(index >= 0, w_flat[np.maximum(index, 0)], w_flat.dtype.type(0))
-    out = xp.empty(index.shape, dtype=w_n.dtype)
+    out = scratch(purpose, index.shape, w_n.dtype) if purpose else xp.empty(index.shape, dtype=w_n.dtype)
     if out.size:
         device_index = _device_index(w_flat.data.device_id, sp, K, C, F)
         _gather_launch(w_flat.data.device_id, w_flat.itemsize, out.size)(w_flat.data.ptr, device_index.data.ptr,
