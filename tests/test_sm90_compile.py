@@ -11,13 +11,14 @@ exactly in the CTA-pair variants. cuobjdump comes from PATH or the nvidia-cuda-c
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import subprocess
 
 import pytest
 
-from cuconv.backends.sm90.tiles import tile_config
-from cuconv.backends.sm90.variants import ARCH, COMPILE_VARIANTS, SOURCE, defines
+from cuconv.backends.sm90.tiles import TileConfig, tile_config
+from cuconv.backends.sm90.variants import ARCH, COMPILE_VARIANTS, SOURCE, defines, kernel_name
 from cuconv.overrides import Overrides
 from cuconv.problem import Epilogue
 
@@ -31,6 +32,14 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
     from cuconv.compiler import compile_cuda
     path, report = compile_cuda(source, arch, defines_)
     assert report.functions, report.log
+    # the entry point is the name the host loads (variants.kernel_name of the same choices)
+    cfg = TileConfig(block_m=defines_["SM90_BM"], block_n=defines_["SM90_BN"], block_k=64,
+                     stages=defines_["SM90_STAGES"], m_tiles=1, n_tiles=1, grid=1, cluster=defines_["SM90_CLUSTER"],
+                     halo=bool(defines_["SM90_HALO"]), pingpong=bool(defines_["SM90_PINGPONG"]))
+    name = kernel_name(cfg, bool(defines_["SM90_HAS_RESIDUAL"]), defines_["SM90_NDIM"],
+                       bool(defines_.get("SM90_NCHW_OUT")), bool(defines_.get("SM90_OUT_F32")),
+                       bool(defines_.get("SM90_TF32")))
+    assert [f.name for f in report.functions] == [name], report.log
     assert report.spills == 0 and all(f.stack_frame == 0 for f in report.functions), report.log
     assert "C7508" not in report.log, "setmaxnreg ignored by ptxas:\n" + report.log
     assert "C7519" not in report.log and "serialized" not in report.log, "wgmma serialised by ptxas:\n" + report.log
@@ -87,3 +96,18 @@ def test_compile_list_covers_every_chosen_variant(dtype, residual):
         seen.add((cfg.halo, cfg.pingpong, cfg.cluster))
     want = {(False, False, 1), (True, False, 1), (False, False, 2), (True, False, 2)}
     assert want | ({(True, True, 1)} if not residual else set()) <= seen, seen
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_compile_list_covers_the_float32_variants(residual):
+    """The float32-output variants that the split-bf16 plans (bf16 parts) and the tf32 plans (the 16-bit
+    view of float32 operands: twice the channels) pick under every setting are in the compile list."""
+    listed = {tuple(sorted(d.items())) for s, d, a in COMPILE_VARIANTS if s == SOURCE and a == ARCH}
+    ep = Epilogue(has_residual=True) if residual else Epilogue()
+    for (make, kw), o in itertools.product(_PROBLEMS, _SETTINGS):
+        p = make(dtype="bfloat16", epilogue=ep, **kw)
+        for tf32, view in ((False, dataclasses.replace(p, channels=3 * p.channels)),
+                           (True, dataclasses.replace(p, channels=2 * p.channels))):
+            cfg = tile_config(view, 132, o, out_f32=True)
+            key = tuple(sorted(defines(cfg, "bfloat16", residual, p.nd, f32=not tf32, tf32=tf32).items()))
+            assert key in listed, (p.describe(), o, cfg, tf32)

@@ -16,12 +16,27 @@
 #include "common/types.cuh"
 #include "sm90/pipeline.cuh"
 
-#if CUCONV_DTYPE == 0
+// SM90_TF32 = 1: the operands are float32 data that the rest of the kernel moves as pairs of 16-bit
+// elements (a 128-byte row is 32 floats); each k16 step of 32 bytes is then one m64nNk8 tf32 wgmma
+// (8 floats), with the same descriptors. tf32 wgmma has no transposed (MN-major) form and ignores
+// the 13 low mantissa bits of each operand (one TF32 product per term).
+#ifndef SM90_TF32
+#define SM90_TF32 0
+#endif
+#if SM90_TF32
+#define CUCONV_WGMMA_AB_TYPE "tf32"
+#define CUCONV_WGMMA_K "k8"
+#define CUCONV_WGMMA_IMM "p, 1, 1"
+#elif CUCONV_DTYPE == 0
 #define CUCONV_WGMMA_AB_TYPE "f16"
 #elif CUCONV_DTYPE == 1
 #define CUCONV_WGMMA_AB_TYPE "bf16"
 #else
-#error "the sm90 wgmma mainloop serves float16 and bfloat16 only"
+#error "the sm90 wgmma mainloop serves float16, bfloat16 and (SM90_TF32) float32 as tf32 only"
+#endif
+#ifndef CUCONV_WGMMA_K
+#define CUCONV_WGMMA_K "k16"
+#define CUCONV_WGMMA_IMM "p, 1, 1, 0, 0"
 #endif
 
 namespace cuconv {
@@ -95,14 +110,15 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[R]) {
 #define CUCONV_WGMMA_ACC_128 CUCONV_WGMMA_ACC_96, CUCONV_WGMMA_ACC8(96), CUCONV_WGMMA_ACC8(104), \
   CUCONV_WGMMA_ACC8(112), CUCONV_WGMMA_ACC8(120)
 
-// D[64 x N] = A[64 x 16] * B[16 x N] + (scale_d ? D : 0); both operands K-major in shared memory.
+// D[64 x N] = A[64 x 16] * B[16 x N] + (scale_d ? D : 0) over 32 bytes of the reduction (16 16-bit
+// elements, or 8 floats as tf32: CUCONV_WGMMA_K); both operands K-major in shared memory.
 // DESC_A, DESC_B, SCALE: the operand numbers N/2, N/2 + 1, N/2 + 2 as text.
 #define CUCONV_DEFINE_WGMMA(N, REGS, ACC, DESC_A, DESC_B, SCALE)                                        \
   __device__ __forceinline__ void wgmma_m64n##N##k16(float(&d)[N / 2], uint64_t desc_a, uint64_t desc_b, \
                                                      uint32_t scale_d) {                                 \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n"                                     \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." CUCONV_WGMMA_AB_TYPE                  \
-                 "." CUCONV_WGMMA_AB_TYPE " {" REGS "}, " DESC_A ", " DESC_B ", p, 1, 1, 0, 0;\n}\n"      \
+                 "wgmma.mma_async.sync.aligned.m64n" #N CUCONV_WGMMA_K ".f32." CUCONV_WGMMA_AB_TYPE       \
+                 "." CUCONV_WGMMA_AB_TYPE " {" REGS "}, " DESC_A ", " DESC_B ", " CUCONV_WGMMA_IMM ";\n}\n" \
                  : ACC                                                                                   \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                              \
   }
@@ -119,8 +135,10 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[R]) {
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                \
   }
 
+#if !SM90_TF32
 CUCONV_DEFINE_WGMMA_MN(128, CUCONV_WGMMA_REGS_128, CUCONV_WGMMA_ACC_64, "%64", "%65", "%66")
 CUCONV_DEFINE_WGMMA_MN(256, CUCONV_WGMMA_REGS_256, CUCONV_WGMMA_ACC_128, "%128", "%129", "%130")
+#endif
 
 CUCONV_DEFINE_WGMMA(64, CUCONV_WGMMA_REGS_64, CUCONV_WGMMA_ACC_32, "%32", "%33", "%34")
 CUCONV_DEFINE_WGMMA(96, CUCONV_WGMMA_REGS_96, CUCONV_WGMMA_ACC_48, "%48", "%49", "%50")

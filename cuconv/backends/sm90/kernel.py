@@ -46,11 +46,13 @@ class Sm90TmaKernel(Kernel):
     priority = 100
     spatial_dims = (2,)
 
-    def make_plan(self, problem, device, overrides, out_f32: bool = False, x_channels: int = 0):
+    def make_plan(self, problem, device, overrides, out_f32: bool = False, x_channels: int = 0, tf32: bool = False):
         """The plan, or why not. ``out_f32``: the variant whose epilogue stores float32 (with float32
         bias and residual), for 16-bit operands that are parts of float32 data
         (:mod:`.split_precision`). ``x_channels``: x holds fewer channels than the reduction walks (a
-        multiple of 64; the blocks past them read x's first blocks again), 0 for ``problem.channels``."""
+        multiple of 64; the blocks past them read x's first blocks again), 0 for ``problem.channels``.
+        ``tf32`` (with ``out_f32``): ``problem`` is the 16-bit view of float32 operands (twice the
+        channels, :mod:`.tf32`), multiplied as tf32."""
         if not device.is_hopper:
             return not_hopper(device)
         if problem.dtype not in ("float16", "bfloat16"):
@@ -72,7 +74,7 @@ class Sm90TmaKernel(Kernel):
                             f"{device.smem_per_block_optin}")
         return Sm90Plan(self, problem, device, cfg, overrides,
                         f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem",
-                        out_f32=out_f32, x_channels=x_channels)
+                        out_f32=out_f32 or tf32, x_channels=x_channels, tf32=tf32)
 
 
 def hopper_dense_decline(problem, device):
@@ -122,7 +124,7 @@ class Sm90Plan(Plan):
     """A Hopper plan: the tile configuration, the compiled variant, and launch records per address set."""
 
     def __init__(self, kernel, problem, device, cfg: TileConfig, overrides, reason: str, out_f32: bool = False,
-                 x_channels: int = 0):
+                 x_channels: int = 0, tf32: bool = False):
         super().__init__(kernel, problem, device, reason)
         self.cfg = cfg
         if x_channels and (x_channels % BLOCK_K or not 0 < x_channels <= problem.channels):
@@ -135,6 +137,8 @@ class Sm90Plan(Plan):
                            else dataclasses.replace(problem, channels=self.x_channels))
         #: The epilogue stores float32 (``out``, ``bias`` and ``residual`` are float32, channels-last).
         self.out_f32 = out_f32
+        #: The operands are float32 data seen as 16-bit pairs, multiplied as tf32 (:mod:`.tf32`).
+        self.tf32 = tf32
         #: A channels-first problem's output (and residual) are stored by the epilogue in that layout.
         self.writes_channels_first = problem.layout in ("NCHW", "NCDHW") and not out_f32
         self._overrides = overrides
@@ -177,6 +181,8 @@ class Sm90Plan(Plan):
         consumers = ("2 consumer warpgroups taking turns on whole tiles (ping-pong: one's epilogue runs beside "
                      "the other's mainloop)" if cfg.pingpong else f"{cfg.consumers} consumer warpgroups")
         nchw, f32 = self.writes_channels_first, self.out_f32
+        if self.tf32:
+            loads += "; float32 operands moved as 16-bit pairs, one tf32 wgmma (k8) per 32 bytes of the reduction"
         if f32:
             stores = "epilogue stores float32 (8-byte stores)" + (", reads the float32 residual there" if res else "")
         elif nchw:
@@ -184,13 +190,13 @@ class Sm90Plan(Plan):
                 ", reads the residual there" if res else "")
         else:
             stores = "epilogue-load warp prefetches the residual" if res else "no residual load"
-        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
+        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32, self.tf32)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{consumers}, {grid}{split}, {stores}")
 
     def compile_jobs(self):
         p = self.problem
         return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd, self.writes_channels_first,
-                                 self.out_f32)),)
+                                 self.out_f32, self.tf32)),)
 
     def run(self, x, w, bias, residual, out):
         """Launch; the record (descriptors, params, function, grid) is reused for the same input addresses.
@@ -226,7 +232,7 @@ class Sm90Plan(Plan):
         if self._function is None:
             cfg, p = self.cfg, self.problem
             fn, smem = load_function(self.device.index, cfg, p.dtype, p.epilogue.loads_residual, p.nd,
-                                     self.writes_channels_first, self.out_f32)
+                                     self.writes_channels_first, self.out_f32, self.tf32)
             grid = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, self.device))
             self._function = (fn, smem, grid)
         return self._function

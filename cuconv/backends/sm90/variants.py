@@ -19,46 +19,52 @@ SOURCE = "sm90/conv_fprop_sm90.cu"
 ARCH = "sm_90a"
 
 
-def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool = False, f32: bool = False) -> str:
+def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool = False, f32: bool = False,
+                tf32: bool = False) -> str:
     """The entry point's name of a variant. ``nchw``: channels-first output; ``f32``: float32 output
-    (both read the residual in the consumers: ``_res`` names the epilogue-load warp, which neither has)."""
+    (both read the residual in the consumers: ``_res`` names the epilogue-load warp, which neither has);
+    ``tf32``: float32 operands multiplied as tf32, into the float32 output."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
             + ("_pp" if cfg.pingpong else "")
-            + ("_f32" if f32 else "_nchw" if nchw else "_res" if loads_residual else ""))
+            + ("_tf32" if tf32 else "_f32" if f32 else "_nchw" if nchw else "_res" if loads_residual else ""))
 
 
 def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False,
-            f32: bool = False) -> dict:
-    """The ``-D`` values that build a variant."""
+            f32: bool = False, tf32: bool = False) -> dict:
+    """The ``-D`` values that build a variant (``tf32``: ``dtype`` is the 16-bit view, bfloat16)."""
     d = {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BM": cfg.block_m, "SM90_BN": cfg.block_n,
-         "SM90_STAGES": cfg.stages, "SM90_HAS_RESIDUAL": int(loads_residual and not (nchw or f32)),
+         "SM90_STAGES": cfg.stages, "SM90_HAS_RESIDUAL": int(loads_residual and not (nchw or f32 or tf32)),
          "SM90_CLUSTER": cfg.cluster, "SM90_HALO": int(cfg.halo), "SM90_PINGPONG": int(cfg.pingpong)}
     if nchw:
         d["SM90_NCHW_OUT"] = 1
-    if f32:
+    if f32 or tf32:
         d["SM90_OUT_F32"] = 1
+    if tf32:
+        d["SM90_TF32"] = 1
     return d
 
 
 def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int, nchw: bool = False,
-                  f32: bool = False):
+                  f32: bool = False, tf32: bool = False):
     """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
     loaded on the device, its shared-memory limit raised."""
     from ...device import gpu_info
     smem = cfg.smem_bytes(loads_residual)
-    fn = load_cuda_function(SOURCE, gpu_info(dev_index), defines(cfg, dtype, loads_residual, nd, nchw, f32),
-                            kernel_name(cfg, loads_residual, nd, nchw, f32), smem)
+    fn = load_cuda_function(SOURCE, gpu_info(dev_index), defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32),
+                            kernel_name(cfg, loads_residual, nd, nchw, f32, tf32), smem)
     return fn, smem
 
 
-def _compile_variant(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0):
+def _compile_variant(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0):
     d = {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
          "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}
     if nchw:
         d["SM90_NCHW_OUT"] = 1
-    if f32:
+    if f32 or tf32:
         d["SM90_OUT_F32"] = 1
+    if tf32:
+        d["SM90_TF32"] = 1
     return (SOURCE, d, ARCH)
 
 
@@ -80,10 +86,10 @@ COMPILE_VARIANTS = [
 ] + [
     _compile_variant(1, 2, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1, 1)
     for bn in STAGES
-] + [  # float32 output (the split-bf16 float32 path): bf16, 128-row tiles of at most 128 columns
-    # (promotion doubles the accumulators: tiles.F32_BLOCK_NS), whole and halo tiles; 2-D single CTAs
-    # and pairs, 3-D single CTAs
-    _compile_variant(1, nd, 128, bn, stages, 0, cl, halo, 0, 0, 1)
-    for nd, cl in ((2, 1), (2, 2), (3, 1)) for halo in (0, 1) for bn in F32_BLOCK_NS
+] + [  # float32 output: the split-bf16 float32 path (f32) and tf32 products (tf32: float32 operands as
+    # 16-bit pairs), 128-row tiles of at most 128 columns (tiles.F32_BLOCK_NS), whole and halo tiles,
+    # single CTAs and pairs
+    _compile_variant(1, nd, 128, bn, stages, 0, cl, halo, 0, 0, int(not tf32), tf32)
+    for tf32 in (0, 1) for nd in (2, 3) for cl in (1, 2) for halo in (0, 1) for bn in F32_BLOCK_NS
     for stages in sorted({(halo_stages if halo else stages_for)(128, bn, res) for res in (False, True)})
 ]

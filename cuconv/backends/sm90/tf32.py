@@ -1,0 +1,87 @@
+"""float32 convolution at precision ``"tf32"`` on Hopper: ``sm90_tf32`` / ``conv3d_native_tf32``.
+
+The Hopper kernel moves bytes: TMA copies 128-byte channel rows into the shared-memory ring and the
+wgmma descriptors step 32 bytes of the reduction at a time. A float32 array of C channels is, byte
+for byte, a 16-bit array of 2C channels, and 32 bytes of it are the 8 floats of one tf32 wgmma
+(``m64nNk8``) where they are the 16 elements of one bf16 wgmma (``m64nNk16``). So a float32
+convolution at precision "tf32" is the bf16 kernel's plan for the 16-bit view of its operands, built
+with ``SM90_TF32`` (kernels_cu/sm90/wgmma_mainloop.cuh: the tf32 instruction) and the float32
+epilogue (float32 bias, residual and output, ``act(alpha * acc + bias + beta * residual)`` in fp32)::
+
+    x (N, H, W, C) float32  --view-->  (N, H, W, 2C) 16-bit   (no copy)
+    w (K, R, S, C) float32  --view-->  (K, R, S, 2C) 16-bit   (no copy)
+    the Hopper kernel (TMA im2col boxes or halo tiles, warp-specialized wgmma, tf32 products, fp32
+    accumulation) --float32 epilogue--> out (N, P, Q, K) float32
+
+No pass over the data precedes the convolution. Each product uses the operands' top 19 bits (the
+tensor cores ignore the 13 low mantissa bits: one TF32 product per term, about 1e-3 relative error
+on a layer, cuDNN's default for float32 under torch). The view needs 16-byte pixel rows: C a
+multiple of 4; other channel counts are declined (``sm90_bf16x3`` pads them). Precision
+``"float32"`` is not served here (``sm90_bf16x3`` computes it to about 4e-6).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ...plan import Declined, Plan
+from ...registry import register
+from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
+
+__all__ = ["Sm90Tf32Kernel", "Sm90Tf32Conv3d", "Tf32Plan"]
+
+
+class Sm90Tf32Kernel(RewritingKernel):
+    """conv2d of float32 data at precision "tf32" on Hopper: the 16-bit view, tf32 wgmma, float32 epilogue."""
+
+    name = "sm90_tf32"
+    backend = "cuda"
+    priority = 110  # above sm90_bf16x3, which also serves "tf32" (more accurately, at about half the speed)
+    spatial_dims = (2,)
+    precisions = frozenset({("float32", "tf32")})
+
+    def rewrite_plan(self, problem, device, overrides):
+        if problem.channels % 4:
+            return Declined(f"C={problem.channels} is not a multiple of 4 (the kernel needs 16-byte pixel rows of "
+                            f"float32; sm90_bf16x3 pads the channels)")
+        channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
+        view = dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=2 * problem.channels,
+                                   layout=channels_last)
+        inner = self.inner.make_plan(view, device, overrides, out_f32=True, tf32=True)
+        if not inner:
+            return Declined(f"the 16-bit view ({view.channels} channels): {inner.reason}")
+        return Tf32Plan(self, problem, device, inner,
+                        "float32 operands as 16-bit pairs into the Hopper kernel, one tf32 wgmma product per term "
+                        "(operands' 13 low mantissa bits dropped), fp32 accumulation and epilogue")
+
+
+class Tf32Plan(Plan):
+    """The inner Hopper plan on 16-bit views of x and w (no copies)."""
+
+    def __init__(self, kernel, problem, device, inner, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.inner = inner
+
+    def describe(self) -> str:
+        return f"tf32 on the 16-bit view of float32 x and w, then {self.inner.describe()}"
+
+    def compile_jobs(self):
+        return self.inner.compile_jobs()
+
+    def run(self, x, w, bias, residual, out):
+        import cupy as cp
+        self.inner.run(x.view(cp.uint16), w.view(cp.uint16), bias, residual, out)
+
+
+class Sm90Tf32Conv3d(Sm90Tf32Kernel):
+    """conv3d of float32 data at precision "tf32" ("native" strategy): the same view on the kernel's 5-D
+    boxes or halo windows."""
+
+    name = "conv3d_native_tf32"
+    priority = 105
+    spatial_dims = (3,)
+    strategy = "native"
+
+
+register(Sm90Tf32Kernel(Sm90TmaKernel()))
+register(Sm90Tf32Conv3d(Sm90TmaConv3d()))
