@@ -601,3 +601,12 @@ def test_report_shows_depthwise_bandwidth():
     assert [r[col] for r in rows] == ["1.25 / 2.50", "-"]
     text = "\n".join(report._network_sections(dict(suite="networks", records=[rec])))
     assert "Depthwise layers: 1 of the pass's convs" in text and "1.25 / 2.50 TB/s" in text
+
+
+def test_the_check_bound_follows_the_precision():
+    """float32 layers at precision "tf32" are checked against TF32's bound, every other one against its
+    dtype's."""
+    from cuconv.bench.conv2d import TF32_TOLERANCE, TOLERANCE, check_bound
+    assert check_bound("float32") == check_bound("float32", "float32") == TOLERANCE["float32"]
+    assert check_bound("float32", "tf32") == TF32_TOLERANCE > TOLERANCE["float32"]
+    assert check_bound("bfloat16") == TOLERANCE["bfloat16"]

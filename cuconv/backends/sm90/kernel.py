@@ -67,14 +67,23 @@ class Sm90TmaKernel(Kernel):
         why = tma_limits_violation(problem)
         if why:
             return Declined(why)
-        cfg = tile_config(problem, device.sm_count, overrides, out_f32)
-        need = cfg.smem_bytes(problem.epilogue.loads_residual)
+        if tf32:  # its consumers read the residual (no C ring): every tile the 16-bit kernel has
+            cfg = tile_config(_without_residual_ring(problem), device.sm_count, overrides)
+        else:
+            cfg = tile_config(problem, device.sm_count, overrides, out_f32)
+        need = cfg.smem_bytes(problem.epilogue.loads_residual and not tf32)
         if device.smem_per_block_optin and need > device.smem_per_block_optin:
             return Declined(f"needs {need} bytes of shared memory per block, the device allows "
                             f"{device.smem_per_block_optin}")
         return Sm90Plan(self, problem, device, cfg, overrides,
                         f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem",
                         out_f32=out_f32 or tf32, x_channels=x_channels, tf32=tf32)
+
+
+def _without_residual_ring(problem):
+    """``problem`` as the tile policy sees a variant whose consumers read the residual themselves (no C
+    ring in shared memory, no epilogue-load warp)."""
+    return dataclasses.replace(problem, epilogue=dataclasses.replace(problem.epilogue, has_residual=False))
 
 
 def hopper_dense_decline(problem, device):

@@ -50,7 +50,7 @@ def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: b
     """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
     loaded on the device, its shared-memory limit raised."""
     from ...device import gpu_info
-    smem = cfg.smem_bytes(loads_residual)
+    smem = cfg.smem_bytes(loads_residual and not tf32)  # tf32's consumers read the residual (no C ring)
     fn = load_cuda_function(SOURCE, gpu_info(dev_index), defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32),
                             kernel_name(cfg, loads_residual, nd, nchw, f32, tf32), smem)
     return fn, smem
@@ -86,10 +86,18 @@ COMPILE_VARIANTS = [
 ] + [
     _compile_variant(1, 2, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1, 1)
     for bn in STAGES
-] + [  # float32 output: the split-bf16 float32 path (f32) and tf32 products (tf32: float32 operands as
-    # 16-bit pairs), 128-row tiles of at most 128 columns (tiles.F32_BLOCK_NS), whole and halo tiles,
-    # single CTAs and pairs
-    _compile_variant(1, nd, 128, bn, stages, 0, cl, halo, 0, 0, int(not tf32), tf32)
-    for tf32 in (0, 1) for nd in (2, 3) for cl in (1, 2) for halo in (0, 1) for bn in F32_BLOCK_NS
+] + [  # float32 output (the split-bf16 float32 path): bf16, 128-row tiles of at most 128 columns
+    # (promotion doubles the accumulators: tiles.F32_BLOCK_NS), whole and halo tiles, single CTAs and pairs
+    _compile_variant(1, nd, 128, bn, stages, 0, cl, halo, 0, 0, 1)
+    for nd in (2, 3) for cl in (1, 2) for halo in (0, 1) for bn in F32_BLOCK_NS
     for stages in sorted({(halo_stages if halo else stages_for)(128, bn, res) for res in (False, True)})
+] + [  # tf32 (float32 operands as 16-bit pairs, float32 output, no promotion): every tile of the 16-bit
+    # kernel without a C ring (its consumers read the residual)
+    _compile_variant(1, nd, bm, bn, (halo_stages if halo else stages_for)(bm, bn, False), 0, cl, halo, tf32=1)
+    for nd in (2, 3) for cl in (1, 2) for halo in (0, 1) for bm in BLOCK_MS for bn in STAGES
+    if bm_fits(bm, bn, cl, False, halo=bool(halo))
+] + [
+    _compile_variant(1, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1,
+                     tf32=1)
+    for nd in (2, 3) for bn in STAGES
 ]

@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..conv2d import CHECK_BUDGET, TOLERANCE
+from ..conv2d import CHECK_BUDGET, check_bound
 from ..environment import np_dtype
 from ..timing import event_api
 from . import NETWORKS
@@ -164,7 +164,7 @@ def prepare_layer(layer: Layer, dtype: str, torch=None, layout: str = "NHWC", pr
         rec["notes"].append(f"cuconv failed: {type(e).__name__}: {e}")
         return Prepared(layer, rec, None, None)
     err, scope = check_layer(layer, nhwc(x[:1]), nhwc(w), nhwc(out[:1]))
-    rec.update(rel_error=err, check_scope=scope, check_ok=bool(err <= TOLERANCE[dtype]))
+    rec.update(rel_error=err, check_scope=scope, check_ok=bool(err <= check_bound(dtype, precision)))
 
     def cuconv_call():
         return cuconv.conv2d(x, w, out=out, **kw)
