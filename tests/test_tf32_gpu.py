@@ -8,7 +8,8 @@
 * a 4,608-term layer: within 5e-3 of the float64 result's norm and above 1e-5 (TF32's operand
   truncation shows: a silent fp32 or split-bf16 path fails), and within fp32 accumulation error of
   the float64 convolution of the operands truncated to TF32 (what the tensor cores multiply);
-* channel counts the 16-bit view cannot hold go to ``sm90_bf16x3``, visibly.
+* few channels (stems, drawn C) fold the filter's columns into them; channel counts that neither
+  the view nor the fold holds go to ``sm90_bf16x3``, visibly.
 """
 
 from __future__ import annotations
@@ -98,11 +99,47 @@ def test_a_long_reduction_is_tf32_and_within_its_bound(cp):
     assert np.all(diff <= 2.0 ** -16 * mags + 1e-30), float(np.max(diff / (mags + 1e-30)))
 
 
+@settings(max_examples=40, deadline=None)
+@given(cases(nd=2, dtypes=("float32",), groups=False, max_channels=12, max_spatial=12))
+def test_drawn_tf32_any_channels(cp, case):
+    """Any C: few channels fold the filter's columns into them (the 16-bit view of the width fold), other
+    counts that are not multiples of 4 run sm90_bf16x3 (more accurate than asked); both within the bound."""
+    case = dataclasses.replace(case, groups=1, channels=max(2, case.channels))
+    x, w, bias, residual = make_operands(case, cp)
+    ep = case.epilogue
+    kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),
+                  activation=ep.get("activation"), precision="tf32")
+    e = cuconv.explain(x, w, bias, residual=residual, **kwargs)
+    folds = case.filt[-1] * 8 * -(-case.channels // 4) <= 64 and (case.filt[-1] > 1 or case.channels % 4)
+    assert e.kernel == ("sm90_tf32" if folds or case.channels % 4 == 0 else "sm90_bf16x3"), str(e)
+    assert ("fold_width" in e.detail) == folds, e.detail
+    ref = cuconv.reference.conv2d(x, w, bias, residual=residual, **{k: v for k, v in kwargs.items() if k != "precision"})
+    operands = [None if a is None else cp.asnumpy(a) for a in (x, w, bias, residual)]
+    got = cuconv.conv2d(x, w, bias, residual=residual, **kwargs)
+    assert_within_split_bound(got, ref, operands, kwargs, product_bound=TF32_PRODUCT)
+
+
+@pytest.mark.parametrize("shape,w_shape,stride,pad", [
+    ((4, 64, 64, 3), (64, 7, 7, 3), 2, 3),   # ResNet's stem
+    ((2, 80, 80, 3), (32, 3, 3, 3), 2, 1),   # YOLO's / MobileNet's stem
+])
+def test_stems_fold_their_filter_columns(cp, shape, w_shape, stride, pad):
+    r = np.random.default_rng(7)
+    x = r.standard_normal(shape).astype(np.float32)
+    w = (r.standard_normal(w_shape) / math.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+    e = cuconv.explain(cp.asarray(x), cp.asarray(w), stride=stride, padding=pad, precision="tf32")
+    assert e.kernel == "sm90_tf32" and "fold_width" in e.detail and "_tf32" in e.detail, e.detail
+    got = cuconv.conv2d(cp.asarray(x), cp.asarray(w), stride=stride, padding=pad, precision="tf32")
+    kwargs = dict(stride=stride, padding=pad, dilation=1, layout="NHWC")
+    assert_within_split_bound(got, cuconv.reference.conv2d(x, w, **kwargs), [x, w, None, None], kwargs,
+                              product_bound=TF32_PRODUCT)
+
+
 def test_channels_the_view_cannot_hold_go_to_the_split_kernel(cp):
     r = np.random.default_rng(4)
     x = cp.asarray(r.standard_normal((2, 9, 9, 6)).astype(np.float32))
-    w = cp.asarray(r.standard_normal((8, 3, 3, 6)).astype(np.float32))
-    e = cuconv.explain(x, w, padding=1, precision="tf32")
+    w = cp.asarray(r.standard_normal((8, 5, 5, 6)).astype(np.float32))  # 5 x 8 floats: no one-block fold
+    e = cuconv.explain(x, w, padding=2, precision="tf32")
     assert e.kernel == "sm90_bf16x3" and "not a multiple of 4" in e.declined["sm90_tf32"]
-    assert rel_error(cuconv.conv2d(x, w, padding=1, precision="tf32"),
-                     cuconv.reference.conv2d(cp.asnumpy(x), cp.asnumpy(w), padding=1)) <= 1e-5
+    assert rel_error(cuconv.conv2d(x, w, padding=2, precision="tf32"),
+                     cuconv.reference.conv2d(cp.asnumpy(x), cp.asnumpy(w), padding=2)) <= 1e-5

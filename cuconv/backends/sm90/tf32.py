@@ -16,17 +16,25 @@ epilogue (float32 bias, residual and output, ``act(alpha * acc + bias + beta * r
 No pass over the data precedes the convolution. Each product uses the operands' top 19 bits (the
 tensor cores ignore the 13 low mantissa bits: one TF32 product per term, about 1e-3 relative error
 on a layer, cuDNN's default for float32 under torch). The view needs 16-byte pixel rows: C a
-multiple of 4; other channel counts are declined (``sm90_bf16x3`` pads them). Precision
-``"float32"`` is not served here (``sm90_bf16x3`` computes it to about 4e-6).
+multiple of 4. Inputs with few channels (an RGB stem) instead have the filter's S columns folded into
+their channels (kernels_cu/layout/fold_width.cu on the 16-bit view, as :mod:`.fold` does for 16-bit
+data; channels padded to a multiple of 4) when the folded row fits one 32-float block, so that any C
+runs there; other channel counts that are not multiples of 4 are declined (``sm90_bf16x3`` pads them).
+Precision ``"float32"`` is not served here (``sm90_bf16x3`` computes it to about 4e-6).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from ...models.fold import padded_channels
 from ...plan import Declined, Plan
 from ...registry import register
+from .fold import FoldPlan, fold_width_problem
 from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
+
+#: The Hopper kernel's channel block in 16-bit elements (32 floats): a width fold must fit one.
+_BLOCK = 64
 
 __all__ = ["Sm90Tf32Kernel", "Sm90Tf32Conv3d", "Tf32Plan"]
 
@@ -41,18 +49,29 @@ class Sm90Tf32Kernel(RewritingKernel):
     precisions = frozenset({("float32", "tf32")})
 
     def rewrite_plan(self, problem, device, overrides):
-        if problem.channels % 4:
-            return Declined(f"C={problem.channels} is not a multiple of 4 (the kernel needs 16-byte pixel rows of "
-                            f"float32; sm90_bf16x3 pads the channels)")
         channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
         view = dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=2 * problem.channels,
                                    layout=channels_last)
+        how = ("float32 operands as 16-bit pairs into the Hopper kernel, one tf32 wgmma product per term "
+               "(operands' 13 low mantissa bits dropped), fp32 accumulation and epilogue")
+        S, cp_ = problem.filter_spatial[-1], padded_channels(view.channels)
+        if problem.nd == 2 and S * cp_ <= _BLOCK and (S > 1 or view.channels % 8):
+            # few channels: the filter's columns folded into them (sm90_fold's kernels on the 16-bit view)
+            folded = fold_width_problem(view, cp_, "bfloat16", "NHWC")
+            inner = self.inner.make_plan(folded, device, overrides, out_f32=True, tf32=True)
+            if not inner:
+                return Declined(f"the folded 16-bit view ({folded.channels} channels): {inner.reason}")
+            return Tf32Plan(self, problem, device, FoldPlan(self, view, device, inner, ""),
+                            f"{how}; the filter's {S} columns folded into the {problem.channels} channels "
+                            f"(padded to {cp_ // 2})")
+        if problem.channels % 4:
+            return Declined(f"C={problem.channels} is not a multiple of 4 (the kernel needs 16-byte pixel rows of "
+                            f"float32) and its {S} filter columns do not fold into one {_BLOCK // 2}-float block; "
+                            f"sm90_bf16x3 pads the channels")
         inner = self.inner.make_plan(view, device, overrides, out_f32=True, tf32=True)
         if not inner:
             return Declined(f"the 16-bit view ({view.channels} channels): {inner.reason}")
-        return Tf32Plan(self, problem, device, inner,
-                        "float32 operands as 16-bit pairs into the Hopper kernel, one tf32 wgmma product per term "
-                        "(operands' 13 low mantissa bits dropped), fp32 accumulation and epilogue")
+        return Tf32Plan(self, problem, device, inner, how)
 
 
 class Tf32Plan(Plan):
