@@ -299,8 +299,8 @@ _COMMON_DOC = """
         "float32": relative error at most 1e-5 of the result against float64 on normally
         distributed data (fp32 FMAs, or on Hopper split bf16 products: each output within
         3 * 2^-16 of the convolution of |x| and |w|, about 4e-6 of a layer's result). "tf32": each product of operands
-        rounded to TF32 (10 mantissa bits), fp32 accumulation (about 1e-3 relative error, the
-        default of cuDNN under torch). "float64": float64 products and sums. float16 / bfloat16
+        reduced to TF32 (10 mantissa bits; on Hopper the tf32 tensor cores truncate, elsewhere cuBLAS
+        rounds), fp32 accumulation (about 1e-3 relative error, the default of cuDNN under torch). "float64": float64 products and sums. float16 / bfloat16
         data take None only; float64 data take None, "float64" or "float32" (not "tf32"). A kernel
         that cannot honour the precision declines; :func:`cuconv.explain` names the one that ran.
 

@@ -113,8 +113,8 @@ def _check(cp, case, precision=None, in_place=False):
     kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),
                   activation=ep.get("activation"), precision=precision)
     e = cuconv.explain(x, w, bias, residual=residual, **kwargs)
-    # at "tf32", channel counts that are multiples of 4 go to sm90_tf32 (tests/test_tf32_gpu.py)
-    assert e.kernel == ("sm90_tf32" if precision == "tf32" and case.channels % 4 == 0 else "sm90_bf16x3"), str(e)
+    # at "tf32" most problems go to sm90_tf32 (its routing: tests/test_tf32_gpu.py); forced here
+    assert e.kernel in (("sm90_tf32", "sm90_bf16x3") if precision == "tf32" else ("sm90_bf16x3",)), str(e)
     ref = cuconv.reference.conv2d(x, w, bias, residual=residual, **{k: v for k, v in kwargs.items() if k != "precision"})
     operands = [None if a is None else cp.asnumpy(a) for a in (x, w, bias, residual)]
     out = residual if in_place and residual is not None else None

@@ -110,7 +110,7 @@ def test_drawn_tf32_any_channels(cp, case):
     kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),
                   activation=ep.get("activation"), precision="tf32")
     e = cuconv.explain(x, w, bias, residual=residual, **kwargs)
-    folds = case.filt[-1] * 8 * -(-case.channels // 4) <= 64 and (case.filt[-1] > 1 or case.channels % 4)
+    folds = case.filt[-1] * 8 * -(-case.channels // 4) <= 64 and (case.filt[-1] > 1 or case.channels % 4 != 0)
     assert e.kernel == ("sm90_tf32" if folds or case.channels % 4 == 0 else "sm90_bf16x3"), str(e)
     assert ("fold_width" in e.detail) == folds, e.detail
     ref = cuconv.reference.conv2d(x, w, bias, residual=residual, **{k: v for k, v in kwargs.items() if k != "precision"})
