@@ -32,8 +32,6 @@ written as 2 or 3 bf16 copies: as many bytes again, or 1.5 times).
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ...launch import RowKernel
@@ -42,7 +40,7 @@ from ...plan import Declined, Plan, tf32_note
 from ...registry import register
 from ...scratch import scratch
 from .fold import fold_width_problem
-from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
+from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel, sixteen_bit_problem
 
 __all__ = ["Sm90SplitBf16Kernel", "Sm90SplitBf16Conv3d", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_PARTS"]
 
@@ -106,9 +104,7 @@ class Sm90SplitBf16Kernel(RewritingKernel):
         if folds(problem):
             inner_problem, x_channels = folded_problem(problem), 0
         else:
-            channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
-            inner_problem = dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=3 * cp_,
-                                                layout=channels_last)
+            inner_problem = sixteen_bit_problem(problem, 3 * cp_)
             x_channels = 2 * cp_ if cp_ % _BLOCK == 0 else 0  # x as [hi | lo], its hi read twice
         inner = self.inner.make_plan(inner_problem, device, overrides, out_f32=True, x_channels=x_channels)
         if not inner:

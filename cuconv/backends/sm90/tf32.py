@@ -25,13 +25,11 @@ Precision ``"float32"`` is not served here (``sm90_bf16x3`` computes it to about
 
 from __future__ import annotations
 
-import dataclasses
-
 from ...models.fold import padded_channels
 from ...plan import Declined, Plan
 from ...registry import register
 from .fold import FoldPlan, fold_width_problem
-from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
+from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel, sixteen_bit_problem
 
 #: The Hopper kernel's channel block in 16-bit elements (32 floats): a width fold must fit one.
 _BLOCK = 64
@@ -49,9 +47,7 @@ class Sm90Tf32Kernel(RewritingKernel):
     precisions = frozenset({("float32", "tf32")})
 
     def rewrite_plan(self, problem, device, overrides):
-        channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
-        view = dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=2 * problem.channels,
-                                   layout=channels_last)
+        view = sixteen_bit_problem(problem, 2 * problem.channels)
         how = ("float32 operands as 16-bit pairs into the Hopper kernel, one tf32 wgmma product per term "
                "(operands' 13 low mantissa bits dropped), fp32 accumulation and epilogue")
         S, cp_ = problem.filter_spatial[-1], padded_channels(view.channels)
