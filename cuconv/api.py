@@ -189,6 +189,15 @@ class _Known:
     bias_native: bool
 
 
+def _keyed_type(a):
+    """``type(a)`` where it is an array type that call memos key (numpy or cupy ndarray), else None."""
+    tx = type(a)
+    if tx is np.ndarray:
+        return tx
+    cp = cupy_or_none()
+    return tx if cp is not None and tx is cp.ndarray else None
+
+
 def _operand_key(a, tx):
     """(shape, strides, dtype, device) of an operand of the call's array type, or None for an absent one;
     raises KeyError for one of another type (the full path then validates it)."""
@@ -205,11 +214,9 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
     arguments this key cannot vouch for (anything but numpy / cupy arrays, sequences of ints, bools):
     those calls take the full path every time. Operands are keyed by shape, strides, dtype and device,
     scalars by type and value, and the :func:`cuconv.overrides` in force are part of it."""
-    tx = type(x)
-    if tx is not np.ndarray:
-        cp = cupy_or_none()
-        if cp is None or tx is not cp.ndarray:
-            return None
+    tx = _keyed_type(x)
+    if tx is None:
+        return None
     if (type(stride) is not int or type(dilation) is not int or type(groups) is not int
             or type(padding) not in (int, str) or type(alpha) not in _SCALAR_TYPES
             or type(beta) not in _SCALAR_TYPES):

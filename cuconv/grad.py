@@ -45,9 +45,8 @@ from typing import Sequence, Tuple
 import numpy as np
 
 from . import subpixel
-from .api import _SCALAR_TYPES, _operand_key, execute
+from .api import _SCALAR_TYPES, _keyed_type, _operand_key, execute
 from .arrays import as_array, check_companion, check_same_place, dtype_name, on_device_of
-from .device import cupy_or_none
 from .layout import flip_filter, flip_taps, scatter_phase, to_channels_first, to_channels_last
 from .problem import LAYOUTS, normalize_spatial
 from .registry import on_change
@@ -239,10 +238,8 @@ def _call_key(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, ker
     (:func:`_transpose`)."""
     tx = type(dy)
     if base is None:
-        if tx is not np.ndarray:
-            cp = cupy_or_none()
-            if cp is None or tx is not cp.ndarray:
-                return None
+        if _keyed_type(dy) is None:
+            return None
         args = _exact((nd, x_shape, stride, padding, dilation, groups, layout))
         if args is _NO_KEY:
             return None
@@ -282,12 +279,12 @@ def _validated_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layo
         raise ValueError(f"dy: expected shape {want} (the output of the forward convolution of x_shape "
                          f"{x_shape} with w {tuple(w.shape)}, {layout}), got {tuple(dy.shape)}")
     xp = _xp(dy)
-    for name in ("residual", "out"):
-        v = out if name == "out" else ep["residual"]
+    for name, v in (("residual", ep["residual"]), ("out", out)):
         if v is not None:
-            check_companion(as_array(v, name), name, x_shape, dtype, dy, "x")
-    if out is not None and xp is np and not as_array(out, "out").flags.writeable:
-        raise ValueError("out: expected a writeable array, got a read-only one")
+            v = as_array(v, name)
+            check_companion(v, name, x_shape, dtype, dy, "x")
+            if name == "out" and xp is np and not v.flags.writeable:
+                raise ValueError("out: expected a writeable array, got a read-only one")
     if ep["bias"] is not None:
         check_companion(as_array(ep["bias"], "bias"), "bias", (plan.problem.channels,), dtype, dy, "x")
     activation_of(ep["activation"])
@@ -802,10 +799,10 @@ _TRANSPOSE_SHAPES_LIMIT = 1024
 @on_device_of(1)
 def _transpose(nd, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual, alpha, beta,
                activation, out, kernel, precision):
-    tx = type(x)
+    tx = _keyed_type(x)
     args = _exact((nd, stride, padding, output_padding, dilation, groups, layout))
     key = None
-    if args is not _NO_KEY and tx in (np.ndarray, getattr(cupy_or_none(), "ndarray", None)):
+    if args is not _NO_KEY and tx is not None:
         try:
             key = ("transpose", tx, _operand_key(x, tx), _operand_key(w, tx), args)
         except KeyError:  # w of another kind: validation says so
