@@ -39,6 +39,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .launch import PackedLaunch, c_struct
+from .problem import cached_fields_hash, fields_state
 from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
@@ -74,13 +75,8 @@ class Subpixel:
     tap_of: Tuple[Tuple[Tuple[int, ...], ...], ...]
     shift: Tuple[Tuple[int, ...], ...]
 
-    def __post_init__(self):
-        # a geometry keys several caches on every call: its hash is computed once
-        object.__setattr__(self, "_hash", hash((self.stride, self.window, self.pad, self.length, self.extent,
-                                                self.tap_of, self.shift)))
-
-    def __hash__(self) -> int:
-        return self._hash
+    __hash__ = cached_fields_hash  # a key of several caches on every call: hashed once
+    __getstate__ = fields_state
 
     @property
     def phases(self) -> int:
