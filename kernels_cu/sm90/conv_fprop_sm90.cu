@@ -103,10 +103,7 @@
 #ifndef SM90_OUT_F32
 #define SM90_OUT_F32 0
 #endif
-#ifndef SM90_TF32
-#define SM90_TF32 0
-#endif
-#ifndef SM90_PROMOTE_SLOTS
+#ifndef SM90_PROMOTE_SLOTS  // (SM90_TF32's default: wgmma_mainloop.cuh)
 #define SM90_PROMOTE_SLOTS (SM90_TF32 ? 0 : 4)
 #endif
 #if SM90_TF32 && !(SM90_OUT_F32 && CUCONV_DTYPE == 1)
