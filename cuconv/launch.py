@@ -155,6 +155,18 @@ def epilogue_params64(e: Epilogue) -> np.void:
                                              has_bias=int(e.has_bias), has_residual=int(e.loads_residual)))
 
 
+def resident_blocks(fn, block: int, shared_mem: int) -> int:
+    """CTAs of the loaded ``cupy.RawKernel`` ``fn`` that one SM runs at once with ``block`` threads and
+    ``shared_mem`` bytes of dynamic shared memory (the driver's occupancy calculator, which counts the
+    kernel's registers too): the CTAs per SM of a persistent grid."""
+    from cuda.bindings import driver
+    err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(driver.CUfunction(fn.kernel.ptr), int(block),
+                                                                     int(shared_mem))
+    if int(err) != 0:
+        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: {err}")
+    return max(1, int(blocks))
+
+
 def grid_1d(total: int, block: int = 256, max_blocks: int = 65535 * 8) -> tuple:
     """Blocks for a grid-stride loop over ``total`` elements."""
     return (max(1, min(-(-total // block), max_blocks)),)

@@ -15,7 +15,9 @@ int dw_struct_members(const DwGeometry* g, int* out) {
   const int v[] = {g->N, g->D, g->H, g->W, g->C, g->K, g->O, g->P, g->Q, g->T, g->stride_d, g->stride_h, g->dil_d,
                    g->dil_h, g->pad_d, g->pad_h, g->pad_w, g->mult, g->cv, g->tp, g->tqg, g->tiles_p, g->tiles_q,
                    g->in_rows, g->in_cols, g->cin, (int)g->div_upp_mul, (int)g->div_upp_shr,
-                   (int)g->div_cols_mul, (int)g->div_cols_shr};
+                   (int)g->div_cols_mul, (int)g->div_cols_shr, (int)g->div_tq_mul, (int)g->div_tq_shr,
+                   (int)g->div_tp_mul, (int)g->div_tp_shr, (int)g->div_o_mul, (int)g->div_o_shr,
+                   (int)g->div_n_mul, (int)g->div_n_shr};
   const int n = (int)(sizeof(v) / sizeof(v[0]));
   for (int i = 0; i < n; ++i) out[i] = v[i];
   return n;

@@ -83,7 +83,7 @@ class Shape:
 
     def __init__(self, p: ConvProblem):
         self.p = p
-        self.cfg = cfg = dw_config(p)
+        self.cfg = cfg = dw_config(p, buffers=1)  # the HIP kernel's single LDS tile
         assert not isinstance(cfg, str), cfg
         self.geo = np.array(dw_geometry(p, cfg))
         self.ptr = self.geo.ctypes.data

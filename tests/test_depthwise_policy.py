@@ -138,6 +138,19 @@ def test_dispatch_picks_depthwise_on_sm80_and_later():
     assert "4 channels per group" in DepthwiseKernel().plan(grouped, H100, Overrides()).reason
 
 
+def test_persistent_grid_and_plane_offsets():
+    """The CUDA launch is a persistent grid (no more CTAs than the GPU holds at once, none without an
+    item), and a plane beyond the loader's 32-bit offsets is declined with the reason."""
+    p = problem2d(N=32, H=56, W=56, C=144, K=144, groups=144)
+    plan = DepthwiseKernel().plan(p, H100, Overrides())
+    tiles = plan.cfg.tiles(p)
+    assert plan.grid(3) == min(tiles, 3 * H100.sm_count) and plan.grid(10**6) == tiles
+    assert "persistent grid" in plan.describe()
+    huge = problem2d(N=1, H=32768, W=32768, C=4096, K=4096, groups=4096)
+    reason = DepthwiseKernel().plan(huge, H100, Overrides()).reason
+    assert "32-bit offsets" in reason
+
+
 def test_conv3d_depthwise_is_a_native_strategy():
     p = problem3d(C=32, K=32, groups=32)
     plan, why = dispatch.select(p, H100, strategy="native")

@@ -3,8 +3,9 @@
 The kernel's index math in three steps, each a function here, so a test can run the whole kernel on the
 CPU with the tile shapes the host picks (:func:`cuconv.backends.depthwise.variants.dw_config`):
 
-* :func:`cta_coordinates` -- block index -> (image, output depth, tile row, tile column, chunk), the
-  order of the 1-D grid (tile column fastest, channel chunk slowest);
+* :func:`cta_coordinates` -- work item (output tile) index -> (image, output depth, tile row, tile
+  column, chunk), tile column fastest, channel chunk slowest: the HIP kernel's 1-D grid of one item per
+  workgroup, and the order in which the CUDA kernel's persistent CTAs take runs of items;
 * :func:`input_tile` -- the halo tile a CTA copies to shared memory for one filter depth slice:
   ``in_rows x in_cols x cin``, origin ``(p0 * stride_h - pad_h, q0 * stride_w - pad_w, k0 / mult)``,
   zeros outside the tensor (halo_tile.cuh);
@@ -37,7 +38,7 @@ def _axes(p: ConvProblem):
 
 
 def cta_coordinates(block: int, p: ConvProblem, cfg):
-    """``(n, o, tile_p, tile_q, chunk)`` of 1-D block index ``block``."""
+    """``(n, o, tile_p, tile_q, chunk)`` of work item ``block``."""
     O = p.out_spatial[0] if p.nd == 3 else 1
     b = block
     tile_q = b % cfg.tiles_q; b //= cfg.tiles_q

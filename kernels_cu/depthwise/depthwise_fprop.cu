@@ -6,20 +6,28 @@
 // output once. It is bound by memory, and by the multiply-adds only for 7x7 filters; the arithmetic
 // is fp32 for every dtype (fp16/bf16 values are widened on the way out of shared memory).
 //
-// CTA: one output tile of TP rows x TQ = TQG * QT columns x CB = VEC * CV output channels, of one
-// (image, output depth slice). Grid: one dimension, (chunk, n, o, tile row, tile column) with the
-// tile column fastest, so that the CTAs running together share their halos in L2.
-//   1. The filter taps of the CTA's CB channels go to shared memory as fp32, [tap][CB].
-//   2. Per filter depth t (one pass for conv2d): the input tile with its halo is copied to shared
-//      memory (halo_tile.cuh: cp.async, zero-filled padding), so each input byte is read from
-//      global memory once per CTA, (tile + halo) / tile times overall.
+// Work item: one output tile of TP rows x TQ = TQG * QT columns x CB = VEC * CV output channels, of
+// one (image, output depth slice). Items are numbered (chunk, n, o, tile row, tile column) with the
+// tile column fastest. The grid is persistent: the host launches as many CTAs as fit the GPU at once
+// (or one per item when there are fewer), and CTA b takes the b-th of gridDim.x equal runs of
+// consecutive items. So a CTA loads the filter taps of one channel chunk (two where its run crosses
+// a chunk boundary), the next item's tile is the neighbour of this one (its halo is in L2), and the
+// input tile of the next item streams in while this one computes.
+//   1. The filter taps of the chunk's CB channels go to shared memory as fp32, [tap][CB] (again only
+//      when a CTA's next item is in another chunk).
+//   2. Input slices (one per filter depth t whose input depth lies in the image; one per item for
+//      conv2d) are copied into two shared-memory buffers in turn (halo_tile.cuh: cp.async, zero-filled
+//      padding): while the CTA computes from one, the next slice, of this item or of the CTA's next
+//      item, lands in the other. Each input byte is read from global memory once per item,
+//      (tile + halo) / tile times overall.
 //   3. Thread (cv, row, column group) owns QT consecutive output pixels of one row x VEC channels:
 //      per filter row it takes the row's S weight vectors into registers, then streams the
 //      WIN = (QT - 1) * SW + (S - 1) * DW + 1 input vectors of its window, each widened to fp32 once
 //      and multiplied into every one of its outputs it reaches (up to min(S, QT)). Registers:
 //      QT * VEC accumulators + S * VEC weights + one vector, so 3-4 CTAs of 256 threads fit an SM.
 //   4. Epilogue act(alpha * acc + bias + beta * residual) (common/epilogue_math.cuh) from registers,
-//      VEC-wide stores: consecutive threads write consecutive channel vectors of one pixel.
+//      with the activation chosen once per item (not per element), VEC-wide stores: consecutive
+//      threads write consecutive channel vectors of one pixel.
 //
 // Compile-time (host: cuconv.backends.depthwise.variants): dtype, S, SW (stride along W), DW
 // (dilation along W), R, VEC (channels per thread: 4), VIN (channels per input copy), QT, MULT1,
@@ -80,6 +88,7 @@ struct DwGeometry {
   int tiles_p, tiles_q;          // tiles per output plane
   int in_rows, in_cols, cin;     // the input tile: rows x cols pixels x cin channels
   FastDivisor div_upp, div_cols; // the loader's divisions: by cin / VIN (copy units per pixel), by in_cols
+  FastDivisor div_tq, div_tp, div_o, div_n;  // the work item's: by tiles_q, tiles_p, O, N
 };
 
 // VEC floats of fp32 weights at p (16-byte aligned when VEC >= 4).
@@ -135,6 +144,127 @@ __device__ __forceinline__ void accumulate_slice(float (&acc)[QT][VEC], const el
   }
 }
 
+// The chunk's filter taps, channels k0 .. k0 + cb - 1 of w [K][taps] (one contiguous run), into
+// sw[tap][k - k0] as fp32 (zero past K). Each thread issues TAP_BATCH loads before it stores any, so a
+// chunk costs a few memory latencies, not one per element.
+constexpr int TAP_BATCH = 8;
+
+__device__ __forceinline__ void load_taps(float* sw, const elem_t* w, const DwGeometry& g, int k0, int cb, int taps) {
+  const int n = taps * cb;
+  const int in_range = min(cb, g.K - k0) * taps;
+  const elem_t* src = w + (int64_t)k0 * taps;
+#pragma unroll 1
+  for (int i0 = threadIdx.x; i0 < n; i0 += TAP_BATCH * blockDim.x) {
+    float v[TAP_BATCH];
+#pragma unroll
+    for (int j = 0; j < TAP_BATCH; ++j) {
+      const int i = i0 + j * blockDim.x;
+      v[j] = i < in_range ? to_float(src[i]) : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < TAP_BATCH; ++j) {
+      const int i = i0 + j * blockDim.x;
+      if (i < n) {
+        const int kl = g.T == 1 ? i / (R * S) : i / taps;  // conv2d: a compile-time divisor
+        sw[(i - kl * taps) * cb + kl] = v[j];
+      }
+    }
+  }
+}
+
+// One work item's place: channel chunk, image, output depth slice and the tile's first output pixel.
+struct Item {
+  int chunk, n, o, p0, q0;
+};
+
+__device__ __forceinline__ Item decode_item(const DwGeometry& g, int item) {
+  Item it;
+  uint32_t b = (uint32_t)item, q;
+  q = fast_div(b, g.div_tq); const int tile_q = (int)(b - q * g.tiles_q); b = q;
+  q = fast_div(b, g.div_tp); const int tile_p = (int)(b - q * g.tiles_p); b = q;
+  q = fast_div(b, g.div_o); it.o = (int)(b - q * g.O); b = q;
+  q = fast_div(b, g.div_n); it.n = (int)(b - q * g.N);
+  it.chunk = (int)q;
+  it.p0 = tile_p * g.tp;
+  it.q0 = tile_q * g.tqg * QT;
+  return it;
+}
+
+// The first filter depth t >= from whose input depth lies in the image for output depth slice o, or
+// T when none does (conv2d: t = 0, then T).
+__device__ __forceinline__ int next_slice(const DwGeometry& g, int o, int from) {
+  const int d0 = o * g.stride_d - g.pad_d;
+  for (int t = from; t < g.T; ++t)
+    if ((unsigned)(d0 + t * g.dil_d) < (unsigned)g.D) return t;
+  return g.T;
+}
+
+// The slice the CTA computes after (item, t): the item's next one, else the first slice of its next
+// item that has one. `item` >= end (the end of the CTA's run): none.
+struct Stage {
+  int item, t;
+};
+
+__device__ __forceinline__ Stage next_stage(const DwGeometry& g, int item, int t, int end) {
+  if (g.T == 1 && g.D == 1 && g.pad_d == 0) return {t < 0 ? item : item + 1, 0};  // conv2d
+  t = next_slice(g, decode_item(g, item).o, t + 1);
+  while (t == g.T) {
+    if (++item >= end) break;
+    t = next_slice(g, decode_item(g, item).o, 0);
+  }
+  return {item, t};
+}
+
+// Issue (without waiting) the copies of stage `st`'s input slice into `buf`.
+__device__ __forceinline__ void load_stage(elem_t* buf, const elem_t* x, const DwGeometry& g, const Stage& st) {
+  const Item it = decode_item(g, st.item);
+  TileOrigin org;
+  org.h0 = it.p0 * g.stride_h - g.pad_h;
+  org.w0 = it.q0 * SW - g.pad_w;
+  org.c_lo = it.chunk * g.cin;  // the chunk's cb = mult * cin outputs read cin input channels
+  org.rows = g.in_rows;
+  org.cols = g.in_cols;
+  org.cin = g.cin;
+  const int64_t slice = (int64_t)g.H * g.W * g.C;  // elements of one input depth slice
+  const int d = it.o * g.stride_d - g.pad_d + st.t * g.dil_d;
+  org.plane = x + ((int64_t)it.n * g.D + d) * slice;
+  load_input_tile<DW_VIN>(buf, org, g.H, g.W, g.C, g.div_upp, g.div_cols);
+}
+
+// The epilogue of one item from the accumulators: act(alpha * acc + bias + beta * residual), VEC-wide
+// stores, the activation a template argument (the caller switches on it once).
+template <int ACT>
+__device__ __forceinline__ void store_outputs(const float (&acc)[QT][VEC], const elem_t* bias, const elem_t* residual,
+                                              elem_t* out, const DwGeometry& g, const EpilogueParams& ep,
+                                              int64_t row_base, int q_first, int k) {
+  float bv[VEC];
+  if (ep.has_bias) {
+    load_vec<elem_t, VEC>(bias + k, bv);
+  } else {
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) bv[v] = 0.f;
+  }
+#pragma unroll
+  for (int q = 0; q < QT; ++q) {
+    if (q_first + q >= g.Q) break;
+    const int64_t off = (row_base + q_first + q) * g.K + k;
+    float y[VEC];
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) y[v] = fmaf(ep.alpha, acc[q][v], bv[v]);
+    if (ep.has_residual) {
+      float rv[VEC];
+      load_vec<elem_t, VEC>(residual + off, rv);
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) y[v] = fmaf(ep.beta, rv[v], y[v]);
+    }
+    if constexpr (ACT != ACT_NONE) {
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) y[v] = activate(y[v], ACT);
+    }
+    store_vec<elem_t, VEC>(out + off, y);
+  }
+}
+
 }  // namespace dw
 }  // namespace cuconv
 
@@ -148,75 +278,65 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const int cb = VEC * g.cv;
   const int taps = g.T * R * S;
   float* sw = reinterpret_cast<float*>(smem);
-  elem_t* sx = reinterpret_cast<elem_t*>(smem + ((taps * cb * 4 + 15) & ~15));
-
-  int b = blockIdx.x;
-  const int tile_q = b % g.tiles_q; b /= g.tiles_q;
-  const int tile_p = b % g.tiles_p; b /= g.tiles_p;
-  const int o = b % g.O; b /= g.O;
-  const int n = b % g.N;
-  const int k0 = (b / g.N) * cb;
-  const int p0 = tile_p * g.tp, q0 = tile_q * g.tqg * QT;
-
-  // 1. Filter taps of channels k0 .. k0 + cb - 1 -> sw[tap][k - k0] (zero past K).
-  for (int i = threadIdx.x; i < taps * cb; i += blockDim.x) {
-    const int kl = i / taps, tap = i - kl * taps;
-    const int k = k0 + kl;
-    sw[tap * cb + kl] = k < g.K ? to_float(w[(int64_t)k * taps + tap]) : 0.f;
-  }
+  const int taps_bytes = (taps * cb * 4 + 15) & ~15;
+  const int tile_bytes = (g.in_rows * g.in_cols * g.cin * (int)sizeof(elem_t) + 15) & ~15;
+  elem_t* const sx0 = reinterpret_cast<elem_t*>(smem + taps_bytes);  // buffer b: sx0 + b * tile_elems
+  const int tile_elems = tile_bytes / (int)sizeof(elem_t);
+  const int64_t total = (int64_t)((g.K + cb - 1) / cb) * g.N * g.O * g.tiles_p * g.tiles_q;
+  const int begin = (int)(total * blockIdx.x / gridDim.x), end = (int)(total * (blockIdx.x + 1) / gridDim.x);
 
   const int cv = threadIdx.x % g.cv;
   const int pg = threadIdx.x / g.cv;
   const int qg = pg % g.tqg, row = pg / g.tqg;
-  float acc[QT][VEC];
-#pragma unroll
-  for (int q = 0; q < QT; ++q)
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) acc[q][v] = 0.f;
 
-  TileOrigin org;
-  org.h0 = p0 * g.stride_h - g.pad_h;
-  org.w0 = q0 * SW - g.pad_w;
-  org.c_lo = k0 / g.mult;
-  org.rows = g.in_rows;
-  org.cols = g.in_cols;
-  org.cin = g.cin;
-  const int64_t slice = (int64_t)g.H * g.W * g.C;  // elements of one input depth slice
-  const elem_t* image = x + (int64_t)n * g.D * slice;
-  const int d0 = o * g.stride_d - g.pad_d;
+  // The CTA's first slice in flight before the loop; then each slice starts the next one's copies.
+  const Stage first = next_stage(g, begin, -1, end);
+  if (first.item < end) load_stage(sx0, x, g, first);
+  sm80::cp_async_commit();
+  int buf = 0;
+  int taps_chunk = -1;  // the chunk whose taps are in sw
+
 #pragma unroll 1
-  for (int t = 0; t < g.T; ++t) {
-    const int d = d0 + t * g.dil_d;
-    if ((unsigned)d >= (unsigned)g.D) continue;  // a padding slice: the same for the whole CTA
-    org.plane = image + d * slice;
-    __syncthreads();  // the previous slice is consumed
-    // 2. The input tile with its halo.
-    load_input_tile<DW_VIN>(sx, org, g.H, g.W, g.C, g.div_upp, g.div_cols);
-    sm80::cp_async_commit();
-    sm80::cp_async_wait<0>();
-    __syncthreads();  // the tile (and, the first time, sw) is visible to every thread
-    // 3. The multiply-adds.
-    accumulate_slice(acc, sx, sw, g, t, cv, row, qg);
-  }
+  for (int item = begin; item < end; ++item) {
+    const Item head = decode_item(g, item);
+    // 1. Filter taps of channels k0 .. k0 + cb - 1 -> sw[tap][k - k0] (zero past K).
+    if (head.chunk != taps_chunk) {
+      __syncthreads();  // every thread is done with the previous chunk's taps
+      load_taps(sw, w, g, head.chunk * cb, cb, taps);
+      taps_chunk = head.chunk;
+    }
+    float acc[QT][VEC];
+#pragma unroll
+    for (int q = 0; q < QT; ++q)
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) acc[q][v] = 0.f;
 
-  // 4. Epilogue.
-  const int p = p0 + row;
-  const int k = k0 + cv * VEC;
-  if (p >= g.P || k >= g.K) return;
-  float bv[VEC];
-  if (ep.has_bias) load_vec<elem_t, VEC>(bias + k, bv);
-  const int64_t row_base = (((int64_t)n * g.O + o) * g.P + p) * g.Q;
-#pragma unroll
-  for (int q = 0; q < QT; ++q) {
-    const int qq = q0 + qg * QT + q;
-    if (qq >= g.Q) break;
-    const int64_t off = (row_base + qq) * g.K + k;
-    float rv[VEC];
-    if (ep.has_residual) load_vec<elem_t, VEC>(residual + off, rv);
-    float y[VEC];
-#pragma unroll
-    for (int v = 0; v < VEC; ++v)
-      y[v] = apply_epilogue(acc[q][v], ep.has_bias ? bv[v] : 0.f, ep.has_residual ? rv[v] : 0.f, ep);
-    store_vec<elem_t, VEC>(out + off, y);
+#pragma unroll 1
+    for (int t = next_slice(g, head.o, 0); t < g.T; t = next_slice(g, head.o, t + 1)) {
+      // This stage's slice is the one in flight in buffer `buf`.
+      const Stage next = next_stage(g, item, t, end);
+      sm80::cp_async_wait<0>();
+      __syncthreads();  // the slice (and new taps) visible to all; sx[buf ^ 1] no longer read
+      // 2. The next slice's copies, into the other buffer, while this one computes.
+      if (next.item < end) load_stage(sx0 + (buf ^ 1) * tile_elems, x, g, next);
+      sm80::cp_async_commit();
+      // 3. The multiply-adds.
+      accumulate_slice(acc, sx0 + buf * tile_elems, sw, g, t, cv, row, qg);
+      buf ^= 1;
+    }
+
+    // 4. Epilogue (the item decoded again: its coordinates need not live through the slices' loop).
+    const Item it = decode_item(g, item);
+    const int p = it.p0 + row;
+    const int k = it.chunk * cb + cv * VEC;
+    if (p >= g.P || k >= g.K) continue;
+    const int64_t row_base = (((int64_t)it.n * g.O + it.o) * g.P + p) * g.Q;
+    const int q_first = it.q0 + qg * QT;
+    switch (ep.activation) {
+      case ACT_RELU: store_outputs<ACT_RELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+      case ACT_SILU: store_outputs<ACT_SILU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+      case ACT_GELU: store_outputs<ACT_GELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+      default: store_outputs<ACT_NONE>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+    }
   }
 }

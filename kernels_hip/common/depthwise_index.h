@@ -40,8 +40,12 @@ struct DwGeometry {
   i32 cv, tp, tqg;               // channel vectors, output rows, column groups of QT per workgroup
   i32 tiles_p, tiles_q;          // tiles per output plane
   i32 in_rows, in_cols, cin;     // the input tile: rows x cols pixels x cin channels
-  u32 div_upp_mul, div_upp_shr;  // the CUDA loader's fast divisors (by cin / VIN and by in_cols); the
-  u32 div_cols_mul, div_cols_shr;  // unit walker here steps with carries instead and leaves them unread
+  u32 div_upp_mul, div_upp_shr;  // the CUDA kernel's fast divisors: its loader's (by cin / VIN and by
+  u32 div_cols_mul, div_cols_shr;  // in_cols) and its work-item decoding's (by tiles_q, tiles_p, O and
+  u32 div_tq_mul, div_tq_shr;      // N); the unit walker here steps with carries, and the 1-D grid
+  u32 div_tp_mul, div_tp_shr;      // divides once per workgroup, so they are unread here
+  u32 div_o_mul, div_o_shr;
+  u32 div_n_mul, div_n_shr;
 };
 
 // Work-items of a workgroup: cv channel vectors x tp rows x tqg column groups (the host's cfg.threads).

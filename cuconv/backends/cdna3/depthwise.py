@@ -65,7 +65,7 @@ def lds_limit(device) -> int:
 def hip_dw_config(problem, device):
     """:func:`dw_config` with the LDS budgets of ``device`` (:func:`lds_limit`, :data:`LDS_TARGET`)."""
     limit = lds_limit(device)
-    return dw_config(problem, smem_limit=limit, smem_target=min(LDS_TARGET, limit))
+    return dw_config(problem, smem_limit=limit, smem_target=min(LDS_TARGET, limit), buffers=1)
 
 
 class Cdna3DepthwiseKernel(Kernel):

@@ -7,9 +7,10 @@ input and output. The kernel (kernels_cu/depthwise/depthwise_fprop.cu) reads eac
 halo into shared memory once and computes from there with fp32 multiply-adds (docs/architecture.md,
 "Depthwise").
 
-A plan holds the tile shape (:func:`.variants.dw_config`), and after its first run the loaded function
-and the launch's packed arguments (:class:`cuconv.launch.PackedLaunch`), so a repeated call writes five
-pointers and launches.
+The grid is persistent: as many CTAs as the GPU holds at once, each taking output tiles in turn with
+the next tile's input copied in while it computes the current one. A plan holds the tile shape
+(:func:`.variants.dw_config`), and after its first run the loaded function and the launch's packed
+arguments (:class:`cuconv.launch.PackedLaunch`), so a repeated call writes five pointers and launches.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...compiler import load_cuda_function
-from ...launch import PackedLaunch, epilogue_params
+from ...launch import PackedLaunch, epilogue_params, resident_blocks
 from ...plan import FLOAT32_FFMA, SIXTEEN_BIT, Declined, Kernel, Plan, tf32_note
 from ...registry import register
 from .params import dw_geometry
-from .variants import DW_SOURCE, DwConfig, depthwise_declined, dw_config, dw_variant, problem_axes
+from .variants import (DW_SOURCE, DwConfig, depthwise_declined, dw_config, dw_variant, plane_offsets_declined,
+                       problem_axes)
 
 __all__ = ["DepthwiseKernel", "DepthwisePlan", "aligned_operands"]
 
@@ -40,7 +42,7 @@ class DepthwiseKernel(Kernel):
     def make_plan(self, problem, device, overrides):
         if device.cc < (8, 0):
             return Declined(f"needs sm_80+ (cp.async), the GPU is sm_{device.cc[0]}{device.cc[1]}")
-        why_not = depthwise_declined(problem)
+        why_not = depthwise_declined(problem) or plane_offsets_declined(problem)
         if why_not:
             return Declined(why_not)
         cfg = dw_config(problem)
@@ -67,8 +69,9 @@ class DepthwisePlan(Plan):
         depth = f", {T} filter slices in turn" if p.nd == 3 else ""
         return (f"{self.name}: CTA tile {c.tp}x{c.tq} output pixels x {c.cb} channels ({c.threads} threads: "
                 f"{c.cv} vectors of {c.vec} channels x {c.tp * c.tqg} pixel groups of {c.qt} along W), input tile "
-                f"{c.in_rows}x{c.in_cols}x{c.cin} with halo in shared memory ({c.smem} bytes, copies of {c.vin} "
-                f"channels){depth}, grid {c.chunks} chunks x {c.tiles_p}x{c.tiles_q} tiles per plane")
+                f"{c.in_rows}x{c.in_cols}x{c.cin} with halo in shared memory, two buffers ({c.smem} bytes with the taps, "
+                f"copies of {c.vin} channels){depth}, {c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} "
+                f"per plane) over a persistent grid of at most as many CTAs as the GPU holds at once")
 
     def compile_jobs(self):
         return ((DW_SOURCE, self.defines),)
@@ -78,7 +81,13 @@ class DepthwisePlan(Plan):
         fn = load_cuda_function(DW_SOURCE, self.device, self.defines, self.name, c.smem)
         null = np.uint64(0)
         args = (null, null, null, null, null, dw_geometry(p, c), epilogue_params(p.epilogue))
-        return PackedLaunch(fn, c.tiles(p), c.threads, c.smem, args, slots=(0, 1, 2, 3, 4))
+        return PackedLaunch(fn, self.grid(resident_blocks(fn, c.threads, c.smem)), c.threads, c.smem, args,
+                            slots=(0, 1, 2, 3, 4))
+
+    def grid(self, per_sm: int) -> int:
+        """CTAs of the persistent grid: as many as the GPU runs at once (``per_sm`` on each SM), or one
+        per work item (output tile) when there are fewer."""
+        return min(self.cfg.tiles(self.problem), per_sm * self.device.sm_count)
 
     def run(self, x, w, bias, residual, out):
         launch = self._launch

@@ -16,16 +16,19 @@ from typing import Optional, Union
 from ...launch import dtype_code
 from ...problem import ConvProblem
 
-__all__ = ["DwConfig", "dw_config", "dw_variant", "depthwise_declined", "DW_SOURCE", "SMEM_LIMIT", "MAX_THREADS",
+__all__ = ["DwConfig", "dw_config", "dw_variant", "depthwise_declined", "plane_offsets_declined", "DW_SOURCE", "SMEM_LIMIT", "MAX_THREADS",
            "problem_axes"]
 
 DW_SOURCE = "depthwise/depthwise_fprop.cu"
 #: Shared memory one CTA may use (bytes): under every sm_80+ GPU's per-block opt-in limit (99 KiB on
 #: sm_86/89), so one variant runs everywhere.
 SMEM_LIMIT = 96 * 1024
-#: Shared memory a tile aims at: 3-4 CTAs of 256 threads per SM (their registers allow 3) on every
-#: sm_80+ GPU (A100: 164 KiB per SM).
-SMEM_TARGET = 40 * 1024
+#: Shared memory a CTA aims at (the taps and its input-tile buffers): 3 CTAs of 256 threads per SM
+#: (what their registers allow at most) on the H100 (228 KiB per SM), 2 on the A100 (164 KiB).
+SMEM_TARGET = 72 * 1024
+#: Input-tile buffers of the CUDA kernel: it copies the next slice into one while it computes from the
+#: other.
+CUDA_BUFFERS = 2
 #: Threads per CTA at most (``MAX_THREADS`` of the kernel).
 MAX_THREADS = 256
 #: Channels per thread: one 8-byte (16-bit dtypes) or 16-byte (fp32) vector. Wider vectors cost
@@ -85,10 +88,29 @@ def depthwise_declined(p: ConvProblem) -> Optional[str]:
     return None
 
 
+def plane_offsets_declined(p: ConvProblem) -> Optional[str]:
+    """Why the CUDA kernel's loader cannot take ``p``, or None: it addresses one input plane (image,
+    depth slice), tile margins included, with 32-bit element offsets."""
+    margin = [(f - 1) * d + s + 1 for f, d, s in zip(p.filter_spatial[-2:], p.dilation[-2:], p.stride[-2:])]
+    plane = (p.in_spatial[-2] + 2 * margin[0]) * (p.in_spatial[-1] + 2 * margin[1]) * p.channels
+    if plane >= 2**31:
+        return (f"an input plane of {plane} elements (with the tile margins) exceeds the loader's 32-bit "
+                f"offsets")
+    return None
+
+
 def problem_axes(p: ConvProblem):
     """``(T, R, S, (stride_h, stride_w), (dil_h, dil_w), (P, Q))`` of a 2-D or 3-D problem."""
     t = p.filter_spatial[0] if p.nd == 3 else 1
     return t, p.filter_spatial[-2], p.filter_spatial[-1], p.stride[-2:], p.dilation[-2:], p.out_spatial[-2:]
+
+
+def window_outputs(S: int, sw: int, Q: int) -> int:
+    """QT, the consecutive output pixels along W one thread computes: 8 for filters up to 5 wide at W
+    stride 1, else 4 (QT x VEC accumulators and S x VEC weights live in registers: a 7-wide filter's
+    8-output window costs more occupancy than it saves in shared-memory reads), at most Q rounded up
+    to a power of two."""
+    return min(8 if S <= 5 and sw == 1 else 4, 1 << (Q - 1).bit_length())
 
 
 def _pow2_divisor(n: int, cap: int) -> int:
@@ -120,16 +142,17 @@ def _tile_cost(P: int, Q: int, tp: int, tq: int, rows: int, cols: int) -> int:
     return -(-P // tp) * -(-Q // tq) * (rows * cols + tp * tq)
 
 
-def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = SMEM_TARGET) -> Union[DwConfig, str]:
+def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = SMEM_TARGET,
+              buffers: int = CUDA_BUFFERS) -> Union[DwConfig, str]:
     """The launch shape for depthwise problem ``p`` (``groups == C``), or the reason there is none.
 
     Channels: vectors of :data:`_VEC` (or fewer, dividing C), chunks of up to 64 channels with the least
-    padding. Tile: each thread takes QT = 8 outputs along W for filters up to 3 wide at W stride 1, else 4
-    (fewer on narrower outputs: QT x VEC accumulators and S x VEC weights live in registers), and among
-    the tiles of at most 256 threads, 32 columns and :data:`SMEM_TARGET` bytes the one with the least
+    padding. Tile: each thread takes QT outputs along W (:func:`window_outputs`), and among the tiles of
+    at most 256 threads, 32 columns and :data:`SMEM_TARGET` bytes the one with the least
     halo and padding work (:func:`_tile_cost`); one row over the target is shrunk until it fits
-    :data:`SMEM_LIMIT`. ``smem_limit`` / ``smem_target`` are those two budgets (another backend of the
-    same kernel design passes its own: CDNA's LDS)."""
+    :data:`SMEM_LIMIT`. ``smem_limit`` / ``smem_target`` are those two budgets and ``buffers`` the input
+    tiles a CTA holds at once (another backend of the same kernel design passes its own: CDNA's LDS,
+    one tile)."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     esize = p.itemsize
     C, K = p.channels, p.out_channels
@@ -145,7 +168,7 @@ def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = S
     cb = vec * cv
     cin = cb // mult
     vin = _pow2_divisor(math.gcd(cin, C), 16 // esize)
-    qt = min(8 if S <= 3 and sw == 1 else 4, 1 << (Q - 1).bit_length())
+    qt = window_outputs(S, sw, Q)
     groups = MAX_THREADS // cv        # pixel groups of qt outputs per CTA
     taps_bytes = -(-T * R * S * cb * 4 // 16) * 16
 
@@ -154,7 +177,8 @@ def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = S
 
     def smem_of(tp_, tqg_):
         rows, cols = extent(tp_, tqg_)
-        return taps_bytes + rows * cols * cin * esize
+        tile = rows * cols * cin * esize
+        return taps_bytes + (buffers - 1) * (-(-tile // 16) * 16) + tile  # buffers 16-byte aligned
 
     best = None
     for tqg in range(1, min(-(-Q // qt), groups, _MAX_TILE_COLS // qt) + 1):
@@ -186,10 +210,10 @@ def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = S
 
 def min_blocks(dtype: str, qt: int) -> int:
     """CTAs of 256 threads per SM the kernel's registers must allow (``__launch_bounds__``): 3 (<= 80
-    registers) where ptxas fits the variant there without spilling, else 2. fp32 windows and the fp16
-    8-output window do not fit; tests/test_depthwise_compile.py checks every catalog variant for
+    registers) where ptxas fits the variant there without spilling, else 2. fp32 windows and the
+    8-output windows do not fit; tests/test_depthwise_compile.py checks every catalog variant for
     spills."""
-    return 3 if dtype == "bfloat16" or (dtype == "float16" and qt < 8) else 2
+    return 3 if dtype != "float32" and qt < 8 else 2
 
 
 def dw_variant(p: ConvProblem, cfg: DwConfig):
