@@ -86,7 +86,7 @@ class DepthwisePlan(Plan):
 
     def grid(self, per_sm: int) -> int:
         """CTAs of the persistent grid: as many as the GPU runs at once (``per_sm`` on each SM), or one
-        per work item (output tile) when there are fewer."""
+        per work item (output tile) when there are fewer (docs/tuning.md#T-dw-persistent)."""
         return min(self.cfg.tiles(self.problem), per_sm * self.device.sm_count)
 
     def run(self, x, w, bias, residual, out):
