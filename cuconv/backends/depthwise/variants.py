@@ -107,10 +107,10 @@ def problem_axes(p: ConvProblem):
 
 def window_outputs(S: int, sw: int, Q: int) -> int:
     """QT, the consecutive output pixels along W one thread computes: 8 for filters up to 5 wide at W
-    stride 1, else 4 (QT x VEC accumulators and S x VEC weights live in registers: a 7-wide filter's
-    8-output window costs more occupancy than it saves in shared-memory reads), at most Q rounded up
-    to a power of two (docs/tuning.md#T-dw-big-filter)."""
-    return min(8 if S <= 5 and sw == 1 else 4, 1 << (Q - 1).bit_length())
+    stride 1 and up to 3 wide at stride 2, else 4 (QT x VEC accumulators and S x VEC weights live in
+    registers: a wider window costs more occupancy than it saves in shared-memory reads), at most Q
+    rounded up to a power of two (docs/tuning.md#T-dw-big-filter)."""
+    return min(8 if (S <= 5 and sw == 1) or (S <= 3 and sw == 2) else 4, 1 << (Q - 1).bit_length())
 
 
 def _pow2_divisor(n: int, cap: int) -> int:
