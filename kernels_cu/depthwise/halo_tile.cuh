@@ -49,6 +49,9 @@ __device__ __forceinline__ TileWalk tile_walk(int cols, int upp, FastDivisor div
   return t;
 }
 
+// 2-byte copy units (plain loads) a thread keeps in flight at once.
+constexpr int U16_BATCH = 8;
+
 template <int VIN>
 __device__ __forceinline__ void copy_unit(uint32_t dst, const elem_t* src, bool valid) {
   constexpr int BYTES = VIN * (int)sizeof(elem_t);
@@ -68,6 +71,8 @@ __device__ __forceinline__ void copy_unit(uint32_t dst, const elem_t* src, bool 
 // (col, channel unit) = i % row_units, and copies it in rows i / row_units, + rows_per_pass, ...: its
 // column and channel checks hold for the whole tile, and each further unit is one row further on.
 // Otherwise the threads walk the tile's units in order (TileWalk), stepping coordinates with carries.
+// 2-byte units (one 16-bit channel) are not a cp.async size: there a thread issues U16_BATCH loads
+// before their stores, so a tile costs a few memory latencies, not one per unit.
 template <int VIN>
 __device__ __forceinline__ void load_input_tile(elem_t* tile, const TileOrigin& o, int H, int W, int C,
                                                 FastDivisor div_upp, FastDivisor div_cols) {
@@ -85,17 +90,37 @@ __device__ __forceinline__ void load_input_tile(elem_t* tile, const TileOrigin& 
     const int cu = pos - col * upp;
     const int w = o.w0 + col, c = o.c_lo + cu * VIN;
     const bool col_ok = (unsigned)w < (unsigned)W && c < C;
+    const int d_off = rows_per_pass * W * C;
+    const uint32_t d_dst = (uint32_t)(rows_per_pass * row_units * UNIT_BYTES);
     int h = o.h0 + r0;
     int off = (h * W + w) * C + c;
-    const int d_off = rows_per_pass * W * C;
     uint32_t dst = base + (uint32_t)((r0 * row_units + pos) * UNIT_BYTES);
-    const uint32_t d_dst = (uint32_t)(rows_per_pass * row_units * UNIT_BYTES);
-    for (int r = r0; r < o.rows; r += rows_per_pass) {
-      const bool valid = col_ok && (unsigned)h < (unsigned)H;
-      copy_unit<VIN>(dst, valid ? o.plane + off : o.plane, valid);
-      h += rows_per_pass;
-      off += d_off;
-      dst += d_dst;
+    if constexpr (UNIT_BYTES < 4) {
+      // 2-byte units are plain loads and stores: U16_BATCH loads in flight before their stores.
+#pragma unroll 1
+      for (int r = r0; r < o.rows; r += U16_BATCH * rows_per_pass) {
+        uint16_t v[U16_BATCH];
+#pragma unroll
+        for (int j = 0; j < U16_BATCH; ++j) {
+          const int hj = h + j * rows_per_pass;
+          const bool valid = col_ok && (unsigned)hj < (unsigned)H && r + j * rows_per_pass < o.rows;
+          v[j] = sm80::load_u16_zfill(o.plane + (valid ? off + j * d_off : 0), valid);
+        }
+#pragma unroll
+        for (int j = 0; j < U16_BATCH; ++j)
+          if (r + j * rows_per_pass < o.rows) sm80::store_u16(dst + j * d_dst, v[j]);
+        h += U16_BATCH * rows_per_pass;
+        off += U16_BATCH * d_off;
+        dst += U16_BATCH * d_dst;
+      }
+    } else {
+      for (int r = r0; r < o.rows; r += rows_per_pass) {
+        const bool valid = col_ok && (unsigned)h < (unsigned)H;
+        copy_unit<VIN>(dst, valid ? o.plane + off : o.plane, valid);
+        h += rows_per_pass;
+        off += d_off;
+        dst += d_dst;
+      }
     }
     return;
   }
@@ -111,9 +136,7 @@ __device__ __forceinline__ void load_input_tile(elem_t* tile, const TileOrigin& 
   int off = (row * W + col) * C + o.c_lo + cu * VIN;
   uint32_t dst = base + threadIdx.x * UNIT_BYTES;
   const uint32_t d_dst = blockDim.x * UNIT_BYTES;
-  for (int u = threadIdx.x; u < units; u += blockDim.x) {
-    const bool valid = (unsigned)row < (unsigned)H && (unsigned)col < (unsigned)W && cu * VIN < C - o.c_lo;
-    copy_unit<VIN>(dst, valid ? o.plane + off : o.plane, valid);
+  auto step = [&]() {
     dst += d_dst;
     cu += walk.d_cu;
     col += walk.d_col;
@@ -121,6 +144,31 @@ __device__ __forceinline__ void load_input_tile(elem_t* tile, const TileOrigin& 
     off += d_off;
     if (cu >= upp) { cu -= upp; ++col; off += wrap_cu; }
     if (col >= col_end) { col -= o.cols; ++row; off += wrap_col; }
+  };
+  if constexpr (UNIT_BYTES < 4) {
+    // 2-byte units: U16_BATCH loads in flight before their stores (see above).
+#pragma unroll 1
+    for (int u = threadIdx.x; u < units; u += U16_BATCH * blockDim.x) {
+      uint16_t v[U16_BATCH];
+      uint32_t at[U16_BATCH];
+#pragma unroll
+      for (int j = 0; j < U16_BATCH; ++j) {
+        const bool valid = u + j * (int)blockDim.x < units && (unsigned)row < (unsigned)H &&
+                           (unsigned)col < (unsigned)W && cu * VIN < C - o.c_lo;
+        v[j] = sm80::load_u16_zfill(o.plane + (valid ? off : 0), valid);
+        at[j] = dst;
+        step();
+      }
+#pragma unroll
+      for (int j = 0; j < U16_BATCH; ++j)
+        if (u + j * (int)blockDim.x < units) sm80::store_u16(at[j], v[j]);
+    }
+  } else {
+    for (int u = threadIdx.x; u < units; u += blockDim.x) {
+      const bool valid = (unsigned)row < (unsigned)H && (unsigned)col < (unsigned)W && cu * VIN < C - o.c_lo;
+      copy_unit<VIN>(dst, valid ? o.plane + off : o.plane, valid);
+      step();
+    }
   }
 }
 

@@ -32,10 +32,13 @@ template <> struct Word<2> { typedef uint16_t type; };
 
 template <typename T, int VEC>
 __device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC]) {
-  if constexpr (sizeof(T) == 4) {  // fp32: VEC in {1, 2, 4}
-    if constexpr (VEC == 4) {
-      const float4 v = *reinterpret_cast<const float4*>(p);
-      f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w;
+  if constexpr (sizeof(T) == 4) {  // fp32: VEC in {1, 2, 4, 8}
+    if constexpr (VEC % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < VEC / 4; ++i) {
+        const float4 v = reinterpret_cast<const float4*>(p)[i];
+        f[4 * i] = v.x; f[4 * i + 1] = v.y; f[4 * i + 2] = v.z; f[4 * i + 3] = v.w;
+      }
     } else if constexpr (VEC == 2) {
       const float2 v = *reinterpret_cast<const float2*>(p);
       f[0] = v.x; f[1] = v.y;
@@ -56,8 +59,11 @@ __device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC]) {
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec(T* p, const float (&f)[VEC]) {
   if constexpr (sizeof(T) == 4) {
-    if constexpr (VEC == 4) *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
-    else if constexpr (VEC == 2) *reinterpret_cast<float2*>(p) = make_float2(f[0], f[1]);
+    if constexpr (VEC % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < VEC / 4; ++i)
+        reinterpret_cast<float4*>(p)[i] = make_float4(f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3]);
+    } else if constexpr (VEC == 2) *reinterpret_cast<float2*>(p) = make_float2(f[0], f[1]);
     else *reinterpret_cast<float*>(p) = f[0];
   } else if constexpr (VEC == 1) {
     *p = from_float<T>(f[0]);

@@ -1,0 +1,101 @@
+"""``smallc_direct``: dense convolution with few input channels (stems: C = 1-8, at most 64
+multiply-adds per output), conv2d and conv3d, NHWC / NDHWC, fp16 / bf16 / fp32, on every sm_80+
+NVIDIA GPU.
+
+A stem's reduction (C x R x S: 27 for an RGB 3x3) is too short to feed a tensor-core tile, which pads
+it to 32 or 64 and spends its time moving the output. The kernel (kernels_cu/smallc/smallc_fprop.cu)
+copies each input tile with its halo, all C channels, into shared memory once and computes every
+output from there with fp32 multiply-adds, PX outputs x KV channels per thread (docs/architecture.md,
+"Few input channels").
+
+A plan holds the tile shape (:func:`.variants.sc_config`), and after its first run the loaded function
+and the launch's packed arguments (:class:`cuconv.launch.PackedLaunch`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...compiler import load_cuda_function
+from ...launch import PackedLaunch, epilogue_params
+from ...plan import FLOAT32_FFMA, SIXTEEN_BIT, Declined, Kernel, Plan, tf32_note
+from ...registry import register
+from ..depthwise.kernel import aligned_operands
+from ..depthwise.variants import problem_axes
+from .params import sc_geometry
+from .variants import MAX_TAPS, SC_SOURCE, ScConfig, sc_config, sc_variant, smallc_declined
+
+__all__ = ["SmallcKernel", "SmallcPlan"]
+
+
+class SmallcKernel(Kernel):
+    """Direct convolution for few input channels: halo tiles in shared memory, fp32 multiply-adds."""
+
+    name = "smallc_direct"
+    backend = "cuda"
+    #: Above the implicit GEMM kernels (sm90_tma declines C % 8 != 0; sm90_tf32 folds a stem's filter
+    #: columns into its channels, and sm80_igemm pads C) for the problems it takes.
+    priority = 112
+    spatial_dims = (2, 3)
+    strategy = "native"
+    #: fp32 multiply-adds for every dtype: float32 at precision "float32", and "tf32" more accurately.
+    precisions = SIXTEEN_BIT | FLOAT32_FFMA
+
+    def make_plan(self, problem, device, overrides):
+        if device.cc < (8, 0):
+            return Declined(f"needs sm_80+ (cp.async), the GPU is sm_{device.cc[0]}{device.cc[1]}")
+        why_not = smallc_declined(problem)
+        if why_not:
+            return Declined(why_not)
+        cfg = sc_config(problem)
+        if isinstance(cfg, str):
+            return Declined(cfg)
+        taps = problem.channels * int(np.prod(problem.filter_spatial))
+        return SmallcPlan(self, problem, device, cfg,
+                          f"few input channels (C = {problem.channels}, {taps} <= {MAX_TAPS} multiply-adds per "
+                          f"output): a direct kernel, each input tile read once into shared memory, fp32 "
+                          f"multiply-adds{tf32_note(problem)}")
+
+
+class SmallcPlan(Plan):
+    """The tile shape of one few-channel problem, and its packed launch once it has run."""
+
+    def __init__(self, kernel, problem, device, cfg: ScConfig, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.cfg = cfg
+        self.name, self.defines = sc_variant(problem, cfg)
+        self._launch = None
+
+    def describe(self) -> str:
+        c, p = self.cfg, self.problem
+        T = problem_axes(p)[0]
+        depth = f", {T} filter slices in turn" if p.nd == 3 else ""
+        return (f"{self.name}: CTA tile {c.tp}x{c.tq} output pixels x {c.cb} channels ({c.threads} threads: "
+                f"{c.kg} groups of {c.kv} channels x {c.tp * c.tqg} pixel groups of {c.px} along W), input tile "
+                f"{c.in_rows}x{c.in_cols}x{p.channels} with halo in shared memory ({c.smem} bytes with the taps, "
+                f"copies of {c.vin} channels){depth}, grid {c.chunks} chunks x {c.tiles_p}x{c.tiles_q} tiles per "
+                f"plane")
+
+    def compile_jobs(self):
+        return ((SC_SOURCE, self.defines),)
+
+    def _build(self):
+        p, c = self.problem, self.cfg
+        fn = load_cuda_function(SC_SOURCE, self.device, self.defines, self.name, c.smem)
+        null = np.uint64(0)
+        args = (null, null, null, null, null, sc_geometry(p, c), epilogue_params(p.epilogue))
+        return PackedLaunch(fn, c.tiles(p), c.threads, c.smem, args, slots=(0, 1, 2, 3, 4))
+
+    def run(self, x, w, bias, residual, out):
+        launch = self._launch
+        if launch is None:
+            launch = self._launch = self._build()
+        x, bias, residual, target = aligned_operands(self.problem, self.cfg, x, bias, residual, out)
+        op = target.data.ptr  # absent operands: any valid address (the kernel reads them only when flagged)
+        launch(x.data.ptr, w.data.ptr, op if bias is None else bias.data.ptr,
+               op if residual is None else residual.data.ptr, op)
+        if target is not out:
+            out[...] = target
+
+
+register(SmallcKernel())
