@@ -182,6 +182,15 @@ def halo_cases(draw, nd=2, max_width=150, max_channels=80):
                    "padding": padding, "batch": draw(st.integers(1, 2))})
 
 
+def smallc_takes(case: Case) -> bool:
+    """Whether ``smallc_direct`` (few input channels, first in the automatic choice for them) serves
+    the case: one group, at most MAX_C channels and MAX_TAPS multiply-adds per output."""
+    import math
+
+    from cuconv.backends.smallc.variants import MAX_C, MAX_TAPS
+    return case.groups == 1 and case.channels <= MAX_C and case.channels * math.prod(case.filt) <= MAX_TAPS
+
+
 def with_residual(case: Case) -> Case:
     """``case`` with a residual read (beta kept when it is non-zero, else 1): for the in-place tests."""
     case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)

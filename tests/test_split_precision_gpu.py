@@ -20,9 +20,10 @@ from hypothesis import given, settings
 
 import cuconv
 from cuconv.backends.sm90.split_precision import W_PARTS, X_PARTS, padded_channels, split_bf16x3
+from cuconv.backends.smallc.variants import MAX_C, MAX_TAPS
 
 from conftest import needs_hopper, rel_error
-from geometry import cases, make_operands
+from geometry import cases, make_operands, smallc_takes
 
 pytestmark = [pytest.mark.gpu, needs_hopper]
 
@@ -113,8 +114,12 @@ def _check(cp, case, precision=None, in_place=False):
     kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),
                   activation=ep.get("activation"), precision=precision)
     e = cuconv.explain(x, w, bias, residual=residual, **kwargs)
-    # at "tf32" most problems go to sm90_tf32 (its routing: tests/test_tf32_gpu.py); forced here
-    assert e.kernel in (("sm90_tf32", "sm90_bf16x3") if precision == "tf32" else ("sm90_bf16x3",)), str(e)
+    # at "tf32" most problems go to sm90_tf32 (its routing: tests/test_tf32_gpu.py), few-channel ones to
+    # smallc_direct (tests/test_smallc.py); forced here
+    if smallc_takes(case):
+        assert e.kernel == "smallc_direct", str(e)
+    else:
+        assert e.kernel in (("sm90_tf32", "sm90_bf16x3") if precision == "tf32" else ("sm90_bf16x3",)), str(e)
     ref = cuconv.reference.conv2d(x, w, bias, residual=residual, **{k: v for k, v in kwargs.items() if k != "precision"})
     operands = [None if a is None else cp.asnumpy(a) for a in (x, w, bias, residual)]
     out = residual if in_place and residual is not None else None
@@ -158,7 +163,8 @@ def test_network_layers(cp, C, K, hw, filt, stride):
     ref = cuconv.reference.conv2d(x, w, bias, **dict(kw, residual=res))
     xg, wg, bg, rg = (cp.asarray(a) for a in (x, w, bias, res))
     got = cuconv.conv2d(xg, wg, bg, **dict(kw, residual=rg))
-    assert cuconv.explain(xg, wg, bg, **dict(kw, residual=rg)).kernel == "sm90_bf16x3"
+    few = C <= MAX_C and C * filt * filt <= MAX_TAPS  # exact fp32 multiply-adds (tests/test_smallc.py)
+    assert cuconv.explain(xg, wg, bg, **dict(kw, residual=rg)).kernel == ("smallc_direct" if few else "sm90_bf16x3")
     assert rel_error(got, ref) <= BOUND
     again = cuconv.conv2d(xg, wg, bg, **dict(kw, residual=rg))
     assert cp.array_equal(got, again)  # a fixed reduction order: the same bits on every run
@@ -172,7 +178,8 @@ def test_drawn_float32_conv3d(cp, case):
     ep = case.epilogue
     kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),
                   activation=ep.get("activation"))
-    assert cuconv.explain(x, w, bias, residual=residual, **kwargs).kernel == "conv3d_native_bf16x3"
+    want = "smallc_direct" if smallc_takes(case) else "conv3d_native_bf16x3"
+    assert cuconv.explain(x, w, bias, residual=residual, **kwargs).kernel == want
     ref = cuconv.reference.conv3d(x, w, bias, residual=residual, **kwargs)
     got = cuconv.conv3d(x, w, bias, residual=residual, **kwargs)
     assert got.dtype == cp.float32
