@@ -316,7 +316,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
       // This stage's slice is the one in flight in buffer `buf`.
       const Stage next = next_stage(g, item, t, end);
       sm80::cp_async_wait<0>();
-      __syncthreads();  // the slice (and new taps) visible to all; sx[buf ^ 1] no longer read
+      __syncthreads();  // the slice (and new taps) visible to all; buffer buf ^ 1 no longer read
       // 2. The next slice's copies, into the other buffer, while this one computes.
       if (next.item < end) load_stage(sx0 + (buf ^ 1) * tile_elems, x, g, next);
       sm80::cp_async_commit();
