@@ -25,7 +25,7 @@ from .params import dw_geometry
 from .variants import (DW_SOURCE, DwConfig, depthwise_declined, dw_config, dw_variant, plane_offsets_declined,
                        problem_axes)
 
-__all__ = ["DepthwiseKernel", "DepthwisePlan", "aligned_operands"]
+__all__ = ["DepthwiseKernel", "DepthwisePlan", "DirectPlan", "aligned_operands"]
 
 
 class DepthwiseKernel(Kernel):
@@ -54,14 +54,46 @@ class DepthwiseKernel(Kernel):
                              f"direct kernel, each input tile read once into shared memory{tf32_note(problem)}")
 
 
-class DepthwisePlan(Plan):
-    """The tile shape of one depthwise problem, and its packed launch once it has run."""
+class DirectPlan(Plan):
+    """A plan of the CUDA direct kernels (``depthwise_direct``, ``smallc_direct``): a tile shape ``cfg``,
+    the compiled variant ``(name, defines)`` of ``source``, and after the first run the packed launch
+    (:meth:`_build`) taking x, w, bias, residual and out, whose addresses each call writes."""
 
-    def __init__(self, kernel, problem, device, cfg: DwConfig, reason: str):
+    #: The kernel source under kernels_cu/ (set by each subclass).
+    source = ""
+
+    def __init__(self, kernel, problem, device, cfg, variant, reason: str):
         super().__init__(kernel, problem, device, reason)
         self.cfg = cfg
-        self.name, self.defines = dw_variant(problem, cfg)
+        self.name, self.defines = variant
         self._launch = None
+
+    def compile_jobs(self):
+        return ((self.source, self.defines),)
+
+    def _build(self) -> PackedLaunch:
+        """The loaded function and the launch's packed arguments (five pointer slots first)."""
+        raise NotImplementedError
+
+    def run(self, x, w, bias, residual, out):
+        launch = self._launch
+        if launch is None:
+            launch = self._launch = self._build()
+        x, bias, residual, target = aligned_operands(self.problem, self.cfg, x, bias, residual, out)
+        op = target.data.ptr  # absent operands: any valid address (the kernel reads them only when flagged)
+        launch(x.data.ptr, w.data.ptr, op if bias is None else bias.data.ptr,
+               op if residual is None else residual.data.ptr, op)
+        if target is not out:
+            out[...] = target
+
+
+class DepthwisePlan(DirectPlan):
+    """The tile shape of one depthwise problem, and its packed launch once it has run."""
+
+    source = DW_SOURCE
+
+    def __init__(self, kernel, problem, device, cfg: DwConfig, reason: str):
+        super().__init__(kernel, problem, device, cfg, dw_variant(problem, cfg), reason)
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
@@ -72,9 +104,6 @@ class DepthwisePlan(Plan):
                 f"{c.in_rows}x{c.in_cols}x{c.cin} with halo in shared memory, two buffers ({c.smem} bytes with the taps, "
                 f"copies of {c.vin} channels){depth}, {c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} "
                 f"per plane) over a persistent grid of at most as many CTAs as the GPU holds at once")
-
-    def compile_jobs(self):
-        return ((DW_SOURCE, self.defines),)
 
     def _build(self):
         p, c = self.problem, self.cfg
@@ -88,17 +117,6 @@ class DepthwisePlan(Plan):
         """CTAs of the persistent grid: as many as the GPU runs at once (``per_sm`` on each SM), or one
         per work item (output tile) when there are fewer (docs/tuning.md#T-dw-persistent)."""
         return min(self.cfg.tiles(self.problem), per_sm * self.device.sm_count)
-
-    def run(self, x, w, bias, residual, out):
-        launch = self._launch
-        if launch is None:
-            launch = self._launch = self._build()
-        x, bias, residual, target = aligned_operands(self.problem, self.cfg, x, bias, residual, out)
-        op = target.data.ptr  # absent operands: any valid address (the kernel reads them only when flagged)
-        launch(x.data.ptr, w.data.ptr, op if bias is None else bias.data.ptr,
-               op if residual is None else residual.data.ptr, op)
-        if target is not out:
-            out[...] = target
 
 
 def aligned_operands(problem, cfg: DwConfig, x, bias, residual, out):

@@ -16,7 +16,8 @@ from typing import Optional, Union
 from ...launch import dtype_code
 from ...problem import ConvProblem
 
-__all__ = ["DwConfig", "dw_config", "dw_variant", "depthwise_declined", "plane_offsets_declined", "DW_SOURCE", "SMEM_LIMIT", "MAX_THREADS",
+__all__ = ["DwConfig", "dw_config", "dw_variant", "depthwise_declined", "index_range_declined",
+           "plane_offsets_declined", "pow2_divisor", "DW_SOURCE", "SMEM_LIMIT", "MAX_THREADS",
            "problem_axes"]
 
 DW_SOURCE = "depthwise/depthwise_fprop.cu"
@@ -82,6 +83,12 @@ def depthwise_declined(p: ConvProblem) -> Optional[str]:
     if p.groups != p.channels:
         return (f"not depthwise: groups {p.groups} != C {p.channels} ({p.channels_per_group} channels per "
                 f"group)")
+    return index_range_declined(p)
+
+
+def index_range_declined(p: ConvProblem) -> Optional[str]:
+    """Why the direct kernels of this design (depthwise, few-channel) cannot index ``p``, or None:
+    extents within 32-bit ints, element counts within 2**62."""
     extent = max(p.batch * math.prod(p.in_spatial) * p.channels, p.gemm_m * p.out_channels)
     if max(*p.in_spatial, p.out_channels, p.batch) >= 2**31 or extent >= 2**62:
         return f"an extent exceeds the kernel's index range ({extent} elements)"
@@ -113,7 +120,7 @@ def window_outputs(S: int, sw: int, Q: int) -> int:
     return min(8 if (S <= 5 and sw == 1) or (S <= 3 and sw == 2) else 4, 1 << (Q - 1).bit_length())
 
 
-def _pow2_divisor(n: int, cap: int) -> int:
+def pow2_divisor(n: int, cap: int) -> int:
     """Largest power of two <= ``cap`` dividing ``n``."""
     v = cap
     while n % v:
@@ -157,7 +164,7 @@ def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = S
     esize = p.itemsize
     C, K = p.channels, p.out_channels
     mult = K // C
-    vec = _pow2_divisor(C if mult == 1 else K, _VEC)
+    vec = pow2_divisor(C if mult == 1 else K, _VEC)
     cv = _channel_vectors(K // vec, vec, mult)
     while cv is None:                 # an odd multiplier and a wide vector: narrow the vector
         if vec == 1:
@@ -167,7 +174,7 @@ def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = S
         cv = _channel_vectors(K // vec, vec, mult)
     cb = vec * cv
     cin = cb // mult
-    vin = _pow2_divisor(math.gcd(cin, C), 16 // esize)
+    vin = pow2_divisor(math.gcd(cin, C), 16 // esize)
     qt = window_outputs(S, sw, Q)
     groups = MAX_THREADS // cv        # pixel groups of qt outputs per CTA
     taps_bytes = -(-T * R * S * cb * 4 // 16) * 16

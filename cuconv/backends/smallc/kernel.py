@@ -18,9 +18,9 @@ import numpy as np
 
 from ...compiler import load_cuda_function
 from ...launch import PackedLaunch, epilogue_params
-from ...plan import FLOAT32_FFMA, SIXTEEN_BIT, Declined, Kernel, Plan, tf32_note
+from ...plan import FLOAT32_FFMA, SIXTEEN_BIT, Declined, Kernel, tf32_note
 from ...registry import register
-from ..depthwise.kernel import aligned_operands
+from ..depthwise.kernel import DirectPlan
 from ..depthwise.variants import problem_axes
 from .params import sc_geometry
 from .variants import MAX_TAPS, SC_SOURCE, ScConfig, sc_config, sc_variant, smallc_declined
@@ -57,14 +57,13 @@ class SmallcKernel(Kernel):
                           f"multiply-adds{tf32_note(problem)}")
 
 
-class SmallcPlan(Plan):
+class SmallcPlan(DirectPlan):
     """The tile shape of one few-channel problem, and its packed launch once it has run."""
 
+    source = SC_SOURCE
+
     def __init__(self, kernel, problem, device, cfg: ScConfig, reason: str):
-        super().__init__(kernel, problem, device, reason)
-        self.cfg = cfg
-        self.name, self.defines = sc_variant(problem, cfg)
-        self._launch = None
+        super().__init__(kernel, problem, device, cfg, sc_variant(problem, cfg), reason)
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
@@ -76,26 +75,12 @@ class SmallcPlan(Plan):
                 f"copies of {c.vin} channels){depth}, grid {c.chunks} chunks x {c.tiles_p}x{c.tiles_q} tiles per "
                 f"plane")
 
-    def compile_jobs(self):
-        return ((SC_SOURCE, self.defines),)
-
     def _build(self):
         p, c = self.problem, self.cfg
         fn = load_cuda_function(SC_SOURCE, self.device, self.defines, self.name, c.smem)
         null = np.uint64(0)
         args = (null, null, null, null, null, sc_geometry(p, c), epilogue_params(p.epilogue))
         return PackedLaunch(fn, c.tiles(p), c.threads, c.smem, args, slots=(0, 1, 2, 3, 4))
-
-    def run(self, x, w, bias, residual, out):
-        launch = self._launch
-        if launch is None:
-            launch = self._launch = self._build()
-        x, bias, residual, target = aligned_operands(self.problem, self.cfg, x, bias, residual, out)
-        op = target.data.ptr  # absent operands: any valid address (the kernel reads them only when flagged)
-        launch(x.data.ptr, w.data.ptr, op if bias is None else bias.data.ptr,
-               op if residual is None else residual.data.ptr, op)
-        if target is not out:
-            out[...] = target
 
 
 register(SmallcKernel())

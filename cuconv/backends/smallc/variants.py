@@ -15,7 +15,7 @@ from typing import Optional, Union
 
 from ...launch import dtype_code
 from ...problem import ConvProblem
-from ..depthwise.variants import plane_offsets_declined, problem_axes
+from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 
 __all__ = ["ScConfig", "sc_config", "sc_variant", "smallc_declined", "SC_SOURCE", "MAX_C", "MAX_TAPS"]
 
@@ -84,17 +84,7 @@ def smallc_declined(p: ConvProblem) -> Optional[str]:
     if taps > MAX_TAPS:
         return (f"{taps} multiply-adds per output (C x filter): above {MAX_TAPS}, where tensor cores beat fp32 "
                 f"multiply-adds")
-    extent = max(p.batch * math.prod(p.in_spatial) * p.channels, p.gemm_m * p.out_channels)
-    if max(*p.in_spatial, p.out_channels, p.batch) >= 2**31 or extent >= 2**62:
-        return f"an extent exceeds the kernel's index range ({extent} elements)"
-    return plane_offsets_declined(p)
-
-
-def _pow2_divisor(n: int, cap: int) -> int:
-    v = cap
-    while n % v:
-        v //= 2
-    return v
+    return index_range_declined(p) or plane_offsets_declined(p)
 
 
 def _channel_groups(ngroups: int) -> int:
@@ -117,10 +107,10 @@ def sc_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[ScConfig, s
     padding work; rows are halved until the tile fits ``smem_limit``."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     C, K, esize = p.channels, p.out_channels, p.itemsize
-    kv = _pow2_divisor(K, 8)
+    kv = pow2_divisor(K, 8)
     kg = _channel_groups(K // kv)
     cb = kv * kg
-    vin = _pow2_divisor(C, 16 // esize) if C * esize >= 4 else 1
+    vin = pow2_divisor(C, 16 // esize) if C * esize >= 4 else 1
     px = min(8 if S <= 3 and sw == 1 else 4, 1 << (Q - 1).bit_length())
     groups = MAX_THREADS // kg
     taps_bytes = -(-T * R * S * C * cb * 4 // 16) * 16
