@@ -17,7 +17,7 @@ from . import dispatch
 from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, on_device_of
 from .device import cupy_or_none, device_of
 from .epilogue import apply_epilogue
-from .layout import native_result, to_channels_first, to_channels_last
+from .layout import native_result, operands_mover, operands_to_channels_last, to_channels_first, to_channels_last
 from .overrides import current_overrides
 from .problem import LAYOUTS, ConvProblem
 from .registry import on_change
@@ -123,8 +123,10 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
     cf_out = channels_first and _writes_channels_first(plan, batch)
     residual, out_native = residual_and_output(xp, res_user, residual, out_user, out_given, channels_first,
                                                (batch, *problem.out_shape[1:]), x.dtype, cf_out)
-    x_n = _to_native(x, channels_first, xp, "x")
-    w_n = _to_native(w, channels_first, xp, "w")
+    if channels_first:
+        x_n, w_n = operands_to_channels_last(x, w, xp)
+    else:
+        x_n, w_n = _to_native(x, False, xp), _to_native(w, False, xp)
     return _Call(problem=problem, plan=plan, explanation=explanation, x=x_n, w=w_n, bias=bias, residual=residual,
                  out_native=out_native, out_user=out_user, out_given=out_given, channels_first=channels_first,
                  cf_out=cf_out, xp=xp)
@@ -187,6 +189,7 @@ class _Known:
     x_native: bool      # x (w, bias) is already channels-last and contiguous: passed as is
     w_native: bool
     bias_native: bool
+    move_xw: object     # channels-first calls: (x, w) -> channels-last (cuconv.layout.operands_mover)
 
 
 def _keyed_type(a):
@@ -251,7 +254,8 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
                 _CALLS.clear()
             _CALLS[key] = _Known(plan, call.xp, device_id, call.channels_first,
                                  (x.shape[0], *call.problem.out_shape[1:]), call.cf_out, call.x is x, call.w is w,
-                                 call.bias is bias)
+                                 call.bias is bias,
+                                 operands_mover(x, w, call.xp) if call.channels_first else None)
         execute(plan, call.xp, device_id, call.x, call.w, call.bias, call.residual, call.out_native)
         return deliver(call.xp, call.out_native, call.out_user, call.out_given, call.channels_first, call.cf_out)
     # A signature seen before: its validation and plan hold; what depends on the arrays' identities
@@ -259,8 +263,11 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
     xp, cf = known.xp, known.channels_first
     res, out_native = residual_and_output(xp, residual, residual, out, out, cf, known.native_out_shape, x.dtype,
                                           known.cf_out)
-    x_n = x if known.x_native else _to_native(x, cf, xp, "x")
-    w_n = w if known.w_native else _to_native(w, cf, xp, "w")
+    if cf:
+        x_n, w_n = known.move_xw(x, w)
+    else:
+        x_n = x if known.x_native else _to_native(x, False, xp)
+        w_n = w if known.w_native else _to_native(w, False, xp)
     b_n = bias if known.bias_native else _to_native(bias, False, xp)
     execute(known.plan, xp, known.device_id, x_n, w_n, b_n, res, out_native)
     return deliver(xp, out_native, out, out, cf, known.cf_out)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .api import _prepare, _to_native, deliver, execute, residual_and_output
 from .arrays import as_array
+from .layout import operands_to_channels_last
 
 __all__ = ["ConvPlan", "plan_conv2d", "plan_conv3d"]
 
@@ -97,7 +98,11 @@ class ConvPlan:
                 raise ValueError("out: expected a writeable array, got a read-only one")
         res, out_native = residual_and_output(xp, res_user, residual, out_user, out, cf, self._native_out_shape,
                                               self._dtype, self._cf_out)
-        x_n, w_n, bias_n = self._native(x, "x"), self._native(w, "w"), self._native(bias, "bias")
+        if cf:
+            x_n, w_n = operands_to_channels_last(x, w, xp)
+        else:
+            x_n, w_n = self._native(x, "x"), self._native(w, "w")
+        bias_n = self._native(bias, "bias")
         execute(self._plan, xp, self._device, x_n, w_n, bias_n, res, out_native)
         return deliver(xp, out_native, out_user, out, cf, self._cf_out)
 

@@ -36,7 +36,7 @@ from .launch import PackedLaunch, c_struct
 from .problem import LAYOUTS
 from .scratch import scratch
 
-__all__ = ["to_channels_last", "to_channels_first", "flip_taps", "flip_filter", "scatter_phase", "describe", "SOURCE",
+__all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "to_channels_first", "flip_taps", "flip_filter", "scatter_phase", "describe", "SOURCE",
            "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
 
 SOURCE = "layout/transpose.cu"
@@ -173,6 +173,119 @@ def to_channels_last(a, channels_first: bool, xp, purpose: Optional[str] = None)
 
 
 _PURPOSES = {name: f"channels-last {name}" for name in ("x", "w", "residual")}
+
+_PAIR_FIELDS = [f"m{i}_{name}" for i in (0, 1) for name in ("rows", "cols", "x_batch_stride", "x_row_stride",
+                                                             "y_batch_stride", "y_row_stride", "word_loads",
+                                                             "word_stores", "first_block", "tiles_x", "tiles_y",
+                                                             "thin")]
+_PAIR_FIELDS = [(n, np.int64 if i % 12 < 6 else np.int32) for i, n in enumerate(_PAIR_FIELDS)]
+_PAIR_ALIGN = 256  # w's channels-last copy starts this far into the shared scratch buffer
+
+
+class _Pair:
+    """A channels-first call's ``x`` and ``w`` moved to channels-last in one launch of
+    ``transpose_pair_b16`` / ``_b32`` (two :class:`_Move` geometries on one linear grid), into one
+    scratch buffer: one launch and one scratch lookup per call instead of two of each. The views of the
+    buffer are made once per buffer; the argument struct once per pair of load widths."""
+
+    def __init__(self, device_id, dtype, moves, shapes):
+        self.device_id = device_id
+        self.dtype = dtype
+        self.moves = moves
+        self.shapes = shapes
+        item = np.dtype(dtype).itemsize
+        self.name = f"transpose_pair_b{8 * item}"
+        sizes = [math.prod(shape) * item for shape in shapes]
+        self.x_bytes = sizes[0]
+        self.w_offset = -(-sizes[0] // _PAIR_ALIGN) * _PAIR_ALIGN
+        self.nbytes = self.w_offset + sizes[1]
+        blocks = [math.prod(m.grid) for m in moves]
+        self.first_blocks = (0, blocks[0])
+        self.grid = sum(blocks)
+        self._launches: dict = {}
+        self._flat = None
+        self._views = self._dst = None
+
+    def _launch(self, words):
+        from .compiler import load_cuda_function
+        from .device import gpu_info
+        values = {}
+        for i, (move, first, loads) in enumerate(zip(self.moves, self.first_blocks, words)):
+            fields = dict(move.geometry, word_loads=int(loads), word_stores=int(move._word_stores),
+                          first_block=first, tiles_x=move.grid[0], tiles_y=move.grid[1],
+                          thin=int(move.name.startswith("transpose_thin")))
+            values.update({f"m{i}_{k}": v for k, v in fields.items()})
+        fn = load_cuda_function(SOURCE, gpu_info(self.device_id), {}, self.name)
+        launch = self._launches[words] = PackedLaunch(fn, self.grid, 256, 0, (np.uint64(0),) * 4 +
+                                                      (c_struct(_PAIR_FIELDS, values),), slots=(0, 1, 2, 3))
+        return launch
+
+    def __call__(self, x, w):
+        """``(x, w)`` channels-last: views of the current stream's scratch buffer, filled by one launch."""
+        if _RUNTIME.getDevice() != self.device_id:
+            import cupy
+            with cupy.cuda.Device(self.device_id):
+                return self(x, w)
+        flat = scratch("channels-last x and w", (self.nbytes,), np.uint8)
+        if flat is not self._flat:
+            self._views = (flat[:self.x_bytes].view(self.dtype).reshape(self.shapes[0]),
+                           flat[self.w_offset:self.nbytes].view(self.dtype).reshape(self.shapes[1]))
+            self._dst = (self._views[0].data.ptr, self._views[1].data.ptr)
+            self._flat = flat
+        xp_, wp_ = x.data.ptr, w.data.ptr
+        words = (self.moves[0]._word_loads and xp_ % 4 == 0, self.moves[1]._word_loads and wp_ % 4 == 0)
+        launch = self._launches.get(words) or self._launch(words)
+        launch(xp_, self._dst[0], wp_, self._dst[1])
+        return self._views
+
+
+@functools.lru_cache(maxsize=1024)
+def _pair_of(x_shape, x_strides, w_shape, w_strides, dtype, device_id) -> Optional[_Pair]:
+    """The one-launch move of a channels-first call's x and w, or None when either is not a kernel move
+    (a one-pixel array is a reshape; an array no transpose takes is the library's copy)."""
+    item = np.dtype(dtype).itemsize
+    moves = []
+    for shape, strides in ((x_shape, x_strides), (w_shape, w_strides)):
+        if math.prod(shape[2:]) == 1:
+            return None
+        move = _move_to_last(shape, strides, item, device_id)
+        if move is None:
+            return None
+        moves.append(move)
+    if sum(math.prod(m.grid) for m in moves) >= 2**31:
+        return None
+    shapes = tuple((s[0], *s[2:], s[1]) for s in (x_shape, w_shape))
+    return _Pair(device_id, dtype, tuple(moves), shapes)
+
+
+def operands_to_channels_last(x, w, xp):
+    """``(x, w)`` of a channels-first call (``(N, C, *spatial)``, ``(K, C/g, *filter)``), channels-last
+    and contiguous, to be read (never written) by the call's kernels: on a CUDA GPU one launch moves both
+    (:class:`_Pair`); a contiguous array of one pixel (a 1x1 filter, a 1x1 image) is already its
+    channels-last self and is reshaped; otherwise each as :func:`to_channels_last` moves it into its
+    scratch buffer."""
+    if _on_cuda(xp) and x.ndim >= 3:
+        pair = _pair_of(x.shape, x.strides, w.shape, w.strides, x.dtype, x.data.device_id)
+        if pair is not None:
+            return pair(x, w)
+    return _read_only_last(x, xp, "x"), _read_only_last(w, xp, "w")
+
+
+def _read_only_last(a, xp, purpose):
+    if a.ndim >= 3 and a.flags.c_contiguous and math.prod(a.shape[2:]) == 1:
+        return a.reshape(a.shape[0], *a.shape[2:], a.shape[1])
+    return to_channels_last(a, True, xp, purpose)
+
+
+def operands_mover(x, w, xp):
+    """What :func:`operands_to_channels_last` does for arrays of the shapes, strides and device of ``x``
+    and ``w``, as a callable ``(x, w) -> (x, w)`` to keep and call again: the pair launch itself where
+    there is one (no lookup per call)."""
+    if _on_cuda(xp) and x.ndim >= 3:
+        pair = _pair_of(x.shape, x.strides, w.shape, w.strides, x.dtype, x.data.device_id)
+        if pair is not None:
+            return pair
+    return functools.partial(operands_to_channels_last, xp=xp)
 
 
 def native_result(xp, shape, dtype, channels_first: bool):

@@ -61,8 +61,8 @@ class Overrides:
     split_ways : int or None
         Hopper split reduction of small problems: every tile cut into this many parts (2-16) along the
         reduction, each on its own SM, the last adding the others' fp32 sums in a fixed order; lowered
-        to ``SMs // tiles`` parts where fewer fit (none where fewer than two do). None: not used (the
-        automatic choice has no rule for it yet).
+        to ``SMs // tiles`` parts where fewer fit (none where fewer than two do). None: the automatic
+        rule (docs/tuning.md T-split-small).
     halo : bool or None
         Hopper halo tiles: True wherever the problem allows them, False never.
     pingpong : bool or None

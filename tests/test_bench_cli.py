@@ -311,7 +311,8 @@ def test_host_work_cases_are_valid_convolutions():
     from cuconv.bench import host_work
     for label, xs, ws, kw in host_work.CASES:
         y = cuconv.conv2d(np.zeros(xs, np.float32), np.zeros(ws, np.float32), **kw)
-        assert y.shape[0] == xs[0] and y.shape[-1] == ws[0], label
+        channels = y.shape[1] if kw.get("layout") == "NCHW" else y.shape[-1]
+        assert y.shape[0] == xs[0] and channels == ws[0], label
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -22,7 +22,8 @@ from cuconv.layout import SOURCE, _matrix_view, describe
 from conftest import assert_close, nvrtc_available, random_array
 from geometry import H100, case2d, cases, check_case, make_operands, problem2d
 
-KERNELS = ("transpose_b16", "transpose_b32", "transpose_thin_b16", "transpose_thin_b32")
+KERNELS = ("transpose_b16", "transpose_b32", "transpose_thin_b16", "transpose_thin_b32", "transpose_pair_b16",
+           "transpose_pair_b32")
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")
@@ -58,6 +59,25 @@ def test_explain_names_the_moves_and_their_bytes():
     assert "array library's copy" in str(cuconv.explain(x, np.zeros((4, 3, 3, 3), np.float32), layout="NCHW"))
 
 
+def test_pair_splits_one_grid_between_x_and_w():
+    """The one-launch move of x and w: move 1's blocks follow move 0's, each its single-move grid;
+    w's copy starts aligned after x's in one buffer; one-pixel or untransposable operands get no pair."""
+    from cuconv.layout import _pair_of
+    x = np.zeros((3, 40, 9, 70), np.float16)    # tiled: 40 rows x 630 cols
+    w = np.zeros((24, 40, 3, 3), np.float16)    # thin: 40 rows x 9 cols
+    pair = _pair_of(x.shape, x.strides, w.shape, w.strides, x.dtype, 0)
+    assert [m.name for m in pair.moves] == ["transpose_b16", "transpose_thin_b16"]
+    x_blocks = -(-630 // 64) * -(-40 // 64) * 3
+    assert pair.first_blocks == (0, x_blocks)
+    assert pair.grid == x_blocks + 1 * 1 * 24
+    assert pair.shapes == ((3, 9, 70, 40), (24, 3, 3, 40))
+    assert pair.w_offset % 256 == 0 and pair.w_offset >= x.nbytes and pair.nbytes == pair.w_offset + w.nbytes
+    w1 = np.zeros((24, 40, 1, 1), np.float16)
+    assert _pair_of(x.shape, x.strides, w1.shape, w1.strides, x.dtype, 0) is None       # a reshape, no move
+    xs = x[:, :, :, ::2]
+    assert _pair_of(xs.shape, xs.strides, w.shape, w.strides, x.dtype, 0) is None       # pixels not contiguous
+
+
 # --- GPU ---------------------------------------------------------------------------------------
 
 @st.composite
@@ -91,6 +111,30 @@ def test_transposes_equal_moveaxis(cp, drawn, seed):
     dest = cp.full((shape[0], a.shape[1] + 3, *shape[2:]), np.nan, dtype=a.dtype)[:, 1:-2]  # an out view
     assert to_channels_first(got, cp, dest) is dest
     assert np.array_equal(cp.asnumpy(dest).view(np.uint8), np.ascontiguousarray(host[index]).view(np.uint8))
+
+
+@pytest.mark.gpu
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_arrays(), st.integers(1, 70), st.sampled_from([(1, 1), (3, 3), (5, 5), (1, 7), (9, 9)]), st.booleans(),
+       st.integers(0, 2**31 - 1))
+def test_operand_pairs_equal_moveaxis(cp, drawn, k, filt, w_view, seed):
+    """x and w moved together (one launch: tiled or thin each, channel slices, odd offsets, a strided
+    w) equal NumPy's moveaxis bit for bit, twice in a row (the scratch views are reused)."""
+    from cuconv.layout import operands_to_channels_last
+    dtype, shape, index = drawn
+    rng = np.random.default_rng(seed)
+    xh = random_array(rng, shape, dtype)[index]
+    c = xh.shape[1]
+    wh = random_array(rng, (k + 1, c, *filt), dtype)
+    x = cp.asarray(random_array(rng, shape, dtype))[index]
+    x[...] = cp.asarray(np.ascontiguousarray(xh))
+    w = cp.asarray(wh)[1:] if w_view else cp.asarray(wh[1:])
+    for _ in range(2):
+        gx, gw = operands_to_channels_last(x, w, cp)
+        for got, host in ((gx, xh), (gw, wh[1:])):
+            want = np.ascontiguousarray(np.moveaxis(host, 1, -1))
+            assert got.flags.c_contiguous and got.shape == want.shape
+            assert np.array_equal(cp.asnumpy(got).view(np.uint8), want.view(np.uint8))
 
 
 @pytest.mark.gpu
@@ -170,7 +214,7 @@ HOPPER_NCHW = {
                                                                         activation="relu"))), dict(split=False), "_nchw"),
     "image_boundaries_in_tile": (_nchw(case2d(N=5, H=5, W=7, C=16, K=24)), dict(split=False), "_nchw"),
     "split_tail": (_nchw(case2d(N=2, H=8, W=8, C=256, K=128, R=3, S=3, ep=dict(residual=True, activation="silu"))),
-                   dict(split=True, block_m=128), "split in two"),
+                   dict(split=True, split_ways=2, block_m=128), "split in two"),
     "tall_256": (_nchw(case2d(N=2, H=20, W=20, C=64, K=64, ep=dict(bias=True))), dict(block_m=256, block_n=64,
                                                                                          split=False), "256x"),
     "halo": (_nchw(case2d(N=2, H=9, W=70, C=32, K=40, ep=dict(residual=True, beta=-1.0, activation="gelu"))),

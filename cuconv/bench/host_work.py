@@ -7,7 +7,10 @@ prints microseconds per call for:
 * ``conv2d``: ``cuconv.conv2d(x, w, ...)`` (a new output each call);
 * ``conv2d out=``: the same writing into a given output;
 * ``plan``: a :func:`cuconv.plan_conv2d` plan called with ``out=``;
-* ``plan.run``: the kernel plan's launch alone (what every path above ends with).
+* ``plan.run``: the kernel plan's launch alone (what every path above ends with; channels-last cases).
+
+The channels-first cases (``layout="NCHW"``) add the move of ``x`` and ``w`` to channels-last: one
+launch for both (:func:`cuconv.layout.operands_to_channels_last`), none for a 1x1 filter.
 
 A forward pass runs back to back at the host's pace wherever a layer's GPU time is shorter than its
 host work. The figures depend on the host CPU: ``cupy.empty`` of a small array is printed as a yardstick.
@@ -21,7 +24,7 @@ import sys
 import time
 from typing import List, Optional
 
-#: (label, x shape NHWC, w shape, conv2d keywords): one small layer per path.
+#: (label, x shape, w shape, conv2d keywords): one small layer per path (NHWC unless a layout is given).
 CASES = [
     ("depthwise 3x3 (depthwise_direct)", (1, 8, 8, 64), (64, 3, 3, 1), dict(padding=1, groups=64)),
     ("dense 3x3 (sm90_tma)", (1, 8, 8, 64), (64, 3, 3, 64), dict(padding=1)),
@@ -29,6 +32,8 @@ CASES = [
     ("grouped 3x3, 4 channels per group (grouped_mma)", (1, 8, 8, 128), (128, 3, 3, 4), dict(padding=1, groups=32)),
     ("1x1 96 -> 4 (sm80 pointwise)", (1, 1, 1, 96), (4, 1, 1, 96), dict()),
     ("stem C=3 (sm80 pad_channels)", (1, 16, 16, 3), (32, 3, 3, 3), dict(padding=1, stride=2)),
+    ("dense 3x3, NCHW (sm90_tma)", (1, 64, 8, 8), (64, 64, 3, 3), dict(padding=1, layout="NCHW")),
+    ("1x1, NCHW (sm90_tma)", (1, 64, 8, 8), (64, 64, 1, 1), dict(layout="NCHW")),
 ]
 
 
@@ -59,13 +64,14 @@ def measure(calls: int = 3000, log=print) -> List[dict]:
         e = cuconv.explain(x, w, **kw)
         out = cp.empty_like(cuconv.conv2d(x, w, **kw))
         plan = cuconv.plan_conv2d(x, w, **kw)
+        channels_last = "layout" not in kw
         rec = dict(label=label, kernel=e.kernel,
                    conv2d=per_call_us(lambda: cuconv.conv2d(x, w, **kw), calls),
                    conv2d_out=per_call_us(lambda: cuconv.conv2d(x, w, out=out, **kw), calls),
                    plan=per_call_us(lambda: plan(x, w, out=out), calls),
-                   plan_run=per_call_us(lambda: e.plan.run(x, w, None, None, out), calls))
-        log(f"{label:50s} {e.kernel:18s} {rec['conv2d']:8.2f} {rec['conv2d_out']:8.2f} {rec['plan']:8.2f} "
-            f"{rec['plan_run']:9.2f}")
+                   plan_run=per_call_us(lambda: e.plan.run(x, w, None, None, out), calls) if channels_last else None)
+        run = f"{rec['plan_run']:9.2f}" if channels_last else f"{'-':>9s}"
+        log(f"{label:50s} {e.kernel:18s} {rec['conv2d']:8.2f} {rec['conv2d_out']:8.2f} {rec['plan']:8.2f} {run}")
         records.append(rec)
     return records
 
