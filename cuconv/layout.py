@@ -179,28 +179,35 @@ _PAIR_FIELDS = [f"m{i}_{name}" for i in (0, 1) for name in ("rows", "cols", "x_b
                                                              "word_stores", "first_block", "tiles_x", "tiles_y",
                                                              "thin")]
 _PAIR_FIELDS = [(n, np.int64 if i % 12 < 6 else np.int32) for i, n in enumerate(_PAIR_FIELDS)]
-_PAIR_ALIGN = 256  # w's channels-last copy starts this far into the shared scratch buffer
+_PAIR_ALIGN = 256  # each moved operand's copy starts on this boundary of the shared scratch buffer
 
 
-class _Pair:
-    """A channels-first call's ``x`` and ``w`` moved to channels-last in one launch of
-    ``transpose_pair_b16`` / ``_b32`` (two :class:`_Move` geometries on one linear grid), into one
-    scratch buffer: one launch and one scratch lookup per call instead of two of each. The views of the
-    buffer are made once per buffer; the argument struct once per pair of load widths."""
+class _Operands:
+    """How a channels-first call's ``x`` and ``w`` (arrays of fixed shapes, strides and device) become
+    channels-last, decided once: each operand is either moved (a :class:`_Move` geometry) or, when it
+    is one contiguous pixel per row (a 1x1 filter, a 1x1 image), reshaped. The moves run as one launch
+    of ``transpose_pair_b16`` / ``_b32`` (the two geometries on one linear grid; a single move leaves
+    the second empty) into one scratch buffer whose views are made once per buffer; the argument
+    struct is packed once per pair of load widths. A call then costs at most one launch and one
+    scratch lookup."""
 
     def __init__(self, device_id, dtype, moves, shapes):
         self.device_id = device_id
         self.dtype = dtype
-        self.moves = moves
-        self.shapes = shapes
+        self.moves = moves      # per operand: a _Move, or None (reshaped)
+        self.shapes = shapes    # per operand: its channels-last shape
         item = np.dtype(dtype).itemsize
         self.name = f"transpose_pair_b{8 * item}"
-        sizes = [math.prod(shape) * item for shape in shapes]
-        self.x_bytes = sizes[0]
-        self.w_offset = -(-sizes[0] // _PAIR_ALIGN) * _PAIR_ALIGN
-        self.nbytes = self.w_offset + sizes[1]
-        blocks = [math.prod(m.grid) for m in moves]
-        self.first_blocks = (0, blocks[0])
+        self.offsets, self.sizes, end = [], [], 0
+        for move, shape in zip(moves, shapes):
+            size = math.prod(shape) * item if move is not None else 0
+            self.offsets.append(end)
+            self.sizes.append(size)
+            end += -(-size // _PAIR_ALIGN) * _PAIR_ALIGN
+        self.nbytes = end
+        self.launched = [i for i, m in enumerate(moves) if m is not None]
+        blocks = [math.prod(moves[i].grid) for i in self.launched]
+        self.first_blocks = (0, blocks[0]) if blocks else ()
         self.grid = sum(blocks)
         self._launches: dict = {}
         self._flat = None
@@ -210,81 +217,94 @@ class _Pair:
         from .compiler import load_cuda_function
         from .device import gpu_info
         values = {}
-        for i, (move, first, loads) in enumerate(zip(self.moves, self.first_blocks, words)):
-            fields = dict(move.geometry, word_loads=int(loads), word_stores=int(move._word_stores),
-                          first_block=first, tiles_x=move.grid[0], tiles_y=move.grid[1],
-                          thin=int(move.name.startswith("transpose_thin")))
-            values.update({f"m{i}_{k}": v for k, v in fields.items()})
+        for slot in (0, 1):
+            if slot < len(self.launched):
+                move = self.moves[self.launched[slot]]
+                fields = dict(move.geometry, word_loads=int(words[slot]), word_stores=int(move._word_stores),
+                              first_block=self.first_blocks[slot], tiles_x=move.grid[0], tiles_y=move.grid[1],
+                              thin=int(move.name.startswith("transpose_thin")))
+            else:  # no second move: its first block is past the grid
+                fields = {name[3:]: 0 for name, _ in _PAIR_FIELDS[:12]}
+                fields.update(first_block=self.grid, tiles_x=1, tiles_y=1)
+            values.update({f"m{slot}_{k}": v for k, v in fields.items()})
         fn = load_cuda_function(SOURCE, gpu_info(self.device_id), {}, self.name)
         launch = self._launches[words] = PackedLaunch(fn, self.grid, 256, 0, (np.uint64(0),) * 4 +
                                                       (c_struct(_PAIR_FIELDS, values),), slots=(0, 1, 2, 3))
         return launch
 
     def __call__(self, x, w):
-        """``(x, w)`` channels-last: views of the current stream's scratch buffer, filled by one launch."""
+        """``(x, w)`` channels-last: moved ones as views of the current stream's scratch buffer (one
+        launch fills them), reshaped ones as views of the caller's arrays."""
+        if not self.launched:
+            return x.reshape(self.shapes[0]), w.reshape(self.shapes[1])
         if _RUNTIME.getDevice() != self.device_id:
             import cupy
             with cupy.cuda.Device(self.device_id):
                 return self(x, w)
         flat = scratch("channels-last x and w", (self.nbytes,), np.uint8)
         if flat is not self._flat:
-            self._views = (flat[:self.x_bytes].view(self.dtype).reshape(self.shapes[0]),
-                           flat[self.w_offset:self.nbytes].view(self.dtype).reshape(self.shapes[1]))
-            self._dst = (self._views[0].data.ptr, self._views[1].data.ptr)
+            self._views = tuple(flat[off:off + size].view(self.dtype).reshape(shape) if move is not None else None
+                                for move, off, size, shape in zip(self.moves, self.offsets, self.sizes, self.shapes))
+            self._dst = [v.data.ptr for v in self._views if v is not None] + [0]
             self._flat = flat
-        xp_, wp_ = x.data.ptr, w.data.ptr
-        words = (self.moves[0]._word_loads and xp_ % 4 == 0, self.moves[1]._word_loads and wp_ % 4 == 0)
+        src = [(x, w)[i].data.ptr for i in self.launched] + [0]
+        words = (bool(self.moves[self.launched[0]]._word_loads and src[0] % 4 == 0),
+                 len(self.launched) > 1 and bool(self.moves[self.launched[1]]._word_loads and src[1] % 4 == 0))
         launch = self._launches.get(words) or self._launch(words)
-        launch(xp_, self._dst[0], wp_, self._dst[1])
-        return self._views
+        launch(src[0], self._dst[0], src[1], self._dst[1])
+        vx, vw = self._views
+        return (vx if vx is not None else x.reshape(self.shapes[0]),
+                vw if vw is not None else w.reshape(self.shapes[1]))
 
 
 @functools.lru_cache(maxsize=1024)
-def _pair_of(x_shape, x_strides, w_shape, w_strides, dtype, device_id) -> Optional[_Pair]:
-    """The one-launch move of a channels-first call's x and w, or None when either is not a kernel move
-    (a one-pixel array is a reshape; an array no transpose takes is the library's copy)."""
+def _operands_of(x_shape, x_strides, w_shape, w_strides, dtype, device_id) -> Optional[_Operands]:
+    """The :class:`_Operands` of a channels-first call's x and w, or None when an operand neither
+    reshapes nor takes one transpose (the array library's copy then moves it)."""
     item = np.dtype(dtype).itemsize
     moves = []
     for shape, strides in ((x_shape, x_strides), (w_shape, w_strides)):
-        if math.prod(shape[2:]) == 1:
-            return None
+        if math.prod(shape[2:]) == 1 and strides == _contiguous(shape, item):
+            moves.append(None)
+            continue
         move = _move_to_last(shape, strides, item, device_id)
         if move is None:
             return None
         moves.append(move)
-    if sum(math.prod(m.grid) for m in moves) >= 2**31:
+    if sum(math.prod(m.grid) for m in moves if m is not None) >= 2**31:
         return None
     shapes = tuple((s[0], *s[2:], s[1]) for s in (x_shape, w_shape))
-    return _Pair(device_id, dtype, tuple(moves), shapes)
+    return _Operands(device_id, dtype, tuple(moves), shapes)
+
+
+def _contiguous(shape, item) -> tuple:
+    strides, step = [], item
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def operands_to_channels_last(x, w, xp):
     """``(x, w)`` of a channels-first call (``(N, C, *spatial)``, ``(K, C/g, *filter)``), channels-last
-    and contiguous, to be read (never written) by the call's kernels: on a CUDA GPU one launch moves both
-    (:class:`_Pair`); a contiguous array of one pixel (a 1x1 filter, a 1x1 image) is already its
-    channels-last self and is reshaped; otherwise each as :func:`to_channels_last` moves it into its
-    scratch buffer."""
+    and contiguous, to be read (never written) by the call's kernels. On a CUDA GPU at most one launch
+    moves them (:class:`_Operands`; a contiguous array of one pixel per row, such as a 1x1 filter, is
+    reshaped instead); otherwise each as :func:`to_channels_last` moves it into its scratch buffer."""
     if _on_cuda(xp) and x.ndim >= 3:
-        pair = _pair_of(x.shape, x.strides, w.shape, w.strides, x.dtype, x.data.device_id)
-        if pair is not None:
-            return pair(x, w)
-    return _read_only_last(x, xp, "x"), _read_only_last(w, xp, "w")
-
-
-def _read_only_last(a, xp, purpose):
-    if a.ndim >= 3 and a.flags.c_contiguous and math.prod(a.shape[2:]) == 1:
-        return a.reshape(a.shape[0], *a.shape[2:], a.shape[1])
-    return to_channels_last(a, True, xp, purpose)
+        ops = _operands_of(x.shape, x.strides, w.shape, w.strides, x.dtype, x.data.device_id)
+        if ops is not None:
+            return ops(x, w)
+    return to_channels_last(x, True, xp, "x"), to_channels_last(w, True, xp, "w")
 
 
 def operands_mover(x, w, xp):
     """What :func:`operands_to_channels_last` does for arrays of the shapes, strides and device of ``x``
-    and ``w``, as a callable ``(x, w) -> (x, w)`` to keep and call again: the pair launch itself where
-    there is one (no lookup per call)."""
+    and ``w``, as a callable ``(x, w) -> (x, w)`` to keep and call again: the :class:`_Operands` itself
+    where there is one (no lookup per call)."""
     if _on_cuda(xp) and x.ndim >= 3:
-        pair = _pair_of(x.shape, x.strides, w.shape, w.strides, x.dtype, x.data.device_id)
-        if pair is not None:
-            return pair
+        ops = _operands_of(x.shape, x.strides, w.shape, w.strides, x.dtype, x.data.device_id)
+        if ops is not None:
+            return ops
     return functools.partial(operands_to_channels_last, xp=xp)
 
 

@@ -59,23 +59,27 @@ def test_explain_names_the_moves_and_their_bytes():
     assert "array library's copy" in str(cuconv.explain(x, np.zeros((4, 3, 3, 3), np.float32), layout="NCHW"))
 
 
-def test_pair_splits_one_grid_between_x_and_w():
-    """The one-launch move of x and w: move 1's blocks follow move 0's, each its single-move grid;
-    w's copy starts aligned after x's in one buffer; one-pixel or untransposable operands get no pair."""
-    from cuconv.layout import _pair_of
+def test_operands_split_one_grid_between_x_and_w():
+    """The one-launch move of x and w: move 1's blocks follow move 0's, each its single-move grid; each
+    copy starts aligned in one buffer; a contiguous one-pixel operand is reshaped (a single move, or
+    none); an operand no transpose takes leaves the call to the per-operand path."""
+    from cuconv.layout import _operands_of
     x = np.zeros((3, 40, 9, 70), np.float16)    # tiled: 40 rows x 630 cols
     w = np.zeros((24, 40, 3, 3), np.float16)    # thin: 40 rows x 9 cols
-    pair = _pair_of(x.shape, x.strides, w.shape, w.strides, x.dtype, 0)
-    assert [m.name for m in pair.moves] == ["transpose_b16", "transpose_thin_b16"]
+    ops = _operands_of(x.shape, x.strides, w.shape, w.strides, x.dtype, 0)
+    assert [m.name for m in ops.moves] == ["transpose_b16", "transpose_thin_b16"]
     x_blocks = -(-630 // 64) * -(-40 // 64) * 3
-    assert pair.first_blocks == (0, x_blocks)
-    assert pair.grid == x_blocks + 1 * 1 * 24
-    assert pair.shapes == ((3, 9, 70, 40), (24, 3, 3, 40))
-    assert pair.w_offset % 256 == 0 and pair.w_offset >= x.nbytes and pair.nbytes == pair.w_offset + w.nbytes
+    assert ops.first_blocks == (0, x_blocks) and ops.grid == x_blocks + 1 * 1 * 24
+    assert ops.shapes == ((3, 9, 70, 40), (24, 3, 3, 40))
+    assert ops.offsets[0] == 0 and ops.offsets[1] % 256 == 0 and ops.offsets[1] >= x.nbytes
+    assert ops.nbytes >= ops.offsets[1] + w.nbytes
     w1 = np.zeros((24, 40, 1, 1), np.float16)
-    assert _pair_of(x.shape, x.strides, w1.shape, w1.strides, x.dtype, 0) is None       # a reshape, no move
+    one = _operands_of(x.shape, x.strides, w1.shape, w1.strides, x.dtype, 0)
+    assert one.moves[1] is None and one.launched == [0] and one.grid == x_blocks  # w reshaped
+    x1 = np.zeros((3, 40, 1, 1), np.float16)
+    assert not _operands_of(x1.shape, x1.strides, w1.shape, w1.strides, x.dtype, 0).launched
     xs = x[:, :, :, ::2]
-    assert _pair_of(xs.shape, xs.strides, w.shape, w.strides, x.dtype, 0) is None       # pixels not contiguous
+    assert _operands_of(xs.shape, xs.strides, w.shape, w.strides, x.dtype, 0) is None   # pixels not contiguous
 
 
 # --- GPU ---------------------------------------------------------------------------------------
@@ -118,8 +122,9 @@ def test_transposes_equal_moveaxis(cp, drawn, seed):
 @given(_arrays(), st.integers(1, 70), st.sampled_from([(1, 1), (3, 3), (5, 5), (1, 7), (9, 9)]), st.booleans(),
        st.integers(0, 2**31 - 1))
 def test_operand_pairs_equal_moveaxis(cp, drawn, k, filt, w_view, seed):
-    """x and w moved together (one launch: tiled or thin each, channel slices, odd offsets, a strided
-    w) equal NumPy's moveaxis bit for bit, twice in a row (the scratch views are reused)."""
+    """x and w made channels-last together (one launch: tiled or thin each, or a reshape for one pixel;
+    channel slices, odd offsets, a w offset by one filter) equal NumPy's moveaxis bit for bit, twice in
+    a row (the scratch views are reused)."""
     from cuconv.layout import operands_to_channels_last
     dtype, shape, index = drawn
     rng = np.random.default_rng(seed)
