@@ -81,6 +81,11 @@ class PtxasReport:
         return sum(f.spill_stores + f.spill_loads for f in self.functions)
 
     def function(self, name_part: str) -> FunctionResources:
+        """The entry named ``name_part``, or else the first whose name contains it (an entry's name may
+        be the prefix of another's, such as a debug entry ``<name>_stage_a``)."""
+        for f in self.functions:
+            if f.name == name_part:
+                return f
         for f in self.functions:
             if name_part in f.name:
                 return f

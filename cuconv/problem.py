@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import functools
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Optional, Tuple
 
@@ -31,6 +32,7 @@ import numpy as np
 
 __all__ = [
     "ConvProblem",
+    "sixteen_bit_problem",
     "Epilogue",
     "ACTIVATIONS",
     "LAYOUTS",
@@ -341,3 +343,11 @@ class ConvProblem:
         return (f"conv{self.nd}d {self.dtype} (precision {self.precision}) N={self.batch} C={self.channels} {sp} "
                 f"-> K={self.out_channels} filter {fs} stride {self.stride} dilation {self.dilation} pad(lo/hi) {pads} "
                 f"groups {self.groups}; GEMM M={self.gemm_m} N={self.gemm_n} K={self.gemm_k}")
+
+
+def sixteen_bit_problem(problem: ConvProblem, channels: int) -> ConvProblem:
+    """The 16-bit (bfloat16) problem a float32 kernel hands a 16-bit one: ``channels`` channels (split
+    parts, or the 16-bit view of float32 data: twice the channels), channels-last x and w (as they
+    reach a plan), no precision."""
+    channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
+    return dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=channels, layout=channels_last)

@@ -239,6 +239,7 @@ DESIGN = {
     "conv3d_native": (H100, dict(nd=3, C=64, K=64), SIXTEEN_BIT),
     "conv3d_qslice": (H100, dict(nd=3, C=64, K=64, padding=((0, 0), (1, 1), (1, 1))), SIXTEEN_BIT),
     "sm80_igemm": (A100, dict(C=64, K=64), SIXTEEN_BIT),
+    "sm80_tf32": (A100, dict(C=64, K=64), frozenset({("float32", "tf32")})),
     "cdna3_igemm": (MI300, dict(C=64, K=64), SIXTEEN_BIT),
 }
 
@@ -262,7 +263,7 @@ def test_each_kernel_accepts_exactly_its_pairs(name):
         answer = kernel.plan(_problem(dtype, precision, **kw), device, Overrides())
         if (dtype, precision) in accepted:
             assert answer, f"{name} declines {dtype} at {precision}: {answer}"
-            exact_tf32 = name in ("generic_gpu", "sm90_tf32", "conv3d_native_tf32")  # tf32 as asked
+            exact_tf32 = name in ("generic_gpu", "sm90_tf32", "conv3d_native_tf32", "sm80_tf32")  # tf32 as asked
             assert ("more accurate than tf32 asks" in answer.reason) == (precision == "tf32" and not exact_tf32)
         else:
             assert isinstance(answer, Declined) and answer.reason.startswith(f"dtype {dtype}"), (name, answer)

@@ -1,7 +1,8 @@
 """The sm_80+ kernels compile (NVRTC, CPU) for sm_80 and sm_90a with zero spills, and the SASS holds
-tensor-core MMAs (HMMA), ldmatrix and asynchronous global->shared copies (LDGSTS) where the variant
-uses them (cuconv.backends.sm80.catalog.COMPILE_VARIANTS: every path, both element types, the
-2-byte fallback, the pad pre-pass, the grouped kernel and the matmul). No GPU needed.
+tensor-core MMAs (HMMA; tf32 ones for the float32 variants), ldmatrix and asynchronous global->shared
+copies (LDGSTS) where the variant uses them (cuconv.backends.sm80.catalog.COMPILE_VARIANTS: every
+path, both element types and the tf32 form, the 2-byte fallback, the pad pre-pass, the grouped kernel
+and the matmul). No GPU needed.
 """
 
 import subprocess
@@ -32,7 +33,10 @@ def test_compiles_without_spills_and_uses_tensor_cores(source, defines, arch):
     if source == PAD_SOURCE:  # the channel-pad pre-pass: no MMA
         assert "HMMA" not in sass
         return
-    assert "HMMA.16816.F32" in sass, "no m16n8k16 tensor-core MMA in the SASS"
+    if defines.get("CUCONV_TF32"):  # float32 as the 16-bit view: one m16n8k8 tf32 MMA per k16 step
+        assert "HMMA.1688.F32.TF32" in sass and "HMMA.16816" not in sass, "no tf32 tensor-core MMA in the SASS"
+    else:
+        assert "HMMA.16816.F32" in sass, "no m16n8k16 tensor-core MMA in the SASS"
     if source == GROUPED_SOURCE:  # fragments from registers / ld.shared, no ldmatrix or cp.async
         assert "LDG.E.128" in sass, "the grouped_mma loads are 16-byte"
         return

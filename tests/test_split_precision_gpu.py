@@ -37,7 +37,7 @@ def assert_within_split_bound(got, ref, operands, kwargs, nd=2, product_bound=3.
     exp/erf). ``operands``: host copies of x, w, bias, residual (None where absent) taken before the call."""
     import cuconv.reference as reference
     host = [None if a is None else np.abs(np.asarray(a, np.float64)) for a in operands]
-    geometry = {k: kwargs[k] for k in ("stride", "padding", "dilation", "layout")}
+    geometry = {k: kwargs[k] for k in ("stride", "padding", "dilation", "layout", "groups") if k in kwargs}
     conv = reference.conv2d if nd == 2 else reference.conv3d
     mags = conv(host[0], host[1], **geometry)
     alpha, beta = abs(kwargs.get("alpha", 1.0)), abs(kwargs.get("beta", 1.0))

@@ -7,6 +7,9 @@
 //   CUCONV_MIN_BLOCKS     __launch_bounds__ occupancy hint (CTAs per SM)
 //   CUCONV_VEC_A/B        elements per copy of the A / B loader (8, 4, 2: cp.async 16/8/4 B; 1: u16)
 //   CUCONV_KERNEL_NAME    the extern "C" name, chosen by the host so that it encodes the variant
+//   CUCONV_TF32           1 (conv2d_fprop_sm80.cu, with CUCONV_DTYPE 1): float32 data moved as pairs of
+//                         16-bit elements, multiplied as tf32 (ptx_sm80.cuh), float32 bias, residual and
+//                         output (epilogue.cuh: out_t)
 #pragma once
 
 // Budget: the dynamic shared memory of one CTA on the smallest sm_80+ part served (sm_86/89: 99 KiB
@@ -20,6 +23,12 @@
 #error "the sm80 kernels are fp16/bf16 only; float32 problems go to the generic path"
 #endif
 #include "common/types.cuh"  // after CUCONV_DTYPE: it defines elem_t
+#ifndef CUCONV_TF32
+#define CUCONV_TF32 0
+#endif
+#if CUCONV_TF32 && CUCONV_DTYPE != 1
+#error "CUCONV_TF32 moves float32 operands as 16-bit pairs: CUCONV_DTYPE must be 1"
+#endif
 
 #ifndef CUCONV_BM
 #define CUCONV_BM 128

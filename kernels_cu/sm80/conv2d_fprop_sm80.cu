@@ -6,6 +6,9 @@
 //   loader B   weights w[K][R*S*Cg] (rows w_ld apart): LinearLoader, the group's Kg rows
 //   mainloop   MmaMainloop: STAGES-deep cp.async ring, ldmatrix, mma.sync m16n8k16, fp32 acc
 //   epilogue   act(alpha * acc + bias + beta * residual) -> out[m][g*Kg + n], 16-byte stores (epilogue.cuh)
+// CUCONV_TF32 (float32 at precision "tf32", cuconv/backends/sm80/tf32.py): x and w are float32 arrays
+// seen as 16-bit ones of twice the channels (the loaders move bytes), each k16 step one tf32 mma,
+// and bias, residual and out are float32.
 // Barriers: one __syncthreads after setup_rows (RowInfo in shared memory), then per K tile the
 // ring's wait_tiles (cp.async.wait_group + __syncthreads, see pipeline_cp_async.cuh). No CTA barrier
 // in the epilogue: each warp re-shapes its own tile in its own part of the drained ring.
@@ -63,8 +66,8 @@ __device__ __forceinline__ LoaderA make_loader_a(const elem_t* x, const cs::Im2c
 }
 
 extern "C" __global__ void __launch_bounds__(cs::kThreads, CUCONV_MIN_BLOCKS)
-CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
-                   const elem_t* residual, elem_t* out, cs::Im2colGeometry geo, int Kg, int w_ld, int n_tiles,
+CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const cs::out_t* bias,
+                   const cs::out_t* residual, cs::out_t* out, cs::Im2colGeometry geo, int Kg, int w_ld, int n_tiles,
                    int m_tiles, int out_vec, cuconv::EpilogueParams ep) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int group = blockIdx.x / n_tiles;

@@ -18,18 +18,30 @@
 #include "common/epilogue_math.cuh"
 #include "common/types.cuh"
 
+#ifndef CUCONV_TF32
+#define CUCONV_TF32 0
+#endif
+
 namespace cuconv {
 namespace sm80 {
 
+// The output (bias, residual) element type: the operands' own, or float32 for CUCONV_TF32.
+#if CUCONV_TF32
+typedef float out_t;
+#else
+typedef elem_t out_t;
+#endif
+
 struct OutputView {
-  elem_t* out;               // out[row * ldo + col_base + col]
-  const elem_t* residual;    // same indexing; may alias out
-  const elem_t* bias;        // bias[col_base + col]
+  out_t* out;                // out[row * ldo + col_base + col]
+  const out_t* residual;     // same indexing; may alias out
+  const out_t* bias;         // bias[col_base + col]
   long long rows;            // valid rows (M)
   int cols;                  // valid columns of this CTA's group (Kg or N)
   long long ldo;
   int col_base;              // g * Kg for a grouped conv, 0 otherwise
-  int out_vec;               // 8, 2 or 1 elements per access (alignment, see above)
+  int out_vec;               // 8, 2 or 1 elements per access (alignment, see above; float32: 8 = two
+                             // 16-byte vectors, 2 = one 8-byte pair)
 };
 
 // Shared memory the staging needs: one 16-row fp32 block per warp, rows padded by 8 floats so
@@ -75,17 +87,30 @@ __device__ __forceinline__ void store8(const float (&acc)[8], const OutputView& 
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] += to_float(o.bias[o.col_base + col + j]);
     }
-    if (ep.has_residual) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(o.residual + idx);
-      const elem_t* re = reinterpret_cast<const elem_t*>(&raw);
+    if constexpr (sizeof(out_t) == 4) {
+      if (ep.has_residual) {
+        const float4 lo = *reinterpret_cast<const float4*>(o.residual + idx);
+        const float4 hi = *reinterpret_cast<const float4*>(o.residual + idx + 4);
+        const float re[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] += ep.beta * to_float(re[j]);
+        for (int j = 0; j < 8; ++j) v[j] += ep.beta * re[j];
+      }
+      activate8(v, ep.activation);
+      *reinterpret_cast<float4*>(o.out + idx) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(o.out + idx + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      if (ep.has_residual) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(o.residual + idx);
+        const elem_t* re = reinterpret_cast<const elem_t*>(&raw);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] += ep.beta * to_float(re[j]);
+      }
+      activate8(v, ep.activation);
+      uint32_t packed[4];
+#pragma unroll
+      for (int j = 0; j < 8; j += 2) packed[j / 2] = pack2<elem_t>(v[j], v[j + 1]);
+      *reinterpret_cast<uint4*>(o.out + idx) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
-    activate8(v, ep.activation);
-    uint32_t packed[4];
-#pragma unroll
-    for (int j = 0; j < 8; j += 2) packed[j / 2] = pack2<elem_t>(v[j], v[j + 1]);
-    *reinterpret_cast<uint4*>(o.out + idx) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     return;
   }
   // Row end, or an output that is not 16-byte aligned: pairs (4-byte aligned) or single elements.
@@ -102,10 +127,14 @@ __device__ __forceinline__ void store8(const float (&acc)[8], const OutputView& 
       e[i] = apply_epilogue(acc[j + i], b, r, ep);
     }
     if (two && o.out_vec >= 2) {
-      *reinterpret_cast<uint32_t*>(o.out + idx + j) = pack2<elem_t>(e[0], e[1]);
+      if constexpr (sizeof(out_t) == 4) {
+        *reinterpret_cast<float2*>(o.out + idx + j) = make_float2(e[0], e[1]);
+      } else {
+        *reinterpret_cast<uint32_t*>(o.out + idx + j) = pack2<elem_t>(e[0], e[1]);
+      }
     } else {
-      o.out[idx + j] = from_float<elem_t>(e[0]);
-      if (two) o.out[idx + j + 1] = from_float<elem_t>(e[1]);
+      o.out[idx + j] = from_float<out_t>(e[0]);
+      if (two) o.out[idx + j + 1] = from_float<out_t>(e[1]);
     }
   }
 }

@@ -77,7 +77,7 @@ struct MmaMainloop {
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < NI; ++ni) mma_16816<elem_t>(acc[mi][ni], f.a[mi], f.b[ni]);
+      for (int ni = 0; ni < NI; ++ni) mma_16816<mma_elem_t>(acc[mi][ni], f.a[mi], f.b[ni]);
   }
 
   // Software pipeline. Registers: two sets of fragments, those of k16 step ks + 1 are read from shared

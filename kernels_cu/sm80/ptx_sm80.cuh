@@ -92,5 +92,30 @@ __device__ __forceinline__ void mma_16816<bf16_t>(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// float32 data moved as pairs of 16-bit elements (CUCONV_TF32): the fragments ldmatrix gives for 16
+// 16-bit elements of k are, register for register, those of mma.m16n8k8.tf32 for the 8 floats they
+// hold (A: a0 = (row g, k t), a1 = (g + 8, t), a2 = (g, t + 4), a3 = (g + 8, t + 4); B: b0 = (k t, col
+// g), b1 = (t + 4, g); g = lane / 4, t = lane % 4), so one k16 step of the 16-bit view is one tf32
+// mma. The tensor cores use each operand's top 19 bits (one TF32 product per term).
+struct tf32_t {};
+
+template <>
+__device__ __forceinline__ void mma_16816<tf32_t>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+#ifndef CUCONV_TF32
+#define CUCONV_TF32 0
+#endif
+#if CUCONV_TF32
+typedef tf32_t mma_elem_t;  // the mma's input type (the loaders move the 16-bit view: elem_t)
+#else
+typedef elem_t mma_elem_t;
+#endif
+
 }  // namespace sm80
 }  // namespace cuconv

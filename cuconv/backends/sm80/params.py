@@ -60,13 +60,14 @@ INT32_MAX = 2**31 - 1
 MAX_LD = INT32_MAX // 256
 
 
-def out_vec(ld: int, col_step: int, *pointers: Optional[int]) -> int:
+def out_vec(ld: int, col_step: int, *pointers: Optional[int], itemsize: int = 2) -> int:
     """Widest output access of the epilogue (``out_vec`` of ``kernels_cu/sm80/epilogue.cuh``): 8
-    elements (16 bytes) when the row pitch ``ld``, the group's column step and every pointer
-    (out, and residual / bias when present) allow it, else 2 (4 bytes), else 1."""
+    elements when the row pitch ``ld``, the group's column step and every pointer (out, and residual /
+    bias when present) allow it, else 2, else 1. The accesses are at most 16 bytes: 8 16-bit elements
+    are one, 8 float32 ones (``itemsize`` 4) two."""
     ptrs = [p for p in pointers if p is not None]
     for vec in (8, 2):
-        if ld % vec == 0 and col_step % vec == 0 and all(p % (2 * vec) == 0 for p in ptrs):
+        if ld % vec == 0 and col_step % vec == 0 and all(p % min(16, itemsize * vec) == 0 for p in ptrs):
             return vec
     return 1
 

@@ -88,9 +88,10 @@ SHORT_K_CONFIG = TileConfig(64, 64, 4, 2, 2, 4)
 def conv_config(problem: ConvProblem, subpath: Optional[str] = None, two_byte: bool = False) -> TileConfig:
     """Heuristic: the narrowest N tile that covers ``K/groups`` (up to 256), so grouped and narrow
     convolutions waste little of the MMA; :data:`SHORT_K_CONFIG` for the per-lane sub-path with a
-    short reduction, unless a loader moves 2-byte copies (``two_byte``; there 128x64 is faster,
+    short reduction, unless a loader moves copies of 2 or 4 bytes (``two_byte``; there 128x64 is faster,
     docs/tuning.md T-sm80-short-k), which also run one CTA per SM (their values in flight plus the two
-    fragment sets spill at the 128 registers of two)."""
+    fragment sets spill at the 128 registers of two: 100-232 bytes for the per-lane loader's 4-byte
+    copies at 128x64 / 64x64)."""
     kg = problem.gemm_n
     if subpath == "per_lane" and not two_byte and problem.groups == 1 and 32 < kg <= 64 and problem.gemm_k <= 256:
         return SHORT_K_CONFIG
@@ -117,17 +118,23 @@ def _vec(*, extents, pointer: Optional[int]) -> int:
 
 
 def conv_variant(problem: ConvProblem, subpath: str, x_ptr: Optional[int] = None, w_ptr: Optional[int] = None,
-                 w_ld: Optional[int] = None):
+                 w_ld: Optional[int] = None, tf32: bool = False):
     """``(kernel name, TileConfig, defines)`` of the conv kernel for ``problem`` on ``subpath``; ``w_ld``
-    is the row pitch of the filters (default ``R*S*C/groups``; larger only with zeroed padding)."""
+    is the row pitch of the filters (default ``R*S*C/groups``; larger only with zeroed padding).
+    ``tf32``: ``problem`` is the bfloat16 view of a float32 one (:mod:`.tf32`): tf32 mma, float32
+    epilogue (``CUCONV_TF32``)."""
     vec_a = _vec(extents=(problem.channels, problem.channels_per_group), pointer=x_ptr)
     vec_b = _vec(extents=(w_ld or problem.gemm_k,), pointer=w_ptr)
-    cfg = conv_config(problem, subpath, two_byte=1 in (vec_a, vec_b))
+    cfg = conv_config(problem, subpath, two_byte=min(vec_a, vec_b) <= 2)
     b_l1 = int(vec_b == 8 and problem.gemm_n * (w_ld or problem.gemm_k) * 2 <= B_L1_MAX_BYTES)
-    name = (f"conv2d_fprop_sm80_{subpath}_{_DTYPE_TAG[problem.dtype]}_{cfg.name}_va{vec_a}_vb{vec_b}"
-            + ("_bl1" if b_l1 else ""))
+    if tf32 and problem.dtype != "bfloat16":
+        raise ValueError(f"tf32: the problem is the bfloat16 view of float32 data, got dtype {problem.dtype}")
+    name = (f"conv2d_fprop_sm80_{subpath}_{'tf32' if tf32 else _DTYPE_TAG[problem.dtype]}_{cfg.name}_va{vec_a}"
+            f"_vb{vec_b}" + ("_bl1" if b_l1 else ""))
     defines = dict(cfg.defines(), CUCONV_DTYPE=dtype_code(problem.dtype), CUCONV_SUBPATH=_SUBPATH_CODE[subpath],
                    CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b, CUCONV_B_L1=b_l1, CUCONV_KERNEL_NAME=name)
+    if tf32:
+        defines["CUCONV_TF32"] = 1
     return name, cfg, defines
 
 

@@ -110,11 +110,6 @@ class RewritingKernel(Kernel):
         raise NotImplementedError
 
 
-def sixteen_bit_problem(problem, channels: int):
-    """The 16-bit (bfloat16) problem a float32 kernel hands the Hopper kernel: ``channels`` channels
-    (split parts, or the 16-bit view), channels-last x and w (as they reach a plan), no precision."""
-    channels_last = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(problem.layout, problem.layout)
-    return dataclasses.replace(problem, dtype="bfloat16", precision=None, channels=channels, layout=channels_last)
 
 
 def not_hopper(device) -> Declined:

@@ -40,7 +40,8 @@ from ...plan import Declined, Plan, tf32_note
 from ...registry import register
 from ...scratch import scratch
 from .fold import fold_width_problem
-from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel, sixteen_bit_problem
+from ...problem import sixteen_bit_problem
+from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
 
 __all__ = ["Sm90SplitBf16Kernel", "Sm90SplitBf16Conv3d", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_PARTS"]
 

@@ -29,7 +29,8 @@ from ...models.fold import padded_channels
 from ...plan import Declined, Plan
 from ...registry import register
 from .fold import FoldPlan, fold_width_problem
-from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel, sixteen_bit_problem
+from ...problem import sixteen_bit_problem
+from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
 
 #: The Hopper kernel's channel block in 16-bit elements (32 floats): a width fold must fit one.
 _BLOCK = 64
