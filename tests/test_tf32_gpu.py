@@ -82,22 +82,27 @@ def _truncated_tf32(a: np.ndarray) -> np.ndarray:
     return (np.ascontiguousarray(a, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
+def assert_tf32_products(cp, got, x, w, padding):
+    """``got`` (a 3x3-or-larger float32 conv of x and w, NHWC) shows TF32 truncation and only that: norm
+    error against float64 between 1e-5 and 5e-3, and within fp32 accumulation error (2^-16 of
+    |x| (*) |w|, generously) of the float64 convolution of the TF32-truncated operands."""
+    err = rel_error(got, cuconv.reference.conv2d(x, w, padding=padding))
+    assert 1e-5 < err <= 5e-3, err
+    model = cuconv.reference.conv2d(_truncated_tf32(x).astype(np.float64), _truncated_tf32(w).astype(np.float64),
+                                    padding=padding)
+    mags = cuconv.reference.conv2d(np.abs(x).astype(np.float64), np.abs(w).astype(np.float64), padding=padding)
+    diff = np.abs(cp.asnumpy(got).astype(np.float64) - model)
+    assert np.all(diff <= 2.0 ** -16 * mags + 1e-30), float(np.max(diff / (mags + 1e-30)))
+
+
 def test_a_long_reduction_is_tf32_and_within_its_bound(cp):
-    """C = 512, 3x3 (4,608 terms): norm error between 1e-5 and 5e-3, and within fp32 accumulation error
-    (2^-16 of |x| (*) |w|, generously) of the float64 convolution of the TF32-truncated operands."""
+    """C = 512, 3x3 (4,608 terms): TF32 products (:func:`assert_tf32_products`)."""
     r = np.random.default_rng(30)
     x = r.standard_normal((4, 16, 16, 512)).astype(np.float32)
     w = (r.standard_normal((256, 3, 3, 512)) / math.sqrt(4608)).astype(np.float32)
-    ref = cuconv.reference.conv2d(x, w, padding=1)
     got = cuconv.conv2d(cp.asarray(x), cp.asarray(w), padding=1, precision="tf32")
     assert cuconv.explain(cp.asarray(x), cp.asarray(w), padding=1, precision="tf32").kernel == "sm90_tf32"
-    err = rel_error(got, ref)
-    assert 1e-5 < err <= 5e-3, err
-    model = cuconv.reference.conv2d(_truncated_tf32(x).astype(np.float64), _truncated_tf32(w).astype(np.float64),
-                                    padding=1)
-    mags = cuconv.reference.conv2d(np.abs(x).astype(np.float64), np.abs(w).astype(np.float64), padding=1)
-    diff = np.abs(cp.asnumpy(got).astype(np.float64) - model)
-    assert np.all(diff <= 2.0 ** -16 * mags + 1e-30), float(np.max(diff / (mags + 1e-30)))
+    assert_tf32_products(cp, got, x, w, 1)
 
 
 @settings(max_examples=40, deadline=None)

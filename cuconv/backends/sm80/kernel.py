@@ -33,7 +33,7 @@ from .subpaths import choose_subpath
 from .variants import (BLOCK_K, CONV_SOURCE, GROUPED_SOURCE, GROUPED_SUPER, PAD_SOURCE, conv_smem, conv_variant,
                        grouped_variant, pad_variant)
 
-__all__ = ["Sm80IgemmKernel", "Sm80Plan", "stage_a_tile"]
+__all__ = ["Sm80IgemmKernel", "Sm80Plan", "stage_a_tile", "igemm_launch", "index_range_declined"]
 
 
 class Sm80IgemmKernel(Kernel):
@@ -49,17 +49,26 @@ class Sm80IgemmKernel(Kernel):
             return Declined(f"needs sm_80+ (cp.async, bf16 mma.sync), the GPU is sm_{device.cc[0]}{device.cc[1]}")
         if problem.dtype == "float32":
             return Declined("float32: mma.sync here is fp16/bf16 only; the generic path takes float32")
-        big = max(problem.channels, problem.gemm_k, *problem.in_spatial, *problem.out_spatial,
-                  problem.batch * int(np.prod(problem.in_spatial)))
-        if big > INT32_MAX:
-            return Declined(f"an extent exceeds the kernel's 32-bit index range ({big})")
-        if max(problem.channels, problem.gemm_k) > MAX_LD:
-            return Declined(f"C = {problem.channels} / R*S*C/groups = {problem.gemm_k} exceeds {MAX_LD}: the loaders' "
-                            f"in-tile offsets (256 rows x that leading dimension) are 32-bit")
+        declined = index_range_declined(problem)
+        if declined is not None:
+            return declined
         subpath, why = choose_subpath(problem, overrides.sm80_subpath)
         if subpath is None:
             return Declined(why)
         return Sm80Plan(self, problem, device, subpath, why, f"fp16/bf16 conv2d on sm_80+, {why} loader")
+
+
+def index_range_declined(problem: ConvProblem, what: str = "") -> Optional[Declined]:
+    """The decline of a problem (``what`` names it, e.g. "the 16-bit view's ") whose extents exceed the
+    implicit GEMM's 32-bit index arithmetic, or None."""
+    big = max(problem.channels, problem.gemm_k, *problem.in_spatial, *problem.out_spatial,
+              problem.batch * int(np.prod(problem.in_spatial)))
+    if big > INT32_MAX:
+        return Declined(f"an extent of {what or 'the problem '}exceeds the kernel's 32-bit index range ({big})")
+    if max(problem.channels, problem.gemm_k) > MAX_LD:
+        return Declined(f"{what}C = {problem.channels} / R*S*C/groups = {problem.gemm_k} exceeds {MAX_LD}: the "
+                        f"loaders' in-tile offsets (256 rows x that leading dimension) are 32-bit")
+    return None
 
 
 class Sm80Plan(Plan):
@@ -127,10 +136,12 @@ class Sm80Plan(Plan):
         launch(*ptrs)
 
 
-def igemm_launch(problem: ConvProblem, subpath: str, x, w, bias, residual, out, dev) -> PackedLaunch:
+def igemm_launch(problem: ConvProblem, subpath: str, x, w, bias, residual, out, dev, tf32: bool = False) -> PackedLaunch:
     """:func:`run_igemm`'s launch for these operands' alignments, as a :class:`PackedLaunch` whose slots
-    are the addresses of x, w, bias, residual and out (absent operands: out's)."""
-    name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr)
+    are the addresses of x, w, bias, residual and out (absent operands: out's). ``tf32``: ``problem`` is
+    the 16-bit view of float32 data, ``x`` and ``w`` its views, bias, residual and out float32
+    (:mod:`.tf32`)."""
+    name, cfg, defines = conv_variant(problem, subpath, x.data.ptr, w.data.ptr, tf32=tf32)
     smem = conv_smem(cfg, subpath, defines)
     fn = load_cuda_function(CONV_SOURCE, dev, defines, name, smem)
     ep = problem.epilogue
@@ -139,7 +150,8 @@ def igemm_launch(problem: ConvProblem, subpath: str, x, w, bias, residual, out, 
     m_tiles = -(-problem.gemm_m // cfg.bm)
     gy, gz = m_grid(m_tiles)
     _, _, res_ptr = epilogue_operands(out, bias, residual, ep)
-    vec = out_vec(problem.out_channels, Kg, out.data.ptr, None if bias is None else bias.data.ptr, res_ptr)
+    vec = out_vec(problem.out_channels, Kg, out.data.ptr, None if bias is None else bias.data.ptr, res_ptr,
+                  itemsize=out.itemsize)
     null = np.uint64(0)
     args = (null, null, null, null, null, im2col_geometry(problem), np.int32(Kg), np.int32(problem.gemm_k),
             np.int32(n_tiles), np.int32(m_tiles), np.int32(vec), epilogue_params(ep))

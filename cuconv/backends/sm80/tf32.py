@@ -23,16 +23,13 @@ decline (grouped layers) and every sm_80+ GPU without them.
 
 from __future__ import annotations
 
-import numpy as np
-
-from ...compiler import load_cuda_function
-from ...launch import PackedLaunch, epilogue_params
 from ...plan import Declined, Kernel, Plan
 from ...problem import sixteen_bit_problem
 from ...registry import register
-from .params import INT32_MAX, MAX_LD, epilogue_operands, im2col_geometry, m_grid, out_vec
+from .kernel import igemm_launch, index_range_declined
+from .params import epilogue_operands
 from .subpaths import choose_subpath, sm80_subpath_ok
-from .variants import CONV_SOURCE, conv_smem, conv_variant
+from .variants import CONV_SOURCE, conv_variant
 
 __all__ = ["Sm80Tf32Kernel", "Sm80Tf32Plan"]
 
@@ -53,13 +50,9 @@ class Sm80Tf32Kernel(Kernel):
         if device.cc < (8, 0):
             return Declined(f"needs sm_80+ (tf32 mma.sync), the GPU is sm_{device.cc[0]}{device.cc[1]}")
         view = sixteen_bit_problem(problem, 2 * problem.channels)
-        big = max(view.channels, view.gemm_k, *view.in_spatial, *view.out_spatial,
-                  view.batch * int(np.prod(view.in_spatial)))
-        if big > INT32_MAX:
-            return Declined(f"an extent of the 16-bit view exceeds the kernel's 32-bit index range ({big})")
-        if max(view.channels, view.gemm_k) > MAX_LD:
-            return Declined(f"the 16-bit view's C = {view.channels} / R*S*C/groups = {view.gemm_k} exceeds "
-                            f"{MAX_LD}: the loaders' in-tile offsets are 32-bit")
+        declined = index_range_declined(view, "the 16-bit view's ")
+        if declined is not None:
+            return declined
         forced = overrides.sm80_subpath
         if forced is not None and forced not in _TF32_SUBPATHS:
             return Declined(f"forced sub-path {forced!r} has no tf32 form (only {', '.join(_TF32_SUBPATHS)})")
@@ -97,32 +90,14 @@ class Sm80Tf32Plan(Plan):
     def run(self, x, w, bias, residual, out):
         import cupy as cp
         xv, wv = x.view(cp.uint16), w.view(cp.uint16)
-        ep = self.problem.epilogue
-        bias_arg, res_arg, _ = epilogue_operands(out, bias, residual, ep)
+        bias_arg, res_arg, _ = epilogue_operands(out, bias, residual, self.problem.epilogue)
         ptrs = (xv.data.ptr, wv.data.ptr, bias_arg.data.ptr, res_arg.data.ptr, out.data.ptr)
         key = tuple(q & 15 for q in ptrs) + (bias is None, res_arg is out)
         launch = self._launches.get(key)
-        if launch is None:
-            launch = self._launches[key] = self._launch(xv, wv, bias, residual, out)
+        if launch is None:  # copy and store widths depend on the alignments
+            launch = self._launches[key] = igemm_launch(self.view, self.subpath, xv, wv, bias, residual, out,
+                                                        self.device, tf32=True)
         launch(*ptrs)
-
-    def _launch(self, xv, wv, bias, residual, out) -> PackedLaunch:
-        """The launch for these operands' alignments (copy widths and output access width depend on them)."""
-        view, ep = self.view, self.problem.epilogue
-        name, cfg, defines = conv_variant(view, self.subpath, xv.data.ptr, wv.data.ptr, tf32=True)
-        smem = conv_smem(cfg, self.subpath, defines)
-        fn = load_cuda_function(CONV_SOURCE, self.device, defines, name, smem)
-        Kg = view.gemm_n
-        n_tiles = -(-Kg // cfg.bn)
-        m_tiles = -(-view.gemm_m // cfg.bm)
-        gy, gz = m_grid(m_tiles)
-        _, _, res_ptr = epilogue_operands(out, bias, residual, ep)
-        vec = out_vec(view.out_channels, Kg, out.data.ptr, None if bias is None else bias.data.ptr, res_ptr,
-                      itemsize=4)
-        null = np.uint64(0)
-        args = (null, null, null, null, null, im2col_geometry(view), np.int32(Kg), np.int32(view.gemm_k),
-                np.int32(n_tiles), np.int32(m_tiles), np.int32(vec), epilogue_params(ep))
-        return PackedLaunch(fn, (n_tiles * view.groups, gy, gz), cfg.threads, smem, args, slots=(0, 1, 2, 3, 4))
 
 
 register(Sm80Tf32Kernel())
