@@ -206,3 +206,12 @@ def real_scalar(v, name: str) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(f"{name}: expected a real number, got {v!r}")
     return float(v)
+
+
+def contiguous_strides(shape, itemsize: int) -> tuple:
+    """The byte strides of a C-contiguous array of ``shape`` (empty axes count as one)."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))

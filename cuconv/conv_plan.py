@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .api import _prepare, _to_native, deliver, execute, residual_and_output
-from .arrays import as_array
+from .arrays import as_array, contiguous_strides
 from .layout import operands_to_channels_last
 
 __all__ = ["ConvPlan", "plan_conv2d", "plan_conv3d"]
@@ -49,7 +49,7 @@ class ConvPlan:
         self._shapes = {"x": tuple(x.shape), "w": tuple(w.shape), "bias": None if bias is None else call.bias.shape,
                         "residual": None if residual is None else self._user_out_shape}
         itemsize = np.dtype(self._dtype).itemsize
-        self._contiguous = {name: None if shape is None else _contiguous_strides(shape, itemsize)
+        self._contiguous = {name: None if shape is None else contiguous_strides(shape, itemsize)
                             for name, shape in self._shapes.items()}
 
     def _operand(self, a, name):
@@ -108,14 +108,6 @@ class ConvPlan:
 
     def __repr__(self) -> str:
         return f"<cuconv ConvPlan {self.problem.describe()} -> {self.explanation.kernel}>"
-
-
-def _contiguous_strides(shape, itemsize: int) -> tuple:
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def plan_conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NHWC", residual=None,

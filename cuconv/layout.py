@@ -7,8 +7,9 @@ moving its operands, each move one batched 2-D transpose:
 =============  ==============================  =====================  ==========================
 operand        from                            to                     where
 =============  ==============================  =====================  ==========================
-x, residual    ``(N, C, *spatial)``            ``(N, *spatial, C)``   a per-stream scratch buffer
-w              ``(K, C/g, *filter)``           ``(K, *filter, C/g)``  a per-stream scratch buffer
+x, w           ``(N, C, *spatial)``,           ``(N, *spatial, C)``,  one per-stream scratch buffer
+               ``(K, C/g, *filter)``           ``(K, *filter, C/g)``
+residual       ``(N, K, *out_spatial)``        ``(N, *out_spatial, K)``  a per-stream scratch buffer
 result         ``(N, *out_spatial, K)``        ``(N, K, *out_spatial)``  ``out``, or the returned array
 =============  ==============================  =====================  ==========================
 
@@ -16,12 +17,15 @@ The kernel writes the result channels-last into a scratch buffer too, so a chann
 allocates only the array it returns. Weights are moved on every call: they may change between
 calls, so nothing is cached on their address.
 
-On a CUDA GPU each move is one launch of ``kernels_cu/layout/transpose.cu`` (tiles through shared
+On a CUDA GPU each move is a transpose of ``kernels_cu/layout/transpose.cu`` (tiles through shared
 memory, whole 128-byte lines read and written) with its arguments packed once per shape
 (:class:`~cuconv.launch.PackedLaunch`); the only requirement is that the spatial axes of the
 channels-first array are contiguous among themselves (any batch and channel strides: channel
-slices qualify). Other arrays (and NumPy arrays, and ROCm) take the array library's copy
-(``moveaxis`` + ``ascontiguousarray``). :func:`describe` gives the line ``cuconv.explain`` prints.
+slices qualify). A call's x and w move together, in one launch into one scratch buffer
+(:func:`operands_to_channels_last`), and a contiguous operand of one pixel per row (a 1x1 filter)
+is already channels-last and is reshaped. Other arrays (and NumPy arrays, and ROCm) take the array
+library's copy (``moveaxis`` + ``ascontiguousarray``). :func:`describe` gives the line
+``cuconv.explain`` prints.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ from typing import Optional
 
 import numpy as np
 
+from .arrays import contiguous_strides
 from .launch import PackedLaunch, c_struct
 from .problem import LAYOUTS
 from .scratch import scratch
 
-__all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "to_channels_first", "flip_taps", "flip_filter", "scatter_phase", "describe", "SOURCE",
-           "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
+__all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "to_channels_first", "flip_taps",
+           "flip_filter", "scatter_phase", "describe", "SOURCE", "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
 
 SOURCE = "layout/transpose.cu"
 FLIP_SOURCE = "layout/flip_filter.cu"
@@ -264,7 +269,7 @@ def _operands_of(x_shape, x_strides, w_shape, w_strides, dtype, device_id) -> Op
     item = np.dtype(dtype).itemsize
     moves = []
     for shape, strides in ((x_shape, x_strides), (w_shape, w_strides)):
-        if math.prod(shape[2:]) == 1 and strides == _contiguous(shape, item):
+        if math.prod(shape[2:]) == 1 and strides == contiguous_strides(shape, item):
             moves.append(None)
             continue
         move = _move_to_last(shape, strides, item, device_id)
@@ -275,14 +280,6 @@ def _operands_of(x_shape, x_strides, w_shape, w_strides, dtype, device_id) -> Op
         return None
     shapes = tuple((s[0], *s[2:], s[1]) for s in (x_shape, w_shape))
     return _Operands(device_id, dtype, tuple(moves), shapes)
-
-
-def _contiguous(shape, item) -> tuple:
-    strides, step = [], item
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def operands_to_channels_last(x, w, xp):
