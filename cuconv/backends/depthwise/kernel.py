@@ -15,6 +15,8 @@ arguments (:class:`cuconv.launch.PackedLaunch`), so a repeated call writes five 
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from ...compiler import load_cuda_function
@@ -25,15 +27,16 @@ from .params import dw_geometry
 from .variants import (DW_SOURCE, DwConfig, depthwise_declined, dw_config, dw_variant, plane_offsets_declined,
                        problem_axes)
 
-__all__ = ["DepthwiseKernel", "DepthwisePlan", "DirectPlan", "aligned_operands"]
+__all__ = ["DepthwiseKernel", "DepthwisePlan", "DirectKernel", "DirectPlan", "aligned_operands"]
 
 
-class DepthwiseKernel(Kernel):
-    """Direct depthwise convolution: halo tiles in shared memory, fp32 multiply-adds, fused epilogue."""
+class DirectKernel(Kernel):
+    """The CUDA direct kernels (``depthwise_direct``, ``smallc_direct``): sm_80+ (cp.async), conv2d and
+    conv3d, fp32 multiply-adds for every dtype. A subclass says why its design declines a problem
+    (:meth:`declined`), picks the launch shape or says why none fits (:meth:`config`) and makes the plan
+    (:meth:`plan_for`)."""
 
-    name = "depthwise_direct"
     backend = "cuda"
-    priority = 110
     spatial_dims = (2, 3)
     strategy = "native"
     #: fp32 multiply-adds for every dtype: float32 at precision "float32", and "tf32" more accurately.
@@ -42,12 +45,37 @@ class DepthwiseKernel(Kernel):
     def make_plan(self, problem, device, overrides):
         if device.cc < (8, 0):
             return Declined(f"needs sm_80+ (cp.async), the GPU is sm_{device.cc[0]}{device.cc[1]}")
-        why_not = depthwise_declined(problem) or plane_offsets_declined(problem)
+        why_not = self.declined(problem)
         if why_not:
             return Declined(why_not)
-        cfg = dw_config(problem)
+        cfg = self.config(problem)
         if isinstance(cfg, str):
             return Declined(cfg)
+        return self.plan_for(problem, device, cfg)
+
+    def declined(self, problem) -> Optional[str]:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def config(self, problem):  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def plan_for(self, problem, device, cfg):  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+
+class DepthwiseKernel(DirectKernel):
+    """Direct depthwise convolution: halo tiles in shared memory, fp32 multiply-adds, fused epilogue."""
+
+    name = "depthwise_direct"
+    priority = 110
+
+    def declined(self, problem) -> Optional[str]:
+        return depthwise_declined(problem) or plane_offsets_declined(problem)
+
+    def config(self, problem):
+        return dw_config(problem)
+
+    def plan_for(self, problem, device, cfg):
         mult = problem.out_channels // problem.channels
         return DepthwisePlan(self, problem, device, cfg,
                              f"depthwise (groups == C = {problem.channels}, multiplier {mult}): a memory-bound "

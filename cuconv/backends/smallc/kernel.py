@@ -18,9 +18,9 @@ import numpy as np
 
 from ...compiler import load_cuda_function
 from ...launch import PackedLaunch, epilogue_params
-from ...plan import FLOAT32_FFMA, SIXTEEN_BIT, Declined, Kernel, tf32_note
+from ...plan import tf32_note
 from ...registry import register
-from ..depthwise.kernel import DirectPlan
+from ..depthwise.kernel import DirectKernel, DirectPlan
 from ..depthwise.variants import problem_axes
 from .params import sc_geometry
 from .variants import MAX_TAPS, SC_SOURCE, ScConfig, sc_config, sc_variant, smallc_declined
@@ -28,28 +28,21 @@ from .variants import MAX_TAPS, SC_SOURCE, ScConfig, sc_config, sc_variant, smal
 __all__ = ["SmallcKernel", "SmallcPlan"]
 
 
-class SmallcKernel(Kernel):
+class SmallcKernel(DirectKernel):
     """Direct convolution for few input channels: halo tiles in shared memory, fp32 multiply-adds."""
 
     name = "smallc_direct"
-    backend = "cuda"
     #: Above the implicit GEMM kernels (sm90_tma declines C % 8 != 0; sm90_tf32 folds a stem's filter
     #: columns into its channels, and sm80_igemm pads C) for the problems it takes.
     priority = 112
-    spatial_dims = (2, 3)
-    strategy = "native"
-    #: fp32 multiply-adds for every dtype: float32 at precision "float32", and "tf32" more accurately.
-    precisions = SIXTEEN_BIT | FLOAT32_FFMA
 
-    def make_plan(self, problem, device, overrides):
-        if device.cc < (8, 0):
-            return Declined(f"needs sm_80+ (cp.async), the GPU is sm_{device.cc[0]}{device.cc[1]}")
-        why_not = smallc_declined(problem)
-        if why_not:
-            return Declined(why_not)
-        cfg = sc_config(problem)
-        if isinstance(cfg, str):
-            return Declined(cfg)
+    def declined(self, problem):
+        return smallc_declined(problem)
+
+    def config(self, problem):
+        return sc_config(problem)
+
+    def plan_for(self, problem, device, cfg):
         taps = problem.channels * int(np.prod(problem.filter_spatial))
         return SmallcPlan(self, problem, device, cfg,
                           f"few input channels (C = {problem.channels}, {taps} <= {MAX_TAPS} multiply-adds per "
