@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .api import _prepare, _to_native, deliver, execute, residual_and_output
+from .api import _prepare, deliver, execute, residual_and_output
 from .arrays import as_array, contiguous_strides
 from .layout import operands_to_channels_last
 
@@ -72,16 +72,12 @@ class ConvPlan:
             raise ValueError(f"{name}: this plan runs on GPU {self._device}, got an array on GPU {a.device.id}")
         return a
 
-    def _native(self, a, name):
-        """``a`` channels-last and contiguous (itself when it already is: a stride comparison, the
-        cheapest test)."""
+    def _contiguous_operand(self, a, name):
+        """``a`` C-contiguous (itself when it already is: a stride comparison, the cheapest test): the
+        bias, and x and w of a channels-last plan (a channels-first one moves them instead)."""
         if a is None:
             return None
-        if name == "bias":
-            return a if a.strides == self._contiguous["bias"] else self._xp.ascontiguousarray(a)
-        if not self._channels_first and a.strides == self._contiguous[name]:
-            return a
-        return _to_native(a, self._channels_first, self._xp, name)
+        return a if a.strides == self._contiguous[name] else self._xp.ascontiguousarray(a)
 
     def __call__(self, x, w, bias=None, residual=None, out=None):
         xp, cf = self._xp, self._channels_first
@@ -101,8 +97,8 @@ class ConvPlan:
         if cf:
             x_n, w_n = operands_to_channels_last(x, w, xp)
         else:
-            x_n, w_n = self._native(x, "x"), self._native(w, "w")
-        bias_n = self._native(bias, "bias")
+            x_n, w_n = self._contiguous_operand(x, "x"), self._contiguous_operand(w, "w")
+        bias_n = self._contiguous_operand(bias, "bias")
         execute(self._plan, xp, self._device, x_n, w_n, bias_n, res, out_native)
         return deliver(xp, out_native, out_user, out, cf, self._cf_out)
 
