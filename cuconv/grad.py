@@ -208,9 +208,21 @@ def _input_plan(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, 
     return _InputPlan(p, tuple(phases), subpixel.geometry(p))
 
 
-#: Input-gradient calls already validated, by :func:`_call_key`: ``(plan, memo, channels_first)``.
+class _KnownInput:
+    """An input-gradient call validated before (:data:`_GRAD_CALLS`): its :class:`_InputPlan`, the key its
+    forward plans are kept under (:func:`_phase_plan`), whether it is channels-first, and its
+    :mod:`cuconv.grad_replay` replay (None until its first call ran; False where it has none)."""
+
+    __slots__ = ("plan", "memo", "cf", "replay")
+
+    def __init__(self, plan, memo, cf):
+        self.plan, self.memo, self.cf, self.replay = plan, memo, cf, None
+
+
+#: Input-gradient calls already validated, by :func:`_call_key`: :class:`_KnownInput`.
 _GRAD_CALLS: dict = {}
 _GRAD_CALLS_LIMIT = 1024
+on_change(_GRAD_CALLS.clear)  # their replays hold forward plans
 _NO_KEY = object()
 
 
@@ -259,8 +271,7 @@ def _call_key(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, ker
 
 
 def _validated_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision, ep, out):
-    """Validate an input-gradient call (every argument, named in its error): ``(plan, memo, channels_first)``
-    with the :class:`_InputPlan` and the key its forward plans are kept under (:func:`_phase_plan`)."""
+    """Validate an input-gradient call (every argument, named in its error): its :class:`_KnownInput`."""
     layout = layout_of(layout, nd)
     cf = not LAYOUTS[layout][1]
     dy = as_array(dy, "dy")
@@ -291,7 +302,7 @@ def _validated_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layo
     memo = None if key is None else (key, type(dy), None if xp is np else dy.data.device_id, ep["bias"] is not None,
                                      ep["residual"] is not None, ep["alpha"], type(ep["alpha"]), ep["beta"],
                                      type(ep["beta"]), ep["activation"], kernel, current_overrides())
-    return plan, memo, cf
+    return _KnownInput(plan, memo, cf)
 
 
 @on_device_of(1)
@@ -312,9 +323,13 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
             if len(_GRAD_CALLS) >= _GRAD_CALLS_LIMIT:
                 _GRAD_CALLS.clear()
             _GRAD_CALLS[key] = known
+    elif known.replay:  # the key fixes CuPy operands, channels-last and contiguous: only launches remain
+        y = known.replay(dy, w, ep["bias"], out)
+        if y is not None:
+            return y
     else:  # the operands are arrays of the kinds the key holds; only their conversion remains
         dy, w = as_array(dy, "dy"), as_array(w, "w")
-    plan, memo, cf = known
+    plan, memo, cf = known.plan, known.memo, known.cf
     p, xp = plan.problem, _xp(dy)
     dy_n, w_n = _last(dy, cf, xp), _last(w, cf, xp)
     N, I, C = dy.shape[0], p.in_spatial, p.channels
@@ -333,6 +348,8 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
         _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, precision)
     else:
         y = _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel, precision, dtype)
+    if known.replay is None and key is not None:
+        known.replay = _input_replay(plan, memo, nd, ep, dy, w, bias, out, y, cf, kernel, precision) or False
     if out is None:
         return _first(y, cf, xp)
     if cf:
@@ -387,7 +404,7 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     P = sp.phases
     # W' and z live until the put-into-place launch: per-stream scratch buffers on a GPU
     wt = subpixel.stacked_filter(sp, w_n, xp, "stacked-phase filter")
-    b = None if bias is None else xp.tile(bias, P)
+    b = None if bias is None else subpixel.stacked_bias(sp, bias, xp, None if xp is np else "stacked-phase bias")
     z_shape = (dy_n.shape[0], *sp.length, P * C)
     z = xp.empty(z_shape, dtype=dy_n.dtype) if xp is np else scratch("stacked phases", z_shape, dy_n.dtype)
     res_z = None
@@ -398,6 +415,53 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     fplan = _phase_plan(memo, "stacked", nd, dy_n, wt, dict(ep, bias=b), res_z, z, 1, spec, kernel, precision)
     execute(fplan, xp, None if xp is np else dy_n.data.device_id, dy_n, wt, b, res_z, z)
     subpixel.unstack(sp, z, y, xp)
+
+
+def _input_replay(plan, memo, nd, ep, dy, w, bias, out, y, cf, kernel, precision):
+    """The :mod:`cuconv.grad_replay` replay of an input-gradient call that just ran (its forward plans are
+    made), or None where the call has none: only CuPy operands, channels-last and contiguous (dy, w, the
+    bias, ``out``), no residual, a non-empty result; the stacked-phase convolution, the stride-1
+    convolution, or one phase with taps and zeros elsewhere without an epilogue."""
+    from . import grad_replay
+    from .layout import flip_filter_launch, flipped_shape, scatter_phase_launch, scatter_word
+    if (isinstance(dy, np.ndarray) or cf or ep["residual"] is not None or not y.size or not dy.flags.c_contiguous
+            or not w.flags.c_contiguous or (bias is not None and bias is not ep["bias"])
+            or (out is not None and out is not y)):
+        return None
+    p, device_id, dtype, g = plan.problem, dy.data.device_id, dy.dtype, plan.problem.groups
+    if _stacks(plan, True):
+        sp = plan.subpixel
+        fplan = _PHASE_PLANS.get((memo, "stacked"))
+        if fplan is None:
+            return None
+        K, F, C = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
+        gather = subpixel.stacked_filter_launch(sp, w, K, F, C)
+        bias_gather = None
+        if bias is not None:
+            launch, index = subpixel.stacked_bias_launch(sp, bias)
+            bias_gather = (launch, index, index.size)
+        z_shape = (dy.shape[0], *sp.length, sp.phases * C)
+        return grad_replay.StackedInput(y.shape, dtype, device_id, fplan, gather,
+                                        subpixel.stacked_filter_shape(sp, w.shape), bias_gather, z_shape,
+                                        lambda z, yy: subpixel.unstack_launch(sp, z, yy))
+    live = [(i, spec) for i, (_, spec, _) in enumerate(plan.phases) if spec is not None]
+    if len(live) != 1 or not live[0][1]["src_full"] or w.itemsize not in (2, 4, 8):
+        return None
+    i, spec = live[0]
+    fplan = _PHASE_PLANS.get((memo, i))
+    if fplan is None:
+        return None
+    flip, wt_shape = flip_filter_launch(w, g, spec["flips"]), flipped_shape(w.shape, g, spec["flips"])
+    if len(plan.phases) == 1:
+        return grad_replay.WholeInput(y.shape, dtype, device_id, fplan, flip, wt_shape)
+    if bias is not None or ep["activation"] is not None:  # the zero phases would need the epilogue of zero
+        return None
+    part_shape = (dy.shape[0], *spec["out"], y.shape[-1])
+
+    def fill_of(part, yy):
+        return scatter_phase_launch(part, yy, p.stride, spec["origin"], fill=True) if scatter_word(part, yy) > 1 \
+            else None
+    return grad_replay.OnePhaseInput(y.shape, dtype, device_id, fplan, flip, wt_shape, part_shape, fill_of)
 
 
 #: The forward plans of input-gradient phases: (call memo key, phase) -> the dispatcher's plan.
@@ -471,12 +535,43 @@ conv3d_input_grad.__doc__ = _doc_input_grad(3)
 
 
 # ------------------------------------------------------------------------------------------ weight gradient
+#: Weight-gradient calls already validated, by :func:`_weight_key`: their :mod:`cuconv.grad_replay`
+#: replay, or False where they have none (they take the full path, validation included).
+_WGRAD_CALLS: dict = {}
+on_change(_WGRAD_CALLS.clear)
+
+
+def _weight_key(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision):
+    """A key fixing everything the weight gradient's validation decides for a call (as :func:`_call_key`),
+    or None."""
+    tx = _keyed_type(x)
+    if tx is None or type(bias_grad) is not bool:
+        return None
+    args = _exact((nd, w_shape, stride, padding, dilation, groups, layout, kernel, precision))
+    if args is _NO_KEY:
+        return None
+    try:
+        return (tx, _operand_key(x, tx), _operand_key(dy, tx), args, bias_grad, current_overrides())
+    except KeyError:
+        return None
+
+
 @on_device_of(1)
 def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision):
+    key = _weight_key(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision)
+    replay = None if key is None else _WGRAD_CALLS.get(key)
+    if replay:
+        result = replay(x, dy)
+        if result is not None:
+            return result
     p, xp, cf, x_n, dy_n, dtype = _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout,
                                                         precision)
     if not isinstance(bias_grad, bool):
         raise TypeError(f"bias_grad: expected True or False, got {bias_grad!r}")
+    if replay is None and key is not None:
+        if len(_WGRAD_CALLS) >= _GRAD_CALLS_LIMIT:
+            _WGRAD_CALLS.clear()
+        _WGRAD_CALLS[key] = _weight_replay(p, x, dy, x_n, dy_n, cf, bias_grad, kernel) or False
     F, K, Cg = p.filter_spatial, p.out_channels, p.channels_per_group
     run, _ = _wgrad_kernel(p, x_n, dy_n, kernel)
     if run is not None:
@@ -491,6 +586,22 @@ def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, 
     axes = tuple(a for a in range(dy_n.ndim - 1))
     db = dy_n.sum(axis=axes, dtype=np.float64 if dtype == "float64" else np.float32).astype(dy_n.dtype)
     return dw, db
+
+
+def _weight_replay(p, x, dy, x_n, dy_n, cf, bias_grad: bool, kernel):
+    """The :class:`cuconv.grad_replay.WeightReplay` of a validated weight-gradient call, or None where it has
+    none: CuPy operands, channels-last and contiguous, computed by a weight-gradient GEMM."""
+    if isinstance(x, np.ndarray) or cf or x_n is not x or dy_n is not dy or p.nd != 2 or not x.size:
+        return None
+    if _wgrad_kernel(p, x_n, dy_n, kernel)[0] is None:
+        return None
+    from .device import device_of
+    from .grad_replay import WeightReplay
+    device = device_of(x)
+
+    def run_of(x_align, dy_align):
+        return _wgrad_choice(p, device, x_align, dy_align, kernel)[0]
+    return WeightReplay((p.out_channels, *p.filter_spatial, p.channels_per_group), x.dtype, run_of, bias_grad)
 
 
 def _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, precision):

@@ -42,7 +42,8 @@ from .problem import LAYOUTS
 from .scratch import scratch
 
 __all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "to_channels_first", "flip_taps",
-           "flip_filter", "scatter_phase", "describe", "SOURCE", "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
+           "flip_filter", "flip_filter_launch", "flipped_shape", "scatter_phase", "scatter_phase_launch",
+           "scatter_word", "scatter_args", "describe", "SOURCE", "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
 
 SOURCE = "layout/transpose.cu"
 FLIP_SOURCE = "layout/flip_filter.cu"
@@ -360,6 +361,18 @@ def flip_taps(F, taps) -> tuple:
     return tuple((r.start, -r.step, len(r)) for r in ranges)
 
 
+def flipped_shape(w_shape, groups: int, flips) -> tuple:
+    """The shape :func:`flip_filter` gives a filter of shape ``w_shape``: ``(C, *T, K/g)``."""
+    return (w_shape[-1] * groups, *(n for _, _, n in flips), w_shape[0] // groups)
+
+
+def flip_filter_launch(w, groups: int, flips) -> PackedLaunch:
+    """The packed launch of :func:`flip_filter` for a C-contiguous CuPy filter of ``w``'s shape and dtype
+    (2-, 4- or 8-byte elements, every ``flips`` count non-zero): ``launch(w_ptr, wt_ptr)``."""
+    return _flip_launch(w.data.device_id, w.itemsize, w.shape[0], tuple(w.shape[1:-1]), w.shape[-1], groups,
+                        tuple(flips))
+
+
 def flip_filter(w, taps, groups: int, xp, flips=None):
     """The filter of an input gradient: ``w`` (``(K, *F, C/g)``, C-contiguous) with the taps ``taps``
     (per spatial dim a ``slice`` of that axis, e.g. ``slice(None, None, -1)`` to reverse it; ``flips``:
@@ -370,9 +383,8 @@ def flip_filter(w, taps, groups: int, xp, flips=None):
     if flips is None:
         flips = flip_taps(F, taps)
     if _on_cuda(xp) and w.itemsize in (2, 4, 8) and all(n for _, _, n in flips) and w.flags.c_contiguous:
-        T = tuple(n for _, _, n in flips)
-        wt = xp.empty((Cg * groups, *T, K // groups), dtype=w.dtype)
-        _flip_launch(w.data.device_id, w.itemsize, K, F, Cg, groups, flips)(w.data.ptr, wt.data.ptr)
+        wt = xp.empty(flipped_shape(w.shape, groups, flips), dtype=w.dtype)
+        flip_filter_launch(w, groups, flips)(w.data.ptr, wt.data.ptr)
         return wt
     nd = len(F)
     taps = tuple(slice(a, a - b * n if a - b * n >= 0 else None, -b) for a, b, n in flips)
@@ -386,34 +398,50 @@ _SCATTER_FIELDS = [("words", np.int64)] + [(n, np.int32) for n in (
     "row_words", "T0", "T1", "T2", "I0", "I1", "I2", "s0", "s1", "s2", "p0", "p1", "p2")]
 
 
-@functools.lru_cache(maxsize=1024)
-def _scatter_launch(device_id, word, row_bytes, N, T, I, s, p) -> PackedLaunch:
-    from .compiler import load_cuda_function
-    from .device import gpu_info
+def scatter_args(word: int, row_bytes: int, N: int, T, I, s, p, fill: bool = False):
+    """``(args, blocks)``: phase_scatter.cu's argument struct and grid for ``N`` images of ``row_bytes`` rows
+    moved in ``word``-byte words, phase extent ``T``, result extent ``I``, stride ``s``, phase ``p`` (one
+    entry per spatial dim); ``fill``: the ``phase_scatter_fill`` kernels' (every word of the result)."""
     pad = 3 - len(T)
     T3, I3, s3, p3 = ((1,) * pad + tuple(T), (1,) * pad + tuple(I), (1,) * pad + tuple(s), (0,) * pad + tuple(p))
     row_words = row_bytes // word
-    words = N * math.prod(T3) * row_words
+    words = N * math.prod(I3 if fill else T3) * row_words
     args = c_struct(_SCATTER_FIELDS, dict(words=words, row_words=row_words, T0=T3[0], T1=T3[1], T2=T3[2], I0=I3[0],
                                           I1=I3[1], I2=I3[2], s0=s3[0], s1=s3[1], s2=s3[2], p0=p3[0], p1=p3[1],
                                           p2=p3[2]))
-    fn = load_cuda_function(SCATTER_SOURCE, gpu_info(device_id), {}, f"phase_scatter_w{word}")
-    blocks = max(1, min(-(-words // 256), 65535))
+    return args, max(1, min(-(-words // 256), 65535))
+
+
+@functools.lru_cache(maxsize=1024)
+def _scatter_launch(device_id, word, row_bytes, N, T, I, s, p, fill: bool = False) -> PackedLaunch:
+    from .compiler import load_cuda_function
+    from .device import gpu_info
+    args, blocks = scatter_args(word, row_bytes, N, T, I, s, p, fill)
+    fn = load_cuda_function(SCATTER_SOURCE, gpu_info(device_id), {}, f"phase_scatter_{'fill_' if fill else ''}w{word}")
     return PackedLaunch(fn, blocks, 256, 0, (np.uint64(0), np.uint64(0), args), slots=(0, 1))
+
+
+def scatter_word(z, y) -> int:
+    """The widest word (16, 4, 2 or 1 bytes) that divides a row of ``z`` and both arrays' addresses: what
+    the phase-scatter kernels move (1: none of them applies)."""
+    row = z.shape[-1] * z.itemsize
+    return next(w for w in (16, 4, 2, 1) if row % w == 0 and z.data.ptr % w == 0 and y.data.ptr % w == 0)
+
+
+def scatter_phase_launch(z, y, stride, phase, fill: bool = False) -> PackedLaunch:
+    """The packed launch of :func:`scatter_phase` for contiguous CuPy ``z`` and ``y`` whose
+    :func:`scatter_word` is at least 2; ``fill``: write all of ``y``, zeros where the phase is not."""
+    return _scatter_launch(z.data.device_id, scatter_word(z, y), z.shape[-1] * z.itemsize, z.shape[0],
+                           tuple(z.shape[1:-1]), tuple(y.shape[1:-1]), tuple(stride), tuple(phase), fill)
 
 
 def scatter_phase(z, y, stride, phase, xp) -> None:
     """``y[:, phase_0::stride_0, phase_1::stride_1, ..., :] = z``: ``z`` (``(N, *T, C)``, contiguous) is one
     output phase of ``y`` (``(N, *I, C)``, contiguous). One launch of
     ``kernels_cu/layout/phase_scatter.cu`` on a CUDA GPU; the array library's strided copy elsewhere."""
-    if _on_cuda(xp) and z.flags.c_contiguous and y.flags.c_contiguous and z.size:
-        row = z.shape[-1] * z.itemsize
-        word = next(w for w in (16, 4, 2, 1) if row % w == 0 and z.data.ptr % w == 0 and y.data.ptr % w == 0)
-        if word > 1:
-            launch = _scatter_launch(z.data.device_id, word, row, z.shape[0], tuple(z.shape[1:-1]),
-                                     tuple(y.shape[1:-1]), tuple(stride), tuple(phase))
-            launch(z.data.ptr, y.data.ptr)
-            return
+    if _on_cuda(xp) and z.flags.c_contiguous and y.flags.c_contiguous and z.size and scatter_word(z, y) > 1:
+        scatter_phase_launch(z, y, stride, phase)(z.data.ptr, y.data.ptr)
+        return
     y[(slice(None),) + tuple(slice(q, None, s) for q, s in zip(phase, stride)) + (slice(None),)] = z
 
 

@@ -42,7 +42,8 @@ from .launch import PackedLaunch, c_struct
 from .problem import cached_fields_hash, fields_state
 from .scratch import scratch
 
-__all__ = ["Subpixel", "geometry", "stacked_filter", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
+__all__ = ["Subpixel", "geometry", "stacked_filter", "stacked_filter_shape", "stacked_filter_launch", "stacked_bias",
+           "stacked_bias_launch", "unstack_launch", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
            "STACK_SOURCE", "GATHER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"
@@ -162,16 +163,54 @@ def stacked_filter(sp: Subpixel, w_n, xp, purpose: Optional[str] = None):
     array, or on a GPU the :mod:`cuconv.scratch` buffer ``purpose`` where one is named (the caller uses
     it before its next call on the stream)."""
     K, F, C = w_n.shape[0], tuple(w_n.shape[1:-1]), w_n.shape[-1]
-    index = _index(sp, K, C, F)
     w_flat = w_n.reshape(-1) if w_n.flags.c_contiguous else xp.ascontiguousarray(w_n).reshape(-1)
     if xp is np:
+        index = _index(sp, K, C, F)
         return np.where(index >= 0, w_flat[np.maximum(index, 0)], w_flat.dtype.type(0))
-    out = scratch(purpose, index.shape, w_n.dtype) if purpose else xp.empty(index.shape, dtype=w_n.dtype)
+    shape = stacked_filter_shape(sp, w_n.shape)
+    out = scratch(purpose, shape, w_n.dtype) if purpose else xp.empty(shape, dtype=w_n.dtype)
     if out.size:
-        device_index = _device_index(w_flat.data.device_id, sp, K, C, F)
-        _gather_launch(w_flat.data.device_id, w_flat.itemsize, out.size)(w_flat.data.ptr, device_index.data.ptr,
-                                                                         out.data.ptr)
+        launch, index = stacked_filter_launch(sp, w_flat, K, F, C)
+        launch(w_flat.data.ptr, index.data.ptr, out.data.ptr)
     return out
+
+
+def stacked_filter_shape(sp: Subpixel, w_shape) -> tuple:
+    """The shape of ``W'`` for a forward filter of shape ``w_shape`` (``(K, *F, C)``): ``(P C, *J, K)``."""
+    return (sp.phases * w_shape[-1], *sp.window, w_shape[0])
+
+
+def stacked_filter_launch(sp: Subpixel, w, K: int, F: Tuple[int, ...], C: int):
+    """``(launch, index)``: the packed gather of ``W'`` from a contiguous CuPy filter like ``w`` (its
+    device and dtype; ``(K, *F, C)``), run as ``launch(w_ptr, index.data.ptr, W'_ptr)`` (``W'`` non-empty)."""
+    index = _device_index(w.data.device_id, sp, K, C, tuple(F))
+    return _gather_launch(w.data.device_id, w.itemsize, index.size), index
+
+
+def stacked_bias(sp: Subpixel, bias, xp, purpose: Optional[str] = None):
+    """The bias of the stacked convolution, ``bias`` (``(C,)``, contiguous) repeated once per phase: on a GPU
+    one gather into the :mod:`cuconv.scratch` buffer ``purpose`` (or a new array)."""
+    if xp is np:
+        return np.tile(bias, sp.phases)
+    n = sp.phases * bias.shape[0]
+    out = scratch(purpose, (n,), bias.dtype) if purpose else xp.empty((n,), dtype=bias.dtype)
+    launch, index = stacked_bias_launch(sp, bias)
+    launch(bias.data.ptr, index.data.ptr, out.data.ptr)
+    return out
+
+
+def stacked_bias_launch(sp: Subpixel, bias):
+    """``(launch, index)``: :func:`stacked_bias` as a packed gather, ``launch(bias_ptr, index.data.ptr, out_ptr)``."""
+    index = _repeat_index(bias.data.device_id, bias.shape[0], sp.phases)
+    return _gather_launch(bias.data.device_id, bias.itemsize, index.size), index
+
+
+@functools.lru_cache(maxsize=64)
+def _repeat_index(device_id: int, C: int, P: int):
+    """``0 .. C-1`` repeated ``P`` times, int32, on the GPU (once per size and device)."""
+    import cupy as cp
+    with cp.cuda.Device(device_id):
+        return cp.asarray(np.tile(np.arange(C, dtype=np.int32), P))
 
 
 @functools.lru_cache(maxsize=64)
@@ -225,6 +264,12 @@ def stack(sp: Subpixel, y, z, xp) -> None:
     z[...] = 0
     for ph, where, rows in _phase_slices(sp):
         z[(slice(None), *rows, slice(ph * C, (ph + 1) * C))] = y[(slice(None), *where, slice(None))]
+
+
+def unstack_launch(sp: Subpixel, z, y) -> PackedLaunch:
+    """The packed launch of :func:`unstack` for contiguous CuPy ``z`` and ``y`` (``y`` non-empty):
+    ``launch(z_ptr, y_ptr)``, for addresses with the same alignment modulo 16 as these."""
+    return _stack_launch("unstack", sp, z, y)
 
 
 def _stack_launch(direction: str, sp: Subpixel, z, y) -> PackedLaunch:

@@ -186,3 +186,83 @@ def test_weight_grad_explanation_names_the_kernel_that_runs(cp):
     assert e.kernel == "sm80_wgrad" and "multiples of 8" in e.declined.get("sm90_wgrad", "multiples of 8")
     e = cuconv.explain_weight_grad(x.astype(cp.float32), dy.astype(cp.float32), (32, 3, 3, 16), padding=1)
     assert e.kernel.startswith("forward formulation on ") and "fp16/bf16" in e.declined["sm80_wgrad"]
+
+
+# ------------------------------------------------------------------------------------------ replays
+REPLAYS = [  # (case, forward geometry, filter, the replay the second call runs)
+    ("stride 1", dict(stride=1, padding=1), 3, "WholeInput"),
+    ("stacked phases", dict(stride=2, padding=1), 3, "StackedInput"),
+    ("1x1 stride 2", dict(stride=2, padding=0), 1, "OnePhaseInput"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("case,kw,f,replay", REPLAYS, ids=[r[0] for r in REPLAYS])
+def test_repeated_input_grads_replay_their_launches(cp, dtype, case, kw, f, replay):
+    """A signature's first call takes the full path and leaves a replay (cuconv.grad_replay); later calls
+    with new operands run it: each result against the float64 reference, the same bits as the full path
+    on the same operands; as a transposed convolution (the same input gradient) with a bias, and into
+    ``out``, also at an address 2 bytes past a 16-byte boundary (which the replay launches with narrower
+    words)."""
+    from cuconv import grad, grad_replay
+    rng = np.random.default_rng(7)
+    dt = DTYPES[dtype]
+    x_shape = (2, 9, 11, 24)  # the transposed convolutions below give this shape with output_padding 0
+    w_shape = (40, f, f, 24)
+    grad._GRAD_CALLS.clear()
+    p = grad._forward_problem(2, x_shape, w_shape, dtype, "NHWC", kw["stride"], kw["padding"], 1, 1, None)
+    dy_shape = (2, *p.out_shape[1:])
+    full = None
+    for call in range(3):
+        dy = rng.standard_normal(dy_shape).astype(dt)
+        w = (rng.standard_normal(w_shape) / (3 * f)).astype(dt)
+        want = cuconv.conv2d_input_grad(dy.astype(np.float64), w.astype(np.float64), x_shape, **kw)
+        got = cuconv.conv2d_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, **kw)
+        assert rel_error(got, want) <= TOLERANCE[dtype], call
+        (known,) = [k for k in grad._GRAD_CALLS.values() if k.replay is not False]  # the CuPy signature
+        assert isinstance(known.replay, getattr(grad_replay, replay))
+        if call == 0:
+            full = (dy, w, got)
+    dy, w, first = full
+    again = cuconv.conv2d_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, **kw)
+    assert bool((again == first).all())
+    bias = rng.standard_normal(24).astype(dt)
+    want_b = cuconv.conv_transpose2d(dy.astype(np.float64), w.astype(np.float64), bias.astype(np.float64), **kw)
+    for _ in range(2):  # the full path, then the replay (a 1x1 filter of stride 2 with a bias has none)
+        got_b = cuconv.conv_transpose2d(cp.asarray(dy), cp.asarray(w), cp.asarray(bias), **kw)
+        assert got_b.shape == x_shape and rel_error(got_b, want_b) <= TOLERANCE[dtype]
+    base = cp.zeros(int(np.prod(x_shape)) + 1, dtype=dt)
+    for out in (cp.empty(x_shape, dtype=dt), base[1:].reshape(x_shape)):
+        for _ in range(2):  # the full path for this out's signature, then its replay
+            r = cuconv.conv_transpose2d(cp.asarray(dy), cp.asarray(w), out=out, **kw)
+            assert r is out and bool((out == first).all())
+
+
+@pytest.mark.parametrize("bias_grad", [False, True])
+def test_repeated_weight_grads_replay_their_launches(cp, bias_grad):
+    """The weight gradient's replay (the GEMM's launches, the workspace from scratch): new operands each
+    call, against the float64 reference; x at an address 2 bytes past a 16-byte boundary takes another
+    launch of the same replay."""
+    from cuconv import grad
+    rng = np.random.default_rng(8)
+    grad._WGRAD_CALLS.clear()
+    kw = dict(stride=2, padding=1)
+    for call in range(3):
+        x = rng.standard_normal((2, 13, 12, 16)).astype(ml_dtypes.bfloat16)
+        dy = rng.standard_normal((2, 7, 6, 24)).astype(ml_dtypes.bfloat16)
+        want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), (24, 3, 3, 16),
+                                         bias_grad=bias_grad, **kw)
+        xs = [cp.asarray(x)]
+        if call == 2:
+            base = cp.zeros(x.size + 1, dtype=x.dtype)
+            base[1:] = cp.asarray(x).ravel()
+            xs.append(base[1:].reshape(x.shape))
+        for xg in xs:
+            got = cuconv.conv2d_weight_grad(xg, cp.asarray(dy), (24, 3, 3, 16), bias_grad=bias_grad, **kw)
+            if bias_grad:
+                assert rel_error(got[1], want[1]) <= TOLERANCE["bfloat16"]
+                got, want_w = got[0], want[0]
+            else:
+                want_w = want
+            assert got.shape == (24, 3, 3, 16) and rel_error(got, want_w) <= TOLERANCE["bfloat16"], call
+    assert any(type(r).__name__ == "WeightReplay" for r in grad._WGRAD_CALLS.values())

@@ -1,4 +1,5 @@
-"""The CUDA sources of the row kernels (kernels_cu/layout/fold_width.cu, phase_stack.cu, gather_index.cu),
+"""The CUDA sources of the row kernels (kernels_cu/layout/fold_width.cu, phase_stack.cu, gather_index.cu,
+phase_scatter.cu),
 built for the CPU and run thread by thread, against their NumPy forms, bit for bit.
 
 These kernels are grid-stride loops with no shared memory and no synchronisation, so running every
@@ -7,7 +8,7 @@ the GPU: ``blockIdx`` / ``threadIdx`` / ``blockDim`` / ``gridDim`` as globals, `
 ``uint4`` as four words, and a host ``common/types.cuh`` with the fixed-width integer types (the real
 one holds PTX conversions these kernels do not use). Everything else is the kernel's own code, driven
 by the argument structs and launch shapes the host code builds (:class:`cuconv.backends.sm90.fold.FoldWidth`,
-:mod:`cuconv.subpixel`), so a struct that disagrees with the source fails here too.
+:mod:`cuconv.subpixel`, :func:`cuconv.layout.scatter_args`), so a struct that disagrees with the source fails here too.
 
 What this does not check: the GPU code generation (tests/test_compile.py builds every source with
 NVRTC) and the 16-byte alignment the vector paths assume (the host asks for it before choosing them).
@@ -22,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cuconv import subpixel
+from cuconv import layout, subpixel
 from cuconv.backends.sm90.fold import FoldWidth
 from cuconv.models.fold import fold_rows, padded_channels
 from cuconv.validate import conv_problem
@@ -55,6 +56,7 @@ template <typename T> inline T __ldg(const T* p) { return *p; }
 #include "layout/fold_width.cu"
 #include "layout/phase_stack.cu"
 #include "layout/gather_index.cu"
+#include "layout/phase_scatter.cu"
 
 extern "C" void run_fold(const uint16_t* src, uint16_t* dst, const FoldArgs* a, unsigned grid, unsigned block) {
   RUN(fold_width(src, dst, *a))
@@ -77,6 +79,18 @@ extern "C" void run_gather(int itemsize, const void* src, const int32_t* index, 
   else if (itemsize == 4) { RUN(gather_index_b4((const uint32_t*)src, index, (uint32_t*)dst, count)) }
   else { RUN(gather_index_b8((const unsigned long long*)src, index, (unsigned long long*)dst, count)) }
 }
+extern "C" void run_scatter(int fill, int word, const void* z, void* y, const cuconv::layout::ScatterArgs* a,
+                            unsigned grid, unsigned block) {
+  if (fill) {
+    if (word == 16) { RUN(phase_scatter_fill_w16((const uint4*)z, (uint4*)y, *a)) }
+    else if (word == 4) { RUN(phase_scatter_fill_w4((const uint32_t*)z, (uint32_t*)y, *a)) }
+    else { RUN(phase_scatter_fill_w2((const uint16_t*)z, (uint16_t*)y, *a)) }
+  } else {
+    if (word == 16) { RUN(phase_scatter_w16((const uint4*)z, (uint4*)y, *a)) }
+    else if (word == 4) { RUN(phase_scatter_w4((const uint32_t*)z, (uint32_t*)y, *a)) }
+    else { RUN(phase_scatter_w2((const uint16_t*)z, (uint16_t*)y, *a)) }
+  }
+}
 """
 
 
@@ -87,6 +101,7 @@ def lib(tmp_path_factory):
     L.run_fold.argtypes = [P, P, P, U, U]
     L.run_stack.argtypes = [ctypes.c_int, ctypes.c_int, P, P, P, U, U]
     L.run_gather.argtypes = [ctypes.c_int, P, P, P, ctypes.c_longlong, U, U]
+    L.run_scatter.argtypes = [ctypes.c_int, ctypes.c_int, P, P, P, U, U]
     return L
 
 
@@ -173,3 +188,27 @@ def test_gather_index_kernel_is_the_numpy_gather(lib, dtype):
     lib.run_gather(w.itemsize, _ptr(w), _ptr(index), _ptr(got), got.size, 7, 256)
     np.testing.assert_array_equal(got, want)
     assert (index < 0).any() and (got[index < 0] == 0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(nd=st.integers(1, 3), data=st.data(), C=st.sampled_from([1, 2, 3, 8, 12]),
+       dtype=st.sampled_from(["float16", "float32"]), seed=st.integers(0, 2**31 - 1))
+def test_phase_scatter_kernels_are_strided_copies(lib, nd, data, C, dtype, seed):
+    """phase_scatter writes one phase of y and leaves the rest; phase_scatter_fill writes the phase and
+    zeros everywhere else (what the input gradient of a strided 1x1 filter needs)."""
+    s = tuple(data.draw(st.integers(1, 4)) for _ in range(nd))
+    p = tuple(data.draw(st.integers(0, si - 1)) for si in s)
+    I = tuple(data.draw(st.integers(pi + 1, pi + 11)) for pi in p)
+    T = tuple(-(-(i - pi) // si) for i, pi, si in zip(I, p, s))
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((2, *T, C)).astype(dtype)
+    where = (slice(None), *(slice(pi, None, si) for pi, si in zip(p, s)), slice(None))
+    row = C * z.itemsize
+    for word in (w for w in (16, 4, 2) if row % w == 0):
+        for fill in (False, True):
+            args, blocks = layout.scatter_args(word, row, 2, T, I, s, p, fill)
+            y = np.full((2, *I, C), 5, dtype)
+            lib.run_scatter(int(fill), word, _ptr(z), _ptr(y), _ptr(_struct(args)), blocks, 256)
+            want = np.zeros_like(y) if fill else np.full_like(y, 5)
+            want[where] = z
+            np.testing.assert_array_equal(y, want)

@@ -4,8 +4,8 @@
 layout both operands are stored in, so the kernel (kernels_cu/sm80/conv2d_wgrad_sm80.cu) reads both
 with ``ldmatrix.trans`` (dy through the linear loader, x through the transposed im2col loader). A
 weight gradient has few output tiles and a long reduction, so the pixels are split across CTAs
-(:func:`choose_splits`: whole waves of CTAs); each split writes fp32 partial sums to a workspace,
-and a second launch adds them in split order and casts. Same bits on every run.
+(:func:`choose_splits`: whole waves of CTAs); each split writes fp32 partial sums to a workspace (a
+:mod:`cuconv.scratch` buffer), and a second launch adds them in split order and casts. Same bits on every run.
 
 CuPy is imported only inside functions.
 """
@@ -22,6 +22,7 @@ import numpy as np
 from ...compiler import load_cuda_function
 from ...launch import PackedLaunch, c_struct, divisor_fields, divisor_values, dtype_code
 from ...problem import ConvProblem
+from ...scratch import scratch
 from .variants import _DTYPE_TAG, TileConfig, _vec
 
 __all__ = ["WGRAD_SOURCE", "WgradVariant", "WgradLaunch", "declines", "wgrad_config", "wgrad_variant",
@@ -142,7 +143,7 @@ def _geometry(p: ConvProblem, splits: Splits, m_tiles: int, n_tiles: int) -> np.
 
 class WgradLaunch:
     """The two launches of one problem with one kernel variant on one device, packed once
-    (:class:`~cuconv.launch.PackedLaunch`): a call then allocates the workspace and rewrites five
+    (:class:`~cuconv.launch.PackedLaunch`): a call then takes the workspace from scratch and rewrites five
     addresses."""
 
     def __init__(self, p: ConvProblem, device, v: WgradVariant):
@@ -170,8 +171,7 @@ class WgradLaunch:
                 f"{sp.length} pixels, fp32 partial sums ({4 * sp.count * self.count} bytes) added in split order")
 
     def __call__(self, x, dy, dw) -> None:
-        import cupy as cp
-        ws = cp.empty(self.splits.count * self.count, dtype=cp.float32)
+        ws = scratch("weight-gradient partial sums", (self.splits.count * self.count,), np.float32)
         self._main(x.data.ptr, dy.data.ptr, ws.data.ptr)
         self._reduce(ws.data.ptr, dw.data.ptr)
 

@@ -1,0 +1,151 @@
+"""Gradient calls on a GPU replayed as their launches.
+
+A gradient call of a signature seen before (the call memos of :mod:`cuconv.grad`: operands by shape,
+strides, dtype and device, every other argument by value) needs no validation and no planning. Where
+its operands are CuPy arrays, channels-last and contiguous, what is left is a fixed sequence of
+launches; the first call of the signature packs them into a replay, kept with the memo, and later
+calls run only that:
+
+* :class:`WholeInput`: the input gradient of a stride-1 convolution: the filter flipped
+  (kernels_cu/layout/flip_filter.cu), one forward convolution into dx.
+* :class:`StackedInput`: a strided input gradient as one convolution over the stacked phases
+  (:mod:`cuconv.subpixel`): the filter (and the bias) gathered, the convolution, the phases put into
+  place.
+* :class:`OnePhaseInput`: a strided input gradient of which one phase is reached by a filter tap and
+  the others are zeros (a 1x1 filter of stride 2): the filter flipped, one convolution of that phase,
+  dx written whole (the phase and the zeros, ``phase_scatter_fill`` in kernels_cu/layout/phase_scatter.cu).
+* :class:`WeightReplay`: the 2-D weight gradient on its GEMM kernel (``sm90_wgrad`` / ``sm80_wgrad``).
+
+Temporaries (the flipped or gathered filter, the stacked phases) live in :mod:`cuconv.scratch`
+buffers: each is consumed by a later launch on the same stream. The kernels are the ones the full path
+runs, so :func:`cuconv.explain_input_grad` and :func:`cuconv.explain_weight_grad` describe a replayed
+call too. A replay answers None where a call's addresses are aligned unlike any it can launch, and
+the full path then runs.
+
+CuPy is imported only inside functions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+
+from .api import execute
+from .scratch import scratch
+
+__all__ = ["WholeInput", "StackedInput", "OnePhaseInput", "WeightReplay"]
+
+
+class _Input:
+    """What every input-gradient replay shares: dx's shape and dtype, the GPU, and the forward plan."""
+
+    def __init__(self, y_shape: Tuple[int, ...], dtype, device_id: int, fplan):
+        import cupy as cp
+        self._empty = cp.empty
+        self._cp = cp
+        self.y_shape, self.dtype, self.device_id, self.fplan = y_shape, dtype, device_id, fplan
+
+    def _result(self, out):
+        return out if out is not None else self._empty(self.y_shape, dtype=self.dtype)
+
+
+class WholeInput(_Input):
+    """Stride 1: ``flip(w) -> wt`` (scratch), then the forward convolution of ``dy`` with ``wt`` into dx,
+    with the call's bias and epilogue."""
+
+    def __init__(self, y_shape, dtype, device_id, fplan, flip, wt_shape):
+        super().__init__(y_shape, dtype, device_id, fplan)
+        self._flip, self._wt_shape = flip, wt_shape
+
+    def __call__(self, dy, w, bias, out):
+        y = self._result(out)
+        wt = scratch("input-gradient filter", self._wt_shape, self.dtype)
+        self._flip(w.data.ptr, wt.data.ptr)
+        execute(self.fplan, self._cp, self.device_id, dy, wt, bias, None, y)
+        return y
+
+
+class StackedInput(_Input):
+    """The stacked-phase convolution: ``W'`` gathered from ``w`` (and the bias repeated per phase) into
+    scratch, the convolution into the stacked phases (scratch), the phases put into dx."""
+
+    def __init__(self, y_shape, dtype, device_id, fplan, gather, wt_shape, bias_gather, z_shape,
+                 unstack_of: Callable):
+        super().__init__(y_shape, dtype, device_id, fplan)
+        self._gather, self._wt_shape = gather, wt_shape
+        self._bias_gather = bias_gather   # (launch, index, n) or None
+        self._z_shape = z_shape
+        self._unstack_of = unstack_of     # (z, y) -> the packed unstack launch for their alignment
+        self._unstack = {}
+
+    def __call__(self, dy, w, bias, out):
+        y = self._result(out)
+        launch = self._unstack.get(y.data.ptr & 15)
+        z = scratch("stacked phases", self._z_shape, self.dtype)
+        if launch is None:
+            launch = self._unstack[y.data.ptr & 15] = self._unstack_of(z, y)
+        wt = scratch("stacked-phase filter", self._wt_shape, self.dtype)
+        gather, index = self._gather
+        gather(w.data.ptr, index.data.ptr, wt.data.ptr)
+        b = None
+        if bias is not None:
+            gather_b, index_b, n = self._bias_gather
+            b = scratch("stacked-phase bias", (n,), self.dtype)
+            gather_b(bias.data.ptr, index_b.data.ptr, b.data.ptr)
+        execute(self.fplan, self._cp, self.device_id, dy, wt, b, None, z)
+        launch(z.data.ptr, y.data.ptr)
+        return y
+
+
+class OnePhaseInput(_Input):
+    """One phase reached by a tap, zeros elsewhere, no epilogue: ``flip(w) -> wt``, the phase's
+    convolution into scratch, then dx written whole from it (zeros between its rows)."""
+
+    def __init__(self, y_shape, dtype, device_id, fplan, flip, wt_shape, part_shape, fill_of: Callable):
+        super().__init__(y_shape, dtype, device_id, fplan)
+        self._flip, self._wt_shape, self._part_shape = flip, wt_shape, part_shape
+        self._fill_of = fill_of           # (part, y) -> the packed fill launch, or None (no word fits)
+        self._fill = {}
+
+    def __call__(self, dy, w, bias, out):
+        y = self._result(out)
+        part = scratch("input-gradient phase", self._part_shape, self.dtype)
+        align = y.data.ptr & 15
+        launch = self._fill.get(align)
+        if launch is None:
+            launch = self._fill[align] = self._fill_of(part, y)
+            if launch is None:
+                return None
+        wt = scratch("input-gradient filter", self._wt_shape, self.dtype)
+        self._flip(w.data.ptr, wt.data.ptr)
+        execute(self.fplan, self._cp, self.device_id, dy, wt, None, None, part)
+        launch(part.data.ptr, y.data.ptr)
+        return y
+
+
+class WeightReplay:
+    """The weight gradient on its GEMM kernel: ``run_of(x_align, dy_align)`` gives the packed launch pair
+    (:class:`~cuconv.backends.sm80.wgrad.WgradLaunch`) for operands at those addresses modulo 16, or
+    None (the full path runs); ``bias_grad``: also the bias gradient, ``dy`` summed over its pixels."""
+
+    def __init__(self, dw_shape: Tuple[int, ...], dtype, run_of: Callable, bias_grad: bool):
+        import cupy as cp
+        self._empty = cp.empty
+        self.dw_shape, self.dtype, self.bias_grad = dw_shape, dtype, bias_grad
+        self._run_of = run_of
+        self._runs = {}
+
+    def __call__(self, x, dy) -> Optional[object]:
+        align = (x.data.ptr & 15, dy.data.ptr & 15)
+        run = self._runs.get(align)
+        if run is None:
+            run = self._runs[align] = self._run_of(*align) or False
+        if run is False:
+            return None
+        dw = self._empty(self.dw_shape, dtype=self.dtype)
+        run(x, dy, dw)
+        if not self.bias_grad:
+            return dw
+        db = dy.sum(axis=tuple(range(dy.ndim - 1)), dtype=np.float32).astype(dy.dtype)
+        return dw, db
