@@ -656,7 +656,8 @@ def _wgrad_choice(p, device, x_align: int, dy_align: int, kernel):
     variants = {"sm90_wgrad": lambda: w90.variant(p), "sm80_wgrad": lambda: w80.sm80_variant(p, x_align, dy_align)}
     for name in ([kernel] if kernel else WGRAD_KERNELS):
         if reasons[name] is None:
-            return w80.launch_for(p, device, variants[name]()), tuple(reasons.items())
+            launch_for = w90.launch_for if name == "sm90_wgrad" else w80.launch_for
+            return launch_for(p, device, variants[name]()), tuple(reasons.items())
     return None, tuple(reasons.items())
 
 

@@ -258,3 +258,28 @@ def test_repeated_calls_skip_validation_but_not_its_errors():
     np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="x_shape"):
         cuconv.conv2d_input_grad(dy, w.transpose(3, 1, 2, 0).copy(), (2, 5, 6, 4, 1), stride=2, padding=1)
+
+
+def test_sm90_wgrad_takes_its_tma_form_where_64_channels_of_one_tap_fill_a_box():
+    """The TMA form of sm90_wgrad needs the channels per group in multiples of 64 (an im2col box holds
+    64 channels of one tap); its tile: 64 x 128 for few filters over many columns, 128 x 256 for 512+
+    filters over 32K+ pixels, else 128 x 128; other channel counts take the cp.async form."""
+    from cuconv.backends.sm90 import wgrad as w90
+    from cuconv.problem import ConvProblem
+
+    def problem(c, k, side=16, batch=2, groups=1):
+        return ConvProblem.create(nd=2, batch=batch, in_spatial=(side, side), channels=c, out_channels=k,
+                                  filter_spatial=(3, 3), stride=1, dilation=1, padding=1, groups=groups,
+                                  dtype="bfloat16", layout="NHWC")
+    v = w90.variant(problem(64, 64, side=56, batch=32))
+    assert v.tma and (v.bm, v.bn) == (64, 128) and v.threads == 64 * 2 + 32 and v.source == w90.TMA_SOURCE
+    assert (w90.variant(problem(512, 512, side=256, batch=1)).bm, w90.variant(problem(512, 512, side=256)).bn) \
+        == (128, 256)
+    v = w90.variant(problem(512, 512, side=64, batch=1))
+    assert v.tma and (v.bm, v.bn) == (128, 128)
+    assert w90.variant(problem(256, 80, groups=2)).tma  # 128 channels per group
+    for c, groups in ((96, 1), (64, 2)):  # 96 or 32 channels per group: the cp.async form
+        p = problem(c, 64, groups=groups)
+        assert "64 channels of one tap" in w90.tma_declines(p)
+        v = w90.variant(p)
+        assert not v.tma and v.source == w90.SOURCE

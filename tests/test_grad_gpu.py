@@ -138,6 +138,27 @@ def test_sm90_wgrad_matches_the_reference(cp, case):
     _check_wgrad(cp, case, "sm90_wgrad")
 
 
+@needs_hopper
+@settings(max_examples=30)
+@given(groups=st.sampled_from([1, 2]), cg=st.sampled_from([64, 128]), kg=st.sampled_from([8, 40, 64, 136, 256]),
+       R=st.integers(1, 3), S=st.integers(1, 3), stride=st.integers(1, 2), dilation=st.integers(1, 2),
+       pad=st.integers(0, 2), H=st.integers(5, 19), W=st.integers(5, 19), N=st.sampled_from([1, 3, 9]),
+       dtype=st.sampled_from(["bfloat16", "float16"]))
+def test_sm90_wgrad_tma_form_matches_the_reference(cp, groups, cg, kg, R, S, stride, dilation, pad, H, W, N, dtype):
+    """Channels per group a multiple of 64: sm90_wgrad's TMA form (im2col boxes of x, tiled boxes of dy,
+    a producer warp), with splits whose last tile runs past the last pixel, partial filter tiles and
+    groups, against the float64 reference; the explanation names the form."""
+    case = dict(N=N, H=H, W=W, C=cg * groups, K=kg * groups, R=R, S=S, dtype=dtype,
+                kw=dict(stride=stride, padding=pad, dilation=dilation, groups=groups))
+    _check_wgrad(cp, case, "sm90_wgrad")
+    x = cp.zeros((N, H, W, cg * groups), dtype=DTYPES[dtype])
+    p = cuconv.grad._forward_problem(2, x.shape, (kg * groups, R, S, cg), dtype, "NHWC", stride, pad, dilation,
+                                     groups, None)
+    dy = cp.zeros(p.out_shape, dtype=DTYPES[dtype])
+    e = cuconv.explain_weight_grad(x, dy, (kg * groups, R, S, cg), **case["kw"])
+    assert e.kernel == "sm90_wgrad" and "TMA" in e.detail, e.detail
+
+
 def test_wgrad_kernel_splits_deterministically(cp):
     """A long reduction (N*P*Q = 32 * 28 * 28) on few output tiles is split across many CTAs; the
     split sums are added in a fixed order, so two calls give the same bits."""

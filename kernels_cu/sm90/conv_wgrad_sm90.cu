@@ -9,7 +9,7 @@
 //              ([BK pixels][BN columns], Im2colTLoader) into a STAGES-deep ring, STAGES - 2 tiles ahead
 //   mainloop   warpgroup w owns filters [64 w, 64 w + 64) of the CTA's BM: BK / 16 wgmma m64nBNk16
 //              per tile, one group in flight (wait_group 1) while the next tile's copies are issued
-//   epilogue   the fp32 partial sums of this CTA's pixels -> ws[split][g Kg + k][j]
+//   epilogue   the fp32 partial sums of this CTA's pixels -> ws[split][g Kg + k][j] (wgrad_partials.cuh)
 // Ring protocol per tile kt: wait for this thread's copies of tile kt, fence them to the async proxy,
 // __syncthreads (every copy of tile kt landed; every warpgroup has retired the wgmmas of tile kt - 2,
 // whose slot the copies of tile kt + STAGES - 2 then refill), issue those copies, issue tile kt's
@@ -22,6 +22,7 @@
 #include "sm80/ptx_sm80.cuh"
 #include "sm90/mn_major_tile.cuh"
 #include "sm90/wgmma_mainloop.cuh"
+#include "sm90/wgrad_partials.cuh"
 
 #ifndef CUCONV_BM
 #define CUCONV_BM 128
@@ -110,30 +111,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, 
   c9::fence_accumulators(acc);
   cs::cp_async_wait<0>();
 
-  // Accumulator layout (wgmma_mainloop.cuh): acc[j*4 + 2*i + e] <-> row 16*w + l/4 + 8*i, column
-  // 8*j + 2*(l%4) + e of the warpgroup's 64 rows.
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  const int row0 = (int)m_offset + wg * 64 + 16 * warp + lane / 4;
-  const int col0 = (int)n_offset + 2 * (lane % 4);
-  float* base = ws + ((long long)split * geo.K + (long long)group * geo.Kg) * geo.cols;
-  const bool pairs = (geo.cols & 1) == 0;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = row0 + 8 * i;
-    if (row >= geo.Kg) continue;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const int col = col0 + 8 * j;
-      float* dst = base + (long long)row * geo.cols + col;
-      const float v0 = acc[j * 4 + 2 * i], v1 = acc[j * 4 + 2 * i + 1];
-      if (pairs && col + 1 < geo.cols) {
-        *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-      } else {
-        if (col < geo.cols) dst[0] = v0;
-        if (col + 1 < geo.cols) dst[1] = v1;
-      }
-    }
-  }
+  c9::store_wgrad_partials<kBN>(acc, ws, geo, split, group, m_offset, n_offset, wg);
 }
 
 // dw = the splits of ws added in split order (common/split_sum.cuh).

@@ -89,6 +89,7 @@ class WgradVariant:
     threads: int
     smem: int
     per_sm: int
+    tma: bool = False  # TMA boxes and a producer warp (sm90/conv_wgrad_tma_sm90.cu), not cp.async copies
 
 
 def sm80_variant(p: ConvProblem, x_ptr: Optional[int] = None, dy_ptr: Optional[int] = None) -> WgradVariant:
@@ -148,18 +149,28 @@ class WgradLaunch:
 
     def __init__(self, p: ConvProblem, device, v: WgradVariant):
         self.variant = v
+        self.problem = p
         defines = dict(v.defines)
-        fn = load_cuda_function(v.source, device, defines, v.name, v.smem)
+        self._fn = load_cuda_function(v.source, device, defines, v.name, v.smem)
         reduce_fn = load_cuda_function(v.source, device, defines, v.name + "_reduce")
         self.splits = choose_splits(p, v, device.sm_count)
         m_tiles, n_tiles = -(-p.gemm_n // v.bm), -(-p.gemm_k // v.bn)
         self.count = p.out_channels * p.gemm_k
+        self._grid = (n_tiles, m_tiles, p.groups * self.splits.count)
+        self._geometry = _geometry(p, self.splits, m_tiles, n_tiles)
         null = np.uint64(0)
-        self._main = PackedLaunch(fn, (n_tiles, m_tiles, p.groups * self.splits.count), v.threads, v.smem,
-                                  (null, null, null, _geometry(p, self.splits, m_tiles, n_tiles)), slots=(0, 1, 2))
         blocks = max(1, min(-(-self.count // 256), 8 * max(device.sm_count, 1)))
         self._reduce = PackedLaunch(reduce_fn, blocks, 256, 0, (null, null, np.int64(self.count),
                                                                 np.int32(self.splits.count)), slots=(0, 1))
+        self._main = self._pack((null, null, null, self._geometry), slots=(0, 1, 2))
+
+    def _pack(self, args, slots) -> PackedLaunch:
+        """The main kernel's launch with ``args`` (``slots``: the pointer arguments rewritten per call)."""
+        v = self.variant
+        return PackedLaunch(self._fn, self._grid, v.threads, v.smem, args, slots=slots)
+
+    def _launch_main(self, x, dy, ws) -> None:
+        self._main(x.data.ptr, dy.data.ptr, ws.data.ptr)
 
     @property
     def name(self) -> str:
@@ -167,12 +178,13 @@ class WgradLaunch:
 
     def describe(self) -> str:
         v, sp = self.variant, self.splits
-        return (f"{v.name}: tile {v.bm}x{v.bn}x{v.bk}, {sp.tiles} output tile(s) x {sp.count} split(s) of "
+        loads = "TMA boxes from a producer warp, " if v.tma else ""
+        return (f"{v.name}: tile {v.bm}x{v.bn}x{v.bk}, {loads}{sp.tiles} output tile(s) x {sp.count} split(s) of "
                 f"{sp.length} pixels, fp32 partial sums ({4 * sp.count * self.count} bytes) added in split order")
 
     def __call__(self, x, dy, dw) -> None:
         ws = scratch("weight-gradient partial sums", (self.splits.count * self.count,), np.float32)
-        self._main(x.data.ptr, dy.data.ptr, ws.data.ptr)
+        self._launch_main(x, dy, ws)
         self._reduce(ws.data.ptr, dw.data.ptr)
 
 

@@ -6,21 +6,35 @@ MN-major layout and multiplied by ``wgmma`` with both operands transposed
 (kernels_cu/sm90/conv_wgrad_sm90.cu). It takes 16-byte copies only: channel counts (per group) that
 are multiples of 8 and 16-byte aligned operands; :func:`declines` says otherwise, and the sm80
 kernel serves the rest.
+
+Where the channels per group are a multiple of 64 (and the TMA descriptors' limits hold,
+:func:`tma_declines`), the TMA form runs instead (kernels_cu/sm90/conv_wgrad_tma_sm90.cu): one producer
+warp brings dy in tiled boxes and x in im2col boxes (64 output pixels x 64 channels of one tap, the
+boxes of the forward kernel's loader turned on their side), and the consumer warpgroups only multiply.
+Its descriptors depend on the operands' addresses: :class:`TmaWgradLaunch` encodes them once per
+address pair and keeps the last few.
 """
 
 from __future__ import annotations
 
+import functools
+from collections import OrderedDict
 from typing import Optional
+
+import numpy as np
 
 from ...launch import dtype_code
 from ...problem import ConvProblem
 from ..sm80.variants import _DTYPE_TAG
-from ..sm80.wgrad import WgradVariant
+from ..sm80.wgrad import WgradLaunch, WgradVariant
 from ..sm80.wgrad import declines as sm80_declines
+from ..sm80.wgrad import launch_for as sm80_launch_for
 
-__all__ = ["SOURCE", "STAGES", "declines", "variant", "tile_for", "COMPILE_VARIANTS"]
+__all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tma_declines", "TmaWgradLaunch",
+           "launch_for", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_wgrad_sm90.cu"
+TMA_SOURCE = "sm90/conv_wgrad_tma_sm90.cu"
 #: Ring depth (tiles of 64 pixels); copies run STAGES - 2 tiles ahead of the wgmmas.
 STAGES = 4
 _BK = 64
@@ -41,9 +55,24 @@ def declines(p: ConvProblem, device, x_ptr: Optional[int] = None, dy_ptr: Option
     return None
 
 
-def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None) -> WgradVariant:
+def tma_declines(p: ConvProblem) -> Optional[str]:
+    """Why the TMA form of the kernel (:data:`TMA_SOURCE`) cannot load ``p``'s tiles (None: it can): its
+    im2col boxes take 64 channels of one filter tap, and the descriptors' limits hold."""
+    from .tensormap import tma_limits_violation
+    if p.channels_per_group % 64:
+        return f"channels per group {p.channels_per_group}: a TMA im2col box takes 64 channels of one tap"
+    return tma_limits_violation(p)
+
+
+def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
+            tma: Optional[bool] = None) -> WgradVariant:
     """The kernel for ``p``: ``bm`` filters x ``bn`` columns x 64 pixels per CTA, ``bm / 64``
-    warpgroups (see :func:`tile_for`)."""
+    warpgroups (see :func:`tile_for`); ``tma``: the TMA form (None: wherever :func:`tma_declines`
+    allows)."""
+    if tma is None:
+        tma = tma_declines(p) is None
+    if tma:
+        return _tma_variant(p, bn, bm)
     auto_bm, auto_bn = tile_for(p)
     bm, bn = bm or auto_bm, bn or auto_bn
     name = f"conv2d_wgrad_sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{STAGES}"
@@ -53,6 +82,70 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None) 
     per_sm = 2 if bm == 64 else 1  # 97 KiB of ring and 128 threads: two fit an SM
     return WgradVariant("sm90_wgrad", SOURCE, name, tuple(sorted(defines.items())), bm, bn, _BK, 128 * (bm // 64),
                         smem, per_sm)
+
+
+def _tma_variant(p: ConvProblem, bn: Optional[int], bm: Optional[int]) -> WgradVariant:
+    auto_bm, auto_bn = tma_tile_for(p)
+    bm, bn = bm or auto_bm, bn or auto_bn
+    name = f"conv2d_wgrad_tma_sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{STAGES}"
+    defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_BM=bm, CUCONV_BN=bn, CUCONV_BK=_BK,
+                   CUCONV_STAGES=STAGES, CUCONV_KERNEL_NAME=name)
+    smem = STAGES * (bm + bn) * _BK * 2 + 1024  # the kernel aligns the ring to 1024 bytes
+    per_sm = 2 if bm == 64 else 1
+    return WgradVariant("sm90_wgrad", TMA_SOURCE, name, tuple(sorted(defines.items())), bm, bn, _BK,
+                        128 * (bm // 64) + 32, smem, per_sm, tma=True)
+
+
+#: Launch records (descriptors packed) kept per TmaWgradLaunch, by (x, dy) address.
+_RECORDS = 8
+
+
+class TmaWgradLaunch(WgradLaunch):
+    """The launches of the TMA form: the main kernel's arguments are x's im2col descriptor (boxes of 64
+    output pixels x 64 channels) and dy's tiled one (boxes of 64 filters x 64 pixels), encoded for the
+    operands' addresses and kept for the last few address pairs (a training loop reuses its buffers)."""
+
+    def __init__(self, p: ConvProblem, device, v: WgradVariant):
+        self._records = OrderedDict()
+        super().__init__(p, device, v)
+
+    def _pack(self, args, slots):
+        return None  # packed per address pair, in _launch_main
+
+    def _launch_main(self, x, dy, ws) -> None:
+        from .tensormap import encode_im2col_x, encode_tiled_c, tma_box_params
+        key = (x.data.ptr, dy.data.ptr)
+        launch = self._records.get(key)
+        if launch is None:
+            p = self.problem
+            args = (encode_im2col_x(p, x.data.ptr, tma_box_params(p, _BK, 64)),
+                    encode_tiled_c(p, dy.data.ptr, block_m=_BK, chunk_n=64), np.uint64(0), self._geometry)
+            launch = self._records[key] = super()._pack(args, slots=(2,))
+            while len(self._records) > _RECORDS:
+                self._records.popitem(last=False)
+        else:
+            self._records.move_to_end(key)
+        launch(ws.data.ptr)
+
+
+@functools.lru_cache(maxsize=256)
+def launch_for(p: ConvProblem, device, v: WgradVariant) -> WgradLaunch:
+    """The packed launch of ``p`` with ``v``: :class:`TmaWgradLaunch` for the TMA form (memoised)."""
+    return TmaWgradLaunch(p, device, v) if v.tma else sm80_launch_for(p, device, v)
+
+
+def tma_tile_for(p: ConvProblem):
+    """``(bm, bn)`` of the TMA form: 64 x 128 as :func:`tile_for` for few filters over many columns; 128 x
+    256 for 512+ filters per group over a long reduction (32K+ pixels); else 128 x 128. Without loads in
+    the consumers, the 128-row tile beats the 256-row one that :func:`tile_for` gives 256+ filters
+    (H200, bf16, main kernel + reduce: VAE 3x3 256 -> 256 at 256x256 127 us against 147, 1x1 1024 -> 256
+    at 14x14, N=32, 13.4 against 16.9); the wider tile gains 7% on the largest layers (3x3 512 -> 512 at
+    256x256: 427 against 462 us). Evidence: docs/tuning.md#T-wgrad-tma."""
+    if p.gemm_n <= 64 and p.gemm_k >= 512:
+        return 64, 128
+    if p.gemm_n >= 512 and p.gemm_m >= 32768:
+        return 128, 256
+    return 128, 128
 
 
 def tile_for(p: ConvProblem):
@@ -70,10 +163,10 @@ def _compile_variants():
     def problem(c, k, dtype):
         return ConvProblem.create(nd=2, batch=2, in_spatial=(16, 16), channels=c, out_channels=k, filter_spatial=(3, 3),
                                   stride=1, dilation=1, padding=1, groups=1, dtype=dtype, layout="NHWC")
-    return [(SOURCE, dict(variant(q).defines), "sm_90a")
-            for q in (problem(64, 64, "bfloat16"), problem(64, 128, "bfloat16"), problem(256, 256, "bfloat16"),
-                      problem(64, 256, "float16"))]
+    probs = (problem(64, 64, "bfloat16"), problem(64, 128, "bfloat16"), problem(256, 256, "bfloat16"),
+             problem(64, 256, "float16"))
+    return [(v.source, dict(v.defines), "sm_90a") for q in probs for v in (variant(q, tma=False), variant(q, tma=True))]
 
 
-#: Variants for the CPU compile test: every tile, both dtypes.
+#: Variants for the CPU compile test: every tile, both dtypes, both forms.
 COMPILE_VARIANTS = _compile_variants()

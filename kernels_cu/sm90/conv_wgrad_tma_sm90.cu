@@ -1,0 +1,168 @@
+// cuconv: conv2d weight gradient for Hopper (sm_90a) with TMA loads and a producer warp: the GEMM of
+// conv_wgrad_sm90.cu (dw[g Kg + k][j] = sum over pixels l of dy[l][g Kg + k] * im2col(x)[l][j]), its
+// tiles brought in by the copy engine instead of by the threads that multiply.
+//
+//   producer   one warp after the consumers (lane 0 issues): per tile of BK pixels, BM / 64 tiled
+//              boxes of dy ({64 filters, BK pixels}, tensor (L, K)) and BN / 64 im2col boxes of x
+//              ({BK output pixels, 64 channels} of one filter tap: column block j0 of the group is tap
+//              j0 / Cg, channels j0 % Cg ..+64, so Cg is a multiple of 64), into a STAGES-deep ring of
+//              full / empty mbarriers (pipeline.cuh). Each box row is 128 bytes with the 128-byte
+//              swizzle: exactly the MN-major layout of mn_major_tile.cuh, block after block.
+//   consumers  warpgroup w owns filters [64 w, 64 w + 64) of the CTA's BM: BK / 16 wgmma m64nBNk16 per
+//              tile with both operands transposed; a slot is released when the wgmmas of the next
+//              tile are issued and those of this one have retired (wait_group 1).
+//   epilogue   the fp32 partial sums -> ws[split][g Kg + k][j] (wgrad_partials.cuh); the reduce entry
+//              adds the splits in split order.
+// A split covers whole tiles of BK pixels (the host's split length is a multiple of BK); the last
+// split's boxes run past the last pixel, where both tensors read as zeros (dy past its rows, x past
+// its last image), so no partial tile needs a mask. Columns past the group's R*S*Cg are not loaded
+// (their slots hold stale values, and their sums are not stored).
+// Grid: x = n tiles, y = m tiles, z = groups * splits (split fastest). 128 * BM / 64 + 32 threads.
+#include "common/fast_div.cuh"
+#include "common/split_sum.cuh"
+#include "common/types.cuh"
+#include "sm80/loader_im2col_t.cuh"
+#include "sm90/mn_major_tile.cuh"
+#include "sm90/pipeline.cuh"
+#include "sm90/tma_im2col_loader.cuh"
+#include "sm90/wgmma_mainloop.cuh"
+#include "sm90/wgrad_partials.cuh"
+
+#ifndef CUCONV_BM
+#define CUCONV_BM 256
+#endif
+#ifndef CUCONV_BN
+#define CUCONV_BN 128
+#endif
+#ifndef CUCONV_BK
+#define CUCONV_BK 64
+#endif
+#ifndef CUCONV_STAGES
+#define CUCONV_STAGES 4
+#endif
+#ifndef CUCONV_KERNEL_NAME
+#define CUCONV_KERNEL_NAME conv2d_wgrad_tma_sm90
+#endif
+
+namespace cs = cuconv::sm80;
+namespace c9 = cuconv::sm90;
+
+constexpr int kBM = CUCONV_BM, kBN = CUCONV_BN, kBK = CUCONV_BK, kStages = CUCONV_STAGES;
+constexpr int kConsumers = kBM / 64;
+constexpr int kThreads = 128 * kConsumers + 32;
+static_assert(kBM % 64 == 0 && (kBN == 128 || kBN == 256) && kBK % 16 == 0 && kStages >= 2, "tile shape");
+using TileA = c9::Sw128MnTile<kBK, kBM>;
+using TileB = c9::Sw128MnTile<kBK, kBN>;
+constexpr int kStageBytes = TileA::kBytes + TileB::kBytes;  // a multiple of 1024: every block stays aligned
+
+template <int N>
+__device__ __forceinline__ void wgmma_mn(float (&d)[N / 2], uint64_t a, uint64_t b) {
+  if constexpr (N == 128) c9::wgmma_mn_m64n128k16(d, a, b, 1u);
+  else c9::wgmma_mn_m64n256k16(d, a, b, 1u);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __grid_constant__ c9::TmaDescriptor tmap_dy,
+                   float* __restrict__ ws, cs::WgradGeometry geo) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 * kStages];  // full[s], then empty[s]
+  const uint32_t smem = (cuconv::smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
+  const uint32_t full0 = cuconv::smem_u32(bars), empty0 = full0 + 8 * kStages;
+  const int split = blockIdx.z % geo.splits;
+  const int group = blockIdx.z / geo.splits;
+  const long long m_offset = (long long)blockIdx.y * kBM;
+  const long long n_offset = (long long)blockIdx.x * kBN;
+  const int l_begin = split * geo.split_len;
+  const int l_end = min(geo.L, l_begin + geo.split_len);
+  const int k_tiles = (l_end - l_begin + kBK - 1) / kBK;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      c9::mbar_init(full0 + 8 * s, 1);                 // the producer's arrive.expect_tx
+      c9::mbar_init(empty0 + 8 * s, 4 * kConsumers);   // one arrival per consumer warp
+    }
+    c9::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == 4 * kConsumers) {  // ---------------------------------------------------------- producer
+    if (lane != 0) return;
+    c9::tma_prefetch_descriptor(tmap_x);
+    c9::tma_prefetch_descriptor(tmap_dy);
+    // The im2col boxes of this CTA's column blocks: channel and tap offsets, fixed for the CTA.
+    int c_of[kBN / 64];
+    uint16_t off_w[kBN / 64], off_h[kBN / 64];
+    uint32_t bytes = TileA::kBytes;
+#pragma unroll
+    for (int b = 0; b < kBN / 64; ++b) {
+      const int j0 = (int)n_offset + 64 * b;
+      const int tap = (int)cuconv::fast_div((uint32_t)j0, geo.div_cg);
+      const int r = (int)cuconv::fast_div((uint32_t)tap, geo.div_s);
+      c_of[b] = j0 < geo.cols ? group * geo.Cg + (j0 - tap * geo.Cg) : -1;
+      off_w[b] = (uint16_t)((tap - r * geo.S) * geo.dil_w);
+      off_h[b] = (uint16_t)(r * geo.dil_h);
+      if (j0 < geo.cols) bytes += TileB::kBlockBytes;
+    }
+    c9::RingState<kStages> ring;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const uint32_t full = full0 + 8 * ring.stage;
+      c9::mbar_wait(empty0 + 8 * ring.stage, ring.phase ^ 1u);
+      c9::mbar_arrive_expect_tx(full, bytes);
+      const int l0 = l_begin + kt * kBK;
+      const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes), bb = a + TileA::kBytes;
+#pragma unroll
+      for (int b = 0; b < kBM / 64; ++b)
+        c9::tma_load_tile_2d(a + b * TileA::kBlockBytes, tmap_dy, full, group * geo.Kg + (int)m_offset + 64 * b, l0);
+      const int n = (int)cuconv::fast_div((uint32_t)l0, geo.div_pq);
+      const int pq = l0 - n * geo.P * geo.Q;
+      const int p = (int)cuconv::fast_div((uint32_t)pq, geo.div_q);
+      const int q = pq - p * geo.Q;
+#pragma unroll
+      for (int b = 0; b < kBN / 64; ++b) {
+        if (c_of[b] < 0) continue;
+        c9::tma_load_im2col_4d(bb + b * TileB::kBlockBytes, tmap_x, full, c_of[b], q * geo.stride_w - geo.pad_w,
+                               p * geo.stride_h - geo.pad_h, n, off_w[b], off_h[b]);
+      }
+      ring.advance();
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------------------------ consumers
+  const int wg = warp / 4;
+  float acc[kBN / 2];
+#pragma unroll
+  for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.f;
+  c9::RingState<kStages> ring;
+  int held = -1;  // the slot whose wgmmas may still be in flight
+#pragma unroll 1
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    c9::mbar_wait(full0 + 8 * ring.stage, ring.phase);
+    const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes) + wg * TileA::kBlockBytes;
+    const uint32_t b = smem + (uint32_t)(ring.stage * kStageBytes) + TileA::kBytes;
+    c9::wgmma_fence();
+    c9::fence_accumulators(acc);
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk)
+      wgmma_mn<kBN>(acc, c9::smem_desc_mn_sw128(a + kk * 2048, TileA::kBlockBytes),
+                    c9::smem_desc_mn_sw128(b + kk * 2048, TileB::kBlockBytes));
+    c9::wgmma_commit();
+    c9::wgmma_wait<1>();
+    c9::fence_accumulators(acc);
+    if (held >= 0) c9::mbar_release_slot<1>(empty0 + 8 * held, lane);
+    held = ring.stage;
+    ring.advance();
+  }
+  c9::wgmma_wait<0>();
+  c9::fence_accumulators(acc);
+
+  c9::store_wgrad_partials<kBN>(acc, ws, geo, split, group, m_offset, n_offset, wg);
+}
+
+// dw = the splits of ws added in split order (common/split_sum.cuh).
+extern "C" __global__ void __launch_bounds__(256)
+CUCONV_CAT(CUCONV_KERNEL_NAME, _reduce)(const float* __restrict__ ws, elem_t* __restrict__ dw, long long count,
+                                         int splits) {
+  cuconv::split_sum(ws, dw, count, splits);
+}
