@@ -653,11 +653,16 @@ def _wgrad_choice(p, device, x_align: int, dy_align: int, kernel):
     from .backends.sm80 import wgrad as w80
     from .backends.sm90 import wgrad as w90
     reasons = {"sm90_wgrad": w90.declines(p, device, x_align, dy_align), "sm80_wgrad": w80.declines(p, device)}
-    variants = {"sm90_wgrad": lambda: w90.variant(p), "sm80_wgrad": lambda: w80.sm80_variant(p, x_align, dy_align)}
+    launches = {"sm90_wgrad": lambda: w90.launch_for(p, device, w90.variant(p)),
+                "sm80_wgrad": lambda: w80.launch_for(p, device, w80.sm80_variant(p, x_align, dy_align))}
+    p8 = w90.padded_filters(p) if reasons["sm90_wgrad"] is not None else None
+    if p8 is not None and w90.declines(p8, device, x_align, 0) is None:  # the padded dy is a new buffer
+        reasons["sm90_wgrad"] = None
+        launches["sm90_wgrad"] = lambda: w90.PaddedFilters(w90.launch_for(p8, device, w90.variant(p8)),
+                                                           p.out_channels, p8.out_channels)
     for name in ([kernel] if kernel else WGRAD_KERNELS):
         if reasons[name] is None:
-            launch_for = w90.launch_for if name == "sm90_wgrad" else w80.launch_for
-            return launch_for(p, device, variants[name]()), tuple(reasons.items())
+            return launches[name](), tuple(reasons.items())
     return None, tuple(reasons.items())
 
 

@@ -17,6 +17,7 @@ address pair and keeps the last few.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import OrderedDict
 from typing import Optional
@@ -31,7 +32,7 @@ from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
 __all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tma_declines", "TmaWgradLaunch",
-           "launch_for", "COMPILE_VARIANTS"]
+           "launch_for", "padded_filters", "PaddedFilters", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_wgrad_sm90.cu"
 TMA_SOURCE = "sm90/conv_wgrad_tma_sm90.cu"
@@ -126,6 +127,42 @@ class TmaWgradLaunch(WgradLaunch):
         else:
             self._records.move_to_end(key)
         launch(ws.data.ptr)
+
+
+def padded_filters(p: ConvProblem) -> Optional[ConvProblem]:
+    """``p`` with its filters rounded up to a multiple of 8 where that is all that keeps this kernel from
+    it (groups 1, a few output channels such as a decoder's RGB output: the cp.async copies of a
+    3-channel dy move 2 bytes each on sm80_wgrad), else None."""
+    if p.groups != 1 or p.out_channels % 8 == 0 or p.channels % 8:
+        return None
+    return dataclasses.replace(p, out_channels=-(-p.out_channels // 8) * 8)
+
+
+class PaddedFilters:
+    """The weight gradient of ``K`` filters computed as that of ``K8`` (:func:`padded_filters`): dy copied
+    into a scratch buffer with its channels zero-padded to ``K8``, the kernel's ``K8`` filters into another,
+    the first ``K`` rows of those copied into dw."""
+
+    def __init__(self, inner: WgradLaunch, K: int, K8: int):
+        self.inner, self.K, self.K8 = inner, K, K8
+        self.variant, self.splits = inner.variant, inner.splits
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def describe(self) -> str:
+        return (f"filters padded from {self.K} to {self.K8} (dy copied with zero channels, the first {self.K} rows "
+                f"kept): {self.inner.describe()}")
+
+    def __call__(self, x, dy, dw) -> None:
+        from ...scratch import scratch
+        dy8 = scratch("weight-gradient padded dy", (*dy.shape[:-1], self.K8), dy.dtype)
+        dy8[..., self.K:] = 0
+        dy8[..., :self.K] = dy
+        dw8 = scratch("weight-gradient padded dw", (self.K8, *dw.shape[1:]), dw.dtype)
+        self.inner(x, dy8, dw8)
+        dw[...] = dw8[:self.K]
 
 
 @functools.lru_cache(maxsize=256)
