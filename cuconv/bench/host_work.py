@@ -12,6 +12,9 @@ prints microseconds per call for:
 The channels-first cases (``layout="NCHW"``) add the move of ``x`` and ``w`` to channels-last: one
 launch for both (:func:`cuconv.layout.operands_to_channels_last`), none for a 1x1 filter.
 
+Then the gradients (:data:`GRAD_CASES`): the input gradient at stride 1 and 2 (3x3, and a 1x1 filter),
+the weight gradient and a transposed convolution, each a signature called again (cuconv.grad_replay).
+
 A forward pass runs back to back at the host's pace wherever a layer's GPU time is shorter than its
 host work. The figures depend on the host CPU: ``cupy.empty`` of a small array is printed as a yardstick.
 Needs a GPU (exit 2 without one).
@@ -34,6 +37,17 @@ CASES = [
     ("stem C=3 (sm80 pad_channels)", (1, 16, 16, 3), (32, 3, 3, 3), dict(padding=1, stride=2)),
     ("dense 3x3, NCHW (sm90_tma)", (1, 64, 8, 8), (64, 64, 3, 3), dict(padding=1, layout="NCHW")),
     ("1x1, NCHW (sm90_tma)", (1, 64, 8, 8), (64, 64, 1, 1), dict(layout="NCHW")),
+]
+
+
+#: (label, function, operand names, keywords): gradient calls of the same tiny size (NHWC fp16, 64
+#: channels, 8x8 input), each signature repeated as a training step repeats it (cuconv.grad_replay).
+GRAD_CASES = [
+    ("input gradient 3x3 stride 1", "conv2d_input_grad", ("dy", "w", "x_shape"), dict(padding=1)),
+    ("input gradient 3x3 stride 2", "conv2d_input_grad", ("dy2", "w", "x_shape"), dict(padding=1, stride=2)),
+    ("input gradient 1x1 stride 2", "conv2d_input_grad", ("dy2", "w1", "x_shape"), dict(stride=2)),
+    ("weight gradient 3x3", "conv2d_weight_grad", ("x", "dy", "w_shape"), dict(padding=1)),
+    ("conv_transpose2d 2x2 stride 2", "conv_transpose2d", ("x", "wt"), dict(stride=2)),
 ]
 
 
@@ -73,6 +87,15 @@ def measure(calls: int = 3000, log=print) -> List[dict]:
         run = f"{rec['plan_run']:9.2f}" if channels_last else f"{'-':>9s}"
         log(f"{label:50s} {e.kernel:18s} {rec['conv2d']:8.2f} {rec['conv2d_out']:8.2f} {rec['plan']:8.2f} {run}")
         records.append(rec)
+    z = {name: cp.zeros(shape, cp.float16) for name, shape in (
+        ("x", (1, 8, 8, 64)), ("dy", (1, 8, 8, 64)), ("dy2", (1, 4, 4, 64)), ("w", (64, 3, 3, 64)),
+        ("w1", (64, 1, 1, 64)), ("wt", (64, 2, 2, 64)))}
+    z.update(x_shape=(1, 8, 8, 64), w_shape=(64, 3, 3, 64))
+    for label, fn, names, kw in GRAD_CASES:
+        args = [z[n] for n in names]
+        us = per_call_us(lambda: getattr(cuconv, fn)(*args, **kw), calls)
+        log(f"{label:50s} {'(gradient)':18s} {us:8.2f}")
+        records.append(dict(label=label, kernel="gradient", conv2d=us))
     return records
 
 
