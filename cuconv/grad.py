@@ -659,7 +659,7 @@ def _wgrad_choice(p, device, x_align: int, dy_align: int, kernel):
     if p8 is not None and w90.declines(p8, device, x_align, 0) is None:  # the padded dy is a new buffer
         reasons["sm90_wgrad"] = None
         launches["sm90_wgrad"] = lambda: w90.PaddedFilters(w90.launch_for(p8, device, w90.variant(p8)),
-                                                           p.out_channels, p8.out_channels)
+                                                           p.out_channels, p8.out_channels, device)
     for name in ([kernel] if kernel else WGRAD_KERNELS):
         if reasons[name] is None:
             return launches[name](), tuple(reasons.items())

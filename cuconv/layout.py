@@ -37,7 +37,7 @@ from typing import Optional
 import numpy as np
 
 from .arrays import contiguous_strides
-from .launch import PackedLaunch, c_struct
+from .launch import PackedLaunch, c_struct, divisor_fields, divisor_values
 from .problem import LAYOUTS
 from .scratch import scratch
 
@@ -395,7 +395,8 @@ def flip_filter(w, taps, groups: int, xp, flips=None):
 
 
 _SCATTER_FIELDS = [("words", np.int64)] + [(n, np.int32) for n in (
-    "row_words", "T0", "T1", "T2", "I0", "I1", "I2", "s0", "s1", "s2", "p0", "p1", "p2")]
+    "row_words", "T0", "T1", "T2", "I0", "I1", "I2", "s0", "s1", "s2", "p0", "p1", "p2")] + divisor_fields(
+    "div_row_words", "div_t0", "div_t1", "div_t2", "div_i0", "div_i1", "div_i2", "div_s0", "div_s1", "div_s2")
 
 
 def scatter_args(word: int, row_bytes: int, N: int, T, I, s, p, fill: bool = False):
@@ -406,9 +407,11 @@ def scatter_args(word: int, row_bytes: int, N: int, T, I, s, p, fill: bool = Fal
     T3, I3, s3, p3 = ((1,) * pad + tuple(T), (1,) * pad + tuple(I), (1,) * pad + tuple(s), (0,) * pad + tuple(p))
     row_words = row_bytes // word
     words = N * math.prod(I3 if fill else T3) * row_words
-    args = c_struct(_SCATTER_FIELDS, dict(words=words, row_words=row_words, T0=T3[0], T1=T3[1], T2=T3[2], I0=I3[0],
-                                          I1=I3[1], I2=I3[2], s0=s3[0], s1=s3[1], s2=s3[2], p0=p3[0], p1=p3[1],
-                                          p2=p3[2]))
+    args = c_struct(_SCATTER_FIELDS, dict(
+        words=words, row_words=row_words, T0=T3[0], T1=T3[1], T2=T3[2], I0=I3[0], I1=I3[1], I2=I3[2], s0=s3[0],
+        s1=s3[1], s2=s3[2], p0=p3[0], p1=p3[1], p2=p3[2],
+        **divisor_values(div_row_words=row_words, div_t0=T3[0], div_t1=T3[1], div_t2=T3[2], div_i0=I3[0],
+                         div_i1=I3[1], div_i2=I3[2], div_s0=s3[0], div_s1=s3[1], div_s2=s3[2])))
     return args, max(1, min(-(-words // 256), 65535))
 
 

@@ -38,7 +38,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .launch import PackedLaunch, c_struct
+from .launch import PackedLaunch, c_struct, divisor_fields, divisor_values
 from .problem import cached_fields_hash, fields_state
 from .scratch import scratch
 
@@ -57,7 +57,8 @@ MAX_STRIDE = 8
 
 _STACK_FIELDS = [("words", np.int64)] + [(n, np.int32) for n in (
     "row_words", "L0", "L1", "L2", "I0", "I1", "I2", "s0", "s1", "s2")] + [
-    (f"sh{a}_{k}", np.int32) for a in range(3) for k in range(MAX_STRIDE)]
+    (f"sh{a}_{k}", np.int32) for a in range(3) for k in range(MAX_STRIDE)] + divisor_fields(
+    "div_row_words", "div_phases", "div_l0", "div_l1", "div_l2", "div_s1", "div_s2")
 
 
 @dataclass(frozen=True)
@@ -290,6 +291,8 @@ def stack_args(sp: Subpixel, word: int, row_bytes: int, N: int):
                   s0=s3[0], s1=s3[1], s2=s3[2])
     values.update({f"sh{a}_{k}": (shifts[a][k] if k < len(shifts[a]) else 0) for a in range(3)
                    for k in range(MAX_STRIDE)})
+    values.update(divisor_values(div_row_words=row_words, div_phases=sp.phases, div_l0=L3[0], div_l1=L3[1],
+                                 div_l2=L3[2], div_s1=s3[1], div_s2=s3[2]))
     return c_struct(_STACK_FIELDS, values), max(1, min(-(-words // 256), 65535 * 8))
 
 

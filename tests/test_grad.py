@@ -287,7 +287,8 @@ def test_sm90_wgrad_takes_its_tma_form_where_64_channels_of_one_tap_fill_a_box()
 
 def test_sm90_wgrad_pads_a_few_filters_to_eight():
     """A weight gradient of 3 filters (a decoder's RGB output) runs as one of 8 on sm90_wgrad (dy's
-    channels padded with zeros); groups, or channel counts the kernel cannot take, are not padded."""
+    channels padded with zeros); 8 or more filters, groups, or channel counts the kernel cannot take,
+    are not padded."""
     from cuconv.backends.sm90 import wgrad as w90
     from cuconv.problem import ConvProblem
 
@@ -298,5 +299,6 @@ def test_sm90_wgrad_pads_a_few_filters_to_eight():
     p8 = w90.padded_filters(problem(128, 3))
     assert p8.out_channels == 8 and p8.channels == 128 and p8.filter_spatial == (3, 3) and p8.gemm_n == 8
     assert w90.padded_filters(problem(128, 16)) is None      # already a multiple of 8
+    assert w90.padded_filters(problem(128, 12)) is None      # 8 or more: sm80_wgrad copies 8 bytes
     assert w90.padded_filters(problem(128, 6, groups=2)) is None
     assert w90.padded_filters(problem(3, 5)) is None         # 3 channels: not a kernel the padding reaches

@@ -160,16 +160,16 @@ def test_sm90_wgrad_tma_form_matches_the_reference(cp, groups, cg, kg, R, S, str
 
 
 @needs_hopper
-@pytest.mark.parametrize("K,C", [(3, 128), (5, 64), (12, 24)])
+@pytest.mark.parametrize("K,C", [(3, 128), (5, 64), (7, 24)])
 def test_few_filters_pad_to_eight_on_sm90_wgrad(cp, K, C):
-    """3, 5 or 12 filters: the weight gradient runs on sm90_wgrad as one of 8 or 16 (dy's channels padded
-    with zeros, the first K rows kept), twice (the second call replays), against the float64 reference."""
+    """3, 5 or 7 filters: the weight gradient runs on sm90_wgrad as one of 8 (dy's channels padded with
+    zeros, the first K rows kept), twice (the second call replays), against the float64 reference."""
     rng = np.random.default_rng(9)
     x = rng.standard_normal((2, 21, 19, C)).astype(ml_dtypes.bfloat16)
     dy = rng.standard_normal((2, 11, 10, K)).astype(ml_dtypes.bfloat16)
     kw = dict(stride=2, padding=1)
     e = cuconv.explain_weight_grad(cp.asarray(x), cp.asarray(dy), (K, 3, 3, C), **kw)
-    assert e.kernel == "sm90_wgrad" and f"padded from {K} to {-(-K // 8) * 8}" in e.detail, e.detail
+    assert e.kernel == "sm90_wgrad" and f"padded from {K} to 8" in e.detail, e.detail
     want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), (K, 3, 3, C), **kw)
     for _ in range(2):
         got = cuconv.conv2d_weight_grad(cp.asarray(x), cp.asarray(dy), (K, 3, 3, C), **kw)

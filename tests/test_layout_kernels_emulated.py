@@ -42,6 +42,7 @@ static Dim3 blockIdx, threadIdx, blockDim, gridDim;
 struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 template <typename T> inline T __ldg(const T* p) { return *p; }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 
 #define RUN(kernel_call)                                                   \
   gridDim = Dim3{grid, 1, 1};                                              \

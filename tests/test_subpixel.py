@@ -95,11 +95,14 @@ def test_the_kernel_struct_matches_the_source():
     src = (kernels_dir("cu") / subpixel.STACK_SOURCE).read_text()
     body = re.search(r"struct StackArgs \{(.*?)\};", src, re.S).group(1)
     names = []
-    for decl in re.findall(r"(?:long long|int32_t)\s+([^;]+);", body):
+    for kind, decl in re.findall(r"(long long|int32_t|FastDivisor)\s+([^;]+);", body):
         for part in decl.split(","):
             part = part.strip()
             m = re.fullmatch(r"(\w+)\[(\d+)\]", part)
-            names += [f"{m.group(1)[:2]}{m.group(1)[2:]}_{k}" for k in range(int(m.group(2)))] if m else [part]
+            if kind == "FastDivisor":  # two uint32 members
+                names += [f"{part}_mul", f"{part}_shr"]
+            else:
+                names += [f"{m.group(1)[:2]}{m.group(1)[2:]}_{k}" for k in range(int(m.group(2)))] if m else [part]
     assert names == [n for n, _ in subpixel._STACK_FIELDS]
 
 

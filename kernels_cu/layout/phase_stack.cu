@@ -8,6 +8,10 @@
 // from y (zeros where t s + p >= I). One thread per word of z; unused spatial dims have L = I = s = 1.
 // The _w16 / _w4 / _w2 entries move 16-, 4- or 2-byte words (the host picks the widest that divides
 // the row and both addresses).
+// Index arithmetic: below 2^31 words of z, each division is a multiply and a shift (common/fast_div.cuh,
+// divisors from the host); a 64-bit division is a ~70-instruction call, and with nine of them per
+// 16-byte word the kernel was bound by them, not by memory.
+#include "common/fast_div.cuh"
 #include "common/types.cuh"
 
 namespace cuconv {
@@ -20,10 +24,31 @@ struct StackArgs {
   int32_t I0, I1, I2;        // y's spatial extent
   int32_t s0, s1, s2;        // the strides (phases per dim), at most 8
   int32_t sh0[8], sh1[8], sh2[8];  // per dim, the row of z where each phase's rows start
+  FastDivisor div_row_words, div_phases, div_l0, div_l1, div_l2, div_s1, div_s2;
 };
+
+// The y word of z's pixel (n, t0, t1, t2), phase (p0, p1, p2), word `word`, or -1 where that position
+// is outside y.
+__device__ __forceinline__ long long y_word_of(long long n, int t0, int t1, int t2, int p0, int p1, int p2, int word,
+                                               const StackArgs& a) {
+  const int u0 = t0 - a.sh0[p0], u1 = t1 - a.sh1[p1], u2 = t2 - a.sh2[p2];
+  if (u0 < 0 || u1 < 0 || u2 < 0) return -1;
+  const int i0 = u0 * a.s0 + p0, i1 = u1 * a.s1 + p1, i2 = u2 * a.s2 + p2;
+  if (i0 >= a.I0 || i1 >= a.I1 || i2 >= a.I2) return -1;
+  return (((n * a.I0 + i0) * a.I1 + i1) * a.I2 + i2) * a.row_words + word;
+}
 
 // z word i -> the y word it is, or -1 where that position is outside y.
 __device__ __forceinline__ long long y_word(long long i, const StackArgs& a) {
+  if (a.words < 0x80000000LL) {  // every index below 2^31: multiply-shift divisions
+    const uint32_t x = (uint32_t)i;
+    const uint32_t row = fast_div(x, a.div_row_words), r0 = fast_div(row, a.div_phases);
+    const uint32_t r1 = fast_div(r0, a.div_l2), r2 = fast_div(r1, a.div_l1), n = fast_div(r2, a.div_l0);
+    const uint32_t ph = row - r0 * (uint32_t)(a.s0 * a.s1 * a.s2);
+    const uint32_t q = fast_div(ph, a.div_s2), p0 = fast_div(q, a.div_s1);
+    return y_word_of(n, (int)(r2 - n * a.L0), (int)(r1 - r2 * a.L1), (int)(r0 - r1 * a.L2), (int)p0,
+                     (int)(q - p0 * a.s1), (int)(ph - q * a.s2), (int)(x - row * a.row_words), a);
+  }
   const int phases = a.s0 * a.s1 * a.s2;
   long long r = i / a.row_words;
   const int word = (int)(i - r * a.row_words);
@@ -35,12 +60,7 @@ __device__ __forceinline__ long long y_word(long long i, const StackArgs& a) {
   r /= a.L1;
   const int t0 = (int)(r % a.L0);
   const long long n = r / a.L0;
-  const int p2 = ph % a.s2, p1 = (ph / a.s2) % a.s1, p0 = ph / (a.s2 * a.s1);
-  const int u0 = t0 - a.sh0[p0], u1 = t1 - a.sh1[p1], u2 = t2 - a.sh2[p2];
-  if (u0 < 0 || u1 < 0 || u2 < 0) return -1;
-  const int i0 = u0 * a.s0 + p0, i1 = u1 * a.s1 + p1, i2 = u2 * a.s2 + p2;
-  if (i0 >= a.I0 || i1 >= a.I1 || i2 >= a.I2) return -1;
-  return (((n * a.I0 + i0) * a.I1 + i1) * a.I2 + i2) * a.row_words + word;
+  return y_word_of(n, t0, t1, t2, ph / (a.s2 * a.s1), (ph / a.s2) % a.s1, ph % a.s2, word, a);
 }
 
 template <typename W>

@@ -14,7 +14,7 @@ from ...problem import ConvProblem
 from ...scratch import scratch
 from .variants import PAD_SOURCE, pad_variant
 
-__all__ = ["PadPlan", "pad_plan", "pad_channels"]
+__all__ = ["PadPlan", "pad_plan", "pad_channels", "pad_rows"]
 
 
 @dataclass(frozen=True)
@@ -87,3 +87,15 @@ def pad_channels(problem: ConvProblem, plan: PadPlan, x, w, dev):
     return xp, wp
 
 
+
+
+def pad_rows(src, dst, channels: int, dev) -> None:
+    """``dst`` (contiguous rows of 8 two-byte elements) = ``src`` (contiguous rows of ``channels`` < 8
+    elements) with zeros after each row's elements: one launch of the pre-pass on the current stream
+    (the weight gradient's padded filters, :class:`cuconv.backends.sm90.wgrad.PaddedFilters`)."""
+    rows = dst.size // 8
+    block = _pad_block(src, dst, rows, 1, 1, 0)
+    empty = _pad_block(src, dst, 0, 1, 1, 0)
+    name, defines = pad_variant(8)
+    fn = load_cuda_function(PAD_SOURCE, dev, defines, name, 0)
+    fn((max(1, min(-(-rows // 256), 65535 * 4)),), (256,), (block, empty, np.int32(channels)))

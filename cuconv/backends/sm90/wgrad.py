@@ -66,14 +66,14 @@ def tma_declines(p: ConvProblem) -> Optional[str]:
 
 
 def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
-            tma: Optional[bool] = None) -> WgradVariant:
+            tma: Optional[bool] = None, stages: Optional[int] = None) -> WgradVariant:
     """The kernel for ``p``: ``bm`` filters x ``bn`` columns x 64 pixels per CTA, ``bm / 64``
     warpgroups (see :func:`tile_for`); ``tma``: the TMA form (None: wherever :func:`tma_declines`
-    allows)."""
+    allows), whose ring is ``stages`` deep (None: :data:`STAGES`)."""
     if tma is None:
         tma = tma_declines(p) is None
     if tma:
-        return _tma_variant(p, bn, bm)
+        return _tma_variant(p, bn, bm, stages or STAGES)
     auto_bm, auto_bn = tile_for(p)
     bm, bn = bm or auto_bm, bn or auto_bn
     name = f"conv2d_wgrad_sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{STAGES}"
@@ -85,14 +85,18 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
                         smem, per_sm)
 
 
-def _tma_variant(p: ConvProblem, bn: Optional[int], bm: Optional[int]) -> WgradVariant:
+#: Dynamic shared memory one SM gives its CTAs (228 KiB, less 1 KiB the system reserves per CTA).
+_SM_SMEM = 227 * 1024
+
+
+def _tma_variant(p: ConvProblem, bn: Optional[int], bm: Optional[int], stages: int) -> WgradVariant:
     auto_bm, auto_bn = tma_tile_for(p)
     bm, bn = bm or auto_bm, bn or auto_bn
-    name = f"conv2d_wgrad_tma_sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{STAGES}"
+    name = f"conv2d_wgrad_tma_sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{stages}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_BM=bm, CUCONV_BN=bn, CUCONV_BK=_BK,
-                   CUCONV_STAGES=STAGES, CUCONV_KERNEL_NAME=name)
-    smem = STAGES * (bm + bn) * _BK * 2 + 1024  # the kernel aligns the ring to 1024 bytes
-    per_sm = 2 if bm == 64 else 1
+                   CUCONV_STAGES=stages, CUCONV_KERNEL_NAME=name)
+    smem = stages * (bm + bn) * _BK * 2 + 1024  # the kernel aligns the ring to 1024 bytes
+    per_sm = max(1, min(2, _SM_SMEM // (smem + 2048)))  # + the barriers' static 1 KiB and the reserve
     return WgradVariant("sm90_wgrad", TMA_SOURCE, name, tuple(sorted(defines.items())), bm, bn, _BK,
                         128 * (bm // 64) + 32, smem, per_sm, tma=True)
 
@@ -130,21 +134,22 @@ class TmaWgradLaunch(WgradLaunch):
 
 
 def padded_filters(p: ConvProblem) -> Optional[ConvProblem]:
-    """``p`` with its filters rounded up to a multiple of 8 where that is all that keeps this kernel from
-    it (groups 1, a few output channels such as a decoder's RGB output: the cp.async copies of a
-    3-channel dy move 2 bytes each on sm80_wgrad), else None."""
-    if p.groups != 1 or p.out_channels % 8 == 0 or p.channels % 8:
+    """``p`` with 8 filters where it has fewer and that is all that keeps this kernel from it (groups 1,
+    channels a multiple of 8: a decoder's RGB output, whose 3-channel dy sm80_wgrad copies 2 bytes at a
+    time), else None."""
+    if p.groups != 1 or p.out_channels >= 8 or p.channels % 8:
         return None
-    return dataclasses.replace(p, out_channels=-(-p.out_channels // 8) * 8)
+    return dataclasses.replace(p, out_channels=8)
 
 
 class PaddedFilters:
-    """The weight gradient of ``K`` filters computed as that of ``K8`` (:func:`padded_filters`): dy copied
-    into a scratch buffer with its channels zero-padded to ``K8``, the kernel's ``K8`` filters into another,
-    the first ``K`` rows of those copied into dw."""
+    """The weight gradient of ``K`` < 8 filters computed as that of ``K8`` = 8 (:func:`padded_filters`): dy
+    copied into a scratch buffer with its channels zero-padded (the sm80 pad pre-pass,
+    :func:`cuconv.backends.sm80.pad.pad_rows`), the kernel's 8 filters into another, the first ``K`` rows
+    of those copied into dw."""
 
-    def __init__(self, inner: WgradLaunch, K: int, K8: int):
-        self.inner, self.K, self.K8 = inner, K, K8
+    def __init__(self, inner: WgradLaunch, K: int, K8: int, device):
+        self.inner, self.K, self.K8, self.device = inner, K, K8, device
         self.variant, self.splits = inner.variant, inner.splits
 
     @property
@@ -157,9 +162,9 @@ class PaddedFilters:
 
     def __call__(self, x, dy, dw) -> None:
         from ...scratch import scratch
+        from ..sm80.pad import pad_rows
         dy8 = scratch("weight-gradient padded dy", (*dy.shape[:-1], self.K8), dy.dtype)
-        dy8[..., self.K:] = 0
-        dy8[..., :self.K] = dy
+        pad_rows(dy, dy8, self.K, self.device)
         dw8 = scratch("weight-gradient padded dw", (self.K8, *dw.shape[1:]), dw.dtype)
         self.inner(x, dy8, dw8)
         dw[...] = dw8[:self.K]
