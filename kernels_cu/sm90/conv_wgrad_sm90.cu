@@ -9,54 +9,23 @@
 //              ([BK pixels][BN columns], Im2colTLoader) into a STAGES-deep ring, STAGES - 2 tiles ahead
 //   mainloop   warpgroup w owns filters [64 w, 64 w + 64) of the CTA's BM: BK / 16 wgmma m64nBNk16
 //              per tile, one group in flight (wait_group 1) while the next tile's copies are issued
-//   epilogue   the fp32 partial sums of this CTA's pixels -> ws[split][g Kg + k][j] (wgrad_partials.cuh)
+//   epilogue   the fp32 partial sums of this CTA's pixels -> ws[split][g Kg + k][j] (wgrad_common.cuh)
 // Ring protocol per tile kt: wait for this thread's copies of tile kt, fence them to the async proxy,
 // __syncthreads (every copy of tile kt landed; every warpgroup has retired the wgmmas of tile kt - 2,
 // whose slot the copies of tile kt + STAGES - 2 then refill), issue those copies, issue tile kt's
 // wgmmas, wait until only they are in flight.
 // Grid: x = n tiles, y = m tiles, z = groups * splits (split fastest). BM / 64 warpgroups.
-#include "common/split_sum.cuh"
-#include "common/types.cuh"
-#include "sm80/loader_im2col_t.cuh"
-#include "sm80/loader_linear.cuh"
-#include "sm80/ptx_sm80.cuh"
-#include "sm90/mn_major_tile.cuh"
-#include "sm90/wgmma_mainloop.cuh"
-#include "sm90/wgrad_partials.cuh"
-
-#ifndef CUCONV_BM
-#define CUCONV_BM 128
-#endif
-#ifndef CUCONV_BN
-#define CUCONV_BN 128
-#endif
-#ifndef CUCONV_BK
-#define CUCONV_BK 64
-#endif
-#ifndef CUCONV_STAGES
-#define CUCONV_STAGES 4
-#endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME conv2d_wgrad_sm90
 #endif
+#include "sm80/loader_linear.cuh"
+#include "sm80/ptx_sm80.cuh"
+#include "sm90/wgrad_common.cuh"
 
-namespace cs = cuconv::sm80;
-namespace c9 = cuconv::sm90;
-
-constexpr int kBM = CUCONV_BM, kBN = CUCONV_BN, kBK = CUCONV_BK, kStages = CUCONV_STAGES;
 constexpr int kThreads = 128 * (kBM / 64);
-static_assert(kBM % 64 == 0 && (kBN == 128 || kBN == 256) && kBK % 16 == 0 && kStages >= 3, "tile shape");
-using TileA = c9::Sw128MnTile<kBK, kBM>;
-using TileB = c9::Sw128MnTile<kBK, kBN>;
+static_assert(kStages >= 3, "copies run STAGES - 2 tiles ahead");
 using LoaderA = cs::LinearLoader<kBM, kBK, 8, false, kThreads, false, TileA>;
 using LoaderB = cs::Im2colTLoader<kBN, kBK, 8, kThreads, TileB>;
-constexpr int kStageBytes = TileA::kBytes + TileB::kBytes;  // a multiple of 1024: every block stays aligned
-
-template <int N>
-__device__ __forceinline__ void wgmma_mn(float (&d)[N / 2], uint64_t a, uint64_t b) {
-  if constexpr (N == 128) c9::wgmma_mn_m64n128k16(d, a, b, 1u);
-  else c9::wgmma_mn_m64n256k16(d, a, b, 1u);
-}
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, float* __restrict__ ws,
@@ -99,10 +68,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, 
     const uint32_t a = stage(kt) + wg * TileA::kBlockBytes, b = stage(kt) + TileA::kBytes;
     c9::wgmma_fence();
     c9::fence_accumulators(acc);
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk)
-      wgmma_mn<kBN>(acc, c9::smem_desc_mn_sw128(a + kk * 2048, TileA::kBlockBytes),
-                    c9::smem_desc_mn_sw128(b + kk * 2048, TileB::kBlockBytes));
+    c9::wgrad_slot_mma(acc, a, b);
     c9::wgmma_commit();
     c9::wgmma_wait<1>();
     c9::fence_accumulators(acc);
@@ -111,12 +77,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, 
   c9::fence_accumulators(acc);
   cs::cp_async_wait<0>();
 
-  c9::store_wgrad_partials<kBN>(acc, ws, geo, split, group, m_offset, n_offset, wg);
+  c9::store_wgrad_partials(acc, ws, geo, split, group, m_offset, n_offset, wg);
 }
 
-// dw = the splits of ws added in split order (common/split_sum.cuh).
-extern "C" __global__ void __launch_bounds__(256)
-CUCONV_CAT(CUCONV_KERNEL_NAME, _reduce)(const float* __restrict__ ws, elem_t* __restrict__ dw, long long count,
-                                         int splits) {
-  cuconv::split_sum(ws, dw, count, splits);
-}
+CUCONV_WGRAD_REDUCE_ENTRY

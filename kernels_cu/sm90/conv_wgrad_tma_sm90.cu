@@ -11,55 +11,24 @@
 //   consumers  warpgroup w owns filters [64 w, 64 w + 64) of the CTA's BM: BK / 16 wgmma m64nBNk16 per
 //              tile with both operands transposed; a slot is released when the wgmmas of the next
 //              tile are issued and those of this one have retired (wait_group 1).
-//   epilogue   the fp32 partial sums -> ws[split][g Kg + k][j] (wgrad_partials.cuh); the reduce entry
+//   epilogue   the fp32 partial sums -> ws[split][g Kg + k][j] (wgrad_common.cuh); the reduce entry
 //              adds the splits in split order.
 // A split covers whole tiles of BK pixels (the host's split length is a multiple of BK); the last
 // split's boxes run past the last pixel, where both tensors read as zeros (dy past its rows, x past
 // its last image), so no partial tile needs a mask. Columns past the group's R*S*Cg are not loaded
 // (their slots hold stale values, and their sums are not stored).
 // Grid: x = n tiles, y = m tiles, z = groups * splits (split fastest). 128 * BM / 64 + 32 threads.
-#include "common/fast_div.cuh"
-#include "common/split_sum.cuh"
-#include "common/types.cuh"
-#include "sm80/loader_im2col_t.cuh"
-#include "sm90/mn_major_tile.cuh"
-#include "sm90/pipeline.cuh"
-#include "sm90/tma_im2col_loader.cuh"
-#include "sm90/wgmma_mainloop.cuh"
-#include "sm90/wgrad_partials.cuh"
-
-#ifndef CUCONV_BM
-#define CUCONV_BM 256
-#endif
-#ifndef CUCONV_BN
-#define CUCONV_BN 128
-#endif
-#ifndef CUCONV_BK
-#define CUCONV_BK 64
-#endif
-#ifndef CUCONV_STAGES
-#define CUCONV_STAGES 4
-#endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME conv2d_wgrad_tma_sm90
 #endif
+#include "common/fast_div.cuh"
+#include "sm90/pipeline.cuh"
+#include "sm90/tma_im2col_loader.cuh"
+#include "sm90/wgrad_common.cuh"
 
-namespace cs = cuconv::sm80;
-namespace c9 = cuconv::sm90;
-
-constexpr int kBM = CUCONV_BM, kBN = CUCONV_BN, kBK = CUCONV_BK, kStages = CUCONV_STAGES;
 constexpr int kConsumers = kBM / 64;
 constexpr int kThreads = 128 * kConsumers + 32;
-static_assert(kBM % 64 == 0 && (kBN == 128 || kBN == 256) && kBK % 16 == 0 && kStages >= 2, "tile shape");
-using TileA = c9::Sw128MnTile<kBK, kBM>;
-using TileB = c9::Sw128MnTile<kBK, kBN>;
-constexpr int kStageBytes = TileA::kBytes + TileB::kBytes;  // a multiple of 1024: every block stays aligned
-
-template <int N>
-__device__ __forceinline__ void wgmma_mn(float (&d)[N / 2], uint64_t a, uint64_t b) {
-  if constexpr (N == 128) c9::wgmma_mn_m64n128k16(d, a, b, 1u);
-  else c9::wgmma_mn_m64n256k16(d, a, b, 1u);
-}
+static_assert(kStages >= 2, "a slot in use and one filling");
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __grid_constant__ c9::TmaDescriptor tmap_dy,
@@ -143,10 +112,7 @@ CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __gri
     const uint32_t b = smem + (uint32_t)(ring.stage * kStageBytes) + TileA::kBytes;
     c9::wgmma_fence();
     c9::fence_accumulators(acc);
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk)
-      wgmma_mn<kBN>(acc, c9::smem_desc_mn_sw128(a + kk * 2048, TileA::kBlockBytes),
-                    c9::smem_desc_mn_sw128(b + kk * 2048, TileB::kBlockBytes));
+    c9::wgrad_slot_mma(acc, a, b);
     c9::wgmma_commit();
     c9::wgmma_wait<1>();
     c9::fence_accumulators(acc);
@@ -157,12 +123,7 @@ CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __gri
   c9::wgmma_wait<0>();
   c9::fence_accumulators(acc);
 
-  c9::store_wgrad_partials<kBN>(acc, ws, geo, split, group, m_offset, n_offset, wg);
+  c9::store_wgrad_partials(acc, ws, geo, split, group, m_offset, n_offset, wg);
 }
 
-// dw = the splits of ws added in split order (common/split_sum.cuh).
-extern "C" __global__ void __launch_bounds__(256)
-CUCONV_CAT(CUCONV_KERNEL_NAME, _reduce)(const float* __restrict__ ws, elem_t* __restrict__ dw, long long count,
-                                         int splits) {
-  cuconv::split_sum(ws, dw, count, splits);
-}
+CUCONV_WGRAD_REDUCE_ENTRY
