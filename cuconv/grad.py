@@ -349,7 +349,7 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
     else:
         y = _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel, precision, dtype)
     if known.replay is None and key is not None:
-        known.replay = _input_replay(plan, memo, nd, ep, dy, w, bias, out, y, cf, kernel, precision) or False
+        known.replay = _input_replay(plan, memo, ep, dy, w, bias, out, y, cf) or False
     if out is None:
         return _first(y, cf, xp)
     if cf:
@@ -417,7 +417,7 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     subpixel.unstack(sp, z, y, xp)
 
 
-def _input_replay(plan, memo, nd, ep, dy, w, bias, out, y, cf, kernel, precision):
+def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
     """The :mod:`cuconv.grad_replay` replay of an input-gradient call that just ran (its forward plans are
     made), or None where the call has none: only CuPy operands, channels-last and contiguous (dy, w, the
     bias, ``out``), no residual, a non-empty result; the stacked-phase convolution, the stride-1
