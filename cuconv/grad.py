@@ -423,7 +423,7 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
     bias, ``out``), no residual, a non-empty result; the stacked-phase convolution, the stride-1
     convolution, or one phase with taps and zeros elsewhere without an epilogue."""
     from . import grad_replay
-    from .layout import flip_filter_launch, flipped_shape, scatter_phase_launch, scatter_word
+    from .layout import flip_filter_launch, flipped_shape, scatter_phase_launch
     if (isinstance(dy, np.ndarray) or cf or ep["residual"] is not None or not y.size or not dy.flags.c_contiguous
             or not w.flags.c_contiguous or (bias is not None and bias is not ep["bias"])
             or (out is not None and out is not y)):
@@ -457,11 +457,9 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
     if bias is not None or ep["activation"] is not None:  # the zero phases would need the epilogue of zero
         return None
     part_shape = (dy.shape[0], *spec["out"], y.shape[-1])
-
-    def fill_of(part, yy):
-        return scatter_phase_launch(part, yy, p.stride, spec["origin"], fill=True) if scatter_word(part, yy) > 1 \
-            else None
-    return grad_replay.OnePhaseInput(y.shape, dtype, device_id, fplan, flip, wt_shape, part_shape, fill_of)
+    return grad_replay.OnePhaseInput(y.shape, dtype, device_id, fplan, flip, wt_shape, part_shape,
+                                     lambda part, yy: scatter_phase_launch(part, yy, p.stride, spec["origin"],
+                                                                           fill=True))
 
 
 #: The forward plans of input-gradient phases: (call memo key, phase) -> the dispatcher's plan.

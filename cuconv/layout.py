@@ -43,7 +43,7 @@ from .scratch import scratch
 
 __all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "to_channels_first", "flip_taps",
            "flip_filter", "flip_filter_launch", "flipped_shape", "scatter_phase", "scatter_phase_launch",
-           "scatter_word", "scatter_args", "describe", "SOURCE", "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
+           "scatter_args", "describe", "SOURCE", "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
 
 SOURCE = "layout/transpose.cu"
 FLIP_SOURCE = "layout/flip_filter.cu"
@@ -424,26 +424,26 @@ def _scatter_launch(device_id, word, row_bytes, N, T, I, s, p, fill: bool = Fals
     return PackedLaunch(fn, blocks, 256, 0, (np.uint64(0), np.uint64(0), args), slots=(0, 1))
 
 
-def scatter_word(z, y) -> int:
-    """The widest word (16, 4, 2 or 1 bytes) that divides a row of ``z`` and both arrays' addresses: what
-    the phase-scatter kernels move (1: none of them applies)."""
+def scatter_phase_launch(z, y, stride, phase, fill: bool = False) -> Optional[PackedLaunch]:
+    """The packed launch of :func:`scatter_phase` for contiguous CuPy ``z`` and ``y``, moving the widest word
+    (16, 4 or 2 bytes) that divides a row of ``z`` and both addresses; None where none does. ``fill``:
+    write all of ``y``, zeros where the phase is not."""
     row = z.shape[-1] * z.itemsize
-    return next(w for w in (16, 4, 2, 1) if row % w == 0 and z.data.ptr % w == 0 and y.data.ptr % w == 0)
-
-
-def scatter_phase_launch(z, y, stride, phase, fill: bool = False) -> PackedLaunch:
-    """The packed launch of :func:`scatter_phase` for contiguous CuPy ``z`` and ``y`` whose
-    :func:`scatter_word` is at least 2; ``fill``: write all of ``y``, zeros where the phase is not."""
-    return _scatter_launch(z.data.device_id, scatter_word(z, y), z.shape[-1] * z.itemsize, z.shape[0],
-                           tuple(z.shape[1:-1]), tuple(y.shape[1:-1]), tuple(stride), tuple(phase), fill)
+    word = next((w for w in (16, 4, 2) if row % w == 0 and z.data.ptr % w == 0 and y.data.ptr % w == 0), None)
+    if word is None:
+        return None
+    return _scatter_launch(z.data.device_id, word, row, z.shape[0], tuple(z.shape[1:-1]), tuple(y.shape[1:-1]),
+                           tuple(stride), tuple(phase), fill)
 
 
 def scatter_phase(z, y, stride, phase, xp) -> None:
     """``y[:, phase_0::stride_0, phase_1::stride_1, ..., :] = z``: ``z`` (``(N, *T, C)``, contiguous) is one
     output phase of ``y`` (``(N, *I, C)``, contiguous). One launch of
     ``kernels_cu/layout/phase_scatter.cu`` on a CUDA GPU; the array library's strided copy elsewhere."""
-    if _on_cuda(xp) and z.flags.c_contiguous and y.flags.c_contiguous and z.size and scatter_word(z, y) > 1:
-        scatter_phase_launch(z, y, stride, phase)(z.data.ptr, y.data.ptr)
+    launch = (scatter_phase_launch(z, y, stride, phase)
+              if _on_cuda(xp) and z.flags.c_contiguous and y.flags.c_contiguous and z.size else None)
+    if launch is not None:
+        launch(z.data.ptr, y.data.ptr)
         return
     y[(slice(None),) + tuple(slice(q, None, s) for q, s in zip(phase, stride)) + (slice(None),)] = z
 
