@@ -436,13 +436,9 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
             return None
         K, F, C = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
         gather = subpixel.stacked_filter_launch(sp, w, K, F, C)
-        bias_gather = None
-        if bias is not None:
-            launch, index = subpixel.stacked_bias_launch(sp, bias)
-            bias_gather = (launch, index, index.size)
         z_shape = (dy.shape[0], *sp.length, sp.phases * C)
-        return grad_replay.StackedInput(y.shape, dtype, device_id, fplan, gather,
-                                        subpixel.stacked_filter_shape(sp, w.shape), bias_gather, z_shape,
+        return grad_replay.StackedInput(y.shape, dtype, device_id, fplan, sp, gather,
+                                        subpixel.stacked_filter_shape(sp, w.shape), z_shape,
                                         lambda z, yy: subpixel.unstack_launch(sp, z, yy))
     live = [(i, spec) for i, (_, spec, _) in enumerate(plan.phases) if spec is not None]
     if len(live) != 1 or not live[0][1]["src_full"] or w.itemsize not in (2, 4, 8):
@@ -562,16 +558,16 @@ def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, 
         result = replay(x, dy)
         if result is not None:
             return result
-    p, xp, cf, x_n, dy_n, dtype = _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout,
-                                                        precision)
+    p, xp, cf, x_n, dy_n, _ = _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout,
+                                                    precision)
     if not isinstance(bias_grad, bool):
         raise TypeError(f"bias_grad: expected True or False, got {bias_grad!r}")
+    F, K, Cg = p.filter_spatial, p.out_channels, p.channels_per_group
+    run, _ = _wgrad_kernel(p, x_n, dy_n, kernel)
     if replay is None and key is not None:
         if len(_WGRAD_CALLS) >= _GRAD_CALLS_LIMIT:
             _WGRAD_CALLS.clear()
-        _WGRAD_CALLS[key] = _weight_replay(p, x, dy, x_n, dy_n, cf, bias_grad, kernel) or False
-    F, K, Cg = p.filter_spatial, p.out_channels, p.channels_per_group
-    run, _ = _wgrad_kernel(p, x_n, dy_n, kernel)
+        _WGRAD_CALLS[key] = (run is not None and _weight_replay(p, x, dy, x_n, dy_n, cf, bias_grad, kernel)) or False
     if run is not None:
         dw = xp.empty((K, *F, Cg), dtype=x_n.dtype)
         run(x_n, dy_n, dw)
@@ -579,19 +575,21 @@ def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, 
         dw = _weight_grad_by_forward(nd, p, x_n, dy_n, kernel, precision, xp)
     if cf:
         dw = to_channels_first(dw, xp)
-    if not bias_grad:
-        return dw
-    axes = tuple(a for a in range(dy_n.ndim - 1))
-    db = dy_n.sum(axis=axes, dtype=np.float64 if dtype == "float64" else np.float32).astype(dy_n.dtype)
-    return dw, db
+    return (dw, _bias_grad(dy_n)) if bias_grad else dw
+
+
+def _bias_grad(dy_n):
+    """The bias gradient: channels-last ``dy_n`` summed over every axis but the channels, in fp32 (fp64 for
+    float64 data), in dy's dtype."""
+    acc = np.float64 if dy_n.dtype == np.float64 else np.float32
+    return dy_n.sum(axis=tuple(range(dy_n.ndim - 1)), dtype=acc).astype(dy_n.dtype)
 
 
 def _weight_replay(p, x, dy, x_n, dy_n, cf, bias_grad: bool, kernel):
-    """The :class:`cuconv.grad_replay.WeightReplay` of a validated weight-gradient call, or None where it has
-    none: CuPy operands, channels-last and contiguous, computed by a weight-gradient GEMM."""
+    """The :class:`cuconv.grad_replay.WeightReplay` of a validated weight-gradient call that a
+    weight-gradient GEMM computes, or None where it has none: CuPy operands, channels-last and
+    contiguous."""
     if isinstance(x, np.ndarray) or cf or x_n is not x or dy_n is not dy or p.nd != 2 or not x.size:
-        return None
-    if _wgrad_kernel(p, x_n, dy_n, kernel)[0] is None:
         return None
     from .device import device_of
     from .grad_replay import WeightReplay
@@ -599,7 +597,8 @@ def _weight_replay(p, x, dy, x_n, dy_n, cf, bias_grad: bool, kernel):
 
     def run_of(x_align, dy_align):
         return _wgrad_choice(p, device, x_align, dy_align, kernel)[0]
-    return WeightReplay((p.out_channels, *p.filter_spatial, p.channels_per_group), x.dtype, run_of, bias_grad)
+    return WeightReplay((p.out_channels, *p.filter_spatial, p.channels_per_group), x.dtype, run_of,
+                        _bias_grad if bias_grad else None)
 
 
 def _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, precision):

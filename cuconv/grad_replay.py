@@ -29,10 +29,9 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Tuple
 
-import numpy as np
-
 from .api import execute
 from .scratch import scratch
+from .subpixel import stacked_bias
 
 __all__ = ["WholeInput", "StackedInput", "OnePhaseInput", "WeightReplay"]
 
@@ -67,14 +66,13 @@ class WholeInput(_Input):
 
 
 class StackedInput(_Input):
-    """The stacked-phase convolution: ``W'`` gathered from ``w`` (and the bias repeated per phase) into
-    scratch, the convolution into the stacked phases (scratch), the phases put into dx."""
+    """The stacked-phase convolution: ``W'`` gathered from ``w`` (and the bias repeated per phase,
+    :func:`cuconv.subpixel.stacked_bias`) into scratch, the convolution into the stacked phases (scratch),
+    the phases put into dx."""
 
-    def __init__(self, y_shape, dtype, device_id, fplan, gather, wt_shape, bias_gather, z_shape,
-                 unstack_of: Callable):
+    def __init__(self, y_shape, dtype, device_id, fplan, sp, gather, wt_shape, z_shape, unstack_of: Callable):
         super().__init__(y_shape, dtype, device_id, fplan)
-        self._gather, self._wt_shape = gather, wt_shape
-        self._bias_gather = bias_gather   # (launch, index, n) or None
+        self._sp, self._gather, self._wt_shape = sp, gather, wt_shape
         self._z_shape = z_shape
         self._unstack_of = unstack_of     # (z, y) -> the packed unstack launch for their alignment
         self._unstack = {}
@@ -88,11 +86,7 @@ class StackedInput(_Input):
         wt = scratch("stacked-phase filter", self._wt_shape, self.dtype)
         gather, index = self._gather
         gather(w.data.ptr, index.data.ptr, wt.data.ptr)
-        b = None
-        if bias is not None:
-            gather_b, index_b, n = self._bias_gather
-            b = scratch("stacked-phase bias", (n,), self.dtype)
-            gather_b(bias.data.ptr, index_b.data.ptr, b.data.ptr)
+        b = None if bias is None else stacked_bias(self._sp, bias, self._cp, "stacked-phase bias")
         execute(self.fplan, self._cp, self.device_id, dy, wt, b, None, z)
         launch(z.data.ptr, y.data.ptr)
         return y
@@ -127,12 +121,13 @@ class OnePhaseInput(_Input):
 class WeightReplay:
     """The weight gradient on its GEMM kernel: ``run_of(x_align, dy_align)`` gives the packed launch pair
     (:class:`~cuconv.backends.sm80.wgrad.WgradLaunch`) for operands at those addresses modulo 16, or
-    None (the full path runs); ``bias_grad``: also the bias gradient, ``dy`` summed over its pixels."""
+    None (the full path runs); ``bias_of``: also the bias gradient, ``bias_of(dy)`` (the full path's
+    function), or None."""
 
-    def __init__(self, dw_shape: Tuple[int, ...], dtype, run_of: Callable, bias_grad: bool):
+    def __init__(self, dw_shape: Tuple[int, ...], dtype, run_of: Callable, bias_of: Optional[Callable]):
         import cupy as cp
         self._empty = cp.empty
-        self.dw_shape, self.dtype, self.bias_grad = dw_shape, dtype, bias_grad
+        self.dw_shape, self.dtype, self._bias_of = dw_shape, dtype, bias_of
         self._run_of = run_of
         self._runs = {}
 
@@ -145,7 +140,4 @@ class WeightReplay:
             return None
         dw = self._empty(self.dw_shape, dtype=self.dtype)
         run(x, dy, dw)
-        if not self.bias_grad:
-            return dw
-        db = dy.sum(axis=tuple(range(dy.ndim - 1)), dtype=np.float32).astype(dy.dtype)
-        return dw, db
+        return dw if self._bias_of is None else (dw, self._bias_of(dy))

@@ -43,7 +43,7 @@ from .problem import cached_fields_hash, fields_state
 from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stacked_filter_shape", "stacked_filter_launch", "stacked_bias",
-           "stacked_bias_launch", "unstack_launch", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
+           "unstack_launch", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
            "STACK_SOURCE", "GATHER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"
@@ -195,15 +195,9 @@ def stacked_bias(sp: Subpixel, bias, xp, purpose: Optional[str] = None):
         return np.tile(bias, sp.phases)
     n = sp.phases * bias.shape[0]
     out = scratch(purpose, (n,), bias.dtype) if purpose else xp.empty((n,), dtype=bias.dtype)
-    launch, index = stacked_bias_launch(sp, bias)
-    launch(bias.data.ptr, index.data.ptr, out.data.ptr)
-    return out
-
-
-def stacked_bias_launch(sp: Subpixel, bias):
-    """``(launch, index)``: :func:`stacked_bias` as a packed gather, ``launch(bias_ptr, index.data.ptr, out_ptr)``."""
     index = _repeat_index(bias.data.device_id, bias.shape[0], sp.phases)
-    return _gather_launch(bias.data.device_id, bias.itemsize, index.size), index
+    _gather_launch(bias.data.device_id, bias.itemsize, n)(bias.data.ptr, index.data.ptr, out.data.ptr)
+    return out
 
 
 @functools.lru_cache(maxsize=64)
