@@ -65,40 +65,27 @@ def tma_declines(p: ConvProblem) -> Optional[str]:
     return tma_limits_violation(p)
 
 
-def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
-            tma: Optional[bool] = None, stages: Optional[int] = None) -> WgradVariant:
-    """The kernel for ``p``: ``bm`` filters x ``bn`` columns x 64 pixels per CTA, ``bm / 64``
-    warpgroups (see :func:`tile_for`); ``tma``: the TMA form (None: wherever :func:`tma_declines`
-    allows), whose ring is ``stages`` deep (None: :data:`STAGES`)."""
-    if tma is None:
-        tma = tma_declines(p) is None
-    if tma:
-        return _tma_variant(p, bn, bm, stages or STAGES)
-    auto_bm, auto_bn = tile_for(p)
-    bm, bn = bm or auto_bm, bn or auto_bn
-    name = f"conv2d_wgrad_sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{STAGES}"
-    defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_BM=bm, CUCONV_BN=bn, CUCONV_BK=_BK,
-                   CUCONV_STAGES=STAGES, CUCONV_KERNEL_NAME=name)
-    smem = STAGES * (bm + bn) * _BK * 2 + 1024  # the kernel aligns the ring to 1024 bytes
-    per_sm = 2 if bm == 64 else 1  # 97 KiB of ring and 128 threads: two fit an SM
-    return WgradVariant("sm90_wgrad", SOURCE, name, tuple(sorted(defines.items())), bm, bn, _BK, 128 * (bm // 64),
-                        smem, per_sm)
-
-
 #: Dynamic shared memory one SM gives its CTAs (228 KiB, less 1 KiB the system reserves per CTA).
 _SM_SMEM = 227 * 1024
 
 
-def _tma_variant(p: ConvProblem, bn: Optional[int], bm: Optional[int], stages: int) -> WgradVariant:
-    auto_bm, auto_bn = tma_tile_for(p)
-    bm, bn = bm or auto_bm, bn or auto_bn
-    name = f"conv2d_wgrad_tma_sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{stages}"
+def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
+            tma: Optional[bool] = None, stages: Optional[int] = None) -> WgradVariant:
+    """The kernel for ``p``: ``bm`` filters x ``bn`` columns x 64 pixels per CTA, ``bm / 64``
+    warpgroups (see :func:`tile_for`, and :func:`tma_tile_for` for the TMA form, which adds a producer
+    warp); ``tma``: the TMA form (None: wherever :func:`tma_declines` allows); a ring ``stages`` deep
+    (None: :data:`STAGES`). CTAs per SM: as many of its shared-memory footprint as fit, at most two."""
+    if tma is None:
+        tma = tma_declines(p) is None
+    auto_bm, auto_bn = (tma_tile_for if tma else tile_for)(p)
+    bm, bn, stages = bm or auto_bm, bn or auto_bn, stages or STAGES
+    name = f"conv2d_wgrad_{'tma_' if tma else ''}sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{stages}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_BM=bm, CUCONV_BN=bn, CUCONV_BK=_BK,
                    CUCONV_STAGES=stages, CUCONV_KERNEL_NAME=name)
     smem = stages * (bm + bn) * _BK * 2 + 1024  # the kernel aligns the ring to 1024 bytes
-    per_sm = max(1, min(2, _SM_SMEM // (smem + 2048)))  # + the barriers' static 1 KiB and the reserve
-    return WgradVariant("sm90_wgrad", TMA_SOURCE, name, tuple(sorted(defines.items())), bm, bn, _BK,
-                        128 * (bm // 64) + 32, smem, per_sm, tma=True)
+    per_sm = max(1, min(2, _SM_SMEM // (smem + 2048)))  # + the TMA form's static 1 KiB (barriers), the reserve
+    return WgradVariant("sm90_wgrad", TMA_SOURCE if tma else SOURCE, name, tuple(sorted(defines.items())), bm, bn,
+                        _BK, 128 * (bm // 64) + (32 if tma else 0), smem, per_sm, tma=tma)
 
 
 #: Launch records (descriptors packed) kept per TmaWgradLaunch, by (x, dy) address.
