@@ -87,8 +87,6 @@ def pad_channels(problem: ConvProblem, plan: PadPlan, x, w, dev):
     return xp, wp
 
 
-
-
 def pad_rows(src, dst, channels: int, dev) -> None:
     """``dst`` (contiguous rows of 8 two-byte elements) = ``src`` (contiguous rows of ``channels`` < 8
     elements) with zeros after each row's elements: one launch of the pre-pass on the current stream
