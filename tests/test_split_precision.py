@@ -1,8 +1,9 @@
 """``sm90_bf16x3`` (float32 data on Hopper as split bf16 parts): the dispatcher's choices, on the CPU.
 
 The kernel serves float32 at precision "float32" and "tf32" (split products are more accurate than
-TF32), declines everything else with a reason, and plans the Hopper kernel's float32-output variant
-on 3 x Cp bf16 channels (C rounded up to a multiple of 8).
+TF32), declines everything else with a reason, and plans the Hopper kernel's split-x variant on the
+16-bit view of x where C is a multiple of 16 (x split in registers, the filter split per 16 channels),
+else its float32-output variant on 3 x Cp bf16 channels (C rounded up to a multiple of 8).
 """
 
 from __future__ import annotations
@@ -41,14 +42,40 @@ def test_float32_runs_split_on_hopper(C, precision):
     assert plan.kernel.name == "sm90_bf16x3"
     inner = plan.inner
     assert inner.out_f32 and inner.problem.dtype == "bfloat16"
+    assert ("more accurate than tf32 asks" in plan.reason) == (precision == "tf32")
+    if C % 16 == 0:  # x split in registers (test_x_splits_in_registers)
+        assert inner.xsplit and inner.problem.channels == 2 * C and "_xs" in plan.describe()
+        return
+    assert not inner.xsplit and f"C={C} is not a multiple of 16" in plan.reason
     assert inner.problem.channels == (3 * 3 if plan.folded else 3) * padded_channels(C)  # 3x3: 3 columns folded
     assert padded_channels(C) % 8 == 0 and plan.folded == (3 * padded_channels(C) < 64)
     assert padded_channels(C) - C < 8
     assert "_f32" in plan.describe() and "split_bf16x3" in plan.describe()
-    assert ("more accurate than tf32 asks" in plan.reason) == (precision == "tf32")
 
 
-@pytest.mark.parametrize("C,x_channels", [(64, 128), (128, 256), (100, 3 * 104), (24, 72), (200, 3 * 200)])
+@pytest.mark.parametrize("nd", [2, 3])
+@pytest.mark.parametrize("C,K,residual", [(16, 64, False), (48, 3, True), (64, 64, True), (512, 100, False)])
+def test_x_splits_in_registers(nd, C, K, residual):
+    """C a multiple of 16: the kernel's split-x variant on x's 16-bit view (no copy of x, no C ring: its
+    consumers read the float32 residual), the filter split into a (K, taps, 2C) 16-bit buffer."""
+    spatial, filt = ((6, 20, 20), (3, 3, 3)) if nd == 3 else ((20, 20), (3, 3))
+    p = ConvProblem.create(nd=nd, batch=2, in_spatial=spatial, channels=C, out_channels=K, filter_spatial=filt,
+                           stride=1, dilation=1, padding=1, groups=1, dtype="float32",
+                           layout="NHWC" if nd == 2 else "NDHWC",
+                           epilogue=Epilogue(has_bias=True, has_residual=residual))
+    plan, _ = dispatch.select(p, H100, forced="sm90_bf16x3" if nd == 2 else "conv3d_native_bf16x3")
+    inner = plan.inner
+    assert inner.xsplit and not inner.tf32 and inner.out_f32
+    assert inner.problem.channels == 2 * C and inner.problem.w_shape == (K, *filt, 2 * C)
+    assert inner.cfg.block_m == 128 and inner.cfg.block_n in (64, 96, 128)
+    (source, defines), (split_source, _) = plan.compile_jobs()
+    assert defines["SM90_XSPLIT"] == 1 and defines["SM90_OUT_F32"] == 1 and defines["SM90_HAS_RESIDUAL"] == 0
+    assert split_source == "precision/split_bf16.cu"
+    assert (source, defines, "sm_90a") in COMPILE_VARIANTS  # CI compiles every variant the policy picks
+    assert "x split in registers" in plan.describe() and "in registers against a filter split" in plan.reason
+
+
+@pytest.mark.parametrize("C,x_channels", [(60, 128), (124, 256), (100, 3 * 104), (24, 72), (200, 3 * 200)])
 def test_x_is_two_parts_where_blocks_align(C, x_channels):
     """Cp a multiple of 64: x holds [hi | lo] and the kernel reads the third block from the first."""
     plan, _ = dispatch.select(_problem(C=C), H100)
@@ -56,8 +83,8 @@ def test_x_is_two_parts_where_blocks_align(C, x_channels):
     assert ("hi blocks read twice" in plan.describe()) == (x_channels == 2 * padded_channels(C))
 
 
-@pytest.mark.parametrize("C,filt,stride,folded", [(3, 7, 2, True), (4, 3, 1, True), (16, 3, 1, True),
-                                                  (3, 1, 1, False), (24, 3, 1, False), (64, 3, 1, False)])
+@pytest.mark.parametrize("C,filt,stride,folded", [(3, 7, 2, True), (4, 3, 1, True), (12, 3, 1, True),
+                                                  (3, 1, 1, False), (24, 3, 1, False), (72, 3, 1, False)])
 def test_few_channels_fold_the_filter_width(C, filt, stride, folded):
     """3 * Cp < 64 under a filter wider than one column: S columns folded into the channels, an R x 1
     filter over (N, H, Q, S * 3 Cp), the same output."""
@@ -140,7 +167,9 @@ def split_model(a, lo_parts: int, parts: int = 3, fold=None):
     c = a.shape[-1]
     cp_ = padded_channels(c)
     hi = a.astype(ml_dtypes.bfloat16).astype(np.float32)
-    lo = np.where(np.isfinite(hi), (a - hi).astype(ml_dtypes.bfloat16).astype(np.float32), 0.0)
+    finite = np.isfinite(hi)  # a non-finite hi: hi 0, the whole value in lo
+    lo = np.where(finite, (a - np.where(finite, hi, 0)).astype(ml_dtypes.bfloat16).astype(np.float32), hi)
+    hi = np.where(finite, hi, 0.0)
     blocks = np.zeros((a.shape[0], 3, cp_), np.float32)
     for b in range(3):
         blocks[:, b, :c] = lo if lo_parts >> b & 1 else hi

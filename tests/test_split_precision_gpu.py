@@ -6,7 +6,9 @@
   bound (3 * 2^-16 of the convolution of |x| and |w|, tests/test_split_precision.py, plus the epilogue's
   fp32 rounding): drawn problems are small, so a norm-relative figure would measure cancellation;
 * network-sized layers within 1e-5 of the float64 result's norm (what precision "float32" promises);
-* the residual read in place (``out`` is the residual), misaligned views, equal bits on two runs.
+* the residual read in place (``out`` is the residual), misaligned views, equal bits on two runs;
+* where C is a multiple of 16, x split in the kernel's registers (the filter split per 16 channels):
+  the same bounds on drawn conv2d and conv3d calls, and infinities kept out of lo.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cuconv
 from cuconv.backends.sm90.split_precision import W_PARTS, X_PARTS, padded_channels, split_bf16x3
@@ -57,7 +60,9 @@ def _per_channel(b, shape, layout):
 
 def _split_model(a: np.ndarray, lo_parts: int, parts: int = 3) -> np.ndarray:
     hi = a.astype(ml_dtypes.bfloat16)
-    lo = (a - hi.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    finite = np.isfinite(hi.astype(np.float32))  # a non-finite hi: hi 0, the whole value in lo
+    lo = np.where(finite, (a - np.where(finite, hi.astype(np.float32), 0)).astype(ml_dtypes.bfloat16), hi)
+    hi = np.where(finite, hi, np.zeros_like(hi))
     c, cp_ = a.shape[-1], padded_channels(a.shape[-1])
     pad = [(0, 0)] * (a.ndim - 1) + [(0, cp_ - c)]
     blocks = [np.pad((lo if lo_parts >> b & 1 else hi).view(np.uint16), pad) for b in range(parts)]
@@ -94,12 +99,45 @@ def test_folded_split_matches_its_model(cp, fold):
     np.testing.assert_array_equal(cp.asnumpy(got).view(ml_dtypes.bfloat16).astype(np.float32), want)
 
 
-def test_split_keeps_infinities_out_of_lo(cp):
+def test_filter_pairs_match_their_model(cp):
+    """The split-in-registers path's filter: per 16 channels [hi x 16 | lo x 16] (split_bf16.cu with
+    rows of 16 channels, parts [hi | lo])."""
+    from cuconv.backends.sm90.split_precision import _Split
+    r = np.random.default_rng(16)
+    a = (r.standard_normal((8, 3, 3, 48)) * np.exp(r.uniform(-20, 20, (8, 3, 3, 48)))).astype(np.float32)
+    got = cp.empty(a.shape[:-1] + (96,), dtype=cp.uint16)
+    _Split(0, a.size // 16, 16, 0b10, 2)(cp.asarray(a), got)
+    want = _split_model(a.reshape(-1, 16), 0b10, 2).reshape(got.shape)
+    np.testing.assert_array_equal(cp.asnumpy(got), want)
+
+
+@pytest.mark.parametrize("C", [16, 24, 64])
+def test_infinities_propagate(cp, C):
+    """An infinity in x or w gives infinities (not NaNs) and NaNs where the float32 products would: each
+    non-finite value is all lo (hi 0), so it meets only the other operand's hi (an infinity in x and one
+    in w at the same channel would give NaN, not infinity: not drawn here). C = 24 runs the split pass,
+    16 and 64 split x in registers."""
+    x = np.ones((1, 6, 6, C), np.float32)
+    x[0, 2, 3, 5] = np.inf
+    x[0, 4, 1, C - 1] = -np.inf
+    w = np.full((8, 3, 3, C), 0.5, np.float32)
+    w[2, 1, 1, 7] = np.inf  # x is 0 in the padding: NaN at the border of filter 2's outputs
+    xg, wg = cp.asarray(x), cp.asarray(w)
+    assert ("x split in registers" in str(cuconv.explain(xg, wg, padding=1))) == (C % 16 == 0)
+    got = cp.asnumpy(cuconv.conv2d(xg, wg, padding=1))
+    ref = cuconv.reference.conv2d(x, w, padding=1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(got[np.isinf(ref)], ref[np.isinf(ref)])
+    finite = np.isfinite(ref)
+    assert np.all(np.abs(got[finite] - ref[finite]) <= 1e-5 * np.abs(ref[finite]))
+
+
+def test_split_puts_non_finite_values_in_lo(cp):
     a = np.array([[np.inf, -np.inf, np.nan, 1.0, 3.0e38, -1e-40, 0.0, 2.5]], dtype=np.float32)
     got = cp.asnumpy(split_bf16x3(cp.asarray(a), X_PARTS)).view(ml_dtypes.bfloat16).astype(np.float32)
     hi, lo = got[0, :8], got[0, 8:16]
-    assert np.isinf(hi[0]) and np.isinf(hi[1]) and np.isnan(hi[2])
-    assert lo[0] == 0 and lo[1] == 0 and lo[3] == 0
+    assert hi[0] == 0 and hi[1] == 0 and hi[2] == 0 and hi[3] == 1.0
+    assert lo[0] == np.inf and lo[1] == -np.inf and np.isnan(lo[2]) and lo[3] == 0
 
 
 def _float32_case(case):
@@ -113,6 +151,8 @@ def _check(cp, case, precision=None, in_place=False):
     ep = case.epilogue
     kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),
                   activation=ep.get("activation"), precision=precision)
+    e = cuconv.explain(x, w, bias, residual=residual, **dict(kwargs, kernel="sm90_bf16x3"))
+    assert ("x split in registers" in str(e)) == (case.channels % 16 == 0), str(e)
     e = cuconv.explain(x, w, bias, residual=residual, **kwargs)
     # at "tf32" most problems go to sm90_tf32 (its routing: tests/test_tf32_gpu.py), few-channel ones to
     # smallc_direct (tests/test_smallc.py); forced here
@@ -134,6 +174,13 @@ def _check(cp, case, precision=None, in_place=False):
 @given(cases(nd=2, dtypes=("float32",), groups=False, max_channels=40, max_spatial=14))
 def test_drawn_float32_calls(cp, case):
     _check(cp, _float32_case(case))
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(nd=2, dtypes=("float32",), groups=False, max_channels=8, max_spatial=14), st.integers(1, 6))
+def test_drawn_calls_split_in_registers(cp, case, sixteens):
+    """C a multiple of 16: x split in the kernel's registers (halo tiles and im2col boxes, every epilogue)."""
+    _check(cp, dataclasses.replace(_float32_case(case), channels=16 * sixteens))
 
 
 @settings(max_examples=25, deadline=None)
@@ -171,9 +218,12 @@ def test_network_layers(cp, C, K, hw, filt, stride):
 
 
 @settings(max_examples=25, deadline=None)
-@given(cases(nd=3, dtypes=("float32",), groups=False, max_channels=20, max_spatial=8))
-def test_drawn_float32_conv3d(cp, case):
+@given(cases(nd=3, dtypes=("float32",), groups=False, max_channels=20, max_spatial=8), st.sampled_from([0, 1, 2]))
+def test_drawn_float32_conv3d(cp, case, sixteens):
+    """Any C (``sixteens`` 0), and C a multiple of 16 (x split in registers)."""
     case = _float32_case(case)
+    if sixteens:
+        case = dataclasses.replace(case, channels=16 * sixteens)
     x, w, bias, residual = make_operands(case, cp)
     ep = case.epilogue
     kwargs = dict(case.conv_kwargs(), alpha=ep.get("alpha", 1.0), beta=ep.get("beta", 1.0),

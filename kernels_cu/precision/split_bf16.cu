@@ -28,8 +28,10 @@
 // same way (src_w = taps, dst_w = 1: row k * R + r gathers its S taps). taps = 1, stride = dil = 1,
 // pad = 0, src_w = dst_w is the plain split.
 //
-// Non-finite values: hi = v and lo = 0 (v - hi would be NaN for an infinity), so an infinity in x or w
-// gives the same infinities and NaNs in the result as the float32 products would.
+// Non-finite values (and finite ones whose hi rounds to an infinity): hi = 0 and lo = v. lo meets only
+// the other operand's hi (lo_x hi_w, hi_x lo_w), so an infinity in x or w gives the infinities and NaNs
+// the float32 products would; with hi = v instead, hi_x lo_w would be inf * 0 = NaN wherever w is exact
+// in bf16. (An infinity in x meeting one in w at the same reduction index gives NaN, not infinity.)
 #include "common/types.cuh"
 
 struct SplitArgs {
@@ -50,7 +52,9 @@ namespace {
 __device__ __forceinline__ void split_one(float v, uint16_t& hi, uint16_t& lo) {
   hi = cuconv::from_float<cuconv::bf16_t>(v).bits;
   const float h = cuconv::to_float(cuconv::bf16_t{hi});
-  lo = isfinite(h) ? cuconv::from_float<cuconv::bf16_t>(v - h).bits : (uint16_t)0;
+  const bool finite = isfinite(h);
+  lo = finite ? cuconv::from_float<cuconv::bf16_t>(v - h).bits : hi;
+  if (!finite) hi = 0;
 }
 
 __device__ __forceinline__ uint32_t pack(uint16_t a, uint16_t b) { return (uint32_t)a | ((uint32_t)b << 16); }

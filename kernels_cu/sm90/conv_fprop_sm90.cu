@@ -57,7 +57,9 @@
 // three or four consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
 // (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_OUT_F32 (0/1: float32 output, bias
 // and residual), SM90_TF32 (0/1, with SM90_OUT_F32 and CUCONV_DTYPE 1: float32 operands moved as 16-bit
-// pairs and multiplied as tf32, wgmma_mainloop.cuh; no promotion). The kernel's name spells them out,
+// pairs and multiplied as tf32, wgmma_mainloop.cuh; no promotion), SM90_XSPLIT (0/1, with SM90_OUT_F32 and
+// CUCONV_DTYPE 1: float32 x moved as SM90_TF32 moves it, split into bf16 parts in the consumers' registers,
+// against a filter split ahead of the call; wgmma_split_a.cuh). The kernel's name spells them out,
 // e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_c2_res (3-D, pair, residual) /
 // conv2d_fprop_sm90_tma_256x96x64_s5 (256-row tile) / conv2d_..._s4_halo_nchw (channels-first output).
 #include "common/epilogue_math.cuh"
@@ -104,7 +106,10 @@
 #define SM90_OUT_F32 0
 #endif
 #ifndef SM90_PROMOTE_SLOTS  // (SM90_TF32's default: wgmma_mainloop.cuh)
-#define SM90_PROMOTE_SLOTS (SM90_TF32 ? 0 : 4)
+#define SM90_PROMOTE_SLOTS (SM90_TF32 ? 0 : SM90_XSPLIT ? 3 : 4)
+#endif
+#if SM90_XSPLIT && !SM90_OUT_F32
+#error "SM90_XSPLIT splits float32 x into a float32 epilogue (SM90_OUT_F32)"
 #endif
 #if SM90_TF32 && !(SM90_OUT_F32 && CUCONV_DTYPE == 1)
 #error "SM90_TF32 moves float32 operands as 16-bit pairs (CUCONV_DTYPE 1) into a float32 epilogue (SM90_OUT_F32)"
@@ -241,7 +246,11 @@ struct Sm90ConvParams {
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
 #define CUCONV_XCAT10(a, b, c, d, e, f, g, h, i, j) CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j)
-#if SM90_HALO && SM90_PINGPONG && SM90_TF32
+#if SM90_HALO && SM90_XSPLIT
+#define CUCONV_SM90_SUFFIX _halo_xs
+#elif SM90_XSPLIT
+#define CUCONV_SM90_SUFFIX _xs
+#elif SM90_HALO && SM90_PINGPONG && SM90_TF32
 #define CUCONV_SM90_SUFFIX _halo_pp_tf32
 #elif SM90_HALO && SM90_TF32
 #define CUCONV_SM90_SUFFIX _halo_tf32

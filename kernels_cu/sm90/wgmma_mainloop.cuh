@@ -38,6 +38,15 @@
 #define CUCONV_WGMMA_K "k16"
 #define CUCONV_WGMMA_IMM "p, 1, 1, 0, 0"
 #endif
+// SM90_XSPLIT = 1: the A slots hold float32 data (as SM90_TF32 moves it) that the consumers split
+// into bf16 hi / lo parts in registers, three register-A bf16 wgmmas per k16 step
+// (wgmma_split_a.cuh); the B slots hold the filter's split parts.
+#ifndef SM90_XSPLIT
+#define SM90_XSPLIT 0
+#endif
+#if SM90_XSPLIT && (SM90_TF32 || CUCONV_DTYPE != 1)
+#error "SM90_XSPLIT multiplies bf16 parts (CUCONV_DTYPE 1), not tf32"
+#endif
 
 namespace cuconv {
 namespace sm90 {
@@ -209,6 +218,29 @@ __device__ __forceinline__ void issue_slot(float (&acc)[MB][BN / 2], const uint6
   }
 }
 
+}  // namespace sm90
+}  // namespace cuconv
+
+#include "sm90/wgmma_split_a.cuh"
+
+namespace cuconv {
+namespace sm90 {
+
+// A slot's wgmmas at A rows `rows[b]` (shared addresses): through descriptors, or split in registers
+// (SM90_XSPLIT).
+template <int BN, int MB>
+__device__ __forceinline__ void issue_slot_at(float (&acc)[MB][BN / 2], const uint32_t (&rows)[MB], uint64_t desc_b,
+                                              int steps, uint32_t accumulate) {
+#if SM90_XSPLIT
+  issue_split_slot<BN, MB>(acc, rows, desc_b, steps, accumulate);
+#else
+  uint64_t da[MB];
+#pragma unroll
+  for (int b = 0; b < MB; ++b) da[b] = smem_desc_sw128(rows[b]);
+  issue_slot<BN, MB>(acc, da, desc_b, steps, accumulate);
+#endif
+}
+
 // One output tile's reduction (or a split tile's half, see scheduler.cuh): k_iters ring slots, each
 // BK = 64 deep, walked as taps x c_blocks channel blocks, the first slot holding channel block
 // first_cb. The last channel block of each tap holds only last_k16 (1..4) k16 steps of real
@@ -286,13 +318,12 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
   Promotion<PROMOTE, 1, BN / 2> promo;
   for (int k = 0; k < k_iters; ++k) {
     mbar_wait(full_bar + 8 * ring.stage, ring.phase);
-    const uint64_t da = smem_desc_sw128(a_base + ring.stage * A_STAGE_BYTES);
+    const uint32_t rows[1] = {a_base + ring.stage * A_STAGE_BYTES};
     const uint64_t db = smem_desc_sw128(b_base + ring.stage * B_STAGE_BYTES);
     const int steps = (cb == c_blocks - 1) ? last_k16 : BK / 16;
     cb = (cb + 1 == c_blocks) ? 0 : cb + 1;
-    const uint64_t das[1] = {da};
     const uint32_t accumulate = promo.before_slot(acc1, k > 0 ? 1u : 0u);
-    issue_slot<BN, 1>(acc1, das, db, steps, accumulate);  // the previous slot's wgmmas have retired: it may be refilled
+    issue_slot_at<BN, 1>(acc1, rows, db, steps, accumulate);  // the previous slot's wgmmas have retired: it may be refilled
     if (prev_stage >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_stage, lane);
     prev_stage = ring.stage;
     ring.advance();
@@ -344,10 +375,10 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2],
       for (int tap2 = 0; tap2 < taps2; ++tap2) {
         mbar_wait(full_bar + 8 * bring.stage, bring.phase);
         const uint64_t db = smem_desc_sw128(b_base + bring.stage * B_STAGE_BYTES);
-        uint64_t da[MB];  // block b reads the window from output row b on
+        uint32_t rows[MB];  // block b reads the window from output row b on
 #pragma unroll
-        for (int b = 0; b < MB; ++b) da[b] = smem_desc_sw128(window + tap_off + b * out_row_bytes);
-        issue_slot<BN, MB>(acc, da, db, steps, promo.before_slot(acc, accumulate));  // the previous tap's wgmmas have retired
+        for (int b = 0; b < MB; ++b) rows[b] = window + tap_off + b * out_row_bytes;
+        issue_slot_at<BN, MB>(acc, rows, db, steps, promo.before_slot(acc, accumulate));  // the previous tap's wgmmas have retired
         accumulate = 1;
         if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
         if (pending_a >= 0) {

@@ -30,7 +30,7 @@ from .params import kernel_params
 from .tensormap import (cuda_driver, encode_halo_c, encode_halo_x, encode_im2col_x, encode_tiled_c, encode_tiled_w,
                         placeholder_descriptor, tma_box_params, tma_limits_violation)
 from .tiles import BLOCK_K, HALO_A_STAGES, TileConfig, halo_why_not, halo_window, tile_config
-from .variants import SOURCE, defines, kernel_name, load_function
+from .variants import SOURCE, defines, kernel_name, load_function, ring_loads_residual
 
 __all__ = ["Sm90TmaKernel", "Sm90TmaConv3d", "Sm90Plan"]
 
@@ -46,13 +46,16 @@ class Sm90TmaKernel(Kernel):
     priority = 100
     spatial_dims = (2,)
 
-    def make_plan(self, problem, device, overrides, out_f32: bool = False, x_channels: int = 0, tf32: bool = False):
+    def make_plan(self, problem, device, overrides, out_f32: bool = False, x_channels: int = 0, tf32: bool = False,
+                  xsplit: bool = False):
         """The plan, or why not. ``out_f32``: the variant whose epilogue stores float32 (with float32
         bias and residual), for 16-bit operands that are parts of float32 data
         (:mod:`.split_precision`). ``x_channels``: x holds fewer channels than the reduction walks (a
         multiple of 64; the blocks past them read x's first blocks again), 0 for ``problem.channels``.
         ``tf32`` (with ``out_f32``): ``problem`` is the 16-bit view of float32 operands (twice the
-        channels, :mod:`.tf32`), multiplied as tf32."""
+        channels, :mod:`.tf32`), multiplied as tf32. ``xsplit``: ``problem`` is that view too, x split
+        into bf16 parts in the consumers' registers against a filter split per 16 channels
+        (:mod:`.split_precision`), float32 output."""
         if not device.is_hopper:
             return not_hopper(device)
         if problem.dtype not in ("float16", "bfloat16"):
@@ -67,17 +70,17 @@ class Sm90TmaKernel(Kernel):
         why = tma_limits_violation(problem)
         if why:
             return Declined(why)
-        if tf32:  # its consumers read the residual (no C ring): every tile the 16-bit kernel has
-            cfg = tile_config(_without_residual_ring(problem), device.sm_count, overrides)
+        if tf32 or xsplit:  # their consumers read the residual (no C ring)
+            cfg = tile_config(_without_residual_ring(problem), device.sm_count, overrides, out_f32=xsplit)
         else:
             cfg = tile_config(problem, device.sm_count, overrides, out_f32)
-        need = cfg.smem_bytes(problem.epilogue.loads_residual and not tf32)
+        need = cfg.smem_bytes(ring_loads_residual(problem.epilogue.loads_residual, tf32, xsplit))
         if device.smem_per_block_optin and need > device.smem_per_block_optin:
             return Declined(f"needs {need} bytes of shared memory per block, the device allows "
                             f"{device.smem_per_block_optin}")
         return Sm90Plan(self, problem, device, cfg, overrides,
                         f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem",
-                        out_f32=out_f32 or tf32, x_channels=x_channels, tf32=tf32)
+                        out_f32=out_f32 or tf32 or xsplit, x_channels=x_channels, tf32=tf32, xsplit=xsplit)
 
 
 def _without_residual_ring(problem):
@@ -135,7 +138,7 @@ class Sm90Plan(Plan):
     """A Hopper plan: the tile configuration, the compiled variant, and launch records per address set."""
 
     def __init__(self, kernel, problem, device, cfg: TileConfig, overrides, reason: str, out_f32: bool = False,
-                 x_channels: int = 0, tf32: bool = False):
+                 x_channels: int = 0, tf32: bool = False, xsplit: bool = False):
         super().__init__(kernel, problem, device, reason)
         self.cfg = cfg
         if x_channels and (x_channels % BLOCK_K or not 0 < x_channels <= problem.channels):
@@ -150,6 +153,8 @@ class Sm90Plan(Plan):
         self.out_f32 = out_f32
         #: The operands are float32 data seen as 16-bit pairs, multiplied as tf32 (:mod:`.tf32`).
         self.tf32 = tf32
+        #: x is float32 data seen as 16-bit pairs, split into bf16 parts in registers (:mod:`.split_precision`).
+        self.xsplit = xsplit
         #: A channels-first problem's output (and residual) are stored by the epilogue in that layout.
         self.writes_channels_first = problem.layout in ("NCHW", "NCDHW") and not out_f32
         self._overrides = overrides
@@ -194,6 +199,9 @@ class Sm90Plan(Plan):
         nchw, f32 = self.writes_channels_first, self.out_f32
         if self.tf32:
             loads += "; float32 operands moved as 16-bit pairs, one tf32 wgmma (k8) per 32 bytes of the reduction"
+        if self.xsplit:
+            loads += ("; float32 x moved as 16-bit pairs and split into bf16 hi / lo in the consumers' registers, "
+                      "three register-A bf16 wgmmas (k16) per 16 floats of the reduction")
         if f32:
             stores = "epilogue stores float32 (8-byte stores)" + (", reads the float32 residual there" if res else "")
         elif nchw:
@@ -201,13 +209,13 @@ class Sm90Plan(Plan):
                 ", reads the residual there" if res else "")
         else:
             stores = "epilogue-load warp prefetches the residual" if res else "no residual load"
-        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32, self.tf32)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
+        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32, self.tf32, self.xsplit)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{consumers}, {grid}{split}, {stores}")
 
     def compile_jobs(self):
         p = self.problem
         return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd, self.writes_channels_first,
-                                 self.out_f32, self.tf32)),)
+                                 self.out_f32, self.tf32, self.xsplit)),)
 
     def run(self, x, w, bias, residual, out):
         """Launch; the record (descriptors, params, function, grid) is reused for the same input addresses.
@@ -243,7 +251,7 @@ class Sm90Plan(Plan):
         if self._function is None:
             cfg, p = self.cfg, self.problem
             fn, smem = load_function(self.device.index, cfg, p.dtype, p.epilogue.loads_residual, p.nd,
-                                     self.writes_channels_first, self.out_f32, self.tf32)
+                                     self.writes_channels_first, self.out_f32, self.tf32, self.xsplit)
             grid = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, self.device))
             self._function = (fn, smem, grid)
         return self._function

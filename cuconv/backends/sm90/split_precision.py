@@ -101,6 +101,17 @@ class Sm90SplitBf16Kernel(RewritingKernel):
     precisions = frozenset({("float32", "float32"), ("float32", "tf32")})
 
     def rewrite_plan(self, problem, device, overrides):
+        why_not = xsplit_declines(problem)
+        if why_not is None:
+            inner = self.inner.make_plan(sixteen_bit_problem(problem, 2 * problem.channels), device, overrides,
+                                         out_f32=True, xsplit=True)
+            why_not = xsplit_costs_more(problem, inner.cfg.block_n) if inner else f"the kernel on the 16-bit view: {inner.reason}"
+            if why_not is None:
+                return XSplitPlan(self, problem, device, inner,
+                                  "float32 x split into bf16 hi + lo parts in registers against a filter split "
+                                  "per 16 channels, three products per term on the Hopper kernel (each output "
+                                  "within 3 * 2^-16 of |x| (*) |w|; about 4e-6 of the result on normal data)"
+                                  + tf32_note(problem, "split bf16"))
         cp_ = padded_channels(problem.channels)
         if folds(problem):
             inner_problem, x_channels = folded_problem(problem), 0
@@ -112,8 +123,42 @@ class Sm90SplitBf16Kernel(RewritingKernel):
             return Declined(f"the bf16 convolution over the {inner_problem.channels} split channels: {inner.reason}")
         return SplitBf16Plan(self, problem, device, inner,
                              "float32 as bf16 hi + lo parts, three products per term on the Hopper kernel (each "
-                             "output within 3 * 2^-16 of |x| (*) |w|; about 4e-6 of the result on normal data)"
+                             "output within 3 * 2^-16 of |x| (*) |w|; about 4e-6 of the result on normal data); "
+                             f"x split in a pass ahead of the kernel, not in registers: {why_not}"
                              + tf32_note(problem, "split bf16"))
+
+
+#: The split-in-registers cost model (docs/tuning.md#T-f32-xsplit): the consumers' loads and splits
+#: stall the tensor cores for a share of the products' time (both consumer warpgroups prepare the same
+#: slot at once), about a quarter at BN >= 96 and half at BN = 64 (n64 wgmmas are half as long); the
+#: split pass reads and writes x once (8 bytes per value) and is one launch more.
+_XSPLIT_STALL = {64: 0.5}
+_XSPLIT_STALL_WIDE = 0.25
+_TENSOR_FLOPS = 660e12   # bf16 products per second the kernel sustains (H100/H200)
+_COPY_BYTES = 3.5e12     # bytes per second a streaming pass moves
+_LAUNCH_S = 3e-6         # one more launch, back to back
+
+
+def xsplit_costs_more(problem, block_n: int):
+    """Why splitting x in registers would be slower than the split pass (None where it is faster): the
+    stall share of the three products' time against the pass over x (docs/tuning.md#T-f32-xsplit)."""
+    products = 3 * problem.flops / _TENSOR_FLOPS
+    stall = _XSPLIT_STALL.get(block_n, _XSPLIT_STALL_WIDE) * products
+    x_values = int(np.prod(problem.x_shape))
+    split_pass = 8 * x_values / _COPY_BYTES + _LAUNCH_S
+    if stall <= split_pass:
+        return None
+    return (f"splitting x in registers would stall the tensor cores for about {stall * 1e6:.1f} us, more than "
+            f"the split pass over x takes ({split_pass * 1e6:.1f} us)")
+
+
+def xsplit_declines(problem):
+    """Why x is not split in the kernel's registers (None where it is): the kernel's A slots then hold
+    32 floats per row and each 16 of them meet the filter's [hi x 16 | lo x 16] pair, so C must be a
+    multiple of 16."""
+    if problem.channels % 16:
+        return f"C={problem.channels} is not a multiple of 16"
+    return None
 
 
 def folds(problem) -> bool:
@@ -169,6 +214,29 @@ class SplitBf16Plan(Plan):
         self._x_split(x, xs)
         self._w_split(w, ws)
         self.inner.run(xs, ws, bias, residual, out)
+
+
+class XSplitPlan(Plan):
+    """Split w per 16 channels into a scratch buffer ([hi x 16 | lo x 16] bf16, the bytes of w), then the
+    split-x Hopper plan on x's 16-bit view (no copy of x)."""
+
+    def __init__(self, kernel, problem, device, inner, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.inner = inner
+        c, k = problem.channels, problem.out_channels
+        self._w_split = _Split(device.index, k * int(np.prod(problem.filter_spatial)) * c // 16, 16, 0b10, 2)
+
+    def describe(self) -> str:
+        return f"w split as [hi x 16 | lo x 16] per 16 channels, x split in registers: {self.inner.describe()}"
+
+    def compile_jobs(self):
+        return self.inner.compile_jobs() + ((SPLIT_SOURCE, {}),)
+
+    def run(self, x, w, bias, residual, out):
+        import cupy as cp
+        ws = scratch("bf16x3 w pairs", self.inner.problem.w_shape, "uint16")
+        self._w_split(w, ws)
+        self.inner.run(x.view(cp.uint16), ws, bias, residual, out)
 
 
 class Sm90SplitBf16Conv3d(Sm90SplitBf16Kernel):

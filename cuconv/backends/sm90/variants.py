@@ -20,52 +20,60 @@ ARCH = "sm_90a"
 
 
 def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool = False, f32: bool = False,
-                tf32: bool = False) -> str:
+                tf32: bool = False, xsplit: bool = False) -> str:
     """The entry point's name of a variant. ``nchw``: channels-first output; ``f32``: float32 output
     (both read the residual in the consumers: ``_res`` names the epilogue-load warp, which neither has);
-    ``tf32``: float32 operands multiplied as tf32, into the float32 output."""
+    ``tf32``: float32 operands multiplied as tf32, into the float32 output; ``xsplit``: float32 x split
+    into bf16 parts in registers against a split filter, into the float32 output."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
             + ("_pp" if cfg.pingpong else "")
-            + ("_tf32" if tf32 else "_f32" if f32 else "_nchw" if nchw else "_res" if loads_residual else ""))
+            + ("_xs" if xsplit else "_tf32" if tf32 else "_f32" if f32 else "_nchw" if nchw
+               else "_res" if loads_residual else ""))
 
 
 def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False,
-            f32: bool = False, tf32: bool = False) -> dict:
-    """The ``-D`` values that build a variant (``tf32``: ``dtype`` is the 16-bit view, bfloat16)."""
-    d = {"CUCONV_DTYPE": dtype_code(dtype), "SM90_NDIM": nd, "SM90_BM": cfg.block_m, "SM90_BN": cfg.block_n,
-         "SM90_STAGES": cfg.stages, "SM90_HAS_RESIDUAL": int(loads_residual and not (nchw or f32 or tf32)),
-         "SM90_CLUSTER": cfg.cluster, "SM90_HALO": int(cfg.halo), "SM90_PINGPONG": int(cfg.pingpong)}
-    if nchw:
-        d["SM90_NCHW_OUT"] = 1
-    if f32 or tf32:
-        d["SM90_OUT_F32"] = 1
-    if tf32:
-        d["SM90_TF32"] = 1
-    return d
+            f32: bool = False, tf32: bool = False, xsplit: bool = False) -> dict:
+    """The ``-D`` values that build a variant (``tf32``, ``xsplit``: ``dtype`` is the 16-bit view, bfloat16)."""
+    return _defines(dtype_code(dtype), nd, cfg.block_m, cfg.block_n, cfg.stages,
+                    int(loads_residual and not (nchw or f32 or tf32 or xsplit)), cfg.cluster, int(cfg.halo),
+                    int(cfg.pingpong), nchw, f32, tf32, xsplit)
+
+
+def ring_loads_residual(loads_residual: bool, tf32: bool = False, xsplit: bool = False) -> bool:
+    """Whether a variant's shared memory holds the C ring: the tf32 and split-x variants' consumers read
+    the residual themselves."""
+    return loads_residual and not (tf32 or xsplit)
 
 
 def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int, nchw: bool = False,
-                  f32: bool = False, tf32: bool = False):
+                  f32: bool = False, tf32: bool = False, xsplit: bool = False):
     """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
     loaded on the device, its shared-memory limit raised."""
     from ...device import gpu_info
-    smem = cfg.smem_bytes(loads_residual and not tf32)  # tf32's consumers read the residual (no C ring)
-    fn = load_cuda_function(SOURCE, gpu_info(dev_index), defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32),
-                            kernel_name(cfg, loads_residual, nd, nchw, f32, tf32), smem)
+    smem = cfg.smem_bytes(ring_loads_residual(loads_residual, tf32, xsplit))
+    fn = load_cuda_function(SOURCE, gpu_info(dev_index),
+                            defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32, xsplit),
+                            kernel_name(cfg, loads_residual, nd, nchw, f32, tf32, xsplit), smem)
     return fn, smem
 
 
-def _compile_variant(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0):
+def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0, xsplit=0) -> dict:
     d = {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
          "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}
     if nchw:
         d["SM90_NCHW_OUT"] = 1
-    if f32 or tf32:
+    if f32 or tf32 or xsplit:
         d["SM90_OUT_F32"] = 1
     if tf32:
         d["SM90_TF32"] = 1
-    return (SOURCE, d, ARCH)
+    if xsplit:
+        d["SM90_XSPLIT"] = 1
+    return d
+
+
+def _compile_variant(*args, **kw):
+    return (SOURCE, _defines(*args, **kw), ARCH)
 
 
 #: Every (source, defines, arch) the kernel may launch, for the CPU compile test.
@@ -100,4 +108,8 @@ COMPILE_VARIANTS = [
     _compile_variant(1, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1,
                      tf32=1)
     for nd in (2, 3) for bn in STAGES
+] + [  # float32 x split in registers (the split-bf16 float32 path where C is a multiple of 16): the float32
+    # output's tiles, without a C ring (its consumers read the residual)
+    _compile_variant(1, nd, 128, bn, (halo_stages if halo else stages_for)(128, bn, False), 0, cl, halo, xsplit=1)
+    for nd in (2, 3) for cl in (1, 2) for halo in (0, 1) for bn in F32_BLOCK_NS
 ]
