@@ -54,11 +54,13 @@ def test_float32_runs_split_on_hopper(C, precision):
 
 
 @pytest.mark.parametrize("nd", [2, 3])
-@pytest.mark.parametrize("C,K,residual", [(16, 64, False), (48, 3, True), (64, 64, True), (512, 100, False)])
-def test_x_splits_in_registers(nd, C, K, residual):
-    """C a multiple of 16: the kernel's split-x variant on x's 16-bit view (no copy of x, no C ring: its
-    consumers read the float32 residual), the filter split into a (K, taps, 2C) 16-bit buffer."""
-    spatial, filt = ((6, 20, 20), (3, 3, 3)) if nd == 3 else ((20, 20), (3, 3))
+@pytest.mark.parametrize("C,K,residual,f", [(16, 64, False, 3), (48, 3, True, 3), (64, 64, True, 3),
+                                            (512, 100, False, 1)])
+def test_x_splits_in_registers(nd, C, K, residual, f):
+    """C a multiple of 16 on a memory-bound layer: the kernel's split-x variant on x's 16-bit view (no
+    copy of x, no C ring: its consumers read the float32 residual), the filter split into a (K, taps,
+    2C) 16-bit buffer."""
+    spatial, filt = ((6, 20, 20), (f,) * 3) if nd == 3 else ((20, 20), (f, f))
     p = ConvProblem.create(nd=nd, batch=2, in_spatial=spatial, channels=C, out_channels=K, filter_spatial=filt,
                            stride=1, dilation=1, padding=1, groups=1, dtype="float32",
                            layout="NHWC" if nd == 2 else "NDHWC",
@@ -73,6 +75,19 @@ def test_x_splits_in_registers(nd, C, K, residual):
     assert split_source == "precision/split_bf16.cu"
     assert (source, defines, "sm_90a") in COMPILE_VARIANTS  # CI compiles every variant the policy picks
     assert "x split in registers" in plan.describe() and "in registers against a filter split" in plan.reason
+
+
+@pytest.mark.parametrize("C,hw,filt,n,registers", [(256, 56, 1, 32, True), (128, 56, 1, 32, True),
+                                                   (512, 64, 3, 1, False), (128, 512, 3, 1, False),
+                                                   (256, 14, 3, 32, False)])
+def test_compute_bound_layers_keep_the_split_pass(C, hw, filt, n, registers):
+    """The register split stalls the tensor cores for a share of the products' time; where that is more
+    than the split pass over x takes (docs/tuning.md#T-f32-xsplit), x is split by the pass."""
+    p = ConvProblem.create(nd=2, batch=n, in_spatial=(hw, hw), channels=C, out_channels=C, filter_spatial=(filt, filt),
+                           stride=1, dilation=1, padding=filt // 2, groups=1, dtype="float32", layout="NHWC")
+    plan, _ = dispatch.select(p, H100)
+    assert plan.kernel.name == "sm90_bf16x3" and plan.inner.xsplit == registers
+    assert ("would stall the tensor cores" in plan.reason) == (not registers)
 
 
 @pytest.mark.parametrize("C,x_channels", [(60, 128), (124, 256), (100, 3 * 104), (24, 72), (200, 3 * 200)])
