@@ -100,14 +100,15 @@ def test_folded_split_matches_its_model(cp, fold):
 
 
 def test_filter_pairs_match_their_model(cp):
-    """The split-in-registers path's filter: per 16 channels [hi x 16 | lo x 16] (split_bf16.cu with
-    rows of 16 channels, parts [hi | lo])."""
+    """The split-in-registers path's filter: per 16 channels [hi x 16 | lo x 16], each eight in the order
+    0 4 1 5 2 6 3 7 (split_bf16.cu with rows of 16 channels, parts [hi | lo], interleaved)."""
     from cuconv.backends.sm90.split_precision import _Split
     r = np.random.default_rng(16)
     a = (r.standard_normal((8, 3, 3, 48)) * np.exp(r.uniform(-20, 20, (8, 3, 3, 48)))).astype(np.float32)
     got = cp.empty(a.shape[:-1] + (96,), dtype=cp.uint16)
-    _Split(0, a.size // 16, 16, 0b10, 2)(cp.asarray(a), got)
-    want = _split_model(a.reshape(-1, 16), 0b10, 2).reshape(got.shape)
+    _Split(0, a.size // 16, 16, 0b10, 2, interleave=True)(cp.asarray(a), got)
+    order = np.array([0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15])  # the fragments' channel order
+    want = _split_model(a.reshape(-1, 16)[:, order], 0b10, 2).reshape(got.shape)
     np.testing.assert_array_equal(cp.asnumpy(got), want)
 
 

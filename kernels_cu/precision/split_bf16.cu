@@ -28,6 +28,10 @@
 // same way (src_w = taps, dst_w = 1: row k * R + r gathers its S taps). taps = 1, stride = dil = 1,
 // pad = 0, src_w = dst_w is the plain split.
 //
+// Interleaved order (interleave = 1, the filter of the split-in-registers path, kernels_cu/sm90/
+// wgmma_split_a.cuh): each group of eight channels is stored as channels 0 4 1 5 2 6 3 7 of the
+// group, the order in which that kernel's ldmatrix fragments hold x's channels.
+//
 // Non-finite values (and finite ones whose hi rounds to an infinity): hi = 0 and lo = v. lo meets only
 // the other operand's hi (lo_x hi_w, hi_x lo_w), so an infinity in x or w gives the infinities and NaNs
 // the float32 products would; with hi = v instead, hi_x lo_w would be inf * 0 = NaN wherever w is exact
@@ -45,6 +49,7 @@ struct SplitArgs {
   int taps;                  // filter columns folded into each destination row (1: none)
   int stride, dil, pad;      // source column of tap s: q * stride - pad + s * dil
   int src_w, dst_w;          // columns per source / destination image row
+  int interleave;            // 1: each eight channels stored in the order 0 4 1 5 2 6 3 7 (below)
 };
 
 namespace {
@@ -86,6 +91,11 @@ extern "C" __global__ void __launch_bounds__(256) split_bf16x3(const float* __re
     } else {
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] = c0 + j < a.C ? __ldg(s + j) : 0.f;
+    }
+    if (a.interleave) {
+      const float u[8] = {v[0], v[4], v[1], v[5], v[2], v[6], v[3], v[7]};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = u[j];
     }
     uint16_t hi[8], lo[8];
 #pragma unroll

@@ -5,8 +5,8 @@
 // one channel block, 128-byte swizzle. The B slot holds the filter split ahead of the call, per 16
 // channels [hi x 16 | lo x 16] bfloat16 (64 bytes, the bytes of those 16 floats), so B's descriptors
 // are the tf32 variant's too. Per k16 step (16 floats of the reduction, 64 bytes of A and of B) each
-// consumer thread loads its A fragment of m64nNk16 (rows 16 w + l/4 and +8, columns 2 (l%4) (+1) and
-// +8 of the step; warp w of the warpgroup, lane l) as four 8-byte shared loads, splits every value v
+// consumer thread loads its A fragment of m64nNk16 (rows 16 w + l/4 and +8; warp w of the warpgroup,
+// lane l) with two ldmatrix (load_split_a: the 16 channels in an interleaved order), splits every value v
 // into hi = bf16(v) and lo = bf16(v - hi) (hi = 0 and lo = v where hi is not finite, as
 // kernels_cu/precision/split_bf16.cu does), and issues three register-A wgmmas:
 //
@@ -19,6 +19,7 @@
 #pragma once
 
 #include "common/types.cuh"
+#include "sm80/ptx_sm80.cuh"
 
 namespace cuconv {
 namespace sm90 {
@@ -67,27 +68,27 @@ __device__ __forceinline__ void split_pair(float2 v, uint32_t& hi, uint32_t& lo)
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(d1), "f"(d0));
 }
 
-__device__ __forceinline__ float2 lds_f32x2(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
-
 // This thread's hi / lo A fragments of k16 step j of a slot whose 64 rows (128 bytes each, 128-byte
 // swizzle applied to address bits: 16-byte unit u of a row at address a sits at unit u ^ ((a >> 7) & 7))
-// start at shared address `rows` (a multiple of 128).
+// start at shared address `rows` (a multiple of 128). Two ldmatrix.x4 read the step's four 16-byte
+// units of the warp's 16 rows as eight 8 x 8 b16 matrices (8 rows of one unit each: conflict-free
+// under the swizzle), each thread receiving float t = lane % 4 of every unit of rows g = lane / 4 and
+// g + 8. Thread t thus holds floats t, 4 + t, 8 + t, 12 + t of the step, which it packs as the
+// fragment's reduction indices 2t, 2t + 1, 2t + 8, 2t + 9: the filter's split puts its channels in
+// that order (split_bf16.cu, `interleave`), so both operands walk the same permutation of the 16.
 __device__ __forceinline__ void load_split_a(uint32_t rows, int j, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
   const int t = threadIdx.x % 128;
   const int l = t % 32;
-  const uint32_t row = rows + (uint32_t)(16 * (t / 32) + l / 4) * 128u;  // and row + 1024 (8 rows down)
+  const int m = l / 8;  // the matrix this lane addresses: rows + 8 (m odd), unit + 1 (m >= 2)
+  const uint32_t row = rows + (uint32_t)(16 * (t / 32) + 8 * (m % 2) + l % 8) * 128u;
   const uint32_t x = (row >> 7) & 7u;
-  const uint32_t unit = (uint32_t)(4 * j + (l % 4) / 2);  // columns 2 (l%4), +1 of the step; unit + 2: +8
-  const uint32_t col0 = row + ((unit ^ x) << 4) + 8u * (l % 2);
-  const uint32_t col8 = row + (((unit + 2u) ^ x) << 4) + 8u * (l % 2);
-  split_pair(lds_f32x2(col0), hi[0], lo[0]);
-  split_pair(lds_f32x2(col0 + 1024u), hi[1], lo[1]);
-  split_pair(lds_f32x2(col8), hi[2], lo[2]);
-  split_pair(lds_f32x2(col8 + 1024u), hi[3], lo[3]);
+  uint32_t u01[4], u23[4];  // units 4j, 4j+1 / 4j+2, 4j+3: {g: u, g+8: u, g: u+1, g+8: u+1}
+  sm80::ldmatrix_x4(u01, row + ((((uint32_t)(4 * j + m / 2)) ^ x) << 4));
+  sm80::ldmatrix_x4(u23, row + ((((uint32_t)(4 * j + 2 + m / 2)) ^ x) << 4));
+  split_pair(make_float2(__uint_as_float(u01[0]), __uint_as_float(u01[2])), hi[0], lo[0]);  // g: t, 4 + t
+  split_pair(make_float2(__uint_as_float(u01[1]), __uint_as_float(u01[3])), hi[1], lo[1]);  // g + 8
+  split_pair(make_float2(__uint_as_float(u23[0]), __uint_as_float(u23[2])), hi[2], lo[2]);  // g: 8 + t, 12 + t
+  split_pair(make_float2(__uint_as_float(u23[1]), __uint_as_float(u23[3])), hi[3], lo[3]);  // g + 8
 }
 
 // One slot's group (see issue_group): KSTEPS k16 steps of 16 floats for each of MB 64-row blocks

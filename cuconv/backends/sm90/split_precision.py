@@ -49,7 +49,7 @@ SPLIT_SOURCE = "precision/split_bf16.cu"
 #: Which of the three channel blocks hold ``lo`` (bit b: block b): x is [hi | lo | hi], w [hi | hi | lo].
 X_PARTS, W_PARTS = 0b010, 0b100
 _ARGS_FIELDS = [("rows", np.int64), ("src_row_stride", np.int64)] + [(n, np.int32) for n in (
-    "C", "Cp", "lo_parts", "parts", "vec_loads", "taps", "stride", "dil", "pad", "src_w", "dst_w")]
+    "C", "Cp", "lo_parts", "parts", "vec_loads", "taps", "stride", "dil", "pad", "src_w", "dst_w", "interleave")]
 #: No fold: each destination row is the source row of the same index.
 _NO_FOLD = dict(taps=1, stride=1, dil=1, pad=0, src_w=1, dst_w=1)
 #: Where Cp is a multiple of the Hopper kernel's 64-channel block, x is stored as [hi | lo] only: the
@@ -66,10 +66,11 @@ class _Split(RowKernel):
 
     source, function, fields = SPLIT_SOURCE, "split_bf16x3", _ARGS_FIELDS
 
-    def __init__(self, device_index: int, rows: int, c: int, lo_parts: int, parts: int = 3, fold=None):
+    def __init__(self, device_index: int, rows: int, c: int, lo_parts: int, parts: int = 3, fold=None,
+                 interleave: bool = False):
         fold = fold or _NO_FOLD
         super().__init__(device_index, dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c),
-                                            lo_parts=lo_parts, parts=parts, **fold),
+                                            lo_parts=lo_parts, parts=parts, interleave=int(interleave), **fold),
                          rows * fold["taps"] * (padded_channels(c) // 8), c % 4 == 0)
 
 
@@ -217,14 +218,16 @@ class SplitBf16Plan(Plan):
 
 
 class XSplitPlan(Plan):
-    """Split w per 16 channels into a scratch buffer ([hi x 16 | lo x 16] bf16, the bytes of w), then the
-    split-x Hopper plan on x's 16-bit view (no copy of x)."""
+    """Split w per 16 channels into a scratch buffer ([hi x 16 | lo x 16] bf16, the bytes of w; each eight
+    channels in the order 0 4 1 5 2 6 3 7, as the kernel's fragments hold x's), then the split-x Hopper
+    plan on x's 16-bit view (no copy of x)."""
 
     def __init__(self, kernel, problem, device, inner, reason: str):
         super().__init__(kernel, problem, device, reason)
         self.inner = inner
         c, k = problem.channels, problem.out_channels
-        self._w_split = _Split(device.index, k * int(np.prod(problem.filter_spatial)) * c // 16, 16, 0b10, 2)
+        self._w_split = _Split(device.index, k * int(np.prod(problem.filter_spatial)) * c // 16, 16, 0b10, 2,
+                               interleave=True)
 
     def describe(self) -> str:
         return f"w split as [hi x 16 | lo x 16] per 16 channels, x split in registers: {self.inner.describe()}"
