@@ -96,7 +96,8 @@ __device__ __forceinline__ void load_split_a(uint32_t rows, int j, uint32_t (&hi
 // group's fence. The group ends with wait_group 0, not 1: a wgmma reads its A registers while in
 // flight, and writing them before the group that reads them has retired is undefined (PTX ISA,
 // wgmma.wait_group), while the compiler reuses the same registers for the next slot's fragments.
-// The tensor cores stay busy meanwhile with the other consumer warpgroup's group.
+// The tensor pipe is active about two thirds of the time in this variant against 93% in the split
+// pass's (docs/tuning.md#T-f32-xsplit): the plan takes it for memory-bound layers only.
 template <int BN, int MB, int KSTEPS>
 __device__ __forceinline__ void issue_split_group(float (&acc)[MB][BN / 2], const uint32_t (&rows)[MB],
                                                   uint64_t desc_b, uint32_t accumulate) {

@@ -129,10 +129,10 @@ class Sm90SplitBf16Kernel(RewritingKernel):
                              + tf32_note(problem, "split bf16"))
 
 
-#: The split-in-registers cost model (docs/tuning.md#T-f32-xsplit): the consumers' loads and splits
-#: stall the tensor cores for a share of the products' time (both consumer warpgroups prepare the same
-#: slot at once), about a quarter at BN >= 96 and half at BN = 64 (n64 wgmmas are half as long); the
-#: split pass reads and writes x once (8 bytes per value) and is one launch more.
+#: The split-in-registers cost model (docs/tuning.md#T-f32-xsplit): the register-A kernel keeps the
+#: tensor cores busy for a smaller share of the time than the split pass's kernel, measured as about a
+#: quarter of the products' time more at BN >= 96 and up to half at BN = 64 (n64 wgmmas are half as
+#: long); the split pass reads and writes x once (8 bytes per value) and is one launch more.
 _XSPLIT_STALL = {64: 0.5}
 _XSPLIT_STALL_WIDE = 0.25
 _TENSOR_FLOPS = 660e12   # bf16 products per second the kernel sustains (H100/H200)
