@@ -182,13 +182,14 @@ def halo_cases(draw, nd=2, max_width=150, max_channels=80):
                    "padding": padding, "batch": draw(st.integers(1, 2))})
 
 
-def smallc_takes(case: Case) -> bool:
+def smallc_takes(case: Case, precision: str = "float32") -> bool:
     """Whether ``smallc_direct`` (few input channels, first in the automatic choice for them) serves
-    the case: one group, at most MAX_C channels and MAX_TAPS multiply-adds per output."""
+    the case: one group, at most MAX_C channels and max_taps multiply-adds per output."""
     import math
 
-    from cuconv.backends.smallc.variants import MAX_C, MAX_TAPS
-    return case.groups == 1 and case.channels <= MAX_C and case.channels * math.prod(case.filt) <= MAX_TAPS
+    from cuconv.backends.smallc.variants import MAX_C, MAX_TAPS, MAX_TAPS_F32
+    limit = MAX_TAPS_F32 if case.dtype == "float32" and precision == "float32" else MAX_TAPS
+    return case.groups == 1 and case.channels <= MAX_C and case.channels * math.prod(case.filt) <= limit
 
 
 def with_residual(case: Case) -> Case:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import cuconv
 from cuconv.backends.sm90.split_precision import W_PARTS, X_PARTS, padded_channels, split_bf16x3
-from cuconv.backends.smallc.variants import MAX_C, MAX_TAPS
+from cuconv.backends.smallc.variants import MAX_C, MAX_TAPS_F32
 
 from conftest import needs_hopper, rel_error
 from geometry import cases, make_operands, smallc_takes
@@ -157,7 +157,7 @@ def _check(cp, case, precision=None, in_place=False):
     e = cuconv.explain(x, w, bias, residual=residual, **kwargs)
     # at "tf32" most problems go to sm90_tf32 (its routing: tests/test_tf32_gpu.py), few-channel ones to
     # smallc_direct (tests/test_smallc.py); forced here
-    if smallc_takes(case):
+    if smallc_takes(case, precision or "float32"):
         assert e.kernel == "smallc_direct", str(e)
     else:
         assert e.kernel in (("sm90_tf32", "sm90_bf16x3") if precision == "tf32" else ("sm90_bf16x3",)), str(e)
@@ -194,7 +194,7 @@ def test_drawn_tf32_and_in_place(cp, case):
     (512, 256, 16, 3, 1),    # a 4,608-term reduction (halo tiles; x as [hi | lo], hi read twice)
     (64, 64, 56, 3, 1),      # ResNet-50 stage 1
     (256, 512, 28, 1, 2),    # strided 1x1 (im2col boxes)
-    (3, 64, 64, 7, 2),       # an RGB stem: 3 channels padded to 8 per part, x as [hi | lo | hi]
+    (3, 64, 64, 7, 2),       # an RGB stem: smallc_direct's fp32 multiply-adds
     (192, 64, 20, 3, 2),     # strided 3x3 on im2col boxes, x as [hi | lo]
     (320, 320, 8, 3, 1),     # few output tiles: the split tail
     (128, 3, 64, 3, 1),      # a decoder's last layer: K = 3, 4-byte stores
@@ -211,7 +211,7 @@ def test_network_layers(cp, C, K, hw, filt, stride):
     ref = cuconv.reference.conv2d(x, w, bias, **dict(kw, residual=res))
     xg, wg, bg, rg = (cp.asarray(a) for a in (x, w, bias, res))
     got = cuconv.conv2d(xg, wg, bg, **dict(kw, residual=rg))
-    few = C <= MAX_C and C * filt * filt <= MAX_TAPS  # exact fp32 multiply-adds (tests/test_smallc.py)
+    few = C <= MAX_C and C * filt * filt <= MAX_TAPS_F32  # exact fp32 multiply-adds (tests/test_smallc.py)
     assert cuconv.explain(xg, wg, bg, **dict(kw, residual=rg)).kernel == ("smallc_direct" if few else "sm90_bf16x3")
     assert rel_error(got, ref) <= BOUND
     again = cuconv.conv2d(xg, wg, bg, **dict(kw, residual=rg))

@@ -117,7 +117,7 @@ def test_drawn_tf32_any_channels(cp, case):
                   activation=ep.get("activation"), precision="tf32")
     e = cuconv.explain(x, w, bias, residual=residual, **kwargs)
     folds = case.filt[-1] * 8 * -(-case.channels // 4) <= 64 and (case.filt[-1] > 1 or case.channels % 4 != 0)
-    if smallc_takes(case):  # few channels and taps: exact fp32 multiply-adds first (tests/test_smallc.py)
+    if smallc_takes(case, "tf32"):  # few channels and taps: exact fp32 multiply-adds first (tests/test_smallc.py)
         assert e.kernel == "smallc_direct", str(e)
     else:
         assert e.kernel == ("sm90_tf32" if folds or case.channels % 4 == 0 else "sm90_bf16x3"), str(e)

@@ -1,6 +1,6 @@
 """``smallc_direct``: dense convolution with few input channels (stems: C = 1-8, at most 64
-multiply-adds per output), conv2d and conv3d, NHWC / NDHWC, fp16 / bf16 / fp32, on every sm_80+
-NVIDIA GPU.
+multiply-adds per output, 196 for float32 at precision "float32"), conv2d and conv3d, NHWC / NDHWC,
+fp16 / bf16 / fp32, on every sm_80+ NVIDIA GPU.
 
 A stem's reduction (C x R x S: 27 for an RGB 3x3) is too short to feed a tensor-core tile, which pads
 it to 32 or 64 and spends its time moving the output. The kernel (kernels_cu/smallc/smallc_fprop.cu)
@@ -23,7 +23,7 @@ from ...registry import register
 from ..depthwise.kernel import DirectKernel, DirectPlan
 from ..depthwise.variants import problem_axes
 from .params import sc_geometry
-from .variants import MAX_TAPS, SC_SOURCE, ScConfig, sc_config, sc_variant, smallc_declined
+from .variants import SC_SOURCE, ScConfig, max_taps, sc_config, sc_variant, smallc_declined
 
 __all__ = ["SmallcKernel", "SmallcPlan"]
 
@@ -45,7 +45,7 @@ class SmallcKernel(DirectKernel):
     def plan_for(self, problem, device, cfg):
         taps = problem.channels * int(np.prod(problem.filter_spatial))
         return SmallcPlan(self, problem, device, cfg,
-                          f"few input channels (C = {problem.channels}, {taps} <= {MAX_TAPS} multiply-adds per "
+                          f"few input channels (C = {problem.channels}, {taps} <= {max_taps(problem)} multiply-adds per "
                           f"output): a direct kernel, each input tile read once into shared memory, fp32 "
                           f"multiply-adds{tf32_note(problem)}")
 

@@ -17,7 +17,8 @@ from ...launch import dtype_code
 from ...problem import ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 
-__all__ = ["ScConfig", "sc_config", "sc_variant", "smallc_declined", "SC_SOURCE", "MAX_C", "MAX_TAPS"]
+__all__ = ["ScConfig", "sc_config", "sc_variant", "smallc_declined", "max_taps", "SC_SOURCE", "MAX_C", "MAX_TAPS",
+           "MAX_TAPS_F32"]
 
 SC_SOURCE = "smallc/smallc_fprop.cu"
 #: Input channels the kernel takes at most (each one is an unrolled pass over the window).
@@ -25,6 +26,10 @@ MAX_C = 8
 #: Multiply-adds per output element (C x R x S x T) at most: beyond that a tensor-core GEMM is faster
 #: than fp32 multiply-adds (a 7x7 RGB stem, 147, runs on the implicit GEMM kernels).
 MAX_TAPS = 64
+#: The same for float32 data at precision "float32", whose tensor-core path multiplies three bf16 parts
+#: per term after a split pass: a 7x7 stem of up to 4 channels (196) runs here
+#: (docs/tuning.md#T-smallc-taps).
+MAX_TAPS_F32 = 196
 #: Shared memory one CTA may use (bytes): the taps as fp32 and one input tile.
 SMEM_LIMIT = 96 * 1024
 #: Threads per CTA at most.
@@ -73,16 +78,23 @@ class ScConfig:
         return p.batch * (p.out_spatial[0] if p.nd == 3 else 1) * self.tiles_p * self.tiles_q * self.chunks
 
 
+def max_taps(p: ConvProblem) -> int:
+    """Multiply-adds per output the kernel takes for ``p``: :data:`MAX_TAPS_F32` for float32 at precision
+    "float32", else :data:`MAX_TAPS`."""
+    return MAX_TAPS_F32 if (p.dtype, p.precision) == ("float32", "float32") else MAX_TAPS
+
+
 def smallc_declined(p: ConvProblem) -> Optional[str]:
     """Why the few-channel kernel cannot take ``p``, or None: dense (one group), at most
-    :data:`MAX_C` input channels and :data:`MAX_TAPS` multiply-adds per output."""
+    :data:`MAX_C` input channels and :func:`max_taps` multiply-adds per output."""
     if p.groups != 1:
         return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
     if p.channels > MAX_C:
         return f"C = {p.channels}: the kernel is for at most {MAX_C} input channels (stems)"
     taps = p.channels * math.prod(p.filter_spatial)
-    if taps > MAX_TAPS:
-        return (f"{taps} multiply-adds per output (C x filter): above {MAX_TAPS}, where tensor cores beat fp32 "
+    limit = max_taps(p)
+    if taps > limit:
+        return (f"{taps} multiply-adds per output (C x filter): above {limit}, where tensor cores beat fp32 "
                 f"multiply-adds")
     return index_range_declined(p) or plane_offsets_declined(p)
 
@@ -166,8 +178,8 @@ def sc_variant(p: ConvProblem, cfg: ScConfig):
 
 
 def _catalog():
-    """Few-channel problems whose variants CI compiles: the networks' stems in every dtype, a 4-channel
-    3x3, a conv3d and a narrow output."""
+    """Few-channel problems whose variants CI compiles: the networks' stems in every dtype (the 7x7 RGB
+    stem in float32), a 4-channel 3x3, a conv3d and a narrow output."""
     def stem(c, hw, f, s, k, dtype="bfloat16", nd=2, pad=None):
         return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=k,
                                   filter_spatial=(f,) * nd, stride=s, dilation=1,
@@ -177,6 +189,7 @@ def _catalog():
     for dtype in ("float16", "bfloat16", "float32"):
         out[f"3x3_s2_rgb_{dtype}"] = stem(3, 64, 3, 2, 32, dtype)
         out[f"4x4_s4_rgb_{dtype}"] = stem(3, 64, 4, 4, 96, dtype, pad=0)
+    out["7x7_s2_rgb_float32"] = stem(3, 64, 7, 2, 64, "float32")  # float32 only (MAX_TAPS_F32)
     out.update(c3_3x3_s1=stem(3, 32, 3, 1, 64), c4_3x3=stem(4, 32, 3, 1, 320), c1_conv3d=stem(1, 12, 3, 1, 16, nd=3), narrow_k3=stem(3, 16, 3, 1, 3))
     return out
 
