@@ -191,8 +191,8 @@ static_assert(BM == 128 || BM == 192 || BM == 256 || (PINGPONG && BM == 64),
 static_assert(!PINGPONG || (HALO && !HAS_RESIDUAL && CLUSTER == 1),
               "ping-pong warpgroups: halo tiles without a residual, single CTAs");
 static_assert(!PINGPONG || ACC_REGS <= 128, "a ping-pong warpgroup holds its whole tile: MB * BN / 2 <= 128");
-static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256,
-              "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256");
+static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256 || (BN == 16 && OUT_F32),
+              "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256 (and 16 with the float32 epilogue)");
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
 static_assert(!(NCHW_OUT && HAS_RESIDUAL), "a channels-first residual is read by the consumers, not by TMA");
 static_assert(!(OUT_F32 && HAS_RESIDUAL), "a float32 residual is read by the consumers, not by TMA");

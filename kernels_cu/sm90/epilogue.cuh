@@ -285,9 +285,10 @@ __device__ __forceinline__ void consumer_epilogue_f32(const float (&acc)[BN / 2]
                                                       const float* residual, const EpilogueParams& ep, int col_lane) {
   const bool has_res = ep.has_residual != 0;
   const bool pairs = (K & 1) == 0;  // 8-byte accesses (K even: col even, so col + 1 < K with col < K)
+  static_assert(BN % 16 == 0, "8-column blocks in pairs");
 #pragma unroll
   for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
-    const int blocks = (BN - 64 * chunk) >= 64 ? 8 : 4;
+    const int blocks = (BN - 64 * chunk) >= 64 ? 8 : (BN - 64 * chunk) / 8;
 #pragma unroll
     for (int jj = 0; jj < blocks; ++jj) {
       const int col = n0 + chunk * 64 + jj * 8 + col_lane;

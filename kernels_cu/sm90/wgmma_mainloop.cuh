@@ -149,6 +149,7 @@ CUCONV_DEFINE_WGMMA_MN(128, CUCONV_WGMMA_REGS_128, CUCONV_WGMMA_ACC_64, "%64", "
 CUCONV_DEFINE_WGMMA_MN(256, CUCONV_WGMMA_REGS_256, CUCONV_WGMMA_ACC_128, "%128", "%129", "%130")
 #endif
 
+CUCONV_DEFINE_WGMMA(16, CUCONV_WGMMA_REGS_0, CUCONV_WGMMA_ACC8(0), "%8", "%9", "%10")
 CUCONV_DEFINE_WGMMA(64, CUCONV_WGMMA_REGS_64, CUCONV_WGMMA_ACC_32, "%32", "%33", "%34")
 CUCONV_DEFINE_WGMMA(96, CUCONV_WGMMA_REGS_96, CUCONV_WGMMA_ACC_48, "%48", "%49", "%50")
 CUCONV_DEFINE_WGMMA(128, CUCONV_WGMMA_REGS_128, CUCONV_WGMMA_ACC_64, "%64", "%65", "%66")
@@ -159,7 +160,9 @@ CUCONV_DEFINE_WGMMA(256, CUCONV_WGMMA_REGS_256, CUCONV_WGMMA_ACC_128, "%128", "%
 template <int BN>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b,
                                              uint32_t scale_d) {
-  if constexpr (BN == 64) {
+  if constexpr (BN == 16) {
+    wgmma_m64n16k16(d, desc_a, desc_b, scale_d);
+  } else if constexpr (BN == 64) {
     wgmma_m64n64k16(d, desc_a, desc_b, scale_d);
   } else if constexpr (BN == 96) {
     wgmma_m64n96k16(d, desc_a, desc_b, scale_d);
@@ -170,7 +173,7 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
   } else if constexpr (BN == 192) {
     wgmma_m64n192k16(d, desc_a, desc_b, scale_d);
   } else {
-    static_assert(BN == 256, "BN must be 64, 96, 128, 160, 192 or 256");
+    static_assert(BN == 256, "BN must be 16, 64, 96, 128, 160, 192 or 256");
     wgmma_m64n256k16(d, desc_a, desc_b, scale_d);
   }
 }

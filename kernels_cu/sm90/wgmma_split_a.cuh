@@ -37,6 +37,7 @@ namespace sm90 {
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));                     \
   }
 
+CUCONV_DEFINE_WGMMA_RS(16, CUCONV_WGMMA_REGS_0, CUCONV_WGMMA_ACC8(0), "%8", "%9", "%10", "%11", "%12", "%13")
 CUCONV_DEFINE_WGMMA_RS(64, CUCONV_WGMMA_REGS_64, CUCONV_WGMMA_ACC_32, "%32", "%33", "%34", "%35", "%36", "%37")
 CUCONV_DEFINE_WGMMA_RS(96, CUCONV_WGMMA_REGS_96, CUCONV_WGMMA_ACC_48, "%48", "%49", "%50", "%51", "%52", "%53")
 CUCONV_DEFINE_WGMMA_RS(128, CUCONV_WGMMA_REGS_128, CUCONV_WGMMA_ACC_64, "%64", "%65", "%66", "%67", "%68", "%69")
@@ -44,12 +45,14 @@ CUCONV_DEFINE_WGMMA_RS(128, CUCONV_WGMMA_REGS_128, CUCONV_WGMMA_ACC_64, "%64", "
 template <int BN>
 __device__ __forceinline__ void wgmma_rs_m64k16(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                                 uint32_t scale_d) {
-  if constexpr (BN == 64) {
+  if constexpr (BN == 16) {
+    wgmma_rs_m64n16k16(d, a, desc_b, scale_d);
+  } else if constexpr (BN == 64) {
     wgmma_rs_m64n64k16(d, a, desc_b, scale_d);
   } else if constexpr (BN == 96) {
     wgmma_rs_m64n96k16(d, a, desc_b, scale_d);
   } else {
-    static_assert(BN == 128, "the split-A variant's BN: 64, 96 or 128 (the float32-output tiles)");
+    static_assert(BN == 128, "the split-A variant's BN: 16, 64, 96 or 128 (the float32-output tiles)");
     wgmma_rs_m64n128k16(d, a, desc_b, scale_d);
   }
 }

@@ -88,7 +88,7 @@ def halo_stages(block_m: int, block_n: int, loads_residual: bool) -> int:
 
 def stages_for(block_m: int, block_n: int, loads_residual: bool) -> int:
     """Ring depth of im2col tiles: :data:`STAGES` at BM = 128; taller tiles take what fits next to the C ring."""
-    if block_m == BLOCK_M:
+    if block_m == BLOCK_M and block_n in STAGES:
         return STAGES[block_n]
     free = _SMEM_LIMIT - _BARRIER_BYTES - (_c_ring_bytes(block_m) if loads_residual else 0)
     return min(_MAX_STAGES, free // ((block_m + block_n) * BLOCK_K * 2))
@@ -365,7 +365,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     The grid is persistent (as many clusters as fit, striding over the units) when there are more
     units than SMs; the launch lowers it to the clusters the device co-schedules.
     """
-    if block_n is not None and block_n not in STAGES:
+    if block_n is not None and block_n not in STAGES and block_n not in F32_BLOCK_NS:
         raise ValueError(f"block_n: expected one of {sorted(STAGES)}, got {block_n!r}")
     if block_m is not None and block_m not in PINGPONG_BLOCK_MS:
         raise ValueError(f"block_m: expected 64 (ping-pong), 128, 192 or 256, got {block_m!r}")
@@ -437,8 +437,10 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
 
 
 #: Tile widths of the float32-output variant: its promotion (kernels_cu/sm90/wgmma_mainloop.cuh)
-#: keeps a second set of accumulators, which fits 128-row tiles up to 128 columns (no ping-pong).
-F32_BLOCK_NS = (64, 96, 128)
+#: keeps a second set of accumulators, which fits 128-row tiles up to 128 columns (no ping-pong); 16
+#: for the narrow last layers of decoders (K = 3 or 4), whose 64-column tiles would multiply 16
+#: times as many zero columns (docs/tuning.md#T-f32-narrow).
+F32_BLOCK_NS = (16, 64, 96, 128)
 
 
 def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
