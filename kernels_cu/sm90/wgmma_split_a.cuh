@@ -16,6 +16,9 @@
 //
 // The split happens once per slot and thread, in registers, with no pass over x in global memory.
 // The products and their accuracy are split_bf16.cu's (hi_x hi_w + lo_x hi_w + hi_x lo_w).
+//
+// wgmma_mainloop.cuh includes this file after its wgmma primitives (fences, waits, the operand-list
+// macros), which it uses, and before the mainloops, which call issue_split_slot (SM90_XSPLIT).
 #pragma once
 
 #include "common/types.cuh"
