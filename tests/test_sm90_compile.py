@@ -38,7 +38,7 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
                      halo=bool(defines_["SM90_HALO"]), pingpong=bool(defines_["SM90_PINGPONG"]))
     name = kernel_name(cfg, bool(defines_["SM90_HAS_RESIDUAL"]), defines_["SM90_NDIM"],
                        bool(defines_.get("SM90_NCHW_OUT")), bool(defines_.get("SM90_OUT_F32")),
-                       bool(defines_.get("SM90_TF32")))
+                       bool(defines_.get("SM90_TF32")), bool(defines_.get("SM90_XSPLIT")))
     assert [f.name for f in report.functions] == [name], report.log
     assert report.spills == 0 and all(f.stack_frame == 0 for f in report.functions), report.log
     assert "C7508" not in report.log, "setmaxnreg ignored by ptxas:\n" + report.log
