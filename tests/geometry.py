@@ -187,8 +187,8 @@ def smallc_takes(case: Case, precision: str = "float32") -> bool:
     the case: one group, at most MAX_C channels and max_taps multiply-adds per output."""
     import math
 
-    from cuconv.backends.smallc.variants import MAX_C, MAX_TAPS, MAX_TAPS_F32
-    limit = MAX_TAPS_F32 if case.dtype == "float32" and precision == "float32" else MAX_TAPS
+    from cuconv.backends.smallc.variants import MAX_C, max_taps
+    limit = max_taps(case.dtype, precision)
     return case.groups == 1 and case.channels <= MAX_C and case.channels * math.prod(case.filt) <= limit
 
 

@@ -92,6 +92,11 @@ def split_bf16x3(a, lo_parts: int, parts: int = 3):
     return out
 
 
+#: What both forms of the split compute (the plans' reasons).
+_PRODUCTS = ("three products per term on the Hopper kernel (each output within 3 * 2^-16 of |x| (*) |w|; about "
+             "4e-6 of the result on normal data)")
+
+
 class Sm90SplitBf16Kernel(RewritingKernel):
     """conv2d of float32 data on Hopper: bf16 hi/lo parts, three products per term, one wgmma launch."""
 
@@ -110,9 +115,7 @@ class Sm90SplitBf16Kernel(RewritingKernel):
             if why_not is None:
                 return XSplitPlan(self, problem, device, inner,
                                   "float32 x split into bf16 hi + lo parts in registers against a filter split "
-                                  "per 16 channels, three products per term on the Hopper kernel (each output "
-                                  "within 3 * 2^-16 of |x| (*) |w|; about 4e-6 of the result on normal data)"
-                                  + tf32_note(problem, "split bf16"))
+                                  f"per 16 channels, {_PRODUCTS}" + tf32_note(problem, "split bf16"))
         cp_ = padded_channels(problem.channels)
         if folds(problem):
             inner_problem, x_channels = folded_problem(problem), 0
@@ -123,10 +126,8 @@ class Sm90SplitBf16Kernel(RewritingKernel):
         if not inner:
             return Declined(f"the bf16 convolution over the {inner_problem.channels} split channels: {inner.reason}")
         return SplitBf16Plan(self, problem, device, inner,
-                             "float32 as bf16 hi + lo parts, three products per term on the Hopper kernel (each "
-                             "output within 3 * 2^-16 of |x| (*) |w|; about 4e-6 of the result on normal data); "
-                             f"x split in a pass ahead of the kernel, not in registers: {why_not}"
-                             + tf32_note(problem, "split bf16"))
+                             f"float32 as bf16 hi + lo parts, {_PRODUCTS}; x split in a pass ahead of the kernel, "
+                             f"not in registers: {why_not}" + tf32_note(problem, "split bf16"))
 
 
 #: The split-in-registers cost model (docs/tuning.md#T-f32-xsplit): the register-A kernel keeps the

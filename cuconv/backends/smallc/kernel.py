@@ -45,7 +45,7 @@ class SmallcKernel(DirectKernel):
     def plan_for(self, problem, device, cfg):
         taps = problem.channels * int(np.prod(problem.filter_spatial))
         return SmallcPlan(self, problem, device, cfg,
-                          f"few input channels (C = {problem.channels}, {taps} <= {max_taps(problem)} multiply-adds per "
+                          f"few input channels (C = {problem.channels}, {taps} <= {max_taps(problem.dtype, problem.precision)} multiply-adds per "
                           f"output): a direct kernel, each input tile read once into shared memory, fp32 "
                           f"multiply-adds{tf32_note(problem)}")
 

@@ -78,10 +78,10 @@ class ScConfig:
         return p.batch * (p.out_spatial[0] if p.nd == 3 else 1) * self.tiles_p * self.tiles_q * self.chunks
 
 
-def max_taps(p: ConvProblem) -> int:
-    """Multiply-adds per output the kernel takes for ``p``: :data:`MAX_TAPS_F32` for float32 at precision
-    "float32", else :data:`MAX_TAPS`."""
-    return MAX_TAPS_F32 if (p.dtype, p.precision) == ("float32", "float32") else MAX_TAPS
+def max_taps(dtype: str, precision: str) -> int:
+    """Multiply-adds per output the kernel takes for ``dtype`` data at ``precision``: :data:`MAX_TAPS_F32`
+    for float32 at precision "float32", else :data:`MAX_TAPS`."""
+    return MAX_TAPS_F32 if (dtype, precision) == ("float32", "float32") else MAX_TAPS
 
 
 def smallc_declined(p: ConvProblem) -> Optional[str]:
@@ -92,7 +92,7 @@ def smallc_declined(p: ConvProblem) -> Optional[str]:
     if p.channels > MAX_C:
         return f"C = {p.channels}: the kernel is for at most {MAX_C} input channels (stems)"
     taps = p.channels * math.prod(p.filter_spatial)
-    limit = max_taps(p)
+    limit = max_taps(p.dtype, p.precision)
     if taps > limit:
         return (f"{taps} multiply-adds per output (C x filter): above {limit}, where tensor cores beat fp32 "
                 f"multiply-adds")
