@@ -102,6 +102,19 @@ def test_tile_width_choice(m, n, bn):
     assert choose_tile_config(m, n, 132, cluster=1).block_n == bn
 
 
+@pytest.mark.parametrize("m,n,bn16,bn_tf32", [
+    (32 * 56 * 56, 256, 256, 128),    # ResNet-50 1x1 64->256: tf32 products favour the finer waves
+    (32 * 14 * 14, 1024, 256, 128),   # 1x1 256->1024: 196 tiles of 256 are 1.5 waves, 392 of 128 three
+    (32 * 7 * 7, 512, 96, 128),       # 3x3 512 at 7x7: 96 pads N, 128 does not
+    (32 * 56 * 56, 64, 64, 64),
+    (32 * 56 * 56, 144, 160, 160),    # 160 pads 144 less than 128 does (one tile instead of two)
+])
+def test_tf32_tile_width(m, n, bn16, bn_tf32):
+    """tf32 (docs/tuning.md T-tf32-bn): BN at most 128; 96 / 160 / 192 only where they pad N less."""
+    assert choose_tile_config(m, n, 132, cluster=1).block_n == bn16
+    assert choose_tile_config(m, n, 132, cluster=1, tf32=True).block_n == bn_tf32
+
+
 @pytest.mark.parametrize("m,n,bm,stages", [
     (64 * 56 * 56, 64, 256, 5),       # ResNet 64->64 at 56x56: 784 tiles of 256 rows, 6 waves (12 of 128)
     (4 * 240 * 416, 96, 256, 5),      # conv3d 96->96 at 240x416: B's share of L2->SM traffic halved

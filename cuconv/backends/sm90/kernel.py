@@ -71,7 +71,7 @@ class Sm90TmaKernel(Kernel):
         if why:
             return Declined(why)
         if tf32 or xsplit:  # their consumers read the residual (no C ring)
-            cfg = tile_config(_without_residual_ring(problem), device.sm_count, overrides, out_f32=xsplit)
+            cfg = tile_config(_without_residual_ring(problem), device.sm_count, overrides, out_f32=xsplit, tf32=tf32)
         else:
             cfg = tile_config(problem, device.sm_count, overrides, out_f32)
         need = cfg.smem_bytes(ring_loads_residual(problem.epilogue.loads_residual, tf32, xsplit))

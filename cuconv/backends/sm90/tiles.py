@@ -266,6 +266,21 @@ def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
     return -(-(m_tiles * -(-gemm_n // bn)) // sm_count) * (bn + 32)
 
 
+def _tf32_bn(m_tiles: int, gemm_n: int, sm_count: int) -> int:
+    """BN for tf32 products (docs/tuning.md T-tf32-bn): at most 128. A tf32 wgmma takes twice as long per
+    operand byte as a 16-bit one, so the A re-reads that 256-wide tiles save matter less than the finer
+    waves of 128-wide ones. 96, 160 or 192 replace 128 only where they pad N less and
+    :func:`_modelled_cost` predicts at least 12% less time (N = 96, 144, 160, ...)."""
+    bn = 64 if gemm_n <= 64 else 128
+    padded = -(-gemm_n // bn) * bn
+    fewer_pads = [b for b in STAGES if b not in _BASE_BN and -(-gemm_n // b) * b < padded]
+    if fewer_pads:
+        best = min(fewer_pads, key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
+        if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * _modelled_cost(m_tiles, gemm_n, bn, sm_count):
+            return best
+    return bn
+
+
 def bm_fits(block_m: int, block_n: int, cluster: int, loads_residual: bool, halo: bool) -> bool:
     """Whether a ``block_m`` x ``block_n`` tile is a variant the kernel builds without spilling: 128
     rows always; 192 for :data:`MID_M_BN`; 256 for :data:`WIDE_M_BN` (and BN 128 on halo tiles without
@@ -345,12 +360,13 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
                        split_ways: Optional[int] = None,
                        block_m: Optional[int] = None, loads_residual: bool = False,
                        halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None,
-                       pingpong: Optional[bool] = None) -> TileConfig:
+                       pingpong: Optional[bool] = None, tf32: bool = False) -> TileConfig:
     """The tile configuration of a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles take ``k_iters`` reduction
     steps. Pure; every keyword left None is chosen automatically.
 
     * BN: :func:`_bn_rule`, replaced by 96, 160 or 192 where :func:`_modelled_cost` predicts at least 12%
       less time (less padding or a fuller last wave); ``block_n`` forces it.
+    * ``tf32`` (float32 operands multiplied as tf32): :func:`_tf32_bn` instead.
     * Height: :func:`_auto_block_m`; ``block_m`` forces it where the variant exists (:func:`bm_fits`).
     * ``cluster`` = 2: pairs of CTAs multicasting the filter tile, when there are two row tiles.
     * The split tail (:func:`_split_tiles`); ``split`` forces it on or off.
@@ -373,7 +389,9 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     m_tiles = -(-gemm_m // BLOCK_M)
     auto_bn = bn is None
     note = ""
-    if bn is None:
+    if bn is None and tf32:
+        bn = _tf32_bn(m_tiles, gemm_n, sm_count)
+    elif bn is None:
         bn = _bn_rule(m_tiles, gemm_n, sm_count)
         best = min((b for b in STAGES if b not in _BASE_BN), key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
         if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * _modelled_cost(m_tiles, gemm_n, bn, sm_count):
@@ -451,10 +469,10 @@ def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
     return next((b for b in F32_BLOCK_NS if b >= gemm_n), F32_BLOCK_NS[-1])
 
 
-def tile_config(problem, sm_count: int, overrides, out_f32: bool = False) -> TileConfig:
+def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: bool = False) -> TileConfig:
     """The tile configuration of ``problem`` on ``sm_count`` SMs under ``overrides``
-    (:class:`cuconv.overrides.Overrides`); ``out_f32``: for the float32-output variant (128-row tiles,
-    :func:`f32_block_n`, no ping-pong)."""
+    (:class:`cuconv.overrides.Overrides`); ``out_f32``: for the float32-output variant with promotion
+    (128-row tiles, :func:`f32_block_n`, no ping-pong); ``tf32``: for tf32 products (:func:`_tf32_bn`)."""
     o = overrides
     block_m, block_n, pingpong = o.block_m, o.block_n, o.pingpong
     if out_f32:
@@ -462,7 +480,7 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False) -> Til
     return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=block_n,
                               k_iters=k_iters(problem), split=o.split, split_ways=o.split_ways, block_m=block_m,
                               loads_residual=problem.epilogue.loads_residual, halo_geometry=halo_geometry(problem),
-                              halo=o.halo, pingpong=pingpong)
+                              halo=o.halo, pingpong=pingpong, tf32=tf32)
 
 
 def halo_why_not(problem, overrides) -> str:

@@ -1,0 +1,94 @@
+"""``narrowk_direct``: dense float32 conv2d with K <= 8 output channels and many input channels, NHWC,
+on every sm_80+ NVIDIA GPU.
+
+An implicit GEMM runs such a layer (a VAE's or UNet's last convolution, C = 128-320 -> K = 3-4) on its
+narrowest tile, 16 or 64 columns for 3 or 4 real ones, and streams every activation byte through
+shared memory once per product. The kernel (kernels_cu/narrowk/narrowk_fprop.cu) spreads the reduction
+over the lanes instead: a group of lanes owns a few output pixels x all K channels, each lane a share
+of the input channels, loaded from global memory in 16-byte vectors and multiplied with fp32
+multiply-adds; the group's partial sums are reduce-scattered with shuffles (docs/architecture.md,
+"Few output channels"). It runs float32 at full fp32 accuracy at either precision; the source also
+builds for 16-bit data, where sm80_igemm's tensor-core tiles are faster (docs/tuning.md#T-narrowk).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...compiler import load_cuda_function
+from ...launch import PackedLaunch, epilogue_params
+from ...plan import FLOAT32_FFMA, Plan, tf32_note
+from ...registry import register
+from ..depthwise.kernel import DirectKernel
+from .variants import NK_SOURCE, NkConfig, nk_config, nk_declined, nk_geometry, nk_variant
+
+__all__ = ["NarrowkKernel", "NarrowkPlan"]
+
+
+class NarrowkKernel(DirectKernel):
+    """Direct conv2d for few output channels: the reduction over lanes, fp32 multiply-adds."""
+
+    name = "narrowk_direct"
+    spatial_dims = (2,)
+    #: Above the float32 implicit GEMM kernels (sm90_tf32, sm90_bf16x3, sm80_tf32), whose narrowest
+    #: tiles multiply mostly zero columns at K <= 8; below smallc_direct (few input channels).
+    priority = 111
+    #: float32 only, at full fp32 accuracy at either precision: 16-bit narrow outputs run faster on
+    #: sm80_igemm's tensor-core tiles (docs/tuning.md#T-narrowk).
+    precisions = FLOAT32_FFMA
+
+    def declined(self, problem):
+        return nk_declined(problem)
+
+    def config(self, problem):
+        return nk_config(problem)
+
+    def plan_for(self, problem, device, cfg):
+        return NarrowkPlan(self, problem, device, cfg,
+                           f"few output channels (K = {problem.out_channels} <= 8) from C = {problem.channels}: a "
+                           f"direct kernel, the reduction spread over lanes, fp32 multiply-adds{tf32_note(problem)}")
+
+
+class NarrowkPlan(Plan):
+    """The launch shape of one narrow-output problem, and its packed launch once it has run."""
+
+    def __init__(self, kernel, problem, device, cfg: NkConfig, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.cfg = cfg
+        self.name, self.defines = nk_variant(problem, cfg)
+        self._launch = None
+
+    def compile_jobs(self):
+        return ((NK_SOURCE, self.defines),)
+
+    def describe(self) -> str:
+        c = self.cfg
+        groups = 32 // c.ul
+        return (f"{self.name}: groups of {c.ul} lanes, each {c.px} output pixels along W x {c.kv} channels "
+                f"({c.units} channel vectors of {c.vec} per pixel over the lanes, reduce-scattered by "
+                f"shuffles); CTA of 8 warps, one output row each, {groups} groups per warp; grid "
+                f"{c.ctas} CTAs ({c.row_blocks} x {c.col_blocks} per image)")
+
+    def _build(self) -> PackedLaunch:
+        p, c = self.problem, self.cfg
+        fn = load_cuda_function(NK_SOURCE, self.device, self.defines, self.name, 0)
+        null = np.uint64(0)
+        args = (null, null, null, null, null, nk_geometry(p, c), epilogue_params(p.epilogue))
+        return PackedLaunch(fn, c.ctas, c.threads, 0, args, slots=(0, 1, 2, 3, 4))
+
+    def run(self, x, w, bias, residual, out):
+        launch = self._launch
+        if launch is None:
+            launch = self._launch = self._build()
+        if x.data.ptr % 16:  # 16-byte channel vectors
+            x = x.copy()
+        if w.data.ptr % 16:
+            w = w.copy()
+        if residual is None or not self.problem.epilogue.loads_residual:
+            residual = None
+        op = out.data.ptr  # absent operands: any valid address (the kernel reads them only when flagged)
+        launch(x.data.ptr, w.data.ptr, op if bias is None else bias.data.ptr,
+               op if residual is None else residual.data.ptr, op)
+
+
+register(NarrowkKernel())
