@@ -192,6 +192,17 @@ def smallc_takes(case: Case, precision: str = "float32") -> bool:
     return case.groups == 1 and case.channels <= MAX_C and case.channels * math.prod(case.filt) <= limit
 
 
+def narrowk_takes(case: Case) -> bool:
+    """Whether ``narrowk_direct`` (few output channels, float32, first in the automatic choice for
+    them) serves the case: a dense float32 conv2d, K <= MAX_K, C a multiple of 4 with at least
+    MIN_UNITS vectors of 4, a filter of more than one tap."""
+    import math
+
+    from cuconv.backends.narrowk.variants import MAX_K, MIN_UNITS
+    return (case.dtype == "float32" and case.nd == 2 and case.groups == 1 and case.out_channels <= MAX_K
+            and case.channels % 4 == 0 and case.channels // 4 >= MIN_UNITS and math.prod(case.filt) > 1)
+
+
 def with_residual(case: Case) -> Case:
     """``case`` with a residual read (beta kept when it is non-zero, else 1): for the in-place tests."""
     case.epilogue = dict(case.epilogue, residual=True, beta=case.epilogue.get("beta", 1.0) or 1.0)

@@ -26,7 +26,7 @@ from cuconv.backends.sm90.split_precision import W_PARTS, X_PARTS, padded_channe
 from cuconv.backends.smallc.variants import MAX_C, MAX_TAPS_F32
 
 from conftest import needs_hopper, rel_error
-from geometry import cases, make_operands, smallc_takes
+from geometry import cases, make_operands, narrowk_takes, smallc_takes
 
 pytestmark = [pytest.mark.gpu, needs_hopper]
 
@@ -124,8 +124,9 @@ def test_infinities_propagate(cp, C):
     w = np.full((8, 3, 3, C), 0.5, np.float32)
     w[2, 1, 1, 7] = np.inf  # x is 0 in the padding: NaN at the border of filter 2's outputs
     xg, wg = cp.asarray(x), cp.asarray(w)
-    assert ("x split in registers" in str(cuconv.explain(xg, wg, padding=1))) == (C % 16 == 0)
-    got = cp.asnumpy(cuconv.conv2d(xg, wg, padding=1))
+    split = dict(padding=1, kernel="sm90_bf16x3")  # K = 8 runs on narrowk_direct by default
+    assert ("x split in registers" in str(cuconv.explain(xg, wg, **split))) == (C % 16 == 0)
+    got = cp.asnumpy(cuconv.conv2d(xg, wg, **split))
     ref = cuconv.reference.conv2d(x, w, padding=1)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_array_equal(got[np.isinf(ref)], ref[np.isinf(ref)])
@@ -159,6 +160,8 @@ def _check(cp, case, precision=None, in_place=False):
     # smallc_direct (tests/test_smallc.py); forced here
     if smallc_takes(case, precision or "float32"):
         assert e.kernel == "smallc_direct", str(e)
+    elif narrowk_takes(case):  # few output channels: tests/test_narrowk.py
+        assert e.kernel == "narrowk_direct", str(e)
     else:
         assert e.kernel in (("sm90_tf32", "sm90_bf16x3") if precision == "tf32" else ("sm90_bf16x3",)), str(e)
     ref = cuconv.reference.conv2d(x, w, bias, residual=residual, **{k: v for k, v in kwargs.items() if k != "precision"})
@@ -197,7 +200,7 @@ def test_drawn_tf32_and_in_place(cp, case):
     (3, 64, 64, 7, 2),       # an RGB stem: smallc_direct's fp32 multiply-adds
     (192, 64, 20, 3, 2),     # strided 3x3 on im2col boxes, x as [hi | lo]
     (320, 320, 8, 3, 1),     # few output tiles: the split tail
-    (128, 3, 64, 3, 1),      # a decoder's last layer: K = 3, 4-byte stores
+    (128, 3, 64, 3, 1),      # a decoder's last layer: K = 3 (narrowk_direct)
     (4, 4, 32, 1, 1),        # C = K = 4, 1x1
 ])
 def test_network_layers(cp, C, K, hw, filt, stride):
@@ -212,7 +215,9 @@ def test_network_layers(cp, C, K, hw, filt, stride):
     xg, wg, bg, rg = (cp.asarray(a) for a in (x, w, bias, res))
     got = cuconv.conv2d(xg, wg, bg, **dict(kw, residual=rg))
     few = C <= MAX_C and C * filt * filt <= MAX_TAPS_F32  # exact fp32 multiply-adds (tests/test_smallc.py)
-    assert cuconv.explain(xg, wg, bg, **dict(kw, residual=rg)).kernel == ("smallc_direct" if few else "sm90_bf16x3")
+    narrow = K <= 8 and filt > 1  # fp32 multiply-adds over lanes (tests/test_narrowk.py)
+    assert cuconv.explain(xg, wg, bg, **dict(kw, residual=rg)).kernel == (
+        "smallc_direct" if few else "narrowk_direct" if narrow else "sm90_bf16x3")
     assert rel_error(got, ref) <= BOUND
     again = cuconv.conv2d(xg, wg, bg, **dict(kw, residual=rg))
     assert cp.array_equal(got, again)  # a fixed reduction order: the same bits on every run

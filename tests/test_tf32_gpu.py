@@ -24,7 +24,7 @@ from hypothesis import given, settings
 import cuconv
 
 from conftest import needs_hopper, rel_error
-from geometry import cases, make_operands, smallc_takes
+from geometry import cases, make_operands, narrowk_takes, smallc_takes
 from test_split_precision_gpu import assert_within_split_bound
 
 pytestmark = [pytest.mark.gpu, needs_hopper]
@@ -119,6 +119,8 @@ def test_drawn_tf32_any_channels(cp, case):
     folds = case.filt[-1] * 8 * -(-case.channels // 4) <= 64 and (case.filt[-1] > 1 or case.channels % 4 != 0)
     if smallc_takes(case, "tf32"):  # few channels and taps: exact fp32 multiply-adds first (tests/test_smallc.py)
         assert e.kernel == "smallc_direct", str(e)
+    elif narrowk_takes(case):  # few output channels: exact fp32 multiply-adds (tests/test_narrowk.py)
+        assert e.kernel == "narrowk_direct", str(e)
     else:
         assert e.kernel == ("sm90_tf32" if folds or case.channels % 4 == 0 else "sm90_bf16x3"), str(e)
         assert ("fold_width" in e.detail) == folds, e.detail
