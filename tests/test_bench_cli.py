@@ -319,6 +319,8 @@ def test_host_work_cases_are_valid_convolutions():
     (["--dtype", "float32"], "--dtype float32: the networks suite only"),
     (["--suite", "resnet50", "--dtype", "float32"], "--dtype float32: the networks suite only"),
     (["--network", "resnet50", "--precision", "tf32"], "--precision: applies to float32 arrays"),
+    (["--suite", "conv3d", "--dtype", "float64"], "--dtype float64: the networks suite only"),
+    (["--network", "resnet50", "--dtype", "float64", "--precision", "tf32"], "--precision: applies to float32 arrays"),
 ])
 def test_float32_options_are_checked_before_any_gpu_work(argv, message, capsys):
     from cuconv.bench import cli

@@ -60,9 +60,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--layers", action="store_true", help="networks suite: print the per-layer tables")
     ap.add_argument("--layout", choices=["NHWC", "NCHW"], default="NHWC",
                     help="networks suite: the arrays' layout, for cuconv and cuDNN alike (default NHWC)")
-    ap.add_argument("--dtype", action="append", choices=DTYPES + ("float32",),
-                    help="dtype(s) (default: bfloat16 and float16); float32: the networks suite only, "
-                         "against cuDNN with TF32 on (torch's default) and off")
+    ap.add_argument("--dtype", action="append", choices=DTYPES + ("float32", "float64"),
+                    help="dtype(s) (default: bfloat16 and float16); float32 and float64: the networks suite "
+                         "only, float32 against cuDNN with TF32 on (torch's default) and off, float64 against "
+                         "cuDNN's float64")
     ap.add_argument("--precision", choices=["float32", "tf32"],
                     help="networks suite, float32 arrays: cuconv's precision= (default: float32)")
     ap.add_argument("--json", metavar="FILE", help="write every number to FILE (other suites: FILE_<suite>.json)")
@@ -119,8 +120,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             ap.error("--network: picks networks of the networks and grad suites, which --suite leaves out: "
                      "add --suite networks or --suite grad")
         args.suite = args.suite or ["networks"]
-    if "float32" in (args.dtype or ()) and set(args.suite or ALL_SUITES) - {"networks"}:
-        ap.error("--dtype float32: the networks suite only (--suite networks or --network NAME)")
+    for wide in ("float32", "float64"):
+        if wide in (args.dtype or ()) and set(args.suite or ALL_SUITES) - {"networks"}:
+            ap.error(f"--dtype {wide}: the networks suite only (--suite networks or --network NAME)")
     if args.precision and "float32" not in (args.dtype or ()):
         ap.error("--precision: applies to float32 arrays: add --dtype float32")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):

@@ -74,13 +74,13 @@ def torch_for_cudnn(disabled: bool = False) -> Tuple[Optional[object], str]:
 
 def np_dtype(name: str):
     """The NumPy dtype of a benchmark dtype name (``"bfloat16"`` through ml_dtypes, ``"float16"``,
-    ``"float32"``: the networks suite's float32 rows)."""
+    ``"float32"`` and ``"float64"``: the networks suite's rows of those)."""
     if name == "bfloat16":
         import ml_dtypes
         return ml_dtypes.bfloat16
-    if name in ("float16", "float32"):
+    if name in ("float16", "float32", "float64"):
         return np.dtype(name).type
-    raise ValueError(f"dtype: expected 'bfloat16', 'float16' or 'float32', got {name!r}")
+    raise ValueError(f"dtype: expected 'bfloat16', 'float16', 'float32' or 'float64', got {name!r}")
 
 
 def command_line(argv: Sequence[str], prog: str = "python -m cuconv.bench") -> str:

@@ -29,6 +29,9 @@ MAX_K = 8
 MIN_UNITS = 4
 #: Warps per CTA: one output row each.
 WARPS = 8
+#: The widest window (input vectors per channel vector) of a KV = 4 group that ptxas fits in 128
+#: registers, for two CTAs per SM (tests/test_narrowk.py compiles the catalog without spills).
+_WIN_TWO_CTAS = 6
 _DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}  # the source builds for each
 
 
@@ -41,6 +44,7 @@ class NkConfig:
     ul: int          # lanes per group, sharing its reduction
     vec: int         # channels per 16-byte vector of x and w
     units: int       # channel vectors per pixel: C / vec
+    min_blocks: int  # CTAs per SM the registers must allow (__launch_bounds__)
     row_blocks: int  # CTAs per image along P (WARPS rows each)
     col_blocks: int  # CTAs per image along Q (32 / ul groups of px columns each)
     ctas: int
@@ -73,35 +77,39 @@ def nk_declined(p: ConvProblem) -> Optional[str]:
 
 
 def nk_config(p: ConvProblem) -> Union[NkConfig, str]:
-    """The launch shape for ``p``. KV = 4 up to K = 4, else 8. PX = 8 outputs along W for filters up to 3
-    wide at W stride 1, else 4, at most Q rounded up to a power of two (the window of PX outputs is
-    loaded once per channel vector). UL: the lanes of a group, the smallest power of two from 4 to 32
-    covering the channel vectors (fewer lanes leave none idle), at most PX x KV (the reduce-scatter
-    leaves each lane whole sums)."""
+    """The launch shape for ``p``. KV = 4 up to K = 4, else 8. PX: 4 outputs along W at KV = 4, whose
+    window of at most :data:`_WIN_TWO_CTAS` vectors leaves room for two CTAs per SM (128 registers); at
+    KV = 8, 8 outputs for filters up to 3 wide at W stride 1 (more sums per weight load), else 4; at
+    most Q rounded up to a power of two (docs/tuning.md#T-narrowk). UL: the lanes of a group, the
+    smallest power of two from 4 to 32 covering the channel vectors (fewer lanes leave none idle), at
+    most PX x KV (the reduce-scatter leaves each lane whole sums)."""
     _, S = p.filter_spatial
     sh, sw = p.stride
     P, Q = p.out_spatial
     vec = 16 // p.itemsize
     units = p.channels // vec
     kv = 4 if p.out_channels <= 4 else 8
-    px = min(8 if S <= 3 and sw == 1 else 4, 1 << max(0, (Q - 1).bit_length()))
-    px = max(px, 4 * 4 // kv)  # PX x KV >= 16: at least the smallest group's lanes
+    px = 8 if kv == 8 and S <= 3 and sw == 1 else 4
+    px = max(min(px, 1 << max(0, (Q - 1).bit_length())), 16 // kv)  # PX x KV >= 16: the smallest group's lanes
+    win = (px - 1) * sw + (S - 1) * p.dilation[-1] + 1
+    min_blocks = 2 if kv == 4 and win <= _WIN_TWO_CTAS else 1
     ul = min(32, px * kv, max(4, 1 << (units - 1).bit_length()))
     cols = px * (32 // ul)
     row_blocks, col_blocks = -(-P // WARPS), -(-Q // cols)
     ctas = p.batch * row_blocks * col_blocks
     if ctas >= 2**31:
         return f"{ctas} CTAs: over the 2**31 - 1 of a 1-D grid"
-    return NkConfig(kv=kv, px=px, ul=ul, vec=vec, units=units, row_blocks=row_blocks, col_blocks=col_blocks, ctas=ctas)
+    return NkConfig(kv=kv, px=px, ul=ul, vec=vec, units=units, min_blocks=min_blocks, row_blocks=row_blocks,
+                    col_blocks=col_blocks, ctas=ctas)
 
 
 def nk_variant(p: ConvProblem, cfg: NkConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     _, S = p.filter_spatial
     sw, dw = p.stride[-1], p.dilation[-1]
-    name = f"narrowk_fprop_{_DTYPE_TAG[p.dtype]}_s{S}_sw{sw}dw{dw}_k{cfg.kv}_p{cfg.px}_u{cfg.ul}"
+    name = f"narrowk_fprop_{_DTYPE_TAG[p.dtype]}_s{S}_sw{sw}dw{dw}_k{cfg.kv}_p{cfg.px}_u{cfg.ul}_b{cfg.min_blocks}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), NK_S=S, NK_SW=sw, NK_DW=dw, NK_KV=cfg.kv, NK_PX=cfg.px,
-                   NK_UL=cfg.ul, NK_WARPS=WARPS, CUCONV_KERNEL_NAME=name)
+                   NK_UL=cfg.ul, NK_WARPS=WARPS, NK_MIN_BLOCKS=cfg.min_blocks, CUCONV_KERNEL_NAME=name)
     return name, defines
 
 
@@ -120,13 +128,15 @@ def nk_geometry(p: ConvProblem, cfg: NkConfig) -> np.void:
 
 def _catalog():
     """Narrow-output problems whose variants CI compiles: the SD VAE's and UNet's last convolutions, a
-    K = 8 head, a K = 1 map, a strided and a dilated one (float32, the dtype the kernel serves)."""
+    K = 8 head, a K = 1 map, a 2x2 filter, a strided and a dilated one (float32, the dtype the kernel
+    serves)."""
     def conv(c, hw, f, k, s=1, d=1):
         return ConvProblem.create(nd=2, batch=1, in_spatial=(hw, hw), channels=c, out_channels=k,
                                   filter_spatial=(f, f), stride=s, dilation=d, padding=d * (f // 2), groups=1,
                                   dtype="float32", layout="NHWC")
     return dict(vae_conv_out=conv(128, 64, 3, 3), unet_conv_out=conv(320, 16, 3, 4), head_k8=conv(64, 16, 3, 8),
-                map_k1=conv(64, 32, 3, 1), strided=conv(32, 17, 3, 2, s=2), dilated=conv(16, 20, 3, 4, d=2))
+                map_k1=conv(64, 32, 3, 1), two_tap=conv(32, 16, 2, 4), strided=conv(32, 17, 3, 2, s=2),
+                dilated=conv(16, 20, 3, 4, d=2))
 
 
 #: Named narrow-output problems covering the compiled variants (tests/test_narrowk.py).
