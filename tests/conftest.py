@@ -63,6 +63,18 @@ def cp():
     return cupy
 
 
+def cupy_for_sm80(kernel: str):
+    """The CuPy module for a module's ``cp`` fixture whose kernel needs sm_80+ (cp.async), or a skip
+    saying why: no GPU visible to CuPy, or one below compute capability 8.0."""
+    from cuconv.device import gpu_available
+    if not gpu_available():
+        pytest.skip("needs a GPU visible to CuPy")
+    import cupy
+    if cupy.cuda.Device().compute_capability < "80":
+        pytest.skip(f"{kernel} needs compute capability >= 8.0")
+    return cupy
+
+
 @pytest.fixture
 def cuconv_env(monkeypatch):
     """``cuconv_env(name, value)``: a context manager with the environment variable ``name`` set to

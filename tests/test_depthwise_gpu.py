@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 import cuconv
-from cuconv.device import gpu_available
 
-from conftest import assert_close, random_array
+from conftest import assert_close, cupy_for_sm80, random_array
 from geometry import Setting, check_depthwise_layer, check_depthwise_misaligned_views, depthwise_cases, run_property
 
 pytestmark = pytest.mark.gpu
@@ -23,12 +22,7 @@ KERNEL = "depthwise_direct"
 
 @pytest.fixture(scope="module")
 def cp():
-    if not gpu_available():
-        pytest.skip("needs a GPU visible to CuPy")
-    import cupy
-    if cupy.cuda.Device().compute_capability < "80":
-        pytest.skip("depthwise_direct needs compute capability >= 8.0")
-    return cupy
+    return cupy_for_sm80("depthwise_direct")
 
 
 SETTINGS = [

@@ -19,11 +19,10 @@ import cuconv
 from cuconv import dispatch
 from cuconv.backends.narrowk.kernel import NarrowkKernel
 from cuconv.backends.narrowk.variants import CATALOG, MAX_K, NK_FIELDS, NK_SOURCE, WARPS, nk_config, nk_geometry, nk_variant
-from cuconv.device import gpu_available
 from cuconv.overrides import Overrides
 from cuconv.problem import output_size
 
-from conftest import nvrtc_available, random_array
+from conftest import cupy_for_sm80, nvrtc_available, random_array
 from geometry import A100, H100, Case, Setting, draw_epilogue, problem2d, run_property
 
 KERNEL = "narrowk_direct"
@@ -93,12 +92,7 @@ def narrowk_cases(draw, max_spatial=24, epilogue=True):
 
 @pytest.fixture(scope="module")
 def cp():
-    if not gpu_available():
-        pytest.skip("needs a GPU visible to CuPy")
-    import cupy
-    if cupy.cuda.Device().compute_capability < "80":
-        pytest.skip("narrowk_direct needs compute capability >= 8.0")
-    return cupy
+    return cupy_for_sm80("narrowk_direct")
 
 
 SETTINGS = [

@@ -15,11 +15,10 @@ import cuconv
 from cuconv.backends.sm80 import stage_a_tile
 from cuconv.backends.sm80.pad import pad_plan
 from cuconv.backends.sm80.variants import BLOCK_K, conv_config
-from cuconv.device import gpu_available
 from cuconv.models.loader import loader_tile
 from cuconv.problem import ConvProblem
 
-from conftest import DTYPES, assert_close, random_array
+from conftest import DTYPES, assert_close, cupy_for_sm80, random_array
 
 pytestmark = pytest.mark.gpu
 
@@ -29,12 +28,7 @@ ODD_CHANNELS = [1, 2, 3, 4, 5, 7, 8, 16, 24]
 
 @pytest.fixture(scope="module")
 def cp():
-    if not gpu_available():
-        pytest.skip("needs a GPU visible to CuPy")
-    import cupy
-    if cupy.cuda.Device().compute_capability < "80":
-        pytest.skip("sm80_igemm needs compute capability >= 8.0")
-    return cupy
+    return cupy_for_sm80("sm80_igemm")
 
 
 def run_conv(cp, *, subpath, n, hw, c, k, filt, stride=1, padding=0, dilation=1, groups=1, dtype="bfloat16",

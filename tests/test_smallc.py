@@ -19,11 +19,10 @@ from cuconv import dispatch
 from cuconv.backends.smallc.kernel import SmallcKernel
 from cuconv.backends.smallc.params import SC_FIELDS, sc_geometry
 from cuconv.backends.smallc.variants import CATALOG, MAX_THREADS, SC_SOURCE, SMEM_LIMIT, sc_config, sc_variant
-from cuconv.device import gpu_available
 from cuconv.overrides import Overrides
 from cuconv.problem import output_size
 
-from conftest import assert_close, nvrtc_available, random_array
+from conftest import assert_close, cupy_for_sm80, nvrtc_available, random_array
 from geometry import A100, H100, Case, Setting, draw_epilogue, problem2d, problem3d, run_property
 
 KERNEL = "smallc_direct"
@@ -91,12 +90,7 @@ def smallc_cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), max_spat
 
 @pytest.fixture(scope="module")
 def cp():
-    if not gpu_available():
-        pytest.skip("needs a GPU visible to CuPy")
-    import cupy
-    if cupy.cuda.Device().compute_capability < "80":
-        pytest.skip("smallc_direct needs compute capability >= 8.0")
-    return cupy
+    return cupy_for_sm80("smallc_direct")
 
 
 SETTINGS = [
