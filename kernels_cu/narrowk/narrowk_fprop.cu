@@ -22,8 +22,9 @@
 // column block fastest. Weights are read straight from global memory (ld.global.nc: every warp of
 // the SM reads the same few kilobytes, which stay in L1).
 //
-// Compile-time (host: cuconv.backends.narrowk.variants): dtype, S, SW (stride along W), DW
-// (dilation along W), KV, PX, UL. Run-time: NkGeometry.
+// Compile-time (host: cuconv.backends.narrowk.variants): dtype (the host runs float32 only; 16-bit
+// data builds too, and is slower there than the tensor-core kernels), S, SW (stride along W), DW
+// (dilation along W), KV, PX, UL, WARPS and MIN_BLOCKS (the __launch_bounds__). Run-time: NkGeometry.
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
 
@@ -127,7 +128,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const int n = b / g.row_blocks;
   const int p = rblk * WARPS + warp;
   const int q0 = (cblk * (32 / UL) + grp) * PX;
-  const bool row_ok = p < g.P;           // whole warps past the last row still take part in nothing else
+  const bool row_ok = p < g.P;  // a warp past the last row loads nothing and stores nothing
 
   float acc[PX][KV];
 #pragma unroll
