@@ -63,6 +63,18 @@ def cp():
     return cupy
 
 
+def assert_compiles_without_spills(source: str, arch: str, name: str, defines, no_stack: bool = False):
+    """Compile the variant ``defines`` of kernels_cu/``source`` for ``arch`` (NVRTC) and assert that ptxas
+    spilled nothing in entry ``name`` (and, with ``no_stack``, kept no local array on the stack); return
+    the entry's ptxas figures."""
+    from cuconv.compiler import compile_cuda
+    _, report = compile_cuda(source, arch, defines)
+    f = report.function(name)
+    assert f.spill_stores == 0 and f.spill_loads == 0, report.log
+    assert not no_stack or f.stack_frame == 0, report.log
+    return f
+
+
 def cupy_for_sm80(kernel: str):
     """The CuPy module for a module's ``cp`` fixture whose kernel needs sm_80+ (cp.async), or a skip
     saying why: no GPU visible to CuPy, or one below compute capability 8.0."""

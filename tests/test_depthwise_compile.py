@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cuconv.backends.depthwise.variants import CATALOG, DW_SOURCE, dw_config, dw_variant
-from cuconv.compiler import compile_cuda
 
-from conftest import nvrtc_available
+from conftest import assert_compiles_without_spills, nvrtc_available
 
 pytestmark = pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")
 
@@ -18,8 +17,5 @@ PROBLEMS = CATALOG
 @pytest.mark.parametrize("key", sorted(PROBLEMS))
 def test_compiles_without_spills(key, arch):
     p = PROBLEMS[key]
-    name, defines = dw_variant(p, dw_config(p))
-    _, report = compile_cuda(DW_SOURCE, arch, defines)
-    f = report.function(name)
-    assert f.spill_stores == 0 and f.spill_loads == 0, report.log
+    f = assert_compiles_without_spills(DW_SOURCE, arch, *dw_variant(p, dw_config(p)))
     assert f.registers <= 255

@@ -22,7 +22,7 @@ from cuconv.backends.narrowk.variants import CATALOG, MAX_K, NK_FIELDS, NK_SOURC
 from cuconv.overrides import Overrides
 from cuconv.problem import output_size
 
-from conftest import cupy_for_sm80, nvrtc_available, random_array
+from conftest import assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
 from geometry import A100, H100, Case, Setting, draw_epilogue, problem2d, run_property
 
 KERNEL = "narrowk_direct"
@@ -60,12 +60,8 @@ def test_dispatch_takes_narrow_outputs_and_declines_the_rest():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("key", sorted(CATALOG))
 def test_compiles_without_spills(key, arch):
-    from cuconv.compiler import compile_cuda
     p = CATALOG[key]
-    name, defines = nk_variant(p, nk_config(p))
-    _, report = compile_cuda(NK_SOURCE, arch, defines)
-    f = report.function(name)
-    assert f.spill_stores == 0 and f.spill_loads == 0 and f.stack_frame == 0, report.log
+    assert_compiles_without_spills(NK_SOURCE, arch, *nk_variant(p, nk_config(p)), no_stack=True)
 
 
 # ------------------------------------------------------------------------------------------ GPU

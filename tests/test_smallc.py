@@ -22,7 +22,7 @@ from cuconv.backends.smallc.variants import CATALOG, MAX_THREADS, SC_SOURCE, SME
 from cuconv.overrides import Overrides
 from cuconv.problem import output_size
 
-from conftest import assert_close, cupy_for_sm80, nvrtc_available, random_array
+from conftest import assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
 from geometry import A100, H100, Case, Setting, draw_epilogue, problem2d, problem3d, run_property
 
 KERNEL = "smallc_direct"
@@ -59,12 +59,8 @@ def test_dispatch_takes_stems_and_declines_the_rest():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("key", sorted(CATALOG))
 def test_compiles_without_spills(key, arch):
-    from cuconv.compiler import compile_cuda
     p = CATALOG[key]
-    name, defines = sc_variant(p, sc_config(p))
-    _, report = compile_cuda(SC_SOURCE, arch, defines)
-    f = report.function(name)
-    assert f.spill_stores == 0 and f.spill_loads == 0, report.log
+    assert_compiles_without_spills(SC_SOURCE, arch, *sc_variant(p, sc_config(p)))
 
 
 # ------------------------------------------------------------------------------------------ GPU
