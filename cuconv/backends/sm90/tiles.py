@@ -14,6 +14,7 @@ tap. Ping-pong tiles give each of two consumer warpgroups whole tiles in turn.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -266,19 +267,23 @@ def _modelled_cost(m_tiles: int, gemm_n: int, bn: int, sm_count: int) -> int:
     return -(-(m_tiles * -(-gemm_n // bn)) // sm_count) * (bn + 32)
 
 
+def _cheaper_bn(m_tiles: int, gemm_n: int, sm_count: int, bn: int, candidates) -> int:
+    """``bn``, or the candidate for which :func:`_modelled_cost` predicts at least 12% less time (the
+    cheapest of them; docs/tuning.md T-bn-cost)."""
+    cost = functools.partial(_modelled_cost, m_tiles, gemm_n, sm_count=sm_count)
+    best = min(candidates, key=cost, default=None)
+    return best if best is not None and cost(best) <= 0.88 * cost(bn) else bn
+
+
 def _tf32_bn(m_tiles: int, gemm_n: int, sm_count: int) -> int:
     """BN for tf32 products (docs/tuning.md T-tf32-bn): at most 128. A tf32 wgmma takes twice as long per
     operand byte as a 16-bit one, so the A re-reads that 256-wide tiles save matter less than the finer
     waves of 128-wide ones. 96, 160 or 192 replace 128 only where they pad N less and
-    :func:`_modelled_cost` predicts at least 12% less time (N = 96, 144, 160, ...)."""
+    :func:`_cheaper_bn` takes them (N = 96, 144, 160, ...)."""
     bn = 64 if gemm_n <= 64 else 128
     padded = -(-gemm_n // bn) * bn
     fewer_pads = [b for b in STAGES if b not in _BASE_BN and -(-gemm_n // b) * b < padded]
-    if fewer_pads:
-        best = min(fewer_pads, key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
-        if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * _modelled_cost(m_tiles, gemm_n, bn, sm_count):
-            return best
-    return bn
+    return _cheaper_bn(m_tiles, gemm_n, sm_count, bn, fewer_pads)
 
 
 def bm_fits(block_m: int, block_n: int, cluster: int, loads_residual: bool, halo: bool) -> bool:
@@ -392,10 +397,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     if bn is None and tf32:
         bn = _tf32_bn(m_tiles, gemm_n, sm_count)
     elif bn is None:
-        bn = _bn_rule(m_tiles, gemm_n, sm_count)
-        best = min((b for b in STAGES if b not in _BASE_BN), key=lambda b: _modelled_cost(m_tiles, gemm_n, b, sm_count))
-        if _modelled_cost(m_tiles, gemm_n, best, sm_count) <= 0.88 * _modelled_cost(m_tiles, gemm_n, bn, sm_count):
-            bn = best
+        bn = _cheaper_bn(m_tiles, gemm_n, sm_count, _bn_rule(m_tiles, gemm_n, sm_count),
+                         [b for b in STAGES if b not in _BASE_BN])
     use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry, k_iters) if halo is None else halo)
     if use_halo and halo is None and loads_residual:
         if _narrow_halo_res_pays(auto_bn, bn, gemm_n, bm, cl):
