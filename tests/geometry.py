@@ -193,14 +193,15 @@ def smallc_takes(case: Case, precision: str = "float32") -> bool:
 
 
 def narrowk_takes(case: Case) -> bool:
-    """Whether ``narrowk_direct`` (few output channels, float32, first in the automatic choice for
-    them) serves the case: a dense float32 conv2d, K <= MAX_K, C a multiple of 4 with at least
-    MIN_UNITS vectors of 4, a filter of more than one tap."""
-    import math
-
-    from cuconv.backends.narrowk.variants import MAX_K, MIN_UNITS
-    return (case.dtype == "float32" and case.nd == 2 and case.groups == 1 and case.out_channels <= MAX_K
-            and case.channels % 4 == 0 and case.channels // 4 >= MIN_UNITS and math.prod(case.filt) > 1)
+    """Whether ``narrowk_direct`` (few output channels, float32 only, first in the automatic choice for
+    them) serves the case: its own rule, ``nk_declined``, on the case's problem."""
+    from cuconv.backends.narrowk.variants import nk_declined
+    from cuconv.problem import ConvProblem
+    p = ConvProblem.create(nd=case.nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+                           out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
+                           dilation=case.dilation, padding=case.padding, groups=case.groups, dtype=case.dtype,
+                           layout="NHWC" if case.nd == 2 else "NDHWC")
+    return case.dtype == "float32" and nk_declined(p) is None
 
 
 def with_residual(case: Case) -> Case:

@@ -31,10 +31,10 @@ __all__ = ["DepthwiseKernel", "DepthwisePlan", "DirectKernel", "DirectPlan", "al
 
 
 class DirectKernel(Kernel):
-    """The CUDA direct kernels (``depthwise_direct``, ``smallc_direct``): sm_80+ (cp.async), conv2d and
-    conv3d, fp32 multiply-adds for every dtype. A subclass says why its design declines a problem
-    (:meth:`declined`), picks the launch shape or says why none fits (:meth:`config`) and makes the plan
-    (:meth:`plan_for`)."""
+    """The CUDA direct kernels (``depthwise_direct``, ``smallc_direct``, ``narrowk_direct``): sm_80+,
+    conv2d and conv3d (``narrowk_direct`` 2-D), fp32 multiply-adds. A subclass says why its design
+    declines a problem (:meth:`declined`), picks the launch shape or says why none fits (:meth:`config`)
+    and makes the plan (:meth:`plan_for`)."""
 
     backend = "cuda"
     spatial_dims = (2, 3)
