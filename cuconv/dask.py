@@ -32,14 +32,19 @@ needs them to end on a stride step.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import math
+import operator
 
 import numpy as np
 
 try:
     import dask
     import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
 except ImportError as e:  # pragma: no cover - exercised only without dask
     raise ImportError("cuconv.dask needs dask: pip install 'cuconv[dask]' (dask[array], distributed)") from e
 
@@ -91,14 +96,57 @@ def _clip(first: int, last: int, size: int):
 
 def _gather(x, axis: int, rows):
     """``x`` with the row ranges ``rows`` (a list of (lo, hi)) laid end to end along ``axis``, one chunk each:
-    chunk ``j`` is then the window of output chunk ``j``."""
-    if [hi - lo for lo, hi in rows] == list(x.chunks[axis]) and rows[0][0] == 0 and rows[-1][1] == x.shape[axis] \
-            and all(a[1] == b[0] for a, b in zip(rows[:-1], rows[1:])):
+    chunk ``j`` is then the window of output chunk ``j``.
+
+    Window ``j`` is one task: it depends on the input chunks it covers whole and on a slice task of each
+    chunk it covers in part (a halo: a few edge rows of a neighbour), and joins them with one
+    concatenation (:func:`_join`). A distributed scheduler runs it where most of its input bytes are, the
+    worker that holds its own chunk, so only the halo slices travel between workers."""
+    bounds = [0]
+    for length in x.chunks[axis]:
+        bounds.append(bounds[-1] + length)
+    if [tuple(r) for r in rows] == list(zip(bounds[:-1], bounds[1:])):
         return x  # the windows are the chunks (no halo, no padding)
+    name = "cuconv-window-" + tokenize(x, axis, tuple(rows))
+    part = "cuconv-halo-" + tokenize(x, axis, tuple(rows))
+    others = [range(len(c)) for i, c in enumerate(x.chunks) if i != axis]
     lead = (slice(None),) * axis
-    pieces = [x[lead + (slice(lo, hi),)] for lo, hi in rows]
-    joined = pieces[0] if len(pieces) == 1 else da.concatenate(pieces, axis=axis)
-    return joined.rechunk({axis: tuple(hi - lo for lo, hi in rows)})
+    dsk = {}
+    for j, (lo, hi) in enumerate(rows):
+        first = bisect.bisect_right(bounds, lo) - 1
+        last = bisect.bisect_left(bounds, hi) - 1
+        pieces = []  # (chunk along axis, its rows in the window: None for all of them)
+        for c in range(first, last + 1):
+            a, b = max(lo, bounds[c]), min(hi, bounds[c + 1])
+            pieces.append((c, None if (a, b) == (bounds[c], bounds[c + 1]) else slice(a - bounds[c], b - bounds[c])))
+        for idx in itertools.product(*others):
+            def at(i, idx=idx):
+                return idx[:axis] + (i,) + idx[axis:]
+            keys = []
+            for c, rows_of_c in pieces:
+                if rows_of_c is None:
+                    keys.append((x.name, *at(c)))
+                else:
+                    keys.append((part, *at(j), c))
+                    dsk[keys[-1]] = (operator.getitem, (x.name, *at(c)), lead + (rows_of_c,))
+            dsk[(name, *at(j))] = (_join, keys, axis)
+    chunks = list(x.chunks)
+    chunks[axis] = tuple(hi - lo for lo, hi in rows)
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=[x])
+    return da.Array(graph, name, tuple(chunks), meta=x._meta)
+
+
+def _join(pieces, axis: int):
+    """The pieces of a window laid end to end along ``axis``, in the memory of the largest piece (its
+    GPU for CuPy pieces: the other pieces are the halo rows, copied over when they are elsewhere)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    own = max(pieces, key=lambda p: p.nbytes)
+    if isinstance(own, np.ndarray):
+        return np.concatenate(pieces, axis=axis)
+    import cupy
+    with own.device:
+        return cupy.concatenate([_on_device_of(p, own) for p in pieces], axis=axis)
 
 
 def _library(a) -> str:
@@ -288,7 +336,7 @@ _DOC = """{nd}-D convolution of a dask array, lazily: :func:`cuconv.conv{nd}d` b
 
     x : dask.array.Array
         NumPy chunks run on the CPU, CuPy chunks on the GPU of each chunk (a window that joins chunks of
-        several GPUs of one process for its halo is joined by dask's concatenation on the current GPU;
+        several GPUs of one process for its halo is joined on the GPU of its largest piece;
         dask-cuda, one worker per GPU, keeps each worker on its own GPU). Chunked along the batch and
         spatial axes as the caller likes (chunks of any size, even smaller than the halo); the channel
         axis is rechunked to one chunk. Output chunks follow the input's: the batch chunks as they are,

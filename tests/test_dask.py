@@ -162,6 +162,28 @@ def test_axis_blocks_partition_the_output_with_exact_windows(in_chunks, filt, st
         assert len(set(owner.tolist())) == 1  # one input chunk holds every centre of an output chunk
 
 
+def test_a_window_is_its_own_chunks_and_halo_slices_of_its_neighbours():
+    """A window task depends on the chunks it covers whole and on one slice task per chunk it covers in
+    part, holding just the rows it needs: a distributed scheduler then builds it where its own chunk is."""
+    data = np.arange(40.0).reshape(20, 2)
+    x = da.from_array(data, chunks=(5, 2))
+    rows = [(0, 6), (4, 11), (9, 16), (14, 20), (3, 13), (6, 8)]
+    y = cdask._gather(x, 0, rows)
+    assert y.chunks == ((6, 7, 7, 6, 10, 2), (2,))
+    np.testing.assert_array_equal(y.compute(scheduler="synchronous"), np.concatenate([data[a:b] for a, b in rows]))
+    from dask.local import get_sync
+    graph = dict(y.__dask_graph__())
+    deps = y.dask.get_all_dependencies()
+    for j, (lo, hi) in enumerate(rows):
+        whole = [k for k in deps[(y.name, j, 0)] if k[0] == x.name]
+        halos = [k for k in deps[(y.name, j, 0)] if k[0] != x.name]
+        assert sorted(k[1] for k in whole) == [c for c in range(4) if lo <= 5 * c and 5 * c + 5 <= hi]
+        for k in halos:
+            assert len(deps[k]) == 1 and next(iter(deps[k]))[0] == x.name  # a slice of one chunk
+        halo_rows = sum(get_sync(graph, k).shape[0] for k in halos)
+        assert halo_rows == (hi - lo) - 5 * len(whole)
+
+
 def test_output_chunks_follow_the_input_chunks():
     x = np.random.default_rng(0).standard_normal((4, 12, 10, 3)).astype(np.float32)
     w = np.random.default_rng(1).standard_normal((5, 3, 3, 3)).astype(np.float32)
@@ -291,6 +313,8 @@ def test_scaling_benchmark_cli(tmp_path, capsys):
     assert (tuple(args.volume), args.gpus, args.dtype, args.filter, args.cpu) == ((8, 6, 5), [1, 2], "float32", 3, False)
     with pytest.raises(SystemExit):
         dask_scaling.main(["--filter", "2", "--cpu"])
+    with pytest.raises(SystemExit, match="--source gpu"):
+        dask_scaling.main(["--source", "gpu", "--cpu"])
     out = tmp_path / "scaling.json"
     argv = ["--cpu", "--volume", "9", "8", "7", "--channels", "2", "--out-channels", "3", "--depth-chunk", "4",
             "--gpus", "1", "2", "--repeats", "1", "--json", str(out)]
@@ -437,10 +461,12 @@ def test_chunks_on_several_gpus_in_one_process(cp, filt):
 
 
 @pytest.mark.gpu
-def test_dask_cuda_cluster_of_every_gpu_equals_the_single_call(cp):
+@pytest.mark.parametrize("depth_chunk, stride", [(2, 2), (8, 1)])
+def test_dask_cuda_cluster_of_every_gpu_equals_the_single_call(cp, depth_chunk, stride):
     """One dask-cuda worker per GPU, host chunks moved to the workers' GPUs: the result equals the single
     call. bfloat16, whose CuPy chunks and filters reach the workers through distributed's serializer as a
-    void type (restored by the blocks). Skipped without dask-cuda or with one GPU."""
+    void type (restored by the blocks). Depth chunks of 8 at stride 1 are cut into interior and edge calls
+    whose results are joined across workers. Skipped without dask-cuda or with one GPU."""
     dask_cuda = pytest.importorskip("dask_cuda", reason="dask-cuda is not installed (pip install '.[dask-cuda]')")
     from distributed import Client, get_task_stream
     if _device_count(cp) < 2:
@@ -448,12 +474,12 @@ def test_dask_cuda_cluster_of_every_gpu_equals_the_single_call(cp):
     rng = np.random.default_rng(9)
     x = random_array(rng, (1, 24, 16, 16, 8), "bfloat16")
     w = random_array(rng, (8, 3, 3, 3, 8), "bfloat16", 0.25)
-    single = cuconv.conv3d(cp.asarray(x), cp.asarray(w), stride=2, padding="same").get()
+    single = cuconv.conv3d(cp.asarray(x), cp.asarray(w), stride=stride, padding="same").get()
     with dask_cuda.LocalCUDACluster(n_workers=_device_count(cp), threads_per_worker=1, dashboard_address=None,
                                     protocol="tcp") as cluster, Client(cluster) as client:
-        xd = da.from_array(x, chunks=(1, 2, 16, 16, 8)).map_blocks(cp.asarray, dtype=x.dtype,
-                                                                   meta=cp.empty((0,) * 5, x.dtype))
-        lazy = cdask.conv3d(xd, cp.asarray(w), stride=2, padding="same")
+        xd = da.from_array(x, chunks=(1, depth_chunk, 16, 16, 8)).map_blocks(cp.asarray, dtype=x.dtype,
+                                                                             meta=cp.empty((0,) * 5, x.dtype))
+        lazy = cdask.conv3d(xd, cp.asarray(w), stride=stride, padding="same")
         on_host = lazy.map_blocks(cp.asnumpy, dtype=x.dtype, meta=np.empty((0,) * 5, x.dtype))
         with get_task_stream(client) as tasks:
             got = client.compute(on_host).result()
@@ -461,7 +487,7 @@ def test_dask_cuda_cluster_of_every_gpu_equals_the_single_call(cp):
     assert len(set(gpus.values())) == _device_count(cp)  # one GPU per worker
     assert {t["worker"] for t in tasks.data} == set(gpus)  # every worker ran blocks
     assert rel_error(got, single) <= 2e-3
-    assert_close(got, cuconv.reference.conv3d(x, w, stride=2, padding="same"), "bfloat16")
+    assert_close(got, cuconv.reference.conv3d(x, w, stride=stride, padding="same"), "bfloat16")
 
 
 @pytest.mark.gpu

@@ -16,6 +16,11 @@ memory, so a run with ``F > 1`` shows a volume larger than one GPU convolved fro
 ``--dask-image`` also times ``dask_image.ndfilters.correlate`` on the same CuPy-chunked volume, one 3-D
 filter per (output, input) channel pair summed over the input channels, and prints the ratio.
 
+``--source gpu`` makes the chunks on the worker's GPU instead and reduces each result there (only a
+64K-element prefix comes back): the convolutions and the halo exchange between workers without the
+host bus. ``--copy-rates`` first times page-locked copies of 1 GiB between host memory and the GPUs,
+one process per GPU, for each GPU count of ``--gpus``: the bus's ceiling for chunks from host memory.
+
 ``--cpu`` runs the same graphs with NumPy chunks on the host (``--gpus`` then counts threads): a check of
 the pipeline on a machine without a GPU, not a measurement of cuconv's kernels. The median of
 ``--repeats`` runs is printed after one untimed run (kernel compiles, worker start). ``--json PATH``
@@ -50,11 +55,18 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--depth-chunk", type=int, default=32, help="depth of one chunk (default 32)")
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2], help="worker counts to time (default 1 2)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per worker count (default 3)")
+    ap.add_argument("--source", choices=("host", "gpu"), default="host",
+                    help="where the chunks start and the results end: 'host' (default) page-locked host memory, "
+                         "copied to a GPU and back; 'gpu' made on the worker's GPU and reduced there, which "
+                         "times the convolutions and the halo exchange without the host bus")
     ap.add_argument("--dask-image", action="store_true", help="also time dask_image.ndfilters.correlate")
     ap.add_argument("--cpu", action="store_true", help="NumPy chunks on the host (a pipeline check)")
     ap.add_argument("--transfers", action="store_true",
                     help="after the timed runs on several GPUs, run the graph once more and print the bytes "
                          "the workers fetched from each other, by task")
+    ap.add_argument("--copy-rates", action="store_true",
+                    help="first time page-locked copies between host memory and each GPU count of --gpus, one "
+                         "process per GPU (the bus's ceiling for chunks streamed from host memory)")
     ap.add_argument("--json", metavar="PATH", help="write the records as JSON")
     return ap
 
@@ -68,6 +80,8 @@ def check_args(args) -> None:
         raise SystemExit(f"--volume and --gpus: every value must be >= 1, got {args.volume} and {args.gpus}")
     if args.gpu_fraction is not None and not args.gpu_fraction > 0:
         raise SystemExit(f"--gpu-fraction: must be > 0, got {args.gpu_fraction}")
+    if args.source == "gpu" and args.cpu:
+        raise SystemExit("--source gpu: makes the chunks on a GPU; it does not go with --cpu")
     if args.gpu_fraction is not None and args.cpu:
         raise SystemExit("--gpu-fraction: sizes the volume by a GPU's memory; it does not go with --cpu")
     if args.filter % 2 == 0:
@@ -124,6 +138,29 @@ def _host_block(dtype, pinned: bool, block_info=None):
     return _HOST_CHUNKS[key]
 
 
+_GPU_CHUNKS: dict = {}
+
+
+def _gpu_block(dtype, block_info=None):
+    """A chunk made on the current GPU: a random pattern, made once per GPU, chunk shape and dtype and
+    returned again for every chunk of that shape (cuconv never writes its inputs)."""
+    import cupy
+    import numpy as np
+    shape = tuple(block_info[None]["chunk-shape"])
+    key = (cupy.cuda.Device().id, shape, np.dtype(dtype).str)
+    if key not in _GPU_CHUNKS:
+        pattern = np.random.default_rng(len(_GPU_CHUNKS)).standard_normal(min(math.prod(shape), 1 << 16))
+        _GPU_CHUNKS[key] = cupy.asarray(np.resize(pattern.astype(np.float32), shape).astype(dtype))
+    return _GPU_CHUNKS[key]
+
+
+def _gpu_checksum(block):
+    """A chunk reduced to one number from its first 64K elements, the only part copied to host memory."""
+    import numpy as np
+    head = block.reshape(-1)[:1 << 16].get()
+    return np.full((1,) * block.ndim, float(head.astype(np.float32).sum()), np.float32)
+
+
 def _checksum(block):
     """The chunk copied to host memory (a page-locked buffer per thread and chunk shape), reduced to one
     number: the copy is made, the data dropped."""
@@ -147,6 +184,9 @@ def volume(args, on_gpu: bool):
     dtype = _dtype(args.dtype)
     chunks = da.core.normalize_chunks((1, args.depth_chunk, *args.volume[1:], args.channels),
                                       (1, *args.volume, args.channels))
+    if on_gpu and args.source == "gpu":
+        import cupy
+        return da.map_blocks(_gpu_block, dtype, chunks=chunks, dtype=dtype, meta=cupy.empty((0,) * 5, dtype))
     x = da.map_blocks(_host_block, dtype, on_gpu, chunks=chunks, dtype=dtype, meta=np.empty((0,) * 5, dtype))
     if on_gpu:
         import cupy
@@ -168,7 +208,7 @@ def cuconv_graph(args, on_gpu: bool):
     """Checksums of the cuconv.dask result, one per output chunk."""
     import cuconv.dask
     y = cuconv.dask.conv3d(volume(args, on_gpu), filters(args, on_gpu), padding="same")
-    return y.map_blocks(_checksum, chunks=tuple((1,) * len(c) for c in y.chunks), dtype="float32",
+    return y.map_blocks(_gpu_checksum if on_gpu and args.source == "gpu" else _checksum, chunks=tuple((1,) * len(c) for c in y.chunks), dtype="float32",
                         meta=__import__("numpy").empty((0,) * 5, "float32"))
 
 
@@ -229,6 +269,45 @@ def time_workers(make_graph, args, workers: int, log=print) -> Optional[float]:
         return seconds
 
 
+def _copy_rate(device: int, duplex: bool, start, rates) -> None:
+    """In a process of its own: GB/s of 1 GiB page-locked copies to GPU ``device`` and back, one after the
+    other on one stream, or both at once on two streams (``duplex``), timed from ``start`` (a barrier)."""
+    import cupy
+    import cupyx
+    import numpy as np
+    cupy.cuda.Device(device).use()
+    n = 1 << 30
+    host_in, host_out = cupyx.empty_pinned((n,), np.uint8), cupyx.empty_pinned((n,), np.uint8)
+    host_in[...] = 1
+    dev_in, dev_out = cupy.empty((n,), np.uint8), cupy.empty((n,), np.uint8)
+    up, down = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+
+    def both_ways():
+        dev_in.set(host_in, stream=up)
+        dev_out.get(stream=down if duplex else up, out=host_out)
+        up.synchronize()
+        down.synchronize()
+    both_ways()
+    start.wait()
+    t0 = time.perf_counter()
+    for _ in range(8):
+        both_ways()
+    rates.put(16 * n / (time.perf_counter() - t0) / 1e9)
+
+
+def copy_rates(gpus: int, duplex: bool) -> List[float]:
+    """GB/s (host to GPU plus GPU to host) of each of the first ``gpus`` GPUs, all copying at once."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    start, rates = ctx.Barrier(gpus), ctx.Queue()
+    procs = [ctx.Process(target=_copy_rate, args=(d, duplex, start, rates)) for d in range(gpus)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return [rates.get() for _ in procs]
+
+
 def worker_transfers(client, run) -> "collections.Counter":
     """Bytes the workers of ``client`` fetched from each other while ``run()`` ran, by task name (the
     key's name without its token): which results crossed between workers, and how much of them."""
@@ -268,7 +347,18 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"{memory['gpu_free_bytes'] / 2**30:.2f} GiB free; the input volume is "
               f"{volume_bytes(args) / memory['gpu_total_bytes']:.2f}x its total and "
               f"{volume_bytes(args) / memory['gpu_free_bytes']:.2f}x its free memory")
-    records = []
+    records, copies = [], []
+    if args.copy_rates and not args.cpu:
+        import cupy
+        for duplex in (False, True):
+            for gpus in args.gpus:
+                if gpus > cupy.cuda.runtime.getDeviceCount():
+                    continue
+                rates = copy_rates(gpus, duplex)
+                copies.append({"copy": "both ways at once" if duplex else "one way at a time", "gpus": gpus,
+                               "gb_per_s": rates})
+                print(f"page-locked copies, {'both ways at once' if duplex else 'one way at a time'}, {gpus} GPUs: "
+                      f"{sum(rates):.1f} GB/s ({', '.join(f'{r:.1f}' for r in rates)} per GPU)")
     for workers in args.gpus:
         s = time_workers(cuconv_graph, args, workers)
         if s is not None:
@@ -292,7 +382,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"cuconv.dask vs dask-image on 1: {one['dask-image'] / one['cuconv.dask']:.1f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "volume_bytes": volume_bytes(args), **memory, "records": records}, f,
+            json.dump({"args": vars(args), "volume_bytes": volume_bytes(args), **memory, "records": records,
+                       "copy_rates": copies}, f,
                       indent=1)
     return 0
 
