@@ -26,7 +26,7 @@ from cuconv.models.depthwise import cta_coordinates, direct_conv
 from cuconv.overrides import Overrides
 from cuconv.problem import ConvProblem
 
-from conftest import random_array
+from conftest import DeviceBuf, random_array
 from geometry import A100, H100, depthwise_cases, problem2d, problem3d
 
 V100 = DeviceInfo(kind="cuda", index=0, name="V100", cc=(7, 0), arch="sm_70", sm_count=80,
@@ -157,24 +157,6 @@ def test_conv3d_depthwise_is_a_native_strategy():
     assert why.kernel == "depthwise_direct" and "3 filter slices" in why.detail
 
 
-class _Buf:
-    """An array stand-in with a device address (``data.ptr``); a copy is a fresh, 256-byte aligned one."""
-
-    _next = 1 << 20
-
-    def __init__(self, ptr=None):
-        if ptr is None:
-            ptr, _Buf._next = _Buf._next, _Buf._next + 4096
-        self.data = type("Mem", (), {"ptr": ptr})()
-        self.assigned = None
-
-    def copy(self):
-        return _Buf()
-
-    def __setitem__(self, key, value):
-        self.assigned = value
-
-
 def test_run_passes_aligned_addresses_and_copies_back():
     """``DepthwisePlan.run`` hands the launch aligned operands (copies of misaligned ones), the output's
     address for absent ones, and writes an aligned copy of a misaligned ``out`` back into it."""
@@ -183,13 +165,13 @@ def test_run_passes_aligned_addresses_and_copies_back():
     plan = dispatch.select(p, H100)[0]
     sent = []
     plan._launch = lambda *ptrs: sent.append(ptrs)
-    x, w, out = _Buf(), _Buf(), _Buf()
+    x, w, out = DeviceBuf(), DeviceBuf(), DeviceBuf()
     plan.run(x, w, None, None, out)
     assert sent[-1] == (x.data.ptr, w.data.ptr, out.data.ptr, out.data.ptr, out.data.ptr)
-    bias, res = _Buf(), _Buf()
+    bias, res = DeviceBuf(), DeviceBuf()
     plan.run(x, w, bias, res, out)
     assert sent[-1] == (x.data.ptr, w.data.ptr, bias.data.ptr, res.data.ptr, out.data.ptr)
-    odd_x, odd_out = _Buf(x.data.ptr + 2), _Buf(out.data.ptr + 2)
+    odd_x, odd_out = DeviceBuf(x.data.ptr + 2), DeviceBuf(out.data.ptr + 2)
     plan.run(odd_x, w, bias, odd_out, odd_out)  # misaligned x and out; the residual is out (in place)
     xp, _, _, rp, op = sent[-1]
     assert xp % 16 == 0 and xp != odd_x.data.ptr and op % 16 == 0 and rp == op != odd_out.data.ptr

@@ -22,7 +22,7 @@ from cuconv.backends.narrowk.variants import CATALOG, MAX_K, NK_FIELDS, NK_SOURC
 from cuconv.overrides import Overrides
 from cuconv.problem import output_size
 
-from conftest import assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
+from conftest import DeviceBuf, assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
 from geometry import A100, H100, Case, Setting, draw_epilogue, problem2d, run_property
 
 KERNEL = "narrowk_direct"
@@ -35,7 +35,7 @@ def test_config_invariants(key):
     cfg = nk_config(p)
     assert p.out_channels <= cfg.kv <= MAX_K and cfg.ul in (4, 8, 16, 32)
     assert (cfg.px * cfg.kv) % cfg.ul == 0, "every lane ends with whole sums"
-    assert cfg.units * cfg.vec == p.channels and cfg.vec * p.itemsize == 16
+    assert cfg.units * cfg.vin == p.channels and cfg.vin * p.itemsize == 16
     P, Q = p.out_spatial
     assert cfg.row_blocks * WARPS >= P and cfg.col_blocks * cfg.px * (32 // cfg.ul) >= Q
     geo = nk_geometry(p, cfg)
@@ -122,3 +122,42 @@ def test_network_last_layers(cp, n, c, hw, k, precision):
     y = cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, precision=precision)
     err = np.linalg.norm(cp.asnumpy(y) - ref) / np.linalg.norm(ref)
     assert err < 1e-6, err  # fp32 multiply-adds at either precision
+
+
+@pytest.mark.gpu
+def test_operands_off_the_16_byte_grid(cp):
+    """x and w starting 4 bytes past a 16-byte boundary (views into larger buffers): the kernel's 16-byte
+    channel vectors read aligned copies, and the result is the reference's."""
+    dtype = "float32"
+    rng = np.random.default_rng(5)
+    x = random_array(rng, (1, 20, 24, 32), dtype)
+    w = random_array(rng, (3, 3, 3, 32), dtype, scale=1.0 / np.sqrt(9 * 32))
+    xg = cp.empty(x.size + 1, dtype)[1:].reshape(x.shape)
+    wg = cp.empty(w.size + 1, dtype)[1:].reshape(w.shape)
+    xg[...], wg[...] = cp.asarray(x), cp.asarray(w)
+    assert xg.data.ptr % 16 and wg.data.ptr % 16
+    assert cuconv.explain(xg, wg, padding=1).kernel == KERNEL
+    y = cuconv.conv2d(xg, wg, padding=1)
+    assert_close(cp.asnumpy(y), cuconv.reference.conv2d(x, w, padding=1), dtype)
+
+
+def test_run_passes_aligned_addresses():
+    """``NarrowkPlan.run`` hands the launch x and w on the 16-byte grid of its channel vectors (aligned
+    copies of operands off it), and out, bias and the residual as they are (scalar epilogue accesses);
+    the output's address stands for absent operands."""
+    from cuconv.problem import Epilogue
+    p = problem2d(C=64, K=3, dtype="float32", epilogue=Epilogue(has_bias=True, has_residual=True))
+    plan = dispatch.select(p, H100)[0]
+    assert plan.kernel.name == KERNEL
+    sent = []
+    plan._launch = lambda *ptrs: sent.append(ptrs)
+    x, w, out = DeviceBuf(), DeviceBuf(), DeviceBuf()
+    plan.run(x, w, None, None, out)
+    assert sent[-1] == (x.data.ptr, w.data.ptr, out.data.ptr, out.data.ptr, out.data.ptr)
+    odd_x, odd_w, bias, res, odd_out = (DeviceBuf(b.data.ptr + 4) for b in (x, w, DeviceBuf(), DeviceBuf(), out))
+    plan.run(odd_x, odd_w, bias, res, odd_out)
+    xp, wp, bp, rp, op = sent[-1]
+    assert xp % 16 == 0 and wp % 16 == 0 and xp != odd_x.data.ptr and wp != odd_w.data.ptr
+    assert (bp, rp, op) == (bias.data.ptr, res.data.ptr, odd_out.data.ptr) and odd_out.assigned is None
+    plan.run(x, w, None, odd_out, odd_out)  # in place
+    assert sent[-1][3:] == (odd_out.data.ptr, odd_out.data.ptr)

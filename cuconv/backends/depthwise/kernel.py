@@ -83,7 +83,8 @@ class DepthwiseKernel(DirectKernel):
 
 
 class DirectPlan(Plan):
-    """A plan of the CUDA direct kernels (``depthwise_direct``, ``smallc_direct``): a tile shape ``cfg``,
+    """A plan of the CUDA direct kernels (``depthwise_direct``, ``smallc_direct``, ``narrowk_direct``): a
+    tile shape ``cfg`` (with ``vin`` and ``vec``, the channels of its x and epilogue accesses),
     the compiled variant ``(name, defines)`` of ``source``, and after the first run the packed launch
     (:meth:`_build`) taking x, w, bias, residual and out, whose addresses each call writes."""
 

@@ -17,9 +17,9 @@ import numpy as np
 
 from ...compiler import load_cuda_function
 from ...launch import PackedLaunch, epilogue_params
-from ...plan import FLOAT32_FFMA, Plan, tf32_note
+from ...plan import FLOAT32_FFMA, tf32_note
 from ...registry import register
-from ..depthwise.kernel import DirectKernel
+from ..depthwise.kernel import DirectKernel, DirectPlan
 from .variants import NK_SOURCE, NkConfig, nk_config, nk_declined, nk_geometry, nk_variant
 
 __all__ = ["NarrowkKernel", "NarrowkPlan"]
@@ -49,23 +49,19 @@ class NarrowkKernel(DirectKernel):
                            f"direct kernel, the reduction spread over lanes, fp32 multiply-adds{tf32_note(problem)}")
 
 
-class NarrowkPlan(Plan):
+class NarrowkPlan(DirectPlan):
     """The launch shape of one narrow-output problem, and its packed launch once it has run."""
 
-    def __init__(self, kernel, problem, device, cfg: NkConfig, reason: str):
-        super().__init__(kernel, problem, device, reason)
-        self.cfg = cfg
-        self.name, self.defines = nk_variant(problem, cfg)
-        self._launch = None
+    source = NK_SOURCE
 
-    def compile_jobs(self):
-        return ((NK_SOURCE, self.defines),)
+    def __init__(self, kernel, problem, device, cfg: NkConfig, reason: str):
+        super().__init__(kernel, problem, device, cfg, nk_variant(problem, cfg), reason)
 
     def describe(self) -> str:
         c = self.cfg
         groups = 32 // c.ul
         return (f"{self.name}: groups of {c.ul} lanes, each {c.px} output pixels along W x {c.kv} channels "
-                f"({c.units} channel vectors of {c.vec} per pixel over the lanes, reduce-scattered by "
+                f"({c.units} channel vectors of {c.vin} per pixel over the lanes, reduce-scattered by "
                 f"shuffles); CTA of 8 warps, one output row each, {groups} groups per warp; grid "
                 f"{c.ctas} CTAs ({c.row_blocks} x {c.col_blocks} per image)")
 
@@ -77,18 +73,9 @@ class NarrowkPlan(Plan):
         return PackedLaunch(fn, c.ctas, c.threads, 0, args, slots=(0, 1, 2, 3, 4))
 
     def run(self, x, w, bias, residual, out):
-        launch = self._launch
-        if launch is None:
-            launch = self._launch = self._build()
-        if x.data.ptr % 16:  # 16-byte channel vectors
-            x = x.copy()
-        if w.data.ptr % 16:
+        if w.data.ptr % 16:  # the filter is read in 16-byte channel vectors too
             w = w.copy()
-        if residual is None or not self.problem.epilogue.loads_residual:
-            residual = None
-        op = out.data.ptr  # absent operands: any valid address (the kernel reads them only when flagged)
-        launch(x.data.ptr, w.data.ptr, op if bias is None else bias.data.ptr,
-               op if residual is None else residual.data.ptr, op)
+        super().run(x, w, bias, residual, out)
 
 
 register(NarrowkKernel())

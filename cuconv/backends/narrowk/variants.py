@@ -42,8 +42,8 @@ class NkConfig:
     kv: int          # output channels per group (K <= kv; the others zero)
     px: int          # consecutive output pixels per group along W
     ul: int          # lanes per group, sharing its reduction
-    vec: int         # channels per 16-byte vector of x and w
-    units: int       # channel vectors per pixel: C / vec
+    vin: int         # channels per 16-byte vector of x and w
+    units: int       # channel vectors per pixel: C / vin
     min_blocks: int  # CTAs per SM the registers must allow (__launch_bounds__)
     row_blocks: int  # CTAs per image along P (WARPS rows each)
     col_blocks: int  # CTAs per image along Q (32 / ul groups of px columns each)
@@ -52,6 +52,11 @@ class NkConfig:
     @property
     def threads(self) -> int:
         return WARPS * 32
+
+    @property
+    def vec(self) -> int:
+        """Channels per epilogue access of out, bias and the residual: one (scalar loads and stores)."""
+        return 1
 
 
 def nk_declined(p: ConvProblem) -> Optional[str]:
@@ -99,7 +104,7 @@ def nk_config(p: ConvProblem) -> Union[NkConfig, str]:
     ctas = p.batch * row_blocks * col_blocks
     if ctas >= 2**31:
         return f"{ctas} CTAs: over the 2**31 - 1 of a 1-D grid"
-    return NkConfig(kv=kv, px=px, ul=ul, vec=vec, units=units, min_blocks=min_blocks, row_blocks=row_blocks,
+    return NkConfig(kv=kv, px=px, ul=ul, vin=vec, units=units, min_blocks=min_blocks, row_blocks=row_blocks,
                     col_blocks=col_blocks, ctas=ctas)
 
 
