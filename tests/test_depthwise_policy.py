@@ -181,3 +181,37 @@ def test_run_passes_aligned_addresses_and_copies_back():
     unread._launch = lambda *ptrs: sent.append(ptrs)
     unread.run(x, w, None, res, out)
     assert sent[-1][3] == out.data.ptr  # beta == 0: the residual is not read
+
+
+def test_direct_plans_pack_their_launch(monkeypatch):
+    """``DirectPlan._build`` (depthwise, smallc, narrowk): the variant loaded with the tile's shared memory,
+    five pointer slots, the plan's geometry struct and the epilogue's parameters, each kind's grid (the
+    persistent one from the occupancy, one CTA per tile, the narrow kernel's own count)."""
+    import cuconv.backends.depthwise.kernel as direct
+    from cuconv.launch import epilogue_params
+    from cuconv.problem import Epilogue
+
+    loads, launches = [], []
+    monkeypatch.setattr(direct, "load_cuda_function", lambda *a: loads.append(a) or "fn")
+    monkeypatch.setattr(direct, "resident_blocks", lambda fn, threads, smem: 2)
+    monkeypatch.setattr(direct, "PackedLaunch", lambda *a, **k: launches.append((a, k)))
+    ep = Epilogue(has_bias=True, has_residual=True, activation="silu")
+    for p, kernel in ((problem2d(C=96, K=96, groups=96, R=5, S=5, epilogue=ep), "depthwise_direct"),
+                      (problem2d(C=3, K=32, stride=2, epilogue=ep), "smallc_direct"),
+                      (problem2d(C=64, K=3, dtype="float32", epilogue=ep), "narrowk_direct")):
+        plan = dispatch.select(p, H100)[0]
+        assert plan.kernel.name == kernel
+        plan._build()
+        c = plan.cfg
+        assert loads[-1] == (plan.source, H100, plan.defines, plan.name, c.smem)
+        (fn, grid, block, smem, args), kw = launches[-1]
+        if kernel == "depthwise_direct":
+            want_grid = min(c.tiles(p), 2 * H100.sm_count)  # two CTAs per SM (the faked occupancy)
+        elif kernel == "smallc_direct":
+            want_grid = c.tiles(p)
+        else:
+            want_grid = c.ctas
+        assert (fn, grid, block, smem, kw) == ("fn", want_grid, c.threads, c.smem, {"slots": (0, 1, 2, 3, 4)})
+        assert [a.tobytes() for a in args[:5]] == [np.uint64(0).tobytes()] * 5
+        assert args[5].tobytes() == plan.geometry().tobytes()
+        assert args[6].tobytes() == epilogue_params(p.epilogue).tobytes()

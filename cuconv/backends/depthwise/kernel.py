@@ -100,9 +100,22 @@ class DirectPlan(Plan):
     def compile_jobs(self):
         return ((self.source, self.defines),)
 
-    def _build(self) -> PackedLaunch:
-        """The loaded function and the launch's packed arguments (five pointer slots first)."""
+    def geometry(self):
+        """The kernel's geometry struct for the problem and tile shape (set by each subclass)."""
         raise NotImplementedError
+
+    def launch_grid(self, fn) -> int:
+        """CTAs of the launch of the loaded function ``fn`` (set by each subclass)."""
+        raise NotImplementedError
+
+    def _build(self) -> PackedLaunch:
+        """The loaded function and the launch's packed arguments: five pointer slots (x, w, bias, residual,
+        out: each call writes them), the geometry struct and the epilogue's parameters."""
+        c = self.cfg
+        fn = load_cuda_function(self.source, self.device, self.defines, self.name, c.smem)
+        null = np.uint64(0)
+        args = (null, null, null, null, null, self.geometry(), epilogue_params(self.problem.epilogue))
+        return PackedLaunch(fn, self.launch_grid(fn), c.threads, c.smem, args, slots=(0, 1, 2, 3, 4))
 
     def run(self, x, w, bias, residual, out):
         launch = self._launch
@@ -134,13 +147,11 @@ class DepthwisePlan(DirectPlan):
                 f"copies of {c.vin} channels){depth}, {c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} "
                 f"per plane) over a persistent grid of at most as many CTAs as the GPU holds at once")
 
-    def _build(self):
-        p, c = self.problem, self.cfg
-        fn = load_cuda_function(DW_SOURCE, self.device, self.defines, self.name, c.smem)
-        null = np.uint64(0)
-        args = (null, null, null, null, null, dw_geometry(p, c), epilogue_params(p.epilogue))
-        return PackedLaunch(fn, self.grid(resident_blocks(fn, c.threads, c.smem)), c.threads, c.smem, args,
-                            slots=(0, 1, 2, 3, 4))
+    def geometry(self):
+        return dw_geometry(self.problem, self.cfg)
+
+    def launch_grid(self, fn) -> int:
+        return self.grid(resident_blocks(fn, self.cfg.threads, self.cfg.smem))
 
     def grid(self, per_sm: int) -> int:
         """CTAs of the persistent grid: as many as the GPU runs at once (``per_sm`` on each SM), or one

@@ -13,10 +13,6 @@ builds for 16-bit data, where sm80_igemm's tensor-core tiles are faster (docs/tu
 
 from __future__ import annotations
 
-import numpy as np
-
-from ...compiler import load_cuda_function
-from ...launch import PackedLaunch, epilogue_params
 from ...plan import FLOAT32_FFMA, tf32_note
 from ...registry import register
 from ..depthwise.kernel import DirectKernel, DirectPlan
@@ -65,12 +61,11 @@ class NarrowkPlan(DirectPlan):
                 f"shuffles); CTA of 8 warps, one output row each, {groups} groups per warp; grid "
                 f"{c.ctas} CTAs ({c.row_blocks} x {c.col_blocks} per image)")
 
-    def _build(self) -> PackedLaunch:
-        p, c = self.problem, self.cfg
-        fn = load_cuda_function(NK_SOURCE, self.device, self.defines, self.name, 0)
-        null = np.uint64(0)
-        args = (null, null, null, null, null, nk_geometry(p, c), epilogue_params(p.epilogue))
-        return PackedLaunch(fn, c.ctas, c.threads, 0, args, slots=(0, 1, 2, 3, 4))
+    def geometry(self):
+        return nk_geometry(self.problem, self.cfg)
+
+    def launch_grid(self, fn) -> int:
+        return self.cfg.ctas
 
     def run(self, x, w, bias, residual, out):
         if w.data.ptr % 16:  # the filter is read in 16-byte channel vectors too

@@ -58,6 +58,11 @@ class NkConfig:
         """Channels per epilogue access of out, bias and the residual: one (scalar loads and stores)."""
         return 1
 
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory (bytes): none, the kernel reads x and w from global memory."""
+        return 0
+
 
 def nk_declined(p: ConvProblem) -> Optional[str]:
     """Why the narrow-output kernel cannot take ``p``, or None: a dense float32 conv2d with K <=

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...compiler import load_cuda_function
-from ...launch import PackedLaunch, epilogue_params
 from ...plan import tf32_note
 from ...registry import register
 from ..depthwise.kernel import DirectKernel, DirectPlan
@@ -68,12 +66,11 @@ class SmallcPlan(DirectPlan):
                 f"copies of {c.vin} channels){depth}, grid {c.chunks} chunks x {c.tiles_p}x{c.tiles_q} tiles per "
                 f"plane")
 
-    def _build(self):
-        p, c = self.problem, self.cfg
-        fn = load_cuda_function(SC_SOURCE, self.device, self.defines, self.name, c.smem)
-        null = np.uint64(0)
-        args = (null, null, null, null, null, sc_geometry(p, c), epilogue_params(p.epilogue))
-        return PackedLaunch(fn, c.tiles(p), c.threads, c.smem, args, slots=(0, 1, 2, 3, 4))
+    def geometry(self):
+        return sc_geometry(self.problem, self.cfg)
+
+    def launch_grid(self, fn) -> int:
+        return self.cfg.tiles(self.problem)  # one CTA per tile
 
 
 register(SmallcKernel())
