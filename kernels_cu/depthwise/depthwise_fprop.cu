@@ -25,7 +25,7 @@
 //      WIN = (QT - 1) * SW + (S - 1) * DW + 1 input vectors of its window, each widened to fp32 once
 //      and multiplied into every one of its outputs it reaches (up to min(S, QT)). Registers:
 //      QT * VEC accumulators + S * VEC weights + one vector, so 3-4 CTAs of 256 threads fit an SM.
-//   4. Epilogue act(alpha * acc + bias + beta * residual) (common/epilogue_math.cuh) from registers,
+//   4. Epilogue act(alpha * acc + bias + beta * residual) (direct_epilogue.cuh) from registers,
 //      with the activation chosen once per item (not per element), VEC-wide stores: consecutive
 //      threads write consecutive channel vectors of one pixel.
 //
@@ -38,6 +38,7 @@
 #include "common/fast_div.cuh"
 #include "depthwise/vec_io.cuh"
 #include "depthwise/halo_tile.cuh"
+#include "depthwise/direct_epilogue.cuh"
 
 #ifndef DW_R
 #define DW_R 3
@@ -90,20 +91,6 @@ struct DwGeometry {
   FastDivisor div_upp, div_cols; // the loader's divisions: by cin / VIN (copy units per pixel), by in_cols
   FastDivisor div_tq, div_tp, div_o, div_n;  // the work item's: by tiles_q, tiles_p, O, N
 };
-
-// VEC floats of fp32 weights at p (16-byte aligned when VEC >= 4).
-__device__ __forceinline__ void load_weights(const float* p, float (&f)[VEC]) {
-  if constexpr (VEC % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < VEC / 4; ++i) {
-      const float4 v = reinterpret_cast<const float4*>(p)[i];
-      f[4 * i] = v.x; f[4 * i + 1] = v.y; f[4 * i + 2] = v.z; f[4 * i + 3] = v.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) f[i] = p[i];
-  }
-}
 
 // The VEC input values thread `cv` multiplies at one tile position (`px`: that pixel's channels).
 __device__ __forceinline__ void load_inputs(const elem_t* px, int cv, int mult, float (&f)[VEC]) {
@@ -229,40 +216,6 @@ __device__ __forceinline__ void load_stage(elem_t* buf, const elem_t* x, const D
   const int d = it.o * g.stride_d - g.pad_d + st.t * g.dil_d;
   org.plane = x + ((int64_t)it.n * g.D + d) * slice;
   load_input_tile<DW_VIN>(buf, org, g.H, g.W, g.C, g.div_upp, g.div_cols);
-}
-
-// The epilogue of one item from the accumulators: act(alpha * acc + bias + beta * residual), VEC-wide
-// stores, the activation a template argument (the caller switches on it once).
-template <int ACT>
-__device__ __forceinline__ void store_outputs(const float (&acc)[QT][VEC], const elem_t* bias, const elem_t* residual,
-                                              elem_t* out, const DwGeometry& g, const EpilogueParams& ep,
-                                              int64_t row_base, int q_first, int k) {
-  float bv[VEC];
-  if (ep.has_bias) {
-    load_vec<elem_t, VEC>(bias + k, bv);
-  } else {
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) bv[v] = 0.f;
-  }
-#pragma unroll
-  for (int q = 0; q < QT; ++q) {
-    if (q_first + q >= g.Q) break;
-    const int64_t off = (row_base + q_first + q) * g.K + k;
-    float y[VEC];
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) y[v] = fmaf(ep.alpha, acc[q][v], bv[v]);
-    if (ep.has_residual) {
-      float rv[VEC];
-      load_vec<elem_t, VEC>(residual + off, rv);
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) y[v] = fmaf(ep.beta, rv[v], y[v]);
-    }
-    if constexpr (ACT != ACT_NONE) {
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) y[v] = activate(y[v], ACT);
-    }
-    store_vec<elem_t, VEC>(out + off, y);
-  }
 }
 
 }  // namespace dw

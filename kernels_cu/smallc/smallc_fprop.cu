@@ -20,7 +20,7 @@
 //      multiply-adds per WIN + S * KV / 4 shared-memory reads. Consecutive threads take consecutive
 //      channel groups of the same pixels: they read one input value (a broadcast) and neighbouring
 //      weights, and store neighbouring channels.
-//   4. Epilogue act(alpha * acc + bias + beta * residual) (common/epilogue_math.cuh), the activation
+//   4. Epilogue act(alpha * acc + bias + beta * residual) (depthwise/direct_epilogue.cuh), the activation
 //      chosen once per thread, KV-wide stores.
 //
 // Compile-time (host: cuconv.backends.smallc.variants): dtype, C, R, S, SW (stride along W), DW
@@ -31,6 +31,7 @@
 #include "common/fast_div.cuh"
 #include "depthwise/vec_io.cuh"
 #include "depthwise/halo_tile.cuh"
+#include "depthwise/direct_epilogue.cuh"
 
 #ifndef SC_C
 #define SC_C 3
@@ -70,6 +71,8 @@ namespace cuconv {
 namespace sc {
 
 using dw::load_input_tile;
+using dw::load_weights;
+using dw::store_outputs;
 using dw::load_vec;
 using dw::store_vec;
 using dw::TileOrigin;
@@ -89,20 +92,6 @@ struct ScGeometry {
   int in_rows, in_cols;          // the input tile: rows x cols pixels x C channels
   FastDivisor div_upp, div_cols; // the loader's divisions: by C / VIN (copy units per pixel), by in_cols
 };
-
-// KV floats of fp32 weights at p (16-byte aligned when KV >= 4).
-__device__ __forceinline__ void load_weights(const float* p, float (&f)[KV]) {
-  if constexpr (KV % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < KV / 4; ++i) {
-      const float4 v = reinterpret_cast<const float4*>(p)[i];
-      f[4 * i] = v.x; f[4 * i + 1] = v.y; f[4 * i + 2] = v.z; f[4 * i + 3] = v.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < KV; ++i) f[i] = p[i];
-  }
-}
 
 // acc += this thread's share of one input slice (filter depth t), from the tile in shared memory.
 __device__ __forceinline__ void accumulate_slice(float (&acc)[PX][KV], const elem_t* sx, const float* sw,
@@ -129,40 +118,6 @@ __device__ __forceinline__ void accumulate_slice(float (&acc)[PX][KV], const ele
         }
       }
     }
-  }
-}
-
-// The epilogue of the thread's outputs, the activation a template argument (the caller switches on it
-// once).
-template <int ACT>
-__device__ __forceinline__ void store_outputs(const float (&acc)[PX][KV], const elem_t* bias, const elem_t* residual,
-                                              elem_t* out, const ScGeometry& g, const EpilogueParams& ep,
-                                              int64_t row_base, int q_first, int k) {
-  float bv[KV];
-  if (ep.has_bias) {
-    load_vec<elem_t, KV>(bias + k, bv);
-  } else {
-#pragma unroll
-    for (int v = 0; v < KV; ++v) bv[v] = 0.f;
-  }
-#pragma unroll
-  for (int q = 0; q < PX; ++q) {
-    if (q_first + q >= g.Q) break;
-    const int64_t off = (row_base + q_first + q) * g.K + k;
-    float y[KV];
-#pragma unroll
-    for (int v = 0; v < KV; ++v) y[v] = fmaf(ep.alpha, acc[q][v], bv[v]);
-    if (ep.has_residual) {
-      float rv[KV];
-      load_vec<elem_t, KV>(residual + off, rv);
-#pragma unroll
-      for (int v = 0; v < KV; ++v) y[v] = fmaf(ep.beta, rv[v], y[v]);
-    }
-    if constexpr (ACT != ACT_NONE) {
-#pragma unroll
-      for (int v = 0; v < KV; ++v) y[v] = activate(y[v], ACT);
-    }
-    store_vec<elem_t, KV>(out + off, y);
   }
 }
 

@@ -1,0 +1,68 @@
+// cuconv direct kernels (depthwise, smallc): the fp32 weights a thread multiplies and the epilogue of its
+// outputs, shared by both kernels.
+//
+// A thread of a direct kernel owns NPX consecutive output pixels of one row x V consecutive output
+// channels, accumulated in fp32. `load_weights` reads V fp32 weights from shared memory (16-byte loads
+// when V is a multiple of 4); `store_outputs` applies act(alpha * acc + bias + beta * residual)
+// (common/epilogue_math.cuh) and stores V-wide vectors (vec_io.cuh), the activation a template argument
+// so that the caller switches on it once per thread. Needs `elem_t` (common/types.cuh).
+#pragma once
+#include "common/types.cuh"
+#include "common/epilogue_math.cuh"
+#include "depthwise/vec_io.cuh"
+
+namespace cuconv {
+namespace dw {
+
+// V floats of fp32 weights at p (16-byte aligned when V >= 4).
+template <int V>
+__device__ __forceinline__ void load_weights(const float* p, float (&f)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < V / 4; ++i) {
+      const float4 v = reinterpret_cast<const float4*>(p)[i];
+      f[4 * i] = v.x; f[4 * i + 1] = v.y; f[4 * i + 2] = v.z; f[4 * i + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) f[i] = p[i];
+  }
+}
+
+// The epilogue of a thread's outputs: pixels q_first .. q_first + NPX - 1 (those below g.Q) of the
+// output row starting at pixel row_base, channels k .. k + V - 1 of g.K per pixel (Geometry: the
+// kernel's geometry struct).
+template <int ACT, int NPX, int V, class Geometry>
+__device__ __forceinline__ void store_outputs(const float (&acc)[NPX][V], const elem_t* bias, const elem_t* residual,
+                                              elem_t* out, const Geometry& g, const EpilogueParams& ep,
+                                              int64_t row_base, int q_first, int k) {
+  float bv[V];
+  if (ep.has_bias) {
+    load_vec<elem_t, V>(bias + k, bv);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) bv[v] = 0.f;
+  }
+#pragma unroll
+  for (int q = 0; q < NPX; ++q) {
+    if (q_first + q >= g.Q) break;
+    const int64_t off = (row_base + q_first + q) * g.K + k;
+    float y[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) y[v] = fmaf(ep.alpha, acc[q][v], bv[v]);
+    if (ep.has_residual) {
+      float rv[V];
+      load_vec<elem_t, V>(residual + off, rv);
+#pragma unroll
+      for (int v = 0; v < V; ++v) y[v] = fmaf(ep.beta, rv[v], y[v]);
+    }
+    if constexpr (ACT != ACT_NONE) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) y[v] = activate(y[v], ACT);
+    }
+    store_vec<elem_t, V>(out + off, y);
+  }
+}
+
+}  // namespace dw
+}  // namespace cuconv
