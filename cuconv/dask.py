@@ -102,13 +102,11 @@ def _gather(x, axis: int, rows):
     chunk it covers in part (a halo: a few edge rows of a neighbour), and joins them with one
     concatenation (:func:`_join`). A distributed scheduler runs it where most of its input bytes are, the
     worker that holds its own chunk, so only the halo slices travel between workers."""
-    bounds = [0]
-    for length in x.chunks[axis]:
-        bounds.append(bounds[-1] + length)
+    bounds = [0, *itertools.accumulate(x.chunks[axis])]
     if [tuple(r) for r in rows] == list(zip(bounds[:-1], bounds[1:])):
         return x  # the windows are the chunks (no halo, no padding)
-    name = "cuconv-window-" + tokenize(x, axis, tuple(rows))
-    part = "cuconv-halo-" + tokenize(x, axis, tuple(rows))
+    token = tokenize(x, axis, tuple(rows))
+    name, part = "cuconv-window-" + token, "cuconv-halo-" + token
     others = [range(len(c)) for i, c in enumerate(x.chunks) if i != axis]
     lead = (slice(None),) * axis
     dsk = {}

@@ -123,6 +123,13 @@ def _host_buffer(shape, dtype, pinned: bool):
     return cupyx.empty_pinned(shape, dtype)
 
 
+def _pattern(shape, dtype, seed: int):
+    """A NumPy array of ``shape`` and ``dtype`` tiled from 64K normal values drawn with ``seed``."""
+    import numpy as np
+    values = np.random.default_rng(seed).standard_normal(min(math.prod(shape), 1 << 16))
+    return np.resize(values.astype(np.float32), shape).astype(dtype)
+
+
 def _host_block(dtype, pinned: bool, block_info=None):
     """A chunk of the volume in host memory: a random pattern, made once per process, chunk shape and
     dtype and returned read-only for every chunk of that shape (so the timing holds no chunk making)."""
@@ -130,9 +137,8 @@ def _host_block(dtype, pinned: bool, block_info=None):
     shape = tuple(block_info[None]["chunk-shape"])
     key = (shape, np.dtype(dtype).str, pinned)
     if key not in _HOST_CHUNKS:
-        pattern = np.random.default_rng(len(_HOST_CHUNKS)).standard_normal(min(math.prod(shape), 1 << 16))
         chunk = _host_buffer(shape, dtype, pinned)
-        chunk[...] = np.resize(pattern.astype(np.float32), shape).astype(dtype)
+        chunk[...] = _pattern(shape, dtype, len(_HOST_CHUNKS))
         chunk.flags.writeable = False
         _HOST_CHUNKS[key] = chunk
     return _HOST_CHUNKS[key]
@@ -149,8 +155,7 @@ def _gpu_block(dtype, block_info=None):
     shape = tuple(block_info[None]["chunk-shape"])
     key = (cupy.cuda.Device().id, shape, np.dtype(dtype).str)
     if key not in _GPU_CHUNKS:
-        pattern = np.random.default_rng(len(_GPU_CHUNKS)).standard_normal(min(math.prod(shape), 1 << 16))
-        _GPU_CHUNKS[key] = cupy.asarray(np.resize(pattern.astype(np.float32), shape).astype(dtype))
+        _GPU_CHUNKS[key] = cupy.asarray(_pattern(shape, dtype, len(_GPU_CHUNKS)))
     return _GPU_CHUNKS[key]
 
 
@@ -208,7 +213,8 @@ def cuconv_graph(args, on_gpu: bool):
     """Checksums of the cuconv.dask result, one per output chunk."""
     import cuconv.dask
     y = cuconv.dask.conv3d(volume(args, on_gpu), filters(args, on_gpu), padding="same")
-    return y.map_blocks(_gpu_checksum if on_gpu and args.source == "gpu" else _checksum, chunks=tuple((1,) * len(c) for c in y.chunks), dtype="float32",
+    reduce = _gpu_checksum if on_gpu and args.source == "gpu" else _checksum
+    return y.map_blocks(reduce, chunks=tuple((1,) * len(c) for c in y.chunks), dtype="float32",
                         meta=__import__("numpy").empty((0,) * 5, "float32"))
 
 
@@ -354,11 +360,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             for gpus in args.gpus:
                 if gpus > cupy.cuda.runtime.getDeviceCount():
                     continue
-                rates = copy_rates(gpus, duplex)
-                copies.append({"copy": "both ways at once" if duplex else "one way at a time", "gpus": gpus,
-                               "gb_per_s": rates})
-                print(f"page-locked copies, {'both ways at once' if duplex else 'one way at a time'}, {gpus} GPUs: "
-                      f"{sum(rates):.1f} GB/s ({', '.join(f'{r:.1f}' for r in rates)} per GPU)")
+                rates, how = copy_rates(gpus, duplex), "both ways at once" if duplex else "one way at a time"
+                copies.append({"copy": how, "gpus": gpus, "gb_per_s": rates})
+                print(f"page-locked copies, {how}, {gpus} GPUs: {sum(rates):.1f} GB/s "
+                      f"({', '.join(f'{r:.1f}' for r in rates)} per GPU)")
     for workers in args.gpus:
         s = time_workers(cuconv_graph, args, workers)
         if s is not None:
@@ -383,8 +388,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "volume_bytes": volume_bytes(args), **memory, "records": records,
-                       "copy_rates": copies}, f,
-                      indent=1)
+                       "copy_rates": copies}, f, indent=1)
     return 0
 
 
