@@ -84,8 +84,8 @@ class StackedInput(_Input):
         if launch is None:
             launch = self._unstack[y.data.ptr & 15] = self._unstack_of(z, y)
         wt = scratch("stacked-phase filter", self._wt_shape, self.dtype)
-        gather, index = self._gather
-        gather(w.data.ptr, index.data.ptr, wt.data.ptr)
+        gather, taps = self._gather
+        gather(w.data.ptr, taps.data.ptr, wt.data.ptr)
         b = None if bias is None else stacked_bias(self._sp, bias, self._cp, "stacked-phase bias")
         execute(self.fplan, self._cp, self.device_id, dy, wt, b, None, z)
         launch(z.data.ptr, y.data.ptr)

@@ -13,8 +13,8 @@ forward convolution of ``dy`` with a ``J``-tap filter and ``P = prod(s)`` times 
     W'[ph * C + c, j, k] = w[k, f, c]  for the tap f of phase ph with delta = delta_min(phi) + j, else 0
     dx[n, phi + s t, c]  = z[n, t + shift(phi), ph(phi) * C + c]        (phase ph(phi): phi row-major)
 
-``W'`` is one gather of ``w`` (kernels_cu/layout/gather_index.cu, an index per element built once per
-geometry); the convolution has padding ``-base`` in front (``base <= 0`` is required) and enough
+``W'`` is one tiled transpose of ``w``'s taps (kernels_cu/layout/stacked_filter.cu, a table of the filter tap
+of each phase and window tap built once per geometry); the convolution has padding ``-base`` in front (``base <= 0`` is required) and enough
 behind for every phase's rows; its epilogue takes the bias repeated ``P`` times and the
 residual stacked the same way (kernels_cu/layout/phase_stack.cu), so ``act(alpha * . + bias +
 beta * residual)`` is computed once per value, in fp32, as the forward kernel computes it; then
@@ -44,11 +44,13 @@ from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stacked_filter_shape", "stacked_filter_launch", "stacked_bias",
            "unstack_launch", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
-           "STACK_SOURCE", "GATHER_SOURCE", "COMPILE_VARIANTS"]
+           "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"
 GATHER_SOURCE = "layout/gather_index.cu"
-COMPILE_VARIANTS = [(src, {}, arch) for src in (STACK_SOURCE, GATHER_SOURCE) for arch in ("sm_80", "sm_90a")]
+FILTER_SOURCE = "layout/stacked_filter.cu"
+COMPILE_VARIANTS = [(src, {}, arch) for src in (STACK_SOURCE, GATHER_SOURCE, FILTER_SOURCE)
+                    for arch in ("sm_80", "sm_90a")]
 #: The most filter taps (zeros included) the stacked convolution may multiply per tap of the filter: a
 #: 3x3 filter of stride 2 (16 / 9) passes, a 1x1 of stride 2 (one real phase of four) does not.
 MAX_WASTE = 2.0
@@ -87,7 +89,7 @@ class Subpixel:
     def describe(self) -> str:
         return (f"the {self.phases} output phases of stride {self.stride} stacked along the channels: one "
                 f"stride-1 convolution of dy with a {'x'.join(map(str, self.window))} filter gathered from w "
-                f"(kernels_cu/layout/gather_index.cu), the phases put into place by kernels_cu/layout/phase_stack.cu")
+                f"(kernels_cu/layout/stacked_filter.cu), the phases put into place by kernels_cu/layout/phase_stack.cu")
 
 
 def _axis(I: int, F: int, O: int, s: int, d: int, lo: int):
@@ -131,9 +133,9 @@ def geometry(p) -> Optional[Subpixel]:
 
 
 @functools.lru_cache(maxsize=64)
-def _index(sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]) -> np.ndarray:
-    """The gather index of ``W'`` (``(P C, *J, K)``, int32) into the flattened channels-last filter ``w``
-    (``(K, *F, C)``), -1 for a zero tap."""
+def _taps(sp: Subpixel, filter_spatial: Tuple[int, ...]) -> np.ndarray:
+    """The filter tap (flattened, row-major over ``filter_spatial``) of each (phase, window tap) of ``W'``,
+    ``(P, prod(J))`` int32, -1 where the phase has no tap at that window position."""
     nd = len(sp.stride)
     # per axis: the filter tap at (phase phi, window row j), as a (s, J) table
     taps = [np.array(t, dtype=np.int64) for t in sp.tap_of]
@@ -146,14 +148,21 @@ def _index(sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]) -> np.
     for a in range(nd):
         missing |= per_axis[a] < 0
         flat_tap = flat_tap * filter_spatial[a] + np.maximum(per_axis[a], 0)
-    P, J = sp.phases, math.prod(sp.window)
-    flat_tap = flat_tap.reshape(P, J)
-    missing = missing.reshape(P, J)
+    flat_tap = np.where(missing, -1, flat_tap)
+    return np.ascontiguousarray(flat_tap.reshape(sp.phases, math.prod(sp.window)), dtype=np.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _index(sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]) -> np.ndarray:
+    """The gather index of ``W'`` (``(P C, *J, K)``, int32) into the flattened channels-last filter ``w``
+    (``(K, *F, C)``), -1 for a zero tap: what kernels_cu/layout/stacked_filter.cu computes on a GPU."""
+    taps = _taps(sp, filter_spatial).astype(np.int64)
+    P, J = taps.shape
     F = math.prod(filter_spatial)
     k = np.arange(K).reshape(1, 1, 1, K)
     c = np.arange(C).reshape(1, C, 1, 1)
-    idx = (k * F + flat_tap.reshape(P, 1, J, 1)) * C + c                   # (P, C, J, K)
-    idx = np.where(missing.reshape(P, 1, J, 1), -1, idx)
+    t = taps.reshape(P, 1, J, 1)
+    idx = np.where(t < 0, -1, (k * F + t) * C + c)                          # (P, C, J, K)
     if idx.size and idx.max() >= 2 ** 31:
         raise ValueError("w: too large for the stacked-phase gather (2^31 elements)")
     return np.ascontiguousarray(idx.reshape(P * C, *sp.window, K), dtype=np.int32)
@@ -171,8 +180,8 @@ def stacked_filter(sp: Subpixel, w_n, xp, purpose: Optional[str] = None):
     shape = stacked_filter_shape(sp, w_n.shape)
     out = scratch(purpose, shape, w_n.dtype) if purpose else xp.empty(shape, dtype=w_n.dtype)
     if out.size:
-        launch, index = stacked_filter_launch(sp, w_flat, K, F, C)
-        launch(w_flat.data.ptr, index.data.ptr, out.data.ptr)
+        launch, taps = stacked_filter_launch(sp, w_flat, K, F, C)
+        launch(w_flat.data.ptr, taps.data.ptr, out.data.ptr)
     return out
 
 
@@ -182,10 +191,12 @@ def stacked_filter_shape(sp: Subpixel, w_shape) -> tuple:
 
 
 def stacked_filter_launch(sp: Subpixel, w, K: int, F: Tuple[int, ...], C: int):
-    """``(launch, index)``: the packed gather of ``W'`` from a contiguous CuPy filter like ``w`` (its
-    device and dtype; ``(K, *F, C)``), run as ``launch(w_ptr, index.data.ptr, W'_ptr)`` (``W'`` non-empty)."""
-    index = _device_index(w.data.device_id, sp, K, C, tuple(F))
-    return _gather_launch(w.data.device_id, w.itemsize, index.size), index
+    """``(launch, taps)``: the packed launch of kernels_cu/layout/stacked_filter.cu that writes ``W'`` from a
+    contiguous CuPy filter like ``w`` (its device and dtype; ``(K, *F, C)``), run as
+    ``launch(w_ptr, taps.data.ptr, W'_ptr)`` (``W'`` non-empty); ``taps``: the (phase, window tap) ->
+    filter tap table on the GPU."""
+    taps = _device_taps(w.data.device_id, sp, tuple(F))
+    return _filter_launch(w.data.device_id, w.itemsize, K, C, math.prod(F), sp.phases, math.prod(sp.window)), taps
 
 
 def stacked_bias(sp: Subpixel, bias, xp, purpose: Optional[str] = None):
@@ -209,11 +220,24 @@ def _repeat_index(device_id: int, C: int, P: int):
 
 
 @functools.lru_cache(maxsize=64)
-def _device_index(device_id: int, sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]):
-    """The gather index on the GPU (copied once per geometry and device)."""
+def _device_taps(device_id: int, sp: Subpixel, filter_spatial: Tuple[int, ...]):
+    """The tap table of :func:`_taps` on the GPU (copied once per geometry and device)."""
     import cupy as cp
     with cp.cuda.Device(device_id):
-        return cp.asarray(_index(sp, K, C, filter_spatial))
+        return cp.asarray(_taps(sp, filter_spatial).reshape(-1))
+
+
+_FILTER_FIELDS = [(n, np.int32) for n in ("K", "C", "F", "J")]
+
+
+@functools.lru_cache(maxsize=64)
+def _filter_launch(device_id: int, itemsize: int, K: int, C: int, F: int, P: int, J: int) -> PackedLaunch:
+    from .compiler import load_cuda_function
+    from .device import gpu_info
+    fn = load_cuda_function(FILTER_SOURCE, gpu_info(device_id), {}, f"stacked_filter_b{itemsize}")
+    args = c_struct(_FILTER_FIELDS, dict(K=K, C=C, F=F, J=J))
+    return PackedLaunch(fn, (-(-K // 32), -(-C // 32), P * J), 256, 0,
+                        (np.uint64(0), np.uint64(0), np.uint64(0), args), slots=(0, 1, 2))
 
 
 @functools.lru_cache(maxsize=64)

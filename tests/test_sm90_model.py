@@ -135,10 +135,17 @@ def _kernel_struct_fields(name: str) -> list:
     body = src[src.index(f"struct {name} {{"):]
     body = body[:body.index("};")]
     out = []
-    for m in re.finditer(r"^\s*(?:long long|int|cuconv::FastDivisor|const void\*)\s+([^;]+);", body, re.M):
+    for m in re.finditer(r"^\s*(?:long long|int|cuconv::FastDivisor|const void\*|const int4\*)\s+([^;]+);", body, re.M):
         names = [n.strip() for n in m.group(1).split(",")]
         fast = "FastDivisor" in m.group(0)
-        out += [f"{n}_{part}" for n in names for part in ("mul", "shr")] if fast else names
+        for n in names:
+            arr = re.fullmatch(r"(\w+)\[(\w+)\]", n)  # an array: one entry per element
+            if arr:
+                size = int(re.search(rf"#define {arr.group(2)} (\d+)", src).group(1)) if not arr.group(2).isdigit() \
+                    else int(arr.group(2))
+                out += [f"{arr.group(1)}_{k}" for k in range(size)]
+            else:
+                out += [f"{n}_{part}" for part in ("mul", "shr")] if fast else [n]
     return out
 
 

@@ -112,12 +112,13 @@ gpu = pytest.mark.gpu
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("I,F,s,lo,C,dtype", [((15, 9), (4, 4), (2, 2), 1, 8, "float16"),
-                                              ((11, 12), (3, 3), (2, 3), 1, 3, "float32"),
-                                              ((7, 5, 6), (3, 2, 3), (2, 2, 3), 0, 16, "float16"),
-                                              ((9, 9), (5, 5), (3, 3), 2, 1, "float64")])
-def test_stack_unstack_gather_kernels_are_their_numpy_forms(cp, I, F, s, lo, C, dtype):
-    sp = subpixel.geometry(_problem(I, F, s, lo=lo, hi=lo, C=C, K=6))
+@pytest.mark.parametrize("I,F,s,lo,C,dtype,K", [((15, 9), (4, 4), (2, 2), 1, 8, "float16", 6),
+                                                ((11, 12), (3, 3), (2, 3), 1, 3, "float32", 6),
+                                                ((7, 5, 6), (3, 2, 3), (2, 2, 3), 0, 16, "float16", 6),
+                                                ((9, 9), (5, 5), (3, 3), 2, 1, "float64", 6),
+                                                ((6, 7), (3, 3), (2, 2), 1, 72, "float16", 45)])  # partial tiles
+def test_stack_unstack_gather_kernels_are_their_numpy_forms(cp, I, F, s, lo, C, dtype, K):
+    sp = subpixel.geometry(_problem(I, F, s, lo=lo, hi=lo, C=C, K=K))
     assert sp is not None
     rng = np.random.default_rng(1)
     y = rng.standard_normal((2, *I, C)).astype(dtype)
@@ -132,6 +133,6 @@ def test_stack_unstack_gather_kernels_are_their_numpy_forms(cp, I, F, s, lo, C, 
     backg = cp.full(y.shape, 9, dtype=dtype)
     subpixel.unstack(sp, zg, backg, cp)
     np.testing.assert_array_equal(backg.get(), y)
-    w = rng.standard_normal((6, *F, C)).astype(dtype)
+    w = rng.standard_normal((K, *F, C)).astype(dtype)
     np.testing.assert_array_equal(subpixel.stacked_filter(sp, cp.asarray(w), cp).get(),
                                   subpixel.stacked_filter(sp, w, np))

@@ -55,7 +55,9 @@
 //
 // Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, 192 or 256: two,
 // three or four consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
-// (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_OUT_F32 (0/1: float32 output, bias
+// (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_PHASE_OUT (0/1: the output
+// columns are the stacked phases of an input gradient, stored into place; epilogue.cuh,
+// consumer_epilogue_phases), SM90_OUT_F32 (0/1: float32 output, bias
 // and residual), SM90_TF32 (0/1, with SM90_OUT_F32 and CUCONV_DTYPE 1: float32 operands moved as 16-bit
 // pairs and multiplied as tf32, wgmma_mainloop.cuh; no promotion), SM90_XSPLIT (0/1, with SM90_OUT_F32 and
 // CUCONV_DTYPE 1: float32 x moved as SM90_TF32 moves it, split into bf16 parts in the consumers' registers,
@@ -105,6 +107,9 @@
 #ifndef SM90_OUT_F32
 #define SM90_OUT_F32 0
 #endif
+#ifndef SM90_PHASE_OUT
+#define SM90_PHASE_OUT 0
+#endif
 #ifndef SM90_PROMOTE_SLOTS  // (SM90_TF32's default: wgmma_mainloop.cuh)
 #define SM90_PROMOTE_SLOTS (SM90_TF32 ? 0 : SM90_XSPLIT ? 3 : 4)
 #endif
@@ -137,6 +142,9 @@ constexpr bool HAS_RESIDUAL = SM90_HAS_RESIDUAL != 0;
 // Channels-first output (SM90_NCHW_OUT): the epilogue stores (N, K, O*P*Q) and reads a residual from
 // g.residual (epilogue.cuh, consumer_epilogue_nchw); the epilogue-load warp (HAS_RESIDUAL) is off.
 constexpr bool NCHW_OUT = SM90_NCHW_OUT != 0;
+// Phase-scattered output (SM90_PHASE_OUT): the epilogue stores each column group's phase into place
+// in the input gradient (epilogue.cuh, consumer_epilogue_phases; the ph_* members of the params).
+constexpr bool PHASE_OUT = SM90_PHASE_OUT != 0;
 // float32 output (SM90_OUT_F32): the epilogue stores fp32 sums (epilogue.cuh, consumer_epilogue_f32) and
 // reads a float32 residual from g.residual; the epilogue-load warp (HAS_RESIDUAL) is off.
 constexpr bool OUT_F32 = SM90_OUT_F32 != 0;
@@ -197,6 +205,8 @@ static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
 static_assert(!(NCHW_OUT && HAS_RESIDUAL), "a channels-first residual is read by the consumers, not by TMA");
 static_assert(!(OUT_F32 && HAS_RESIDUAL), "a float32 residual is read by the consumers, not by TMA");
 static_assert(!(OUT_F32 && NCHW_OUT), "float32 output is channels-last");
+static_assert(!(PHASE_OUT && (HAS_RESIDUAL || NCHW_OUT || OUT_F32)),
+              "the phase-scattering epilogue stores 16-bit channels-last values and reads no residual");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
 static_assert(STAGES >= 3, "the ring needs at least 3 slots to overlap load and MMA");
 static_assert(SMEM_USED <= SMEM_LIMIT, "shared-memory budget exceeded");
@@ -242,6 +252,13 @@ struct Sm90ConvParams {
   cuconv::FastDivisor y_tiles_div;  // halo tiles: -> row tile, plane
   cuconv::FastDivisor o_div;        // halo tiles: plane -> image, depth
   const void* residual;             // SM90_NCHW_OUT / SM90_OUT_F32: the residual the consumers read (when ep.has_residual)
+  // SM90_PHASE_OUT (zeros otherwise): the input gradient dx (N, ph_ext0, ph_ext1, ph_ext2, ph_channels)
+  // the stacked phases are stored into; per axis the stride ph_s*; ph_table: per phase (row-major) the
+  // offsets (d0, d1, d2, 0) of its first position, in global memory (epilogue.cuh, consumer_epilogue_phases;
+  // indexed in the parameter space, a run-time index makes ptxas copy the struct to the stack).
+  const int4* ph_table;
+  int ph_channels, ph_ext0, ph_ext1, ph_ext2, ph_s0, ph_s1, ph_s2;
+  cuconv::FastDivisor ph_channels_div;
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
@@ -262,6 +279,12 @@ struct Sm90ConvParams {
 #define CUCONV_SM90_SUFFIX _halo_f32
 #elif SM90_OUT_F32
 #define CUCONV_SM90_SUFFIX _f32
+#elif SM90_HALO && SM90_PINGPONG && SM90_PHASE_OUT
+#define CUCONV_SM90_SUFFIX _halo_pp_ph
+#elif SM90_HALO && SM90_PHASE_OUT
+#define CUCONV_SM90_SUFFIX _halo_ph
+#elif SM90_PHASE_OUT
+#define CUCONV_SM90_SUFFIX _ph
 #elif SM90_HALO && SM90_PINGPONG && SM90_NCHW_OUT
 #define CUCONV_SM90_SUFFIX _halo_pp_nchw
 #elif SM90_HALO && SM90_PINGPONG
@@ -412,9 +435,9 @@ __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, co
     const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
     const long long rows_left = g.M - m_row;
     const int row_limit = rows_left > 16 ? 16 : (int)rows_left;
-    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
+    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT, cfg::PHASE_OUT>(
         acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const out_t*>(g.residual));
+        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const out_t*>(g.residual), g);
   }
 }
 
@@ -441,9 +464,9 @@ __device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Sch
     const long long m_row = (long long)(ht.plane_row0 + consumer) * g.Q + x;
     // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
     const int row_limit = (ht.y0 + consumer < g.P && m_row < g.M) ? g.Q - x : 0;
-    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
+    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT, cfg::PHASE_OUT>(
         acc[0], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const out_t*>(g.residual));
+        c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const out_t*>(g.residual), g);
   }
 }
 
@@ -490,9 +513,9 @@ __device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const
     for (int b = 0; b < cfg::MB; ++b) {
       const long long m_row = (long long)(ht.plane_row0 + b) * g.Q + x;
       const int row_limit = (ht.y0 + b < g.P && m_row < g.M) ? g.Q - x : 0;
-      sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT>(
+      sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT, cfg::PHASE_OUT>(
           acc[b], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
-          c_empty_bar, row_in_group, 2 * (lane % 4), lane == 0, out_plane(g), static_cast<const out_t*>(g.residual));
+          c_empty_bar, row_in_group, 2 * (lane % 4), lane == 0, out_plane(g), static_cast<const out_t*>(g.residual), g);
     }
   }
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "common/epilogue_math.cuh"
+#include "common/fast_div.cuh"
 #include "common/types.cuh"
 #include "sm90/pipeline.cuh"
 
@@ -69,6 +70,49 @@ __device__ __forceinline__ void st_global_v4_if(bool pred, void* ptr, uint32_t a
       : "memory");
 }
 
+// The bias pairs of four 8-column blocks (32 channels) starting at this lane's column `col` of the
+// first: bsum[q] of column col + 8 q (zeros without a bias or past K), loaded once for both rows.
+template <typename T>
+__device__ __forceinline__ void load_bias_group(float (&bsum)[4][2], const T* bias, const EpilogueParams& ep, int col,
+                                                int K) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) bsum[q][0] = bsum[q][1] = 0.f;
+  if (ep.has_bias) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if (col + 8 * q < K) {
+        const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col + 8 * q);
+        bsum[q][0] = lo_to_float<T>(bp);
+        bsum[q][1] = hi_to_float<T>(bp);
+      }
+    }
+  }
+}
+
+// act(alpha * acc + bias + beta * C) of this thread's pairs in blocks jj0 .. jj0 + 3 of chunk `chunk`,
+// row half i (cpair: its C words, read with a residual), packed to 2 x 16 bit and quad-transposed:
+// afterwards word k of `packed` is lane k's pair of block jj0 + t (columns 2k, 2k + 1 of it), the
+// 16-byte vector this lane stores.
+template <typename T, int BN, bool HAS_RESIDUAL, int ACT>
+__device__ __forceinline__ void pack_group(uint32_t (&packed)[4], const float (&acc)[BN / 2], int chunk, int jj0,
+                                           int i, const float (&bsum)[4][2], const uint32_t (&cpair)[8],
+                                           const EpilogueParams& ep, int t) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int jj = jj0 + q;
+    const int a = (chunk * 8 + jj) * 4 + 2 * i;
+    float v0 = ep.alpha * acc[a] + bsum[q][0];
+    float v1 = ep.alpha * acc[a + 1] + bsum[q][1];
+    if constexpr (HAS_RESIDUAL) {
+      v0 += ep.beta * lo_to_float<T>(cpair[jj]);
+      v1 += ep.beta * hi_to_float<T>(cpair[jj]);
+    }
+    packed[q] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
+  }
+  quad_transpose_stage<2>(packed, (t & 2) != 0);
+  quad_transpose_stage<1>(packed, (t & 1) != 0);
+}
+
 // row_base: this thread's first tile row (16 * warp_in_group + lane / 4 + 64 * warpgroup), the
 // row of the C chunk it reads; col_lane: 2 * (lane % 4). Where the rows go: m_row is the GEMM
 // row (output pixel) of the thread's first row, its second row (8 further) is m_row + 8, and a row
@@ -124,37 +168,12 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
     // words of the group are loaded once for both rows.
 #pragma unroll
     for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
-      float bsum[4][2] = {};
-      if (ep.has_bias) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int col = n0 + chunk * 64 + (jj0 + q) * 8 + col_lane;
-          if (col < K) {
-            const uint32_t bp = *reinterpret_cast<const uint32_t*>(bias + col);
-            bsum[q][0] = lo_to_float<T>(bp);
-            bsum[q][1] = hi_to_float<T>(bp);
-          }
-        }
-      }
+      float bsum[4][2];
+      load_bias_group<T>(bsum, bias, ep, n0 + chunk * 64 + jj0 * 8 + col_lane, K);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        uint32_t packed[4];  // packed[q] = this lane's pair of block jj0 + q
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int jj = jj0 + q;
-          const int a = (chunk * 8 + jj) * 4 + 2 * i;
-          float v0 = ep.alpha * acc[a] + bsum[q][0];
-          float v1 = ep.alpha * acc[a + 1] + bsum[q][1];
-          if constexpr (HAS_RESIDUAL) {
-            v0 += ep.beta * lo_to_float<T>(cpair[i][jj]);
-            v1 += ep.beta * hi_to_float<T>(cpair[i][jj]);
-          }
-          packed[q] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
-        }
-        // afterwards word k = lane k's pair of block jj0 + t (columns 2k, 2k + 1 of it): the
-        // 16-byte vector of this lane.
-        quad_transpose_stage<2>(packed, (t & 2) != 0);
-        quad_transpose_stage<1>(packed, (t & 1) != 0);
+        uint32_t packed[4];
+        pack_group<T, BN, HAS_RESIDUAL, ACT>(packed, acc, chunk, jj0, i, bsum, cpair[i], ep, t);
         const int offset = chunk * 64 + jj0 * 8;  // a constant once unrolled: the store's immediate
         st_global_v4_if(8 * i < row_limit && offset < cols_left, row_out[i] + offset, packed[0], packed[1],
                         packed[2], packed[3]);
@@ -167,6 +186,67 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
       __syncwarp();
       if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
       cring.advance();
+    }
+  }
+}
+
+// The phase-scattering epilogue (SM90_PHASE_OUT): the GEMM is the stacked-phase convolution of an
+// input gradient (cuconv/subpixel.py), its K = P * C columns the P output phases of C channels each
+// (C a multiple of 32, so each 32-column group lies in one phase), its rows the positions
+// (n, u0, u1, u2) of the stacked output z (extents O, P, Q: the convolution's own). Row u of phase ph
+// is dx[n, s0 u0 + d0[ph], s1 u1 + d1[ph], s2 u2 + d2[ph], c] (d_a = phi_a - s_a shift_a(phi_a)), stored
+// where each coordinate is inside dx (ph_ext0..2): dx is written in place, without z and the unstack
+// pass. Bias, activation and the quad transpose are the channels-last epilogue's; there is no residual
+// (the host stacks a residual and runs the unstack instead). G: the kernel's parameter struct, which
+// carries dx's geometry (ph_* members), the phase table's address and the z extents' divisors.
+template <typename T, int BN, int ACT, typename G>
+__device__ __forceinline__ void consumer_epilogue_phases(const float (&acc)[BN / 2], long long m_row, int row_limit,
+                                                         int n0, int K, T* out, const T* bias, const EpilogueParams& ep,
+                                                         int col_lane, const G& g) {
+  const int lane = threadIdx.x % 32;
+  const int t = lane & 3;
+  const int pq = g.P * g.Q, opq = g.O * pq;
+  // This thread's two rows: their z positions (n, u0, u1, u2) -> where they start in dx before the
+  // phase's offset, and their strided coordinates s_a u_a, which the phase's offsets move into or out of dx.
+  long long row_at[2];
+  int y0[2], y1[2], y2[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int m = (int)(m_row + 8 * i);  // the host keeps M below 2^31
+    const int n = (int)fast_div((uint32_t)m, g.opq_div);
+    int rem = m - n * opq;
+    const int u0 = (int)fast_div((uint32_t)rem, g.pq_div);
+    rem -= u0 * pq;
+    const int u1 = (int)fast_div((uint32_t)rem, g.q_div);
+    const int u2 = rem - u1 * g.Q;
+    y0[i] = g.ph_s0 * u0;
+    y1[i] = g.ph_s1 * u1;
+    y2[i] = g.ph_s2 * u2;
+    row_at[i] = ((((long long)n * g.ph_ext0 + y0[i]) * g.ph_ext1 + y1[i]) * g.ph_ext2 + y2[i]) * g.ph_channels;
+    if (8 * i >= row_limit) y0[i] = -(1 << 29);  // never inside dx: the row is past the tile's end
+  }
+  uint32_t unused[8];
+#pragma unroll
+  for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
+    const int blocks = (BN - 64 * chunk) >= 64 ? 8 : 4;
+#pragma unroll
+    for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
+      const int col0 = n0 + chunk * 64 + jj0 * 8;  // the group's first column (the same in the warp)
+      const bool group_ok = col0 < K;              // K = P * C is a multiple of 32: whole groups
+      const int ph = group_ok ? (int)fast_div((uint32_t)col0, g.ph_channels_div) : 0;
+      const int4 d = __ldg(g.ph_table + ph);
+      const long long phase_at =
+          (((long long)d.x * g.ph_ext1 + d.y) * g.ph_ext2 + d.z) * g.ph_channels + (col0 - ph * g.ph_channels) + 8 * t;
+      float bsum[4][2];
+      load_bias_group<T>(bsum, bias, ep, col0 + col_lane, K);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        uint32_t packed[4];
+        pack_group<T, BN, false, ACT>(packed, acc, chunk, jj0, i, bsum, unused, ep, t);
+        const bool inside = (unsigned)(y0[i] + d.x) < (unsigned)g.ph_ext0 &&
+                            (unsigned)(y1[i] + d.y) < (unsigned)g.ph_ext1 && (unsigned)(y2[i] + d.z) < (unsigned)g.ph_ext2;
+        st_global_v4_if(group_ok && inside, out + row_at[i] + phase_at, packed[0], packed[1], packed[2], packed[3]);
+      }
     }
   }
 }
@@ -335,20 +415,24 @@ template <typename A> struct same_type<A, A> { static constexpr bool value = tru
 // output (and bias and residual) type: T, or float for the float32-output epilogue
 // (consumer_epilogue_f32, residual read from `residual` when ep.has_residual). NCHW selects the
 // channels-first epilogue (consumer_epilogue_nchw: opq = O * P * Q, residual its channels-first
-// residual, read when ep.has_residual); otherwise opq is unused.
-template <typename T, typename OutT, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool NCHW = false>
+// residual, read when ep.has_residual); otherwise opq is unused. PHASES selects the phase-scattering
+// epilogue (consumer_epilogue_phases, its table in the parameter struct g).
+template <typename T, typename OutT, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool NCHW, bool PHASES,
+          typename G>
 __device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], long long m_row, int row_limit,
                                                       int n0, int K, OutT* out, const OutT* bias, const EpilogueParams& ep,
                                                       RingState<C_STAGES>& cring, uint32_t c_base,
                                                       uint32_t c_full_bar, uint32_t c_empty_bar, int row_base,
-                                                      int col_lane, bool lane_leader, long long opq = 1,
-                                                      const OutT* residual = nullptr) {
+                                                      int col_lane, bool lane_leader, long long opq,
+                                                      const OutT* residual, const G& g) {
 #define CUCONV_SM90_EPILOGUE_CASE(code)                                                                      \
   case code:                                                                                                 \
     if constexpr (same_type<OutT, float>::value) {                                                           \
       consumer_epilogue_f32<BN, code>(acc, m_row, row_limit, n0, K, out, bias, residual, ep, col_lane);       \
     } else if constexpr (NCHW) {                                                                             \
       consumer_epilogue_nchw<T, BN, code>(acc, m_row, row_limit, n0, K, opq, out, bias, residual, ep, col_lane); \
+    } else if constexpr (PHASES) {                                                                           \
+      consumer_epilogue_phases<T, BN, code>(acc, m_row, row_limit, n0, K, out, bias, ep, col_lane, g);        \
     } else {                                                                                                 \
       consumer_epilogue<T, BN, C_STAGES, HAS_RESIDUAL, C_CHUNK_BYTES, code>(                                 \
           acc, m_row, row_limit, n0, K, out, bias, ep, cring, c_base, c_full_bar, c_empty_bar, row_base, col_lane, lane_leader); \

@@ -6,27 +6,46 @@ checks the names and order against the source); a 2-D problem is the 3-D one of 
 
 from __future__ import annotations
 
+from typing import NamedTuple, Optional, Tuple
+
 import numpy as np
 
 from ...launch import c_struct, divisor_fields, divisor_values, geometry3d
 from .tiles import TileConfig, c_blocks, halo_window, last_k16
 
-__all__ = ["PARAM_FIELDS", "kernel_params"]
+__all__ = ["PARAM_FIELDS", "PhaseScatter", "kernel_params"]
+
+
+class PhaseScatter(NamedTuple):
+    """Where the phase-scattering epilogue (SM90_PHASE_OUT) stores the stacked phases: the input gradient
+    ``(N, *extent, channels)`` (3 axes, a 2-D one with depth 1 in front), per axis the ``stride``, and
+    ``table``: the device address of the phases' offsets, ``(P, 4)`` int32 rows ``(d0, d1, d2, 0)``
+    (:func:`cuconv.subpixel.scatter_offsets`)."""
+
+    channels: int
+    extent: Tuple[int, int, int]
+    stride: Tuple[int, int, int]
+    table: int
 
 PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
     "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "split_ways", "x_tiles",
     "y_tiles", "halo_w", "halo_tx", "a_wrap")] + [(n, "u4") for n, _ in divisor_fields(
-        "n_tiles_div", "opq_div", "pq_div", "q_div", "x_tiles_div", "y_tiles_div", "o_div")] + [("residual", "u8")]
+        "n_tiles_div", "opq_div", "pq_div", "q_div", "x_tiles_div", "y_tiles_div", "o_div")] + [
+    ("residual", "u8"), ("ph_table", "u8")] + [
+    (n, "i4") for n in ("ph_channels", "ph_ext0", "ph_ext1", "ph_ext2", "ph_s0", "ph_s1", "ph_s2")] + [
+    (n, "u4") for n, _ in divisor_fields("ph_channels_div")]
 
 _FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
 
 
-def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int = 0) -> np.void:
+def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int = 0,
+                  phases: Optional[PhaseScatter] = None) -> np.void:
     """The ``Sm90ConvParams`` value of ``problem`` run with ``cfg`` (``residual``: the address of a
     residual the consumers read, in a channels-first or float32-output variant; 0 otherwise).
     ``x_channels``: the channels x holds, when fewer than the reduction's (a multiple of 64: the
-    reduction's channel blocks past them read x's from the first again); 0 for ``problem.channels``."""
+    reduction's channel blocks past them read x's from the first again); 0 for ``problem.channels``.
+    ``phases``: the phase-scattering epilogue's table (zeros without one)."""
     g = geometry3d(problem)
     halo_w, halo_h = halo_window(problem, cfg)
     x_tiles, y_tiles = -(-g.Q // 64), -(-g.P // cfg.tile_rows)
@@ -41,4 +60,14 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
     vals.update(zip(("pad_d", "pad_h", "pad_w"), g.pad))
     vals.update(divisor_values(n_tiles_div=cfg.n_tiles, opq_div=g.O * g.P * g.Q, pq_div=g.P * g.Q, q_div=g.Q,
                                x_tiles_div=x_tiles, y_tiles_div=y_tiles, o_div=g.O))
+    vals.update(_phase_values(phases))
     return c_struct(_FIELDS, vals)
+
+
+def _phase_values(ph: Optional[PhaseScatter]) -> dict:
+    vals = dict(ph_channels=ph.channels if ph else 0, ph_table=ph.table if ph else 0)
+    for a in range(3):
+        vals[f"ph_ext{a}"] = ph.extent[a] if ph else 0
+        vals[f"ph_s{a}"] = ph.stride[a] if ph else 0
+    vals.update(divisor_values(ph_channels_div=ph.channels if ph else 1))
+    return vals

@@ -20,24 +20,25 @@ ARCH = "sm_90a"
 
 
 def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool = False, f32: bool = False,
-                tf32: bool = False, xsplit: bool = False) -> str:
+                tf32: bool = False, xsplit: bool = False, phases: bool = False) -> str:
     """The entry point's name of a variant. ``nchw``: channels-first output; ``f32``: float32 output
     (both read the residual in the consumers: ``_res`` names the epilogue-load warp, which neither has);
     ``tf32``: float32 operands multiplied as tf32, into the float32 output; ``xsplit``: float32 x split
-    into bf16 parts in registers against a split filter, into the float32 output."""
+    into bf16 parts in registers against a split filter, into the float32 output; ``phases``: the output columns
+    are the stacked phases of an input gradient, stored into place (no residual)."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
             + ("_pp" if cfg.pingpong else "")
-            + ("_xs" if xsplit else "_tf32" if tf32 else "_f32" if f32 else "_nchw" if nchw
+            + ("_xs" if xsplit else "_tf32" if tf32 else "_f32" if f32 else "_ph" if phases else "_nchw" if nchw
                else "_res" if loads_residual else ""))
 
 
 def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False,
-            f32: bool = False, tf32: bool = False, xsplit: bool = False) -> dict:
+            f32: bool = False, tf32: bool = False, xsplit: bool = False, phases: bool = False) -> dict:
     """The ``-D`` values that build a variant (``tf32``, ``xsplit``: ``dtype`` is the 16-bit view, bfloat16)."""
     return _defines(dtype_code(dtype), nd, cfg.block_m, cfg.block_n, cfg.stages,
                     int(loads_residual and not (nchw or f32 or tf32 or xsplit)), cfg.cluster, int(cfg.halo),
-                    int(cfg.pingpong), nchw, f32, tf32, xsplit)
+                    int(cfg.pingpong), nchw, f32, tf32, xsplit, phases)
 
 
 def ring_loads_residual(loads_residual: bool, tf32: bool = False, xsplit: bool = False) -> bool:
@@ -47,18 +48,18 @@ def ring_loads_residual(loads_residual: bool, tf32: bool = False, xsplit: bool =
 
 
 def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int, nchw: bool = False,
-                  f32: bool = False, tf32: bool = False, xsplit: bool = False):
+                  f32: bool = False, tf32: bool = False, xsplit: bool = False, phases: bool = False):
     """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
     loaded on the device, its shared-memory limit raised."""
     from ...device import gpu_info
     smem = cfg.smem_bytes(ring_loads_residual(loads_residual, tf32, xsplit))
     fn = load_cuda_function(SOURCE, gpu_info(dev_index),
-                            defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32, xsplit),
-                            kernel_name(cfg, loads_residual, nd, nchw, f32, tf32, xsplit), smem)
+                            defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32, xsplit, phases),
+                            kernel_name(cfg, loads_residual, nd, nchw, f32, tf32, xsplit, phases), smem)
     return fn, smem
 
 
-def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0, xsplit=0) -> dict:
+def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0, xsplit=0, phases=0) -> dict:
     d = {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
          "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}
     if nchw:
@@ -69,6 +70,8 @@ def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0,
         d["SM90_TF32"] = 1
     if xsplit:
         d["SM90_XSPLIT"] = 1
+    if phases:
+        d["SM90_PHASE_OUT"] = 1
     return d
 
 
@@ -112,4 +115,12 @@ COMPILE_VARIANTS = [
     # output's tiles, without a C ring (its consumers read the residual)
     _compile_variant(1, nd, 128, bn, (halo_stages if halo else stages_for)(128, bn, False), 0, cl, halo, xsplit=1)
     for nd in (2, 3) for cl in (1, 2) for halo in (0, 1) for bn in F32_BLOCK_NS
+] + [  # the stacked phases of an input gradient stored into place: 16-bit, single CTAs, no residual
+    _compile_variant(dt, nd, bm, bn, (halo_stages if halo else stages_for)(bm, bn, False), 0, 1, halo, phases=1)
+    for nd in (2, 3) for dt in (0, 1) for halo in (0, 1) for bm in BLOCK_MS for bn in STAGES
+    if bm_fits(bm, bn, 1, False, halo=bool(halo))
+] + [
+    _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1,
+                     phases=1)
+    for nd in (2, 3) for dt in (0, 1) for bn in STAGES
 ]
