@@ -413,8 +413,26 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
         subpixel.stack(sp, residual, res_z, xp)
     spec = dict(pad=sp.pad, dil=1)
     fplan = _phase_plan(memo, "stacked", nd, dy_n, wt, dict(ep, bias=b), res_z, z, 1, spec, kernel, precision)
-    execute(fplan, xp, None if xp is np else dy_n.data.device_id, dy_n, wt, b, res_z, z)
+    device_id = None if xp is np else dy_n.data.device_id
+    scatter = None if xp is np else _scatter_plan(memo, fplan, sp, C)
+    if scatter is not None:  # the epilogue stores the phases into y: no z, no unstack
+        execute(scatter, xp, device_id, dy_n, wt, b, None, y)
+        return
+    execute(fplan, xp, device_id, dy_n, wt, b, res_z, z)
     subpixel.unstack(sp, z, y, xp)
+
+
+def _scatter_plan(memo, fplan, sp, C: int):
+    """The plan of the stacked convolution that stores the phases into place itself
+    (:mod:`cuconv.backends.sm90.phase_scatter`), or None; kept with the call's forward plans."""
+    key = (memo, "scatter")
+    plan = None if memo is None else _PHASE_PLANS.get(key)
+    if plan is None:
+        from .backends.sm90.phase_scatter import scatter_plan
+        plan = scatter_plan(fplan, sp, C)[0] or False
+        if memo is not None:
+            _PHASE_PLANS[key] = plan
+    return plan or None
 
 
 def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
@@ -437,9 +455,10 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
         K, F, C = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
         gather = subpixel.stacked_filter_launch(sp, w, K, F, C)
         z_shape = (dy.shape[0], *sp.length, sp.phases * C)
-        return grad_replay.StackedInput(y.shape, dtype, device_id, fplan, sp, gather,
+        scatter = _PHASE_PLANS.get((memo, "scatter")) or None
+        return grad_replay.StackedInput(y.shape, dtype, device_id, scatter or fplan, sp, gather,
                                         subpixel.stacked_filter_shape(sp, w.shape), z_shape,
-                                        lambda z, yy: subpixel.unstack_launch(sp, z, yy))
+                                        None if scatter else (lambda z, yy: subpixel.unstack_launch(sp, z, yy)))
     live = [(i, spec) for i, (_, spec, _) in enumerate(plan.phases) if spec is not None]
     if len(live) != 1 or not live[0][1]["src_full"] or w.itemsize not in (2, 4, 8):
         return None
@@ -756,8 +775,15 @@ class GradExplanation:
         return "\n".join(lines)
 
 
-def _forward_explanation(p, device, x_shape, w_shape, stride, padding, dilation, groups, ep, kernel):
-    """The dispatcher's explanation of one forward convolution of a gradient (channels-last)."""
+def _scatter_of(fplan, sp, C: int):
+    from .backends.sm90.phase_scatter import scatter_plan
+    return scatter_plan(fplan, sp, C)
+
+
+def _forward_explanation(p, device, x_shape, w_shape, stride, padding, dilation, groups, ep, kernel,
+                         with_plan: bool = False):
+    """The dispatcher's explanation of one forward convolution of a gradient (channels-last); with
+    ``with_plan``, ``(plan, explanation)``."""
     from . import dispatch
     from .validate import conv_problem
     nd = p.nd
@@ -765,7 +791,8 @@ def _forward_explanation(p, device, x_shape, w_shape, stride, padding, dilation,
                       dilation, groups, float(ep.get("alpha", 1.0)), float(ep.get("beta", 1.0)),
                       ep.get("bias") is not None, ep.get("residual") is not None,
                       activation_of(ep.get("activation")), p.precision)
-    return dispatch.select(fp, device, forced=kernel)[1]
+    hit = dispatch.select(fp, device, forced=kernel)
+    return hit if with_plan else hit[1]
 
 
 def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision, what,
@@ -780,11 +807,17 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
     p, device = plan.problem, device_of(dy)
     sp = plan.subpixel
     if _stacks(plan, device.kind != "cpu"):
-        e = _forward_explanation(p, device, (x_shape[0], *p.out_spatial, p.out_channels),
-                                 (sp.phases * p.channels, *sp.window, p.out_channels), 1, sp.pad, 1, 1,
-                                 epilogue or {}, kernel)
+        fplan, e = _forward_explanation(p, device, (x_shape[0], *p.out_spatial, p.out_channels),
+                                        (sp.phases * p.channels, *sp.window, p.out_channels), 1, sp.pad, 1, 1,
+                                        epilogue or {}, kernel, with_plan=True)
+        scatter, how = (None, "a CPU call") if device.kind == "cpu" else _scatter_of(fplan, sp, p.channels)
+        if scatter is not None:
+            detail, places = scatter.describe(), f"; {how}, no unstack pass"
+        else:
+            detail, places = e.detail, f"; phases put into place by kernels_cu/layout/phase_stack.cu (not by the " \
+                                       f"epilogue: {how})"
         steps = (f"stacked convolution of dy: {p.out_channels} -> {sp.phases} x {p.channels} channels, "
-                 f"{'x'.join(map(str, sp.window))} filter, padding {sp.pad}, on {e.kernel} [{e.detail}]",)
+                 f"{'x'.join(map(str, sp.window))} filter, padding {sp.pad}, on {e.kernel} [{detail}]{places}",)
         return GradExplanation(what, p, e.kernel, sp.describe(), {}, steps)
     steps, kernels = [], []
     for where, spec, _ in plan.phases:

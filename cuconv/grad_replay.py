@@ -10,7 +10,7 @@ calls run only that:
   (kernels_cu/layout/flip_filter.cu), one forward convolution into dx.
 * :class:`StackedInput`: a strided input gradient as one convolution over the stacked phases
   (:mod:`cuconv.subpixel`): the filter (and the bias) gathered, the convolution, the phases put into
-  place.
+  place (by the convolution's epilogue on Hopper, :mod:`cuconv.backends.sm90.phase_scatter`).
 * :class:`OnePhaseInput`: a strided input gradient of which one phase is reached by a filter tap and
   the others are zeros (a 1x1 filter of stride 2): the filter flipped, one convolution of that phase,
   dx written whole (the phase and the zeros, ``phase_scatter_fill`` in kernels_cu/layout/phase_scatter.cu).
@@ -68,7 +68,8 @@ class WholeInput(_Input):
 class StackedInput(_Input):
     """The stacked-phase convolution: ``W'`` gathered from ``w`` (and the bias repeated per phase,
     :func:`cuconv.subpixel.stacked_bias`) into scratch, the convolution into the stacked phases (scratch),
-    the phases put into dx."""
+    the phases put into dx; or, where ``unstack_of`` is None, ``fplan`` is the plan whose epilogue stores
+    the phases into dx itself (:mod:`cuconv.backends.sm90.phase_scatter`)."""
 
     def __init__(self, y_shape, dtype, device_id, fplan, sp, gather, wt_shape, z_shape, unstack_of: Callable):
         super().__init__(y_shape, dtype, device_id, fplan)
@@ -79,14 +80,17 @@ class StackedInput(_Input):
 
     def __call__(self, dy, w, bias, out):
         y = self._result(out)
-        launch = self._unstack.get(y.data.ptr & 15)
-        z = scratch("stacked phases", self._z_shape, self.dtype)
-        if launch is None:
-            launch = self._unstack[y.data.ptr & 15] = self._unstack_of(z, y)
         wt = scratch("stacked-phase filter", self._wt_shape, self.dtype)
         gather, taps = self._gather
         gather(w.data.ptr, taps.data.ptr, wt.data.ptr)
         b = None if bias is None else stacked_bias(self._sp, bias, self._cp, "stacked-phase bias")
+        if self._unstack_of is None:  # the convolution's epilogue stores the phases into dx
+            execute(self.fplan, self._cp, self.device_id, dy, wt, b, None, y)
+            return y
+        launch = self._unstack.get(y.data.ptr & 15)
+        z = scratch("stacked phases", self._z_shape, self.dtype)
+        if launch is None:
+            launch = self._unstack[y.data.ptr & 15] = self._unstack_of(z, y)
         execute(self.fplan, self._cp, self.device_id, dy, wt, b, None, z)
         launch(z.data.ptr, y.data.ptr)
         return y

@@ -44,7 +44,7 @@ from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stacked_filter_shape", "stacked_filter_launch", "stacked_bias",
            "unstack_launch", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
-           "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
+           "scatter_offsets", "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"
 GATHER_SOURCE = "layout/gather_index.cu"
@@ -248,6 +248,17 @@ def _gather_launch(device_id: int, itemsize: int, count: int) -> PackedLaunch:
     blocks = max(1, min(-(-count // 256), 65535))
     return PackedLaunch(fn, blocks, 256, 0, (np.uint64(0), np.uint64(0), np.uint64(0), np.int64(count)),
                         slots=(0, 1, 2))
+
+
+def scatter_offsets(sp: Subpixel) -> np.ndarray:
+    """Per phase (row-major), where its first stacked row lands in dx along each axis: ``(P, 4)`` int32 rows
+    ``(d0, d1, d2, 0)`` over three axes (a 2-D geometry's first is depth, 0), ``d = phi - s shift(phi)``, so
+    stacked row ``u`` of the phase is dx row ``s u + d`` (where that is inside dx). The table of the
+    Hopper kernel's phase-scattering epilogue (:mod:`cuconv.backends.sm90.phase_scatter`)."""
+    pad = 3 - len(sp.stride)
+    rows = [(0,) * pad + tuple(phi - s * sh[phi] for phi, s, sh in zip(phis, sp.stride, sp.shift)) + (0,)
+            for phis in np.ndindex(*sp.stride)]
+    return np.array(rows, dtype=np.int32).reshape(sp.phases, 4)
 
 
 def _phase_slices(sp: Subpixel):

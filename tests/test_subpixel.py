@@ -91,6 +91,39 @@ def test_stacked_equals_the_phase_split(g):
     np.testing.assert_allclose(stacked, split, rtol=1e-12, atol=1e-12)
 
 
+@settings(max_examples=150, deadline=None)
+@given(g=geometries())
+def test_scatter_offsets_put_every_phase_where_unstack_does(g):
+    """The phase-scattering epilogue's table (stacked row u of phase ph lands at dx row s u + d where that is
+    inside dx, kernels_cu/sm90/epilogue.cuh) puts every stacked value where :func:`subpixel.unstack` puts
+    it, and every dx position is written exactly once."""
+    nd = len(g["I"])
+    if nd == 1:
+        return
+    p = conv_problem(nd, (1, *g["I"], 1), (1, *g["F"], 1), "float64", "NHWC" if nd == 2 else "NDHWC", g["s"],
+                     g["pad"], g["d"], 1, 1.0, 1.0, False, False, None)
+    sp = subpixel.geometry(p)
+    if sp is None:
+        return
+    C = 2
+    z = np.random.default_rng(g["seed"]).standard_normal((1, *sp.length, sp.phases * C))
+    want = np.full((1, *sp.extent, C), np.nan)
+    subpixel.unstack(sp, z, want, np)
+    got = np.full(want.shape, np.nan)
+    written = np.zeros(want.shape[:-1], dtype=int)
+    table = subpixel.scatter_offsets(sp)
+    pad = 3 - nd
+    for ph in range(sp.phases):
+        d = table[ph, pad:3]
+        for u in np.ndindex(*sp.length):
+            y = tuple(s * ui + di for s, ui, di in zip(sp.stride, u, d))
+            if all(0 <= yi < e for yi, e in zip(y, sp.extent)):
+                got[(0, *y)] = z[(0, *u, slice(ph * C, (ph + 1) * C))]
+                written[(0, *y)] += 1
+    assert (written == 1).all()
+    np.testing.assert_array_equal(got, want)
+
+
 def test_the_kernel_struct_matches_the_source():
     src = (kernels_dir("cu") / subpixel.STACK_SOURCE).read_text()
     body = re.search(r"struct StackArgs \{(.*?)\};", src, re.S).group(1)

@@ -157,7 +157,14 @@ class Sm90Plan(Plan):
         self.xsplit = xsplit
         #: A channels-first problem's output (and residual) are stored by the epilogue in that layout.
         self.writes_channels_first = problem.layout in ("NCHW", "NCDHW") and not out_f32
+        #: Where the epilogue stores the stacked phases of an input gradient (:mod:`.phase_scatter`), or None.
+        self.phase_scatter = None
         self._overrides = overrides
+        self.reset_launches()
+
+    def reset_launches(self) -> None:
+        """Forget the loaded variant, the launch records and the description (a copy of the plan with
+        another variant starts from here)."""
         self._records: "OrderedDict" = OrderedDict()
         self._function = None   # (fn, smem, grid CTAs), loaded on the first run
         self._description = None
@@ -207,15 +214,21 @@ class Sm90Plan(Plan):
         elif nchw:
             stores = "epilogue stores channels-first (16-bit stores along each channel plane)" + (
                 ", reads the residual there" if res else "")
+        elif self.phase_scatter is not None:
+            stores = "epilogue stores each 32-column group at its phase's positions in the input gradient"
         else:
             stores = "epilogue-load warp prefetches the residual" if res else "no residual load"
-        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32, self.tf32, self.xsplit)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
+        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32, self.tf32, self.xsplit, self._phases)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{consumers}, {grid}{split}, {stores}")
 
     def compile_jobs(self):
         p = self.problem
         return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd, self.writes_channels_first,
-                                 self.out_f32, self.tf32, self.xsplit)),)
+                                 self.out_f32, self.tf32, self.xsplit, self._phases)),)
+
+    @property
+    def _phases(self) -> bool:
+        return self.phase_scatter is not None
 
     def run(self, x, w, bias, residual, out):
         """Launch; the record (descriptors, params, function, grid) is reused for the same input addresses.
@@ -251,7 +264,7 @@ class Sm90Plan(Plan):
         if self._function is None:
             cfg, p = self.cfg, self.problem
             fn, smem = load_function(self.device.index, cfg, p.dtype, p.epilogue.loads_residual, p.nd,
-                                     self.writes_channels_first, self.out_f32, self.tf32, self.xsplit)
+                                     self.writes_channels_first, self.out_f32, self.tf32, self.xsplit, self._phases)
             grid = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, self.device))
             self._function = (fn, smem, grid)
         return self._function
@@ -285,7 +298,8 @@ class Sm90Plan(Plan):
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
         partials, flags = _split_workspace(cfg)
         res_ptr = ra.data.ptr if (res and direct) else 0
-        args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr, kernel_params(problem, cfg, res_ptr, self.x_channels),
+        args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr,
+                kernel_params(problem, cfg, res_ptr, self.x_channels, self.phase_scatter),
                 epilogue_params(problem.epilogue), np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
         launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slots=(3,))  # slot 3: the output pointer
         launch.workspace = (partials, flags)  # lives as long as the launch record

@@ -13,7 +13,7 @@ from ...launch import dtype_code
 from .tiles import (BLOCK_MS, F32_BLOCK_NS, STAGES, TileConfig, bm_fits, halo_stages, pingpong_block_m,
                     stages_for)
 
-__all__ = ["SOURCE", "ARCH", "kernel_name", "defines", "load_function", "COMPILE_VARIANTS"]
+__all__ = ["SOURCE", "ARCH", "kernel_name", "defines", "load_function", "phase_out_fits", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_fprop_sm90.cu"
 ARCH = "sm_90a"
@@ -75,6 +75,18 @@ def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0,
     return d
 
 
+#: The widest tile (BN) of the phase-scattering epilogue per (BM, halo) of the cooperative consumers: wider
+#: tiles spill (`python -m pytest tests/test_compile.py -k SM90_PHASE_OUT` with them added). Ping-pong
+#: tiles all fit.
+_PHASE_OUT_MAX_BN = {(128, False): 192, (128, True): 256, (192, False): 128, (192, True): 160, (256, False): 64,
+                     (256, True): 64}
+
+
+def phase_out_fits(cfg: TileConfig) -> bool:
+    """Whether the phase-scattering variant of ``cfg`` is built (its consumers fit their registers)."""
+    return cfg.cluster == 1 and (cfg.pingpong or cfg.block_n <= _PHASE_OUT_MAX_BN[(cfg.block_m, bool(cfg.halo))])
+
+
 def _compile_variant(*args, **kw):
     return (SOURCE, _defines(*args, **kw), ARCH)
 
@@ -118,7 +130,7 @@ COMPILE_VARIANTS = [
 ] + [  # the stacked phases of an input gradient stored into place: 16-bit, single CTAs, no residual
     _compile_variant(dt, nd, bm, bn, (halo_stages if halo else stages_for)(bm, bn, False), 0, 1, halo, phases=1)
     for nd in (2, 3) for dt in (0, 1) for halo in (0, 1) for bm in BLOCK_MS for bn in STAGES
-    if bm_fits(bm, bn, 1, False, halo=bool(halo))
+    if bm_fits(bm, bn, 1, False, halo=bool(halo)) and bn <= _PHASE_OUT_MAX_BN[(bm, bool(halo))]
 ] + [
     _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1,
                      phases=1)

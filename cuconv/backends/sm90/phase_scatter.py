@@ -1,0 +1,77 @@
+"""The stacked-phase convolution of an input gradient (:mod:`cuconv.subpixel`) with its phases stored into
+place by the Hopper kernel's epilogue.
+
+The stacked convolution's output ``z`` (``(N, *L, P C)``) holds the input gradient's ``P`` output phases
+side by side; the general path writes it to scratch and puts the phases into place with
+kernels_cu/layout/phase_stack.cu, a second pass over dx's bytes. The ``SM90_PHASE_OUT`` variant of
+``sm90_tma`` / ``conv3d_native`` (kernels_cu/sm90/epilogue.cuh, ``consumer_epilogue_phases``) stores each
+32-column group of a tile straight at its phase's positions in dx, from a table of the phases' offsets in
+global memory (:func:`cuconv.subpixel.scatter_offsets`): no ``z``, no unstack launch.
+
+:func:`scatter_plan` makes that plan from the dispatcher's plan of the stacked convolution, or says why
+not: another kernel, a residual (stacked per phase, so it goes through ``z``), ``alpha == 0``, CTA pairs,
+channels not a multiple of 32 (a column group must lie in one phase), float32 or channels-first
+variants. A tile whose consumers would spill with the scattering epilogue (wide tiles of 192 and 256 rows,
+128 x 256: :func:`.variants.phase_out_fits`) is replaced by the chooser's tile of 128 rows and at most
+128 columns.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+from typing import Optional, Tuple
+
+from .kernel import Sm90Plan
+from .params import PhaseScatter
+from .tiles import tile_config
+from .variants import phase_out_fits
+
+__all__ = ["scatter_plan"]
+
+
+def scatter_plan(plan, sp, channels: int) -> Tuple[Optional[Sm90Plan], str]:
+    """``(plan, why)``: the plan of the stacked convolution ``plan`` (the dispatcher's, for ``z``) whose
+    epilogue stores the phases of ``sp`` (:class:`cuconv.subpixel.Subpixel`, ``channels`` per phase) into
+    dx, and how; or ``(None, why not)``."""
+    if not isinstance(plan, Sm90Plan):
+        return None, f"the stacked convolution runs on {plan.kernel.name}, not the Hopper kernel"
+    p, cfg = plan.problem, plan.cfg
+    if plan.out_f32 or plan.tf32 or plan.xsplit or plan.writes_channels_first:
+        return None, "a float32 or channels-first variant of the Hopper kernel"
+    if p.epilogue.loads_residual:
+        return None, "a residual (it is stacked per phase and read through z)"
+    if p.epilogue.alpha == 0:
+        return None, "alpha = 0 (only the epilogue of zero is computed)"
+    if cfg.cluster != 1:
+        return None, "CTA pairs"
+    if channels % 32:
+        return None, f"C={channels} is not a multiple of 32 (a 32-column group must lie in one phase)"
+    if p.gemm_m >= 2 ** 31:
+        return None, "more than 2^31 stacked rows"
+    out = copy.copy(plan)
+    note = ""
+    if not phase_out_fits(cfg):
+        ov = dataclasses.replace(plan._overrides, block_m=128, block_n=min(cfg.block_n, 128))
+        out.cfg = tile_config(p, plan.device.sm_count, ov)
+        if not phase_out_fits(out.cfg):
+            return None, f"no {out.cfg.block_m}x{out.cfg.block_n} tile of the phase-scattering epilogue"
+        note = (f" ({out.cfg.block_m}x{out.cfg.block_n} tiles: the {cfg.block_m}x{cfg.block_n} tile's consumers "
+                f"spill with this epilogue)")
+    table = _device_offsets(plan.device.index, sp)
+    pad = 3 - len(sp.stride)
+    out.phase_scatter = PhaseScatter(channels, (1,) * pad + tuple(sp.extent), (1,) * pad + tuple(sp.stride),
+                                     table.data.ptr)
+    out.phase_table = table  # kept alive with the plan
+    out.reset_launches()
+    return out, f"the {sp.phases} phases stored into place in dx by the epilogue{note}"
+
+
+@functools.lru_cache(maxsize=256)
+def _device_offsets(device_index: int, sp):
+    import cupy as cp
+
+    from ...subpixel import scatter_offsets
+    with cp.cuda.Device(device_index):
+        return cp.asarray(scatter_offsets(sp))
