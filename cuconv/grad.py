@@ -382,10 +382,33 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
         wt = flip_filter(w_n, None, g, xp, spec["flips"])
         part = y if whole else xp.empty((N, *spec["out"], C), dtype=dy_n.dtype)
         fplan = _phase_plan(memo, i, nd, src, wt, ep, res_part, part, g, spec, kernel, precision)
-        execute(fplan, xp, None if xp is np else src.data.device_id, src, wt, bias, res_part, part)
+        device_id = None if xp is np else src.data.device_id
+        scatter = None if whole or xp is np else _phase_scatter_plan(memo, i, fplan, p, spec)
+        if scatter is not None:  # the epilogue stores the phase into y
+            execute(scatter, xp, device_id, src, wt, bias, None, y)
+            continue
+        execute(fplan, xp, device_id, src, wt, bias, res_part, part)
         if not whole:
             scatter_phase(part, y, p.stride, spec["origin"], xp)
     return y
+
+
+def _phase_scatter_plan(memo, i, fplan, p, spec):
+    """The plan of phase ``i``'s convolution that stores the phase into place in dx itself
+    (:mod:`cuconv.backends.sm90.phase_scatter`), or None; kept with the call's forward plans."""
+    key = (memo, ("scatter", i))
+    plan = None if memo is None else _PHASE_PLANS.get(key)
+    if plan is None:
+        plan = _one_phase_scatter(fplan, p, spec)[0] or False
+        if memo is not None:
+            _PHASE_PLANS[key] = plan
+    return plan or None
+
+
+def _one_phase_scatter(fplan, p, spec):
+    """``(plan, why)`` of one phase's convolution ``fplan`` storing its rows at their positions in dx."""
+    from .backends.sm90.phase_scatter import scatter_plan
+    return scatter_plan(fplan, p.channels, p.in_spatial, p.stride, (spec["origin"],))
 
 
 def _stacks(plan, on_gpu: bool) -> bool:
@@ -428,8 +451,7 @@ def _scatter_plan(memo, fplan, sp, C: int):
     key = (memo, "scatter")
     plan = None if memo is None else _PHASE_PLANS.get(key)
     if plan is None:
-        from .backends.sm90.phase_scatter import scatter_plan
-        plan = scatter_plan(fplan, sp, C)[0] or False
+        plan = _scatter_of(fplan, sp, C)[0] or False
         if memo is not None:
             _PHASE_PLANS[key] = plan
     return plan or None
@@ -472,9 +494,11 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
     if bias is not None or ep["activation"] is not None:  # the zero phases would need the epilogue of zero
         return None
     part_shape = (dy.shape[0], *spec["out"], y.shape[-1])
-    return grad_replay.OnePhaseInput(y.shape, dtype, device_id, fplan, flip, wt_shape, part_shape,
-                                     lambda part, yy: scatter_phase_launch(part, yy, p.stride, spec["origin"],
-                                                                           fill=True))
+    scatter = _PHASE_PLANS.get((memo, ("scatter", i))) or None
+    return grad_replay.OnePhaseInput(y.shape, dtype, device_id, scatter or fplan, flip, wt_shape, part_shape,
+                                     None if scatter else
+                                     (lambda part, yy: scatter_phase_launch(part, yy, p.stride, spec["origin"],
+                                                                            fill=True)))
 
 
 #: The forward plans of input-gradient phases: (call memo key, phase) -> the dispatcher's plan.
@@ -776,8 +800,9 @@ class GradExplanation:
 
 
 def _scatter_of(fplan, sp, C: int):
+    """``(plan, why)`` of the stacked convolution ``fplan`` storing the phases of ``sp`` into place."""
     from .backends.sm90.phase_scatter import scatter_plan
-    return scatter_plan(fplan, sp, C)
+    return scatter_plan(fplan, C, sp.extent, sp.stride, subpixel.scatter_offsets(sp))
 
 
 def _forward_explanation(p, device, x_shape, w_shape, stride, padding, dilation, groups, ep, kernel,
@@ -827,10 +852,17 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
             continue
         taps = tuple(n for _, _, n in spec["flips"])
         src = (x_shape[0], *(len(range(o)[sl]) for o, sl in zip(p.out_spatial, spec["src"][1:-1])), p.out_channels)
-        e = _forward_explanation(p, device, src, (p.channels, *taps, p.gemm_n), 1, spec["pad"], spec["dil"], p.groups,
-                                 epilogue or {}, kernel)
+        fplan, e = _forward_explanation(p, device, src, (p.channels, *taps, p.gemm_n), 1, spec["pad"], spec["dil"],
+                                        p.groups, epilogue or {}, kernel, with_plan=True)
         kernels.append(e.kernel)
-        steps.append(f"phase {phase}: filter taps {taps}, stride-1 convolution of dy on {e.kernel} [{e.detail}]")
+        detail, places = e.detail, ""
+        if len(plan.phases) > 1 and device.kind != "cpu":
+            scatter, how = _one_phase_scatter(fplan, p, spec)
+            detail = scatter.describe() if scatter is not None else detail
+            places = f"; {how}" if scatter is not None else f"; put into place by phase_scatter.cu (not by the " \
+                                                                f"epilogue: {how})"
+        steps.append(f"phase {phase}: filter taps {taps}, stride-1 convolution of dy on {e.kernel} "
+                     f"[{detail}]{places}")
     name = ", ".join(dict.fromkeys(kernels)) or "none (every phase is the epilogue of zero)"
     detail = (f"{len(plan.phases)} output phase(s) of stride {tuple(p.stride)}, each a forward convolution of dy "
               f"with its taps of the flipped filter (kernels_cu/layout/flip_filter.cu)"

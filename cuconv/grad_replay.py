@@ -13,7 +13,8 @@ calls run only that:
   place (by the convolution's epilogue on Hopper, :mod:`cuconv.backends.sm90.phase_scatter`).
 * :class:`OnePhaseInput`: a strided input gradient of which one phase is reached by a filter tap and
   the others are zeros (a 1x1 filter of stride 2): the filter flipped, one convolution of that phase,
-  dx written whole (the phase and the zeros, ``phase_scatter_fill`` in kernels_cu/layout/phase_scatter.cu).
+  dx written whole (the phase and the zeros, ``phase_scatter_fill`` in kernels_cu/layout/phase_scatter.cu);
+  on Hopper, dx zeroed and the phase stored into place by the convolution's epilogue.
 * :class:`WeightReplay`: the 2-D weight gradient on its GEMM kernel (``sm90_wgrad`` / ``sm80_wgrad``).
 
 Temporaries (the flipped or gathered filter, the stacked phases) live in :mod:`cuconv.scratch`
@@ -98,7 +99,9 @@ class StackedInput(_Input):
 
 class OnePhaseInput(_Input):
     """One phase reached by a tap, zeros elsewhere, no epilogue: ``flip(w) -> wt``, the phase's
-    convolution into scratch, then dx written whole from it (zeros between its rows)."""
+    convolution into scratch, then dx written whole from it (zeros between its rows); or, where
+    ``fill_of`` is None, dx zeroed and ``fplan`` the plan whose epilogue stores the phase into it
+    (:mod:`cuconv.backends.sm90.phase_scatter`)."""
 
     def __init__(self, y_shape, dtype, device_id, fplan, flip, wt_shape, part_shape, fill_of: Callable):
         super().__init__(y_shape, dtype, device_id, fplan)
@@ -108,6 +111,12 @@ class OnePhaseInput(_Input):
 
     def __call__(self, dy, w, bias, out):
         y = self._result(out)
+        if self._fill_of is None:
+            y.data.memset_async(0, y.nbytes)
+            wt = scratch("input-gradient filter", self._wt_shape, self.dtype)
+            self._flip(w.data.ptr, wt.data.ptr)
+            execute(self.fplan, self._cp, self.device_id, dy, wt, None, None, y)
+            return y
         part = scratch("input-gradient phase", self._part_shape, self.dtype)
         align = y.data.ptr & 15
         launch = self._fill.get(align)

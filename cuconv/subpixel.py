@@ -236,7 +236,7 @@ def _filter_launch(device_id: int, itemsize: int, K: int, C: int, F: int, P: int
     from .device import gpu_info
     fn = load_cuda_function(FILTER_SOURCE, gpu_info(device_id), {}, f"stacked_filter_b{itemsize}")
     args = c_struct(_FILTER_FIELDS, dict(K=K, C=C, F=F, J=J))
-    return PackedLaunch(fn, (-(-K // 32), -(-C // 32), P * J), 256, 0,
+    return PackedLaunch(fn, (-(-K // 64), -(-C // 64), P * J), 256, 0,
                         (np.uint64(0), np.uint64(0), np.uint64(0), args), slots=(0, 1, 2))
 
 
@@ -250,15 +250,12 @@ def _gather_launch(device_id: int, itemsize: int, count: int) -> PackedLaunch:
                         slots=(0, 1, 2))
 
 
-def scatter_offsets(sp: Subpixel) -> np.ndarray:
-    """Per phase (row-major), where its first stacked row lands in dx along each axis: ``(P, 4)`` int32 rows
-    ``(d0, d1, d2, 0)`` over three axes (a 2-D geometry's first is depth, 0), ``d = phi - s shift(phi)``, so
-    stacked row ``u`` of the phase is dx row ``s u + d`` (where that is inside dx). The table of the
+def scatter_offsets(sp: Subpixel) -> Tuple[Tuple[int, ...], ...]:
+    """Per phase (row-major), where its first stacked row lands in dx along each axis: ``d = phi - s shift(phi)``,
+    so stacked row ``u`` of the phase is dx row ``s u + d`` (where that is inside dx). The table of the
     Hopper kernel's phase-scattering epilogue (:mod:`cuconv.backends.sm90.phase_scatter`)."""
-    pad = 3 - len(sp.stride)
-    rows = [(0,) * pad + tuple(phi - s * sh[phi] for phi, s, sh in zip(phis, sp.stride, sp.shift)) + (0,)
-            for phis in np.ndindex(*sp.stride)]
-    return np.array(rows, dtype=np.int32).reshape(sp.phases, 4)
+    return tuple(tuple(phi - s * sh[phi] for phi, s, sh in zip(phis, sp.stride, sp.shift))
+                 for phis in np.ndindex(*sp.stride))
 
 
 def _phase_slices(sp: Subpixel):

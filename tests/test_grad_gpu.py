@@ -125,6 +125,33 @@ def test_stacked_phases_stored_into_place_by_the_epilogue(cp, data):
     assert bool((got == got2).all())
 
 
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("f,s,pad,stacked", [(1, 2, 0, None), (1, (2, 3), 0, None), (3, 2, 1, False),
+                                             (2, 2, 0, False)])
+def test_phase_split_phases_stored_into_place_by_the_epilogue(cp, dtype, f, s, pad, stacked):
+    """Input gradients through the phase split (a strided 1x1 filter: one phase with taps, zeros elsewhere;
+    or the split asked for) with C a multiple of 32: each phase's convolution stores it into dx itself, dx
+    zeroed first where phases have no tap; against the CPU in float64, and a repeated call (the replay) gives
+    the same bits."""
+    rng = np.random.default_rng(5)
+    dt = DTYPES[dtype]
+    N, H, W, C, K = 2, 13, 11, 64, 48
+    kw = dict(stride=s, padding=pad)
+    w = (rng.standard_normal((K, f, f, C)) / (f * np.sqrt(K))).astype(dt)
+    x_shape = (N, H, W, C)
+    y = cuconv.conv2d(np.zeros(x_shape), w.astype(np.float64), **kw)
+    dy = rng.standard_normal(y.shape).astype(dt)
+    want = cuconv.conv2d_input_grad(dy.astype(np.float64), w.astype(np.float64), x_shape, **kw)
+    with cuconv.overrides(stacked_phases=stacked):
+        e = cuconv.explain_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, **kw)
+        assert "stored into place in dx by the epilogue" in str(e), str(e)
+        got = cuconv.conv2d_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, **kw)
+        got2 = cuconv.conv2d_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, **kw)
+    assert got.shape == x_shape and rel_error(got, want) <= TOLERANCE[dtype], str(e)
+    assert bool((got == got2).all())
+
+
 # ------------------------------------------------------------------------------------------ sm80_wgrad
 @st.composite
 def wgrad_problems(draw, multiples_of_8=False):

@@ -23,6 +23,8 @@ import dataclasses
 import functools
 from typing import Optional, Tuple
 
+import numpy as np
+
 from .kernel import Sm90Plan
 from .params import PhaseScatter
 from .tiles import tile_config
@@ -31,17 +33,19 @@ from .variants import phase_out_fits
 __all__ = ["scatter_plan"]
 
 
-def scatter_plan(plan, sp, channels: int) -> Tuple[Optional[Sm90Plan], str]:
-    """``(plan, why)``: the plan of the stacked convolution ``plan`` (the dispatcher's, for ``z``) whose
-    epilogue stores the phases of ``sp`` (:class:`cuconv.subpixel.Subpixel`, ``channels`` per phase) into
-    dx, and how; or ``(None, why not)``."""
+def scatter_plan(plan, channels: int, extent, stride, offsets) -> Tuple[Optional[Sm90Plan], str]:
+    """``(plan, why)``: the plan of a convolution ``plan`` (the dispatcher's) whose output columns are
+    ``len(offsets)`` phases of ``channels`` each, with its epilogue storing phase ``ph``'s row ``u`` at
+    ``stride * u + offsets[ph]`` (per axis) of the input gradient of spatial ``extent``, where that is
+    inside it; or ``(None, why not)``. The stacked-phase convolution (:func:`cuconv.subpixel.scatter_offsets`)
+    and one phase of the phase split (its origin) both take this form."""
     if not isinstance(plan, Sm90Plan):
-        return None, f"the stacked convolution runs on {plan.kernel.name}, not the Hopper kernel"
+        return None, f"the convolution runs on {plan.kernel.name}, not the Hopper kernel"
     p, cfg = plan.problem, plan.cfg
     if plan.out_f32 or plan.tf32 or plan.xsplit or plan.writes_channels_first:
         return None, "a float32 or channels-first variant of the Hopper kernel"
     if p.epilogue.loads_residual:
-        return None, "a residual (it is stacked per phase and read through z)"
+        return None, "a residual (it is read through the phases' own layout)"
     if p.epilogue.alpha == 0:
         return None, "alpha = 0 (only the epilogue of zero is computed)"
     if cfg.cluster != 1:
@@ -49,7 +53,7 @@ def scatter_plan(plan, sp, channels: int) -> Tuple[Optional[Sm90Plan], str]:
     if channels % 32:
         return None, f"C={channels} is not a multiple of 32 (a 32-column group must lie in one phase)"
     if p.gemm_m >= 2 ** 31:
-        return None, "more than 2^31 stacked rows"
+        return None, "more than 2^31 rows"
     out = copy.copy(plan)
     note = ""
     if not phase_out_fits(cfg):
@@ -59,19 +63,19 @@ def scatter_plan(plan, sp, channels: int) -> Tuple[Optional[Sm90Plan], str]:
             return None, f"no {out.cfg.block_m}x{out.cfg.block_n} tile of the phase-scattering epilogue"
         note = (f" ({out.cfg.block_m}x{out.cfg.block_n} tiles: the {cfg.block_m}x{cfg.block_n} tile's consumers "
                 f"spill with this epilogue)")
-    table = _device_offsets(plan.device.index, sp)
-    pad = 3 - len(sp.stride)
-    out.phase_scatter = PhaseScatter(channels, (1,) * pad + tuple(sp.extent), (1,) * pad + tuple(sp.stride),
+    pad = 3 - len(stride)
+    table = _device_offsets(plan.device.index, tuple((0,) * pad + tuple(d) for d in offsets))
+    out.phase_scatter = PhaseScatter(channels, (1,) * pad + tuple(extent), (1,) * pad + tuple(stride),
                                      table.data.ptr)
     out.phase_table = table  # kept alive with the plan
     out.reset_launches()
-    return out, f"the {sp.phases} phases stored into place in dx by the epilogue{note}"
+    what = f"the {len(offsets)} phases" if len(offsets) > 1 else "the phase"
+    return out, f"{what} stored into place in dx by the epilogue{note}"
 
 
 @functools.lru_cache(maxsize=256)
-def _device_offsets(device_index: int, sp):
+def _device_offsets(device_index: int, offsets: Tuple[Tuple[int, int, int], ...]):
+    """The phases' offsets as ``(P, 4)`` int32 rows ``(d0, d1, d2, 0)`` on the GPU (once per table)."""
     import cupy as cp
-
-    from ...subpixel import scatter_offsets
     with cp.cuda.Device(device_index):
-        return cp.asarray(scatter_offsets(sp))
+        return cp.asarray(np.array([d + (0,) for d in offsets], dtype=np.int32).reshape(len(offsets), 4))
