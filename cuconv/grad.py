@@ -835,15 +835,17 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
         fplan, e = _forward_explanation(p, device, (x_shape[0], *p.out_spatial, p.out_channels),
                                         (sp.phases * p.channels, *sp.window, p.out_channels), 1, sp.pad, 1, 1,
                                         epilogue or {}, kernel, with_plan=True)
-        scatter, how = (None, "a CPU call") if device.kind == "cpu" else _scatter_of(fplan, sp, p.channels)
+        scatter, how = (None, None) if device.kind == "cpu" else _scatter_of(fplan, sp, p.channels)
         if scatter is not None:
             detail, places = scatter.describe(), f"; {how}, no unstack pass"
+        elif how is None:
+            detail, places = e.detail, "; phases put into place by strided copies"
         else:
             detail, places = e.detail, f"; phases put into place by kernels_cu/layout/phase_stack.cu (not by the " \
                                        f"epilogue: {how})"
         steps = (f"stacked convolution of dy: {p.out_channels} -> {sp.phases} x {p.channels} channels, "
                  f"{'x'.join(map(str, sp.window))} filter, padding {sp.pad}, on {e.kernel} [{detail}]{places}",)
-        return GradExplanation(what, p, e.kernel, sp.describe(), {}, steps)
+        return GradExplanation(what, p, e.kernel, sp.describe(by_epilogue=scatter is not None), {}, steps)
     steps, kernels = [], []
     for where, spec, _ in plan.phases:
         phase = tuple(sl.start for sl in where[1:-1])
@@ -866,7 +868,9 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
     name = ", ".join(dict.fromkeys(kernels)) or "none (every phase is the epilogue of zero)"
     detail = (f"{len(plan.phases)} output phase(s) of stride {tuple(p.stride)}, each a forward convolution of dy "
               f"with its taps of the flipped filter (kernels_cu/layout/flip_filter.cu)"
-              + (", written into place by kernels_cu/layout/phase_scatter.cu" if len(plan.phases) > 1 else ""))
+              + ((", written into place by kernels_cu/layout/phase_scatter.cu" if device.kind == "cpu" else
+                  ", written into place by the convolution's epilogue or kernels_cu/layout/phase_scatter.cu "
+                  "(each phase below says which)") if len(plan.phases) > 1 else ""))
     return GradExplanation(what, p, name, detail, {}, tuple(steps))
 
 

@@ -1,7 +1,7 @@
 // cuconv layout: dst[i] = src[index[i]], or zero where index[i] < 0 (cuconv/subpixel.py: the stacked-phase
-// filter gathered from a convolution's weights, its taps that reach no phase zero). One thread per
-// element; gather_index_b2 / _b4 / _b8 move 2-, 4- or 8-byte elements (float16 / bfloat16, float32,
-// float64), copied as bits.
+// convolution's bias, repeated once per phase). One thread per element; gather_index_b2 / _b4 / _b8 move
+// 2-, 4- or 8-byte elements (float16 / bfloat16, float32, float64), copied as bits. (The stacked filter
+// is a tiled transpose: stacked_filter.cu.)
 #include "common/types.cuh"
 
 namespace cuconv {
