@@ -72,11 +72,10 @@ __device__ __forceinline__ void st_global_v4_if(bool pred, void* ptr, uint32_t a
 
 // The bias pairs of four 8-column blocks (32 channels) starting at this lane's column `col` of the
 // first: bsum[q] of column col + 8 q (zeros without a bias or past K), loaded once for both rows.
+// (bsum starts zeroed, by its declaration in the caller.)
 template <typename T>
 __device__ __forceinline__ void load_bias_group(float (&bsum)[4][2], const T* bias, const EpilogueParams& ep, int col,
                                                 int K) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) bsum[q][0] = bsum[q][1] = 0.f;
   if (ep.has_bias) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -168,7 +167,7 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
     // words of the group are loaded once for both rows.
 #pragma unroll
     for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
-      float bsum[4][2];
+      float bsum[4][2] = {};
       load_bias_group<T>(bsum, bias, ep, n0 + chunk * 64 + jj0 * 8 + col_lane, K);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -237,7 +236,7 @@ __device__ __forceinline__ void consumer_epilogue_phases(const float (&acc)[BN /
       const int4 d = __ldg(g.ph_table + ph);
       const long long phase_at =
           (((long long)d.x * g.ph_ext1 + d.y) * g.ph_ext2 + d.z) * g.ph_channels + (col0 - ph * g.ph_channels) + 8 * t;
-      float bsum[4][2];
+      float bsum[4][2] = {};
       load_bias_group<T>(bsum, bias, ep, col0 + col_lane, K);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
