@@ -240,7 +240,7 @@ def _filter_launch(device_id: int, itemsize: int, K: int, C: int, F: int, P: int
     from .device import gpu_info
     fn = load_cuda_function(FILTER_SOURCE, gpu_info(device_id), {}, f"stacked_filter_b{itemsize}")
     args = c_struct(_FILTER_FIELDS, dict(K=K, C=C, F=F, J=J))
-    return PackedLaunch(fn, (-(-K // 64), -(-C // 64), P * J), 256, 0,
+    return PackedLaunch(fn, (-(-C // 64), -(-K // 64), P * J), 256, 0,
                         (np.uint64(0), np.uint64(0), np.uint64(0), args), slots=(0, 1, 2))
 
 
