@@ -149,7 +149,8 @@ gpu = pytest.mark.gpu
                                                 ((11, 12), (3, 3), (2, 3), 1, 3, "float32", 6),
                                                 ((7, 5, 6), (3, 2, 3), (2, 2, 3), 0, 16, "float16", 6),
                                                 ((9, 9), (5, 5), (3, 3), 2, 1, "float64", 6),
-                                                ((6, 7), (3, 3), (2, 2), 1, 72, "float16", 45)])  # partial tiles
+                                                ((6, 7), (3, 3), (2, 2), 1, 72, "float16", 45),   # partial tiles
+                                                ((5, 9), (4, 4), (2, 2), 1, 33, "float16", 70)])  # odd rows of w
 def test_stack_unstack_gather_kernels_are_their_numpy_forms(cp, I, F, s, lo, C, dtype, K):
     sp = subpixel.geometry(_problem(I, F, s, lo=lo, hi=lo, C=C, K=K))
     assert sp is not None

@@ -90,8 +90,9 @@ __device__ __forceinline__ void stacked_filter_b16(const uint16_t* __restrict__ 
   t.x_row_stride = (int64_t)a.F * a.C;
   t.y_row_stride = (int64_t)a.J * a.K;
   // 32-bit accesses where every row of the entry starts on a 4-byte boundary (w comes from the caller)
-  t.word_loads = ((reinterpret_cast<uint64_t>(x) & 3) == 0 && (t.x_row_stride & 1) == 0) ? 1 : 0;
-  t.word_stores = ((reinterpret_cast<uint64_t>(y) & 3) == 0 && (t.y_row_stride & 1) == 0) ? 1 : 0;
+  // and holds whole pairs (a word past the end of a row is the next row's first element)
+  t.word_loads = ((reinterpret_cast<uint64_t>(x) & 3) == 0 && (t.x_row_stride & 1) == 0 && (a.C & 1) == 0) ? 1 : 0;
+  t.word_stores = ((reinterpret_cast<uint64_t>(y) & 3) == 0 && (t.y_row_stride & 1) == 0 && (a.K & 1) == 0) ? 1 : 0;
   tile_b16(x, y, t, blockIdx.x, blockIdx.y, 0);
 }
 
