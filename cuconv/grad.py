@@ -383,7 +383,7 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
         part = y if whole else xp.empty((N, *spec["out"], C), dtype=dy_n.dtype)
         fplan = _phase_plan(memo, i, nd, src, wt, ep, res_part, part, g, spec, kernel, precision)
         device_id = None if xp is np else src.data.device_id
-        scatter = None if whole or xp is np else _phase_scatter_plan(memo, i, fplan, p, spec)
+        scatter = None if whole or xp is np else _kept_scatter(memo, i, lambda: _one_phase_scatter(fplan, p, spec))
         if scatter is not None:  # the epilogue stores the phase into y
             execute(scatter, xp, device_id, src, wt, bias, None, y)
             continue
@@ -393,13 +393,14 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
     return y
 
 
-def _phase_scatter_plan(memo, i, fplan, p, spec):
-    """The plan of phase ``i``'s convolution that stores the phase into place in dx itself
-    (:mod:`cuconv.backends.sm90.phase_scatter`), or None; kept with the call's forward plans."""
-    key = (memo, ("scatter", i))
+def _kept_scatter(memo, which, make):
+    """The plan that stores phases into place in dx itself (:mod:`cuconv.backends.sm90.phase_scatter`),
+    from ``make()`` (``(plan or None, why)``) on the first call with this ``memo`` key and ``which`` (a phase
+    of the split, or "stacked"), then kept with the call's forward plans; or None."""
+    key = (memo, "scatter", which)
     plan = None if memo is None else _PHASE_PLANS.get(key)
     if plan is None:
-        plan = _one_phase_scatter(fplan, p, spec)[0] or False
+        plan = make()[0] or False
         if memo is not None:
             _PHASE_PLANS[key] = plan
     return plan or None
@@ -437,24 +438,12 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     spec = dict(pad=sp.pad, dil=1)
     fplan = _phase_plan(memo, "stacked", nd, dy_n, wt, dict(ep, bias=b), res_z, z, 1, spec, kernel, precision)
     device_id = None if xp is np else dy_n.data.device_id
-    scatter = None if xp is np else _scatter_plan(memo, fplan, sp, C)
+    scatter = None if xp is np else _kept_scatter(memo, "stacked", lambda: _scatter_of(fplan, sp, C))
     if scatter is not None:  # the epilogue stores the phases into y: no z, no unstack
         execute(scatter, xp, device_id, dy_n, wt, b, None, y)
         return
     execute(fplan, xp, device_id, dy_n, wt, b, res_z, z)
     subpixel.unstack(sp, z, y, xp)
-
-
-def _scatter_plan(memo, fplan, sp, C: int):
-    """The plan of the stacked convolution that stores the phases into place itself
-    (:mod:`cuconv.backends.sm90.phase_scatter`), or None; kept with the call's forward plans."""
-    key = (memo, "scatter")
-    plan = None if memo is None else _PHASE_PLANS.get(key)
-    if plan is None:
-        plan = _scatter_of(fplan, sp, C)[0] or False
-        if memo is not None:
-            _PHASE_PLANS[key] = plan
-    return plan or None
 
 
 def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
@@ -477,7 +466,7 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
         K, F, C = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
         gather = subpixel.stacked_filter_launch(sp, w, K, F, C)
         z_shape = (dy.shape[0], *sp.length, sp.phases * C)
-        scatter = _PHASE_PLANS.get((memo, "scatter")) or None
+        scatter = _PHASE_PLANS.get((memo, "scatter", "stacked")) or None
         return grad_replay.StackedInput(y.shape, dtype, device_id, scatter or fplan, sp, gather,
                                         subpixel.stacked_filter_shape(sp, w.shape), z_shape,
                                         None if scatter else (lambda z, yy: subpixel.unstack_launch(sp, z, yy)))
@@ -494,7 +483,7 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
     if bias is not None or ep["activation"] is not None:  # the zero phases would need the epilogue of zero
         return None
     part_shape = (dy.shape[0], *spec["out"], y.shape[-1])
-    scatter = _PHASE_PLANS.get((memo, ("scatter", i))) or None
+    scatter = _PHASE_PLANS.get((memo, "scatter", i)) or None
     return grad_replay.OnePhaseInput(y.shape, dtype, device_id, scatter or fplan, flip, wt_shape, part_shape,
                                      None if scatter else
                                      (lambda part, yy: scatter_phase_launch(part, yy, p.stride, spec["origin"],
