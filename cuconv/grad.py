@@ -379,11 +379,24 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
                 y[where] = _epilogue_of_zero(xp, ep, res_part, zero_shape, dtype)
             continue
         src = dy_n if spec["src_full"] else xp.ascontiguousarray(dy_n[spec["src"]])
+        device_id = None if xp is np else src.data.device_id
+        # a 1x1 filter: the flip only exchanges w's axes, which the Hopper kernel can read as they are
+        direct_ok = (xp is not np and g == 1 and res_part is None and w_n.flags.c_contiguous
+                     and all(f == 1 for f in p.filter_spatial))
+        direct = _PHASE_PLANS.get((memo, "direct", i)) if direct_ok and memo is not None else None
+        if direct:  # (made by an earlier call) no flip: the convolution reads w and writes y
+            execute(direct, xp, device_id, src, w_n, bias, None, y)
+            continue
         wt = flip_filter(w_n, None, g, xp, spec["flips"])
         part = y if whole else xp.empty((N, *spec["out"], C), dtype=dy_n.dtype)
         fplan = _phase_plan(memo, i, nd, src, wt, ep, res_part, part, g, spec, kernel, precision)
-        device_id = None if xp is np else src.data.device_id
-        scatter = None if whole or xp is np else _kept_scatter(memo, i, lambda: _one_phase_scatter(fplan, p, spec))
+        scatter = None if whole or xp is np else _kept_variant(memo, "scatter", i,
+                                                               lambda: _one_phase_scatter(fplan, p, spec))
+        into_y = fplan if whole and res_part is None else scatter  # a plan writing y itself
+        direct = _kept_variant(memo, "direct", i, lambda: _direct_filter(into_y)) if direct_ok and into_y else None
+        if direct is not None:  # every call runs it (the same bits each time); this one's flip goes unused
+            execute(direct, xp, device_id, src, w_n, bias, None, y)
+            continue
         if scatter is not None:  # the epilogue stores the phase into y
             execute(scatter, xp, device_id, src, wt, bias, None, y)
             continue
@@ -393,17 +406,24 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
     return y
 
 
-def _kept_scatter(memo, which, make):
-    """The plan that stores phases into place in dx itself (:mod:`cuconv.backends.sm90.phase_scatter`),
-    from ``make()`` (``(plan or None, why)``) on the first call with this ``memo`` key and ``which`` (a phase
-    of the split, or "stacked"), then kept with the call's forward plans; or None."""
-    key = (memo, "scatter", which)
+def _kept_variant(memo, kind: str, which, make):
+    """A Hopper plan variant of an input gradient's convolution (:mod:`cuconv.backends.sm90.phase_scatter`:
+    ``kind`` "scatter", storing phases into place in dx, or "direct", reading the filter straight from w),
+    from ``make()`` (``(plan or None, why)``) on the first call with this ``memo`` key and ``which`` (a
+    phase of the split, or "stacked"), then kept with the call's forward plans; or None."""
+    key = (memo, kind, which)
     plan = None if memo is None else _PHASE_PLANS.get(key)
     if plan is None:
         plan = make()[0] or False
         if memo is not None:
             _PHASE_PLANS[key] = plan
     return plan or None
+
+
+def _direct_filter(fplan):
+    """``(plan, why)`` of a 1x1 input gradient's convolution ``fplan`` reading its filter from w itself."""
+    from .backends.sm90.phase_scatter import direct_filter
+    return direct_filter(fplan)
 
 
 def _one_phase_scatter(fplan, p, spec):
@@ -426,9 +446,17 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     the forward call, the phases put into place."""
     sp, C = plan.subpixel, plan.problem.channels
     P = sp.phases
+    device_id = None if xp is np else dy_n.data.device_id
+    b = None if bias is None else subpixel.stacked_bias(sp, bias, xp, None if xp is np else "stacked-phase bias")
+    # W' is w itself, read with its axes exchanged, where the window is one tap and phase ph's tap is ph
+    direct_ok = (xp is not np and residual is None and w_n.flags.c_contiguous
+                 and subpixel.filter_is_w(sp, tuple(w_n.shape[1:-1])))
+    direct = _PHASE_PLANS.get((memo, "direct", "stacked")) if direct_ok and memo is not None else None
+    if direct:  # (made by an earlier call) no gather: the convolution reads w and stores into y
+        execute(direct, xp, device_id, dy_n, w_n, b, None, y)
+        return
     # W' and z live until the put-into-place launch: per-stream scratch buffers on a GPU
     wt = subpixel.stacked_filter(sp, w_n, xp, "stacked-phase filter")
-    b = None if bias is None else subpixel.stacked_bias(sp, bias, xp, None if xp is np else "stacked-phase bias")
     z_shape = (dy_n.shape[0], *sp.length, P * C)
     z = xp.empty(z_shape, dtype=dy_n.dtype) if xp is np else scratch("stacked phases", z_shape, dy_n.dtype)
     res_z = None
@@ -437,8 +465,12 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
         subpixel.stack(sp, residual, res_z, xp)
     spec = dict(pad=sp.pad, dil=1)
     fplan = _phase_plan(memo, "stacked", nd, dy_n, wt, dict(ep, bias=b), res_z, z, 1, spec, kernel, precision)
-    device_id = None if xp is np else dy_n.data.device_id
-    scatter = None if xp is np else _kept_scatter(memo, "stacked", lambda: _scatter_of(fplan, sp, C))
+    scatter = None if xp is np else _kept_variant(memo, "scatter", "stacked", lambda: _scatter_of(fplan, sp, C))
+    direct = _kept_variant(memo, "direct", "stacked", lambda: _direct_filter(scatter)) if direct_ok and scatter \
+        else None
+    if direct is not None:  # every call runs it (the same bits each time); this one's gather goes unused
+        execute(direct, xp, device_id, dy_n, w_n, b, None, y)
+        return
     if scatter is not None:  # the epilogue stores the phases into y: no z, no unstack
         execute(scatter, xp, device_id, dy_n, wt, b, None, y)
         return
@@ -464,6 +496,9 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
         if fplan is None:
             return None
         K, F, C = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
+        direct = _PHASE_PLANS.get((memo, "direct", "stacked")) or None
+        if direct is not None:
+            return grad_replay.DirectInput(y.shape, dtype, device_id, direct, False, sp)
         gather = subpixel.stacked_filter_launch(sp, w, K, F, C)
         z_shape = (dy.shape[0], *sp.length, sp.phases * C)
         scatter = _PHASE_PLANS.get((memo, "scatter", "stacked")) or None
@@ -477,11 +512,16 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
     fplan = _PHASE_PLANS.get((memo, i))
     if fplan is None:
         return None
+    direct = _PHASE_PLANS.get((memo, "direct", i)) or None
+    if direct is not None and len(plan.phases) == 1:
+        return grad_replay.DirectInput(y.shape, dtype, device_id, direct, False)
     flip, wt_shape = flip_filter_launch(w, g, spec["flips"]), flipped_shape(w.shape, g, spec["flips"])
     if len(plan.phases) == 1:
         return grad_replay.WholeInput(y.shape, dtype, device_id, fplan, flip, wt_shape)
     if bias is not None or ep["activation"] is not None:  # the zero phases would need the epilogue of zero
         return None
+    if direct is not None:
+        return grad_replay.DirectInput(y.shape, dtype, device_id, direct, True)
     part_shape = (dy.shape[0], *spec["out"], y.shape[-1])
     scatter = _PHASE_PLANS.get((memo, "scatter", i)) or None
     return grad_replay.OnePhaseInput(y.shape, dtype, device_id, scatter or fplan, flip, wt_shape, part_shape,
@@ -827,6 +867,11 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
         scatter, how = (None, None) if device.kind == "cpu" else _scatter_of(fplan, sp, p.channels)
         if scatter is not None:
             detail, places = scatter.describe(), f"; {how}, no unstack pass"
+            if subpixel.filter_is_w(sp, p.filter_spatial) and (epilogue or {}).get("residual") is None:
+                direct, why = _direct_filter(scatter)
+                detail = direct.describe() if direct is not None else detail
+                places += f"; {why}" if direct is not None else \
+                    f"; the filter gathered (not read from w as it is: {why})"
         elif how is None:
             detail, places = e.detail, "; phases put into place by strided copies"
         else:
@@ -847,11 +892,18 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
                                         p.groups, epilogue or {}, kernel, with_plan=True)
         kernels.append(e.kernel)
         detail, places = e.detail, ""
+        into_y = fplan if len(plan.phases) == 1 else None
         if len(plan.phases) > 1 and device.kind != "cpu":
             scatter, how = _one_phase_scatter(fplan, p, spec)
             detail = scatter.describe() if scatter is not None else detail
             places = f"; {how}" if scatter is not None else f"; put into place by phase_scatter.cu (not by the " \
                                                                 f"epilogue: {how})"
+            into_y = scatter
+        if (device.kind != "cpu" and into_y is not None and p.groups == 1 and all(f == 1 for f in p.filter_spatial)
+                and (epilogue or {}).get("residual") is None):
+            direct, why = _direct_filter(into_y)
+            if direct is not None:
+                detail, places = direct.describe(), places + f"; {why}"
         steps.append(f"phase {phase}: filter taps {taps}, stride-1 convolution of dy on {e.kernel} "
                      f"[{detail}]{places}")
     name = ", ".join(dict.fromkeys(kernels)) or "none (every phase is the epilogue of zero)"

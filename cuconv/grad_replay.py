@@ -15,6 +15,8 @@ calls run only that:
   the others are zeros (a 1x1 filter of stride 2): the filter flipped, one convolution of that phase,
   dx written whole (the phase and the zeros, ``phase_scatter_fill`` in kernels_cu/layout/phase_scatter.cu);
   on Hopper, dx zeroed and the phase stored into place by the convolution's epilogue.
+* :class:`DirectInput`: a 1x1 input gradient on Hopper (stride 1, one phase of a stride, or the stacked
+  phases of a 2x2 filter of stride 2): one convolution reading its filter straight from ``w``.
 * :class:`WeightReplay`: the 2-D weight gradient on its GEMM kernel (``sm90_wgrad`` / ``sm80_wgrad``).
 
 Temporaries (the flipped or gathered filter, the stacked phases) live in :mod:`cuconv.scratch`
@@ -34,7 +36,7 @@ from .api import execute
 from .scratch import scratch
 from .subpixel import stacked_bias
 
-__all__ = ["WholeInput", "StackedInput", "OnePhaseInput", "WeightReplay"]
+__all__ = ["WholeInput", "StackedInput", "OnePhaseInput", "DirectInput", "WeightReplay"]
 
 
 class _Input:
@@ -94,6 +96,26 @@ class StackedInput(_Input):
             launch = self._unstack[y.data.ptr & 15] = self._unstack_of(z, y)
         execute(self.fplan, self._cp, self.device_id, dy, wt, b, None, z)
         launch(z.data.ptr, y.data.ptr)
+        return y
+
+
+class DirectInput(_Input):
+    """A 1x1 input gradient (stride 1, one phase of stride 2, or the stacked phases of a 2x2 filter of stride
+    2) whose convolution reads its filter straight from ``w`` and writes dx
+    (:func:`cuconv.backends.sm90.phase_scatter.direct_filter`): one launch, after a zero fill of dx where
+    ``zero_first`` (the phases no tap reaches), the bias repeated per phase where ``sp`` is given."""
+
+    def __init__(self, y_shape, dtype, device_id, fplan, zero_first: bool, sp=None):
+        super().__init__(y_shape, dtype, device_id, fplan)
+        self._zero_first, self._sp = zero_first, sp
+
+    def __call__(self, dy, w, bias, out):
+        y = self._result(out)
+        if self._zero_first:
+            y.data.memset_async(0, y.nbytes)
+        if bias is not None and self._sp is not None:
+            bias = stacked_bias(self._sp, bias, self._cp, "stacked-phase bias")
+        execute(self.fplan, self._cp, self.device_id, dy, w, bias, None, y)
         return y
 
 

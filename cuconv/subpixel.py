@@ -44,7 +44,7 @@ from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stacked_filter_shape", "stacked_filter_launch", "stacked_bias",
            "unstack_launch", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
-           "scatter_offsets", "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
+           "scatter_offsets", "filter_is_w", "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"
 GATHER_SOURCE = "layout/gather_index.cu"
@@ -170,6 +170,16 @@ def _index(sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]) -> np.
     if idx.size and idx.max() >= 2 ** 31:
         raise ValueError("w: too large for the stacked-phase gather (2^31 elements)")
     return np.ascontiguousarray(idx.reshape(P * C, *sp.window, K), dtype=np.int32)
+
+
+def filter_is_w(sp: Subpixel, filter_spatial: Tuple[int, ...]) -> bool:
+    """Whether ``W'`` is the channels-last filter ``w`` itself with its axes exchanged: a one-tap window, and
+    phase ``ph``'s tap is filter tap ``ph`` (every tap once, in order: a filter the size of the stride with
+    no padding, the 2x2 stride-2 upsampling layer), so ``W'[ph C + c, k] = w[k, ph, c]``, ``w`` read as
+    ``(K, P C)`` (the Hopper kernel reads it so: :func:`cuconv.backends.sm90.phase_scatter.direct_filter`)."""
+    if any(j != 1 for j in sp.window) or math.prod(filter_spatial) != sp.phases:
+        return False
+    return bool((_taps(sp, tuple(filter_spatial)).reshape(-1) == np.arange(sp.phases)).all())
 
 
 def stacked_filter(sp: Subpixel, w_n, xp, purpose: Optional[str] = None):

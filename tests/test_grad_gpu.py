@@ -152,6 +152,39 @@ def test_phase_split_phases_stored_into_place_by_the_epilogue(cp, dtype, f, s, p
     assert bool((got == got2).all())
 
 
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", ["input 1x1 s1", "input 1x1 s2", "transpose 1x1 s1 bias", "transpose 2x2 s2 bias"])
+def test_one_by_one_input_gradients_read_w_as_it_is(cp, dtype, case):
+    """1x1 input gradients (stride 1, stride 2) and 2x2 stride-2 transposed convolutions on Hopper read the
+    filter MN-major straight from w (no flip or gather launch), with a reduction (dy's channels, 40) that
+    ends inside a 64-channel block; against the CPU in float64, and the same bits on a repeated call."""
+    rng = np.random.default_rng(9)
+    dt = DTYPES[dtype]
+    C, K = 64, 40
+    if case.startswith("input"):
+        s = 1 if case.endswith("s1") else 2
+        w = (rng.standard_normal((K, 1, 1, C)) / np.sqrt(K)).astype(dt)
+        x_shape = (2, 12, 10, C)
+        dy = rng.standard_normal((2, -(-12 // s), -(-10 // s), K)).astype(dt)
+        want = cuconv.conv2d_input_grad(dy.astype(np.float64), w.astype(np.float64), x_shape, stride=s)
+        e = cuconv.explain_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, stride=s)
+        run = lambda: cuconv.conv2d_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, stride=s)  # noqa: E731
+    else:
+        f = 1 if "1x1" in case else 2
+        x = rng.standard_normal((2, 7, 9, K)).astype(dt)
+        w = (rng.standard_normal((K, f, f, C)) / np.sqrt(K)).astype(dt)
+        bias = rng.standard_normal(C).astype(dt)
+        kw = dict(stride=f, activation="relu")
+        want = cuconv.conv_transpose2d(x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64), **kw)
+        e = cuconv.explain_transpose(cp.asarray(x), cp.asarray(w), cp.asarray(bias), **kw)
+        run = lambda: cuconv.conv_transpose2d(cp.asarray(x), cp.asarray(w), cp.asarray(bias), **kw)  # noqa: E731
+    assert "read straight from w" in str(e) and "_bmn" in str(e), str(e)
+    got, got2, got3 = run(), run(), run()
+    assert got.shape == want.shape and rel_error(got, want) <= TOLERANCE[dtype], str(e)
+    assert bool((got == got2).all()) and bool((got == got3).all())
+
+
 # ------------------------------------------------------------------------------------------ sm80_wgrad
 @st.composite
 def wgrad_problems(draw, multiples_of_8=False):

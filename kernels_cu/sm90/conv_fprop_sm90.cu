@@ -57,7 +57,8 @@
 // three or four consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
 // (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_PHASE_OUT (0/1: the output
 // columns are the stacked phases of an input gradient, stored into place; epilogue.cuh,
-// consumer_epilogue_phases), SM90_OUT_F32 (0/1: float32 output, bias
+// consumer_epilogue_phases), SM90_B_MN (0/1: the filter read MN-major, straight from a weight whose
+// output channels are contiguous: a 1x1 input gradient's, wgmma_mainloop.cuh), SM90_OUT_F32 (0/1: float32 output, bias
 // and residual), SM90_TF32 (0/1, with SM90_OUT_F32 and CUCONV_DTYPE 1: float32 operands moved as 16-bit
 // pairs and multiplied as tf32, wgmma_mainloop.cuh; no promotion), SM90_XSPLIT (0/1, with SM90_OUT_F32 and
 // CUCONV_DTYPE 1: float32 x moved as SM90_TF32 moves it, split into bf16 parts in the consumers' registers,
@@ -205,6 +206,8 @@ static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
 static_assert(!(NCHW_OUT && HAS_RESIDUAL), "a channels-first residual is read by the consumers, not by TMA");
 static_assert(!(OUT_F32 && HAS_RESIDUAL), "a float32 residual is read by the consumers, not by TMA");
 static_assert(!(OUT_F32 && NCHW_OUT), "float32 output is channels-last");
+static_assert(!SM90_B_MN || (CLUSTER == 1 && !HALO && BN % 64 == 0 && !HAS_RESIDUAL && !NCHW_OUT && !OUT_F32),
+              "an MN-major filter (SM90_B_MN): single CTAs on im2col tiles of whole 64-column blocks, 16-bit output");
 static_assert(!(PHASE_OUT && (HAS_RESIDUAL || NCHW_OUT || OUT_F32)),
               "the phase-scattering epilogue stores 16-bit channels-last values and reads no residual");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
@@ -263,6 +266,8 @@ struct Sm90ConvParams {
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
 #define CUCONV_XCAT10(a, b, c, d, e, f, g, h, i, j) CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j)
+#define CUCONV_CAT2(a, b) a##b
+#define CUCONV_XCAT2(a, b) CUCONV_CAT2(a, b)
 #if SM90_HALO && SM90_XSPLIT
 #define CUCONV_SM90_SUFFIX _halo_xs
 #elif SM90_XSPLIT
@@ -309,9 +314,14 @@ struct Sm90ConvParams {
 #define CUCONV_SM90_CLUSTER_TAG
 #define CUCONV_SM90_CLUSTER_ATTR
 #endif
+#if SM90_B_MN
+#define CUCONV_SM90_B_TAG _bmn
+#else
+#define CUCONV_SM90_B_TAG
+#endif
 #define CUCONV_SM90_KERNEL                                                                              \
-  CUCONV_XCAT10(conv, SM90_NDIM, d_fprop_sm90_tma_, SM90_BM, x, SM90_BN, x64_s, SM90_STAGES,                \
-                CUCONV_SM90_CLUSTER_TAG, CUCONV_SM90_SUFFIX)
+  CUCONV_XCAT2(CUCONV_XCAT10(conv, SM90_NDIM, d_fprop_sm90_tma_, SM90_BM, x, SM90_BN, x64_s, SM90_STAGES,     \
+                             CUCONV_SM90_CLUSTER_TAG, CUCONV_SM90_SUFFIX), CUCONV_SM90_B_TAG)
 
 namespace sm90 = cuconv::sm90;
 using Scheduler = sm90::TileScheduler<cfg::CLUSTER, Sm90ConvParams>;
@@ -364,9 +374,18 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
       sm90::tma_load_im2col_4d(a_dst, tmap_x, full, (cb < g.a_wrap ? cb : cb - g.a_wrap) * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
                                (uint16_t)(r * g.dil_h));
 #endif
+#if SM90_B_MN
+      // the filter as (reduction rows, output-channel columns), one 64 x 64 box per 64 columns
+#pragma unroll
+      for (int nb = 0; nb < cfg::BN / 64; ++nb) {
+        sm90::tma_load_tile_2d(b_base + ring.stage * cfg::B_STAGE_BYTES + nb * cfg::BK * 128, tmap_w, full,
+                               n0 + 64 * nb, cb * cfg::BK);
+      }
+#else
       sm90::tma_load_filter_box<cfg::CLUSTER, cfg::BN, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w,
                                                                 full, cb * cfg::BK, (ft * g.R + r) * g.S + s, n0,
                                                                 sched.rank);
+#endif
       ring.advance();
       if (before_order > 0 && --before_order == 0) sm90::mbar_arrive(load_order_bar);
       if (++cb == g.c_blocks) {  // next tap

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "common/types.cuh"
+#include "sm90/mn_major_tile.cuh"
 #include "sm90/pipeline.cuh"
 
 // SM90_TF32 = 1: the operands are float32 data that the rest of the kernel moves as pairs of 16-bit
@@ -34,9 +35,22 @@
 #else
 #error "the sm90 wgmma mainloop serves float16, bfloat16 and (SM90_TF32) float32 as tf32 only"
 #endif
+// SM90_B_MN = 1: the B slots hold the filter MN-major (read by TMA straight from a weight whose
+// output channels are the contiguous axis, sm90/mn_major_tile.cuh's layout): imm-trans-b = 1, and a
+// k16 step advances B by 16 rows (2048 bytes) instead of 32 bytes.
+#ifndef SM90_B_MN
+#define SM90_B_MN 0
+#endif
 #ifndef CUCONV_WGMMA_K
 #define CUCONV_WGMMA_K "k16"
+#if SM90_B_MN
+#define CUCONV_WGMMA_IMM "p, 1, 1, 0, 1"
+#else
 #define CUCONV_WGMMA_IMM "p, 1, 1, 0, 0"
+#endif
+#endif
+#if SM90_B_MN && (SM90_TF32 || SM90_XSPLIT)
+#error "SM90_B_MN: 16-bit operands with the A tile from shared memory"
 #endif
 // SM90_XSPLIT = 1: the A slots hold float32 data (as SM90_TF32 moves it) that the consumers split
 // into bf16 hi / lo parts in registers, three register-A bf16 wgmmas per k16 step
@@ -63,6 +77,17 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_byte_addr) {
   desc |= (uint64_t)(1024 >> 4) << 32;                    // stride byte offset: 1024 B
   desc |= (uint64_t)1 << 62;                              // layout: 128-byte swizzle
   return desc;
+}
+
+// The descriptor of a B slot (BN x 64 K-major, or with SM90_B_MN 64-row blocks of 64 columns) and its
+// advance per k16 step in the descriptors' 16-byte units.
+constexpr int B_K16_STEP = SM90_B_MN ? 2048 / 16 : 2;
+__device__ __forceinline__ uint64_t b_slot_desc(uint32_t smem_byte_addr) {
+#if SM90_B_MN
+  return smem_desc_mn_sw128(smem_byte_addr, 64 * 128);
+#else
+  return smem_desc_sw128(smem_byte_addr);
+#endif
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -198,7 +223,7 @@ __device__ __forceinline__ void issue_group(float (&acc)[MB][BN / 2], const uint
 #pragma unroll
   for (int kk = 0; kk < STEPS; ++kk) {
 #pragma unroll
-    for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + 2 * kk, desc_b + 2 * kk, (accumulate | kk) ? 1u : 0u);
+    for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + 2 * kk, desc_b + B_K16_STEP * kk, (accumulate | kk) ? 1u : 0u);
   }
   wgmma_commit();
   wgmma_wait<1>();
@@ -322,7 +347,7 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
   for (int k = 0; k < k_iters; ++k) {
     mbar_wait(full_bar + 8 * ring.stage, ring.phase);
     const uint32_t rows[1] = {a_base + ring.stage * A_STAGE_BYTES};
-    const uint64_t db = smem_desc_sw128(b_base + ring.stage * B_STAGE_BYTES);
+    const uint64_t db = b_slot_desc(b_base + ring.stage * B_STAGE_BYTES);
     const int steps = (cb == c_blocks - 1) ? last_k16 : BK / 16;
     cb = (cb + 1 == c_blocks) ? 0 : cb + 1;
     const uint32_t accumulate = promo.before_slot(acc1, k > 0 ? 1u : 0u);
@@ -377,7 +402,7 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2],
 #pragma unroll 1
       for (int tap2 = 0; tap2 < taps2; ++tap2) {
         mbar_wait(full_bar + 8 * bring.stage, bring.phase);
-        const uint64_t db = smem_desc_sw128(b_base + bring.stage * B_STAGE_BYTES);
+        const uint64_t db = b_slot_desc(b_base + bring.stage * B_STAGE_BYTES);
         uint32_t rows[MB];  // block b reads the window from output row b on
 #pragma unroll
         for (int b = 0; b < MB; ++b) rows[b] = window + tap_off + b * out_row_bytes;

@@ -27,8 +27,8 @@ from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from ...scratch import scratch
 from .params import kernel_params
-from .tensormap import (cuda_driver, encode_halo_c, encode_halo_x, encode_im2col_x, encode_tiled_c, encode_tiled_w,
-                        placeholder_descriptor, tma_box_params, tma_limits_violation)
+from .tensormap import (cuda_driver, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w, encode_tiled_c,
+                        encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
 from .tiles import BLOCK_K, HALO_A_STAGES, TileConfig, halo_why_not, halo_window, tile_config
 from .variants import SOURCE, defines, kernel_name, load_function, ring_loads_residual
 
@@ -159,6 +159,9 @@ class Sm90Plan(Plan):
         self.writes_channels_first = problem.layout in ("NCHW", "NCDHW") and not out_f32
         #: Where the epilogue stores the stacked phases of an input gradient (:mod:`.phase_scatter`), or None.
         self.phase_scatter = None
+        #: The filter operand is read MN-major: ``run``'s ``w`` is laid out (reduction, output channels), a
+        #: 1x1 input gradient's forward weight (:mod:`.phase_scatter`, ``direct_filter``).
+        self.b_mn = False
         self._overrides = overrides
         self.reset_launches()
 
@@ -216,15 +219,17 @@ class Sm90Plan(Plan):
                 ", reads the residual there" if res else "")
         elif self.phase_scatter is not None:
             stores = "epilogue stores each 32-column group at its phase's positions in the input gradient"
+        if self.b_mn:
+            loads += "; the filter read MN-major (64 x 64 boxes) straight from the forward weight, no transpose pass"
         else:
             stores = "epilogue-load warp prefetches the residual" if res else "no residual load"
-        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32, self.tf32, self.xsplit, self._phases)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
+        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32, self.tf32, self.xsplit, self._phases, self.b_mn)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{consumers}, {grid}{split}, {stores}")
 
     def compile_jobs(self):
         p = self.problem
         return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd, self.writes_channels_first,
-                                 self.out_f32, self.tf32, self.xsplit, self._phases)),)
+                                 self.out_f32, self.tf32, self.xsplit, self._phases, self.b_mn)),)
 
     @property
     def _phases(self) -> bool:
@@ -264,7 +269,8 @@ class Sm90Plan(Plan):
         if self._function is None:
             cfg, p = self.cfg, self.problem
             fn, smem = load_function(self.device.index, cfg, p.dtype, p.epilogue.loads_residual, p.nd,
-                                     self.writes_channels_first, self.out_f32, self.tf32, self.xsplit, self._phases)
+                                     self.writes_channels_first, self.out_f32, self.tf32, self.xsplit, self._phases,
+                                     self.b_mn)
             grid = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, self.device))
             self._function = (fn, smem, grid)
         return self._function
@@ -294,7 +300,10 @@ class Sm90Plan(Plan):
             tmap_x = encode_halo_x(xp_, xa.data.ptr, *halo_window(problem, cfg))
         else:
             tmap_x = encode_im2col_x(xp_, xa.data.ptr, tma_box_params(xp_, pixels_per_column=cfg.block_m))
-        tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
+        if self.b_mn:
+            tmap_w = encode_mn_w(problem, wa.data.ptr, BLOCK_K)
+        else:
+            tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
         partials, flags = _split_workspace(cfg)
         res_ptr = ra.data.ptr if (res and direct) else 0

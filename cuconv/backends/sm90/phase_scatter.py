@@ -14,6 +14,11 @@ channels not a multiple of 32 (a column group must lie in one phase), float32 or
 variants. A tile whose consumers would spill with the scattering epilogue (wide tiles of 192 and 256 rows,
 128 x 256: :func:`.variants.phase_out_fits`) is replaced by the chooser's tile of 128 rows and at most
 128 columns.
+
+:func:`direct_filter` makes a plan of a 1x1 input gradient read its filter straight from the forward
+weight (``SM90_B_MN``): the GEMM's filter operand is the weight with its two axes exchanged (and, for the
+stacked phases of a stride equal to a 2x2 filter, the phases' taps side by side), which is the weight
+itself read MN-major, so the transpose launch before the convolution goes away.
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ import numpy as np
 from .kernel import Sm90Plan
 from .params import PhaseScatter
 from .tiles import tile_config
-from .variants import phase_out_fits
+from .variants import b_mn_fits, phase_out_fits
 
-__all__ = ["scatter_plan"]
+__all__ = ["scatter_plan", "direct_filter"]
 
 
 def scatter_plan(plan, channels: int, extent, stride, offsets) -> Tuple[Optional[Sm90Plan], str]:
@@ -79,3 +84,33 @@ def _device_offsets(device_index: int, offsets: Tuple[Tuple[int, int, int], ...]
     import cupy as cp
     with cp.cuda.Device(device_index):
         return cp.asarray(np.array([d + (0,) for d in offsets], dtype=np.int32).reshape(len(offsets), 4))
+
+
+def direct_filter(plan) -> Tuple[Optional[Sm90Plan], str]:
+    """``(plan, why)``: a copy of ``plan`` (the Hopper plan of a 1x1 convolution, possibly storing phases)
+    whose filter operand is read MN-major from a weight laid out (reduction rows, output-channel columns),
+    the forward weight of a 1x1 input gradient; or ``(None, why not)``."""
+    if not isinstance(plan, Sm90Plan):
+        return None, f"the convolution runs on {plan.kernel.name}, not the Hopper kernel"
+    p, cfg = plan.problem, plan.cfg
+    if plan.out_f32 or plan.tf32 or plan.xsplit or plan.writes_channels_first or plan.b_mn:
+        return None, "a float32, channels-first or MN-major variant of the Hopper kernel"
+    if p.nd != 2 or any(f != 1 for f in p.filter_spatial):
+        return None, "a 2-D 1x1 convolution only"
+    if p.epilogue.loads_residual:
+        return None, "a residual"
+    if p.epilogue.alpha == 0:
+        return None, "alpha = 0 (only the epilogue of zero is computed)"
+    if cfg.cluster != 1:
+        return None, "CTA pairs"
+    out = copy.copy(plan)
+    if not b_mn_fits(cfg):
+        ov = dataclasses.replace(plan._overrides, block_n=128 if cfg.block_n >= 128 else 64, halo=False,
+                                 pingpong=False)
+        out.cfg = tile_config(p, plan.device.sm_count, ov)
+        if not b_mn_fits(out.cfg) or (plan.phase_scatter is not None and not phase_out_fits(out.cfg)):
+            return None, f"no {out.cfg.block_m}x{out.cfg.block_n} tile reading the filter MN-major"
+    out.b_mn = True
+    out.reset_launches()
+    return out, "the filter read straight from w (MN-major), no transpose launch"
+

@@ -194,6 +194,20 @@ def encode_tiled_w(problem: ConvProblem, ptr: int, block_n: int, block_k: int = 
         inter, swz, l2, oob), "cuTensorMapEncodeTiled (filters)")
 
 
+def encode_mn_w(problem: ConvProblem, ptr: int, block_k: int = 64) -> np.void:
+    """Tiled descriptor of a 1x1 filter read MN-major (SM90_B_MN): a weight laid out as (reduction rows,
+    output-channel columns), ``problem.channels`` rows of ``problem.out_channels`` contiguous elements (the
+    forward weight of a 1x1 input gradient, or its stacked phases side by side); box {64 columns,
+    ``block_k`` rows}, the 128-byte swizzle. Rows past the reduction arrive as zeros."""
+    driver = cuda_driver()
+    rows, cols = problem.channels, problem.out_channels
+    es = problem.itemsize
+    inter, swz, l2, oob = _enums(driver)
+    return _check(driver.cuTensorMapEncodeTiled(
+        _data_type(driver, problem.dtype), 2, ptr, _u64(driver, [cols, rows]), _u64(driver, [cols * es]),
+        _u32(driver, [64, block_k]), _u32(driver, [1, 1]), inter, swz, l2, oob), "cuTensorMapEncodeTiled (MN-major filter)")
+
+
 def encode_tiled_c(problem: ConvProblem, ptr: int, block_m: int = 128, chunk_n: int = 64) -> np.void:
     """Tiled descriptor of the residual (M, K); box {64 channels, BM rows}."""
     driver = cuda_driver()

@@ -13,32 +13,35 @@ from ...launch import dtype_code
 from .tiles import (BLOCK_MS, F32_BLOCK_NS, STAGES, TileConfig, bm_fits, halo_stages, pingpong_block_m,
                     stages_for)
 
-__all__ = ["SOURCE", "ARCH", "kernel_name", "defines", "load_function", "phase_out_fits", "COMPILE_VARIANTS"]
+__all__ = ["SOURCE", "ARCH", "kernel_name", "defines", "load_function", "phase_out_fits", "b_mn_fits",
+           "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_fprop_sm90.cu"
 ARCH = "sm_90a"
 
 
 def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool = False, f32: bool = False,
-                tf32: bool = False, xsplit: bool = False, phases: bool = False) -> str:
+                tf32: bool = False, xsplit: bool = False, phases: bool = False, b_mn: bool = False) -> str:
     """The entry point's name of a variant. ``nchw``: channels-first output; ``f32``: float32 output
     (both read the residual in the consumers: ``_res`` names the epilogue-load warp, which neither has);
     ``tf32``: float32 operands multiplied as tf32, into the float32 output; ``xsplit``: float32 x split
     into bf16 parts in registers against a split filter, into the float32 output; ``phases``: the output columns
-    are the stacked phases of an input gradient, stored into place (no residual)."""
+    are the stacked phases of an input gradient, stored into place (no residual); ``b_mn``: the filter read
+    MN-major, straight from a 1x1 input gradient's weight (``_bmn``)."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
             + ("_pp" if cfg.pingpong else "")
             + ("_xs" if xsplit else "_tf32" if tf32 else "_f32" if f32 else "_ph" if phases else "_nchw" if nchw
-               else "_res" if loads_residual else ""))
+               else "_res" if loads_residual else "") + ("_bmn" if b_mn else ""))
 
 
 def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False,
-            f32: bool = False, tf32: bool = False, xsplit: bool = False, phases: bool = False) -> dict:
+            f32: bool = False, tf32: bool = False, xsplit: bool = False, phases: bool = False,
+            b_mn: bool = False) -> dict:
     """The ``-D`` values that build a variant (``tf32``, ``xsplit``: ``dtype`` is the 16-bit view, bfloat16)."""
     return _defines(dtype_code(dtype), nd, cfg.block_m, cfg.block_n, cfg.stages,
                     int(loads_residual and not (nchw or f32 or tf32 or xsplit)), cfg.cluster, int(cfg.halo),
-                    int(cfg.pingpong), nchw, f32, tf32, xsplit, phases)
+                    int(cfg.pingpong), nchw, f32, tf32, xsplit, phases, b_mn)
 
 
 def ring_loads_residual(loads_residual: bool, tf32: bool = False, xsplit: bool = False) -> bool:
@@ -48,18 +51,19 @@ def ring_loads_residual(loads_residual: bool, tf32: bool = False, xsplit: bool =
 
 
 def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int, nchw: bool = False,
-                  f32: bool = False, tf32: bool = False, xsplit: bool = False, phases: bool = False):
+                  f32: bool = False, tf32: bool = False, xsplit: bool = False, phases: bool = False,
+                  b_mn: bool = False):
     """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
     loaded on the device, its shared-memory limit raised."""
     from ...device import gpu_info
     smem = cfg.smem_bytes(ring_loads_residual(loads_residual, tf32, xsplit))
     fn = load_cuda_function(SOURCE, gpu_info(dev_index),
-                            defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32, xsplit, phases),
-                            kernel_name(cfg, loads_residual, nd, nchw, f32, tf32, xsplit, phases), smem)
+                            defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32, xsplit, phases, b_mn),
+                            kernel_name(cfg, loads_residual, nd, nchw, f32, tf32, xsplit, phases, b_mn), smem)
     return fn, smem
 
 
-def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0, xsplit=0, phases=0) -> dict:
+def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0, xsplit=0, phases=0, b_mn=0) -> dict:
     d = {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
          "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}
     if nchw:
@@ -72,6 +76,8 @@ def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0,
         d["SM90_XSPLIT"] = 1
     if phases:
         d["SM90_PHASE_OUT"] = 1
+    if b_mn:
+        d["SM90_B_MN"] = 1
     return d
 
 
@@ -85,6 +91,12 @@ _PHASE_OUT_MAX_BN = {(128, False): 192, (128, True): 256, (192, False): 128, (19
 def phase_out_fits(cfg: TileConfig) -> bool:
     """Whether the phase-scattering variant of ``cfg`` is built (its consumers fit their registers)."""
     return cfg.cluster == 1 and (cfg.pingpong or cfg.block_n <= _PHASE_OUT_MAX_BN[(cfg.block_m, bool(cfg.halo))])
+
+
+def b_mn_fits(cfg: TileConfig) -> bool:
+    """Whether ``cfg`` has a variant reading the filter MN-major (SM90_B_MN): single CTAs on im2col tiles
+    (a 1x1 filter has no halo window) of whole 64-column blocks."""
+    return cfg.cluster == 1 and not cfg.halo and not cfg.pingpong and cfg.block_n % 64 == 0
 
 
 def _compile_variant(*args, **kw):
@@ -135,4 +147,9 @@ COMPILE_VARIANTS = [
     _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1,
                      phases=1)
     for nd in (2, 3) for dt in (0, 1) for bn in STAGES
+] + [  # the filter read MN-major from a 1x1 input gradient's weight (2-D, 16-bit, single CTAs, im2col
+    # tiles of whole 64-column blocks, no residual), with and without the phase-scattering epilogue
+    _compile_variant(dt, 2, bm, bn, stages_for(bm, bn, False), 0, 1, 0, phases=ph, b_mn=1)
+    for dt in (0, 1) for ph in (0, 1) for bm in BLOCK_MS for bn in STAGES
+    if bn % 64 == 0 and bm_fits(bm, bn, 1, False, halo=False) and (not ph or bn <= _PHASE_OUT_MAX_BN[(bm, False)])
 ]
