@@ -219,10 +219,10 @@ class Sm90Plan(Plan):
                 ", reads the residual there" if res else "")
         elif self.phase_scatter is not None:
             stores = "epilogue stores each 32-column group at its phase's positions in the input gradient"
-        if self.b_mn:
-            loads += "; the filter read MN-major (64 x 64 boxes) straight from the forward weight, no transpose pass"
         else:
             stores = "epilogue-load warp prefetches the residual" if res else "no residual load"
+        if self.b_mn:
+            loads += "; the filter read MN-major (64 x 64 boxes) straight from the forward weight, no transpose pass"
         return (f"{kernel_name(cfg, res, problem.nd, nchw, f32, self.tf32, self.xsplit, self._phases, self.b_mn)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{consumers}, {grid}{split}, {stores}")
 
