@@ -26,7 +26,7 @@ from ...launch import PackedLaunch, epilogue_params
 from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from ...scratch import scratch
-from .params import kernel_params
+from .params import kernel_params, phase_table
 from .tensormap import (cuda_driver, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w, encode_tiled_c,
                         encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
 from .tiles import BLOCK_K, HALO_A_STAGES, TileConfig, halo_why_not, halo_window, tile_config
@@ -307,8 +307,12 @@ class Sm90Plan(Plan):
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
         partials, flags = _split_workspace(cfg)
         res_ptr = ra.data.ptr if (res and direct) else 0
+        table_ptr = 0
+        if self.phase_scatter is not None:  # kept with the plan: its launch records hold the address
+            self._phase_table = phase_table(self.device.index, self.phase_scatter.offsets)
+            table_ptr = self._phase_table.data.ptr
         args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr,
-                kernel_params(problem, cfg, res_ptr, self.x_channels, self.phase_scatter),
+                kernel_params(problem, cfg, res_ptr, self.x_channels, self.phase_scatter, table_ptr),
                 epilogue_params(problem.epilogue), np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
         launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slots=(3,))  # slot 3: the output pointer
         launch.workspace = (partials, flags)  # lives as long as the launch record

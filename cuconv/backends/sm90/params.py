@@ -6,6 +6,7 @@ checks the names and order against the source); a 2-D problem is the 3-D one of 
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -13,19 +14,27 @@ import numpy as np
 from ...launch import c_struct, divisor_fields, divisor_values, geometry3d
 from .tiles import TileConfig, c_blocks, halo_window, last_k16
 
-__all__ = ["PARAM_FIELDS", "PhaseScatter", "kernel_params"]
+__all__ = ["PARAM_FIELDS", "PhaseScatter", "phase_table", "kernel_params"]
 
 
 class PhaseScatter(NamedTuple):
     """Where the phase-scattering epilogue (SM90_PHASE_OUT) stores the stacked phases: the input gradient
-    ``(N, *extent, channels)`` (3 axes, a 2-D one with depth 1 in front), per axis the ``stride``, and
-    ``table``: the device address of the phases' offsets, ``(P, 4)`` int32 rows ``(d0, d1, d2, 0)``
-    (:func:`cuconv.subpixel.scatter_offsets`)."""
+    ``(N, *extent, channels)`` (3 axes, a 2-D one with depth 1 in front), per axis the ``stride``, and per
+    phase the ``offsets`` of its first position along the three axes (:func:`cuconv.subpixel.scatter_offsets`;
+    the kernel reads them from :func:`phase_table`)."""
 
     channels: int
     extent: Tuple[int, int, int]
     stride: Tuple[int, int, int]
-    table: int
+    offsets: Tuple[Tuple[int, int, int], ...]
+
+
+@functools.lru_cache(maxsize=256)
+def phase_table(device_index: int, offsets: Tuple[Tuple[int, int, int], ...]):
+    """The phases' offsets as the kernel reads them: ``(P, 4)`` int32 rows ``(d0, d1, d2, 0)`` on the GPU."""
+    import cupy as cp
+    with cp.cuda.Device(device_index):
+        return cp.asarray(np.array([d + (0,) for d in offsets], dtype=np.int32).reshape(len(offsets), 4))
 
 PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
@@ -40,12 +49,13 @@ _FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
 
 
 def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int = 0,
-                  phases: Optional[PhaseScatter] = None) -> np.void:
+                  phases: Optional[PhaseScatter] = None, phase_table_ptr: int = 0) -> np.void:
     """The ``Sm90ConvParams`` value of ``problem`` run with ``cfg`` (``residual``: the address of a
     residual the consumers read, in a channels-first or float32-output variant; 0 otherwise).
     ``x_channels``: the channels x holds, when fewer than the reduction's (a multiple of 64: the
     reduction's channel blocks past them read x's from the first again); 0 for ``problem.channels``.
-    ``phases``: the phase-scattering epilogue's table (zeros without one)."""
+    ``phases``: where the phase-scattering epilogue stores (zeros without it), its offsets at the device
+    address ``phase_table_ptr``."""
     g = geometry3d(problem)
     halo_w, halo_h = halo_window(problem, cfg)
     x_tiles, y_tiles = -(-g.Q // 64), -(-g.P // cfg.tile_rows)
@@ -60,12 +70,12 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
     vals.update(zip(("pad_d", "pad_h", "pad_w"), g.pad))
     vals.update(divisor_values(n_tiles_div=cfg.n_tiles, opq_div=g.O * g.P * g.Q, pq_div=g.P * g.Q, q_div=g.Q,
                                x_tiles_div=x_tiles, y_tiles_div=y_tiles, o_div=g.O))
-    vals.update(_phase_values(phases))
+    vals.update(_phase_values(phases, phase_table_ptr))
     return c_struct(_FIELDS, vals)
 
 
-def _phase_values(ph: Optional[PhaseScatter]) -> dict:
-    vals = dict(ph_channels=ph.channels if ph else 0, ph_table=ph.table if ph else 0)
+def _phase_values(ph: Optional[PhaseScatter], table_ptr: int) -> dict:
+    vals = dict(ph_channels=ph.channels if ph else 0, ph_table=table_ptr if ph else 0)
     for a in range(3):
         vals[f"ph_ext{a}"] = ph.extent[a] if ph else 0
         vals[f"ph_s{a}"] = ph.stride[a] if ph else 0

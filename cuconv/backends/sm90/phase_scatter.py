@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 from typing import Optional, Tuple
-
-import numpy as np
 
 from .kernel import Sm90Plan
 from .params import PhaseScatter
@@ -69,21 +66,11 @@ def scatter_plan(plan, channels: int, extent, stride, offsets) -> Tuple[Optional
         note = (f" ({out.cfg.block_m}x{out.cfg.block_n} tiles: the {cfg.block_m}x{cfg.block_n} tile's consumers "
                 f"spill with this epilogue)")
     pad = 3 - len(stride)
-    table = _device_offsets(plan.device.index, tuple((0,) * pad + tuple(d) for d in offsets))
     out.phase_scatter = PhaseScatter(channels, (1,) * pad + tuple(extent), (1,) * pad + tuple(stride),
-                                     table.data.ptr)
-    out.phase_table = table  # kept alive with the plan
+                                     tuple((0,) * pad + tuple(d) for d in offsets))
     out.reset_launches()
     what = f"the {len(offsets)} phases" if len(offsets) > 1 else "the phase"
     return out, f"{what} stored into place in dx by the epilogue{note}"
-
-
-@functools.lru_cache(maxsize=256)
-def _device_offsets(device_index: int, offsets: Tuple[Tuple[int, int, int], ...]):
-    """The phases' offsets as ``(P, 4)`` int32 rows ``(d0, d1, d2, 0)`` on the GPU (once per table)."""
-    import cupy as cp
-    with cp.cuda.Device(device_index):
-        return cp.asarray(np.array([d + (0,) for d in offsets], dtype=np.int32).reshape(len(offsets), 4))
 
 
 def direct_filter(plan) -> Tuple[Optional[Sm90Plan], str]:
