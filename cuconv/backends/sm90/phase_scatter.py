@@ -35,23 +35,33 @@ from .variants import b_mn_fits, phase_out_fits
 __all__ = ["scatter_plan", "direct_filter"]
 
 
+def _declines(plan) -> Optional[str]:
+    """Why ``plan`` has no input-gradient variant (another kernel, a float32, channels-first or MN-major
+    variant, a residual, ``alpha == 0``, CTA pairs), or None."""
+    if not isinstance(plan, Sm90Plan):
+        return f"the convolution runs on {plan.kernel.name}, not the Hopper kernel"
+    p = plan.problem
+    if plan.out_f32 or plan.tf32 or plan.xsplit or plan.writes_channels_first or plan.b_mn:
+        return "a float32, channels-first or MN-major variant of the Hopper kernel"
+    if p.epilogue.loads_residual:
+        return "a residual (the variants leave the epilogue-load warp out)"
+    if p.epilogue.alpha == 0:
+        return "alpha = 0 (only the epilogue of zero is computed)"
+    if plan.cfg.cluster != 1:
+        return "CTA pairs"
+    return None
+
+
 def scatter_plan(plan, channels: int, extent, stride, offsets) -> Tuple[Optional[Sm90Plan], str]:
     """``(plan, why)``: the plan of a convolution ``plan`` (the dispatcher's) whose output columns are
     ``len(offsets)`` phases of ``channels`` each, with its epilogue storing phase ``ph``'s row ``u`` at
     ``stride * u + offsets[ph]`` (per axis) of the input gradient of spatial ``extent``, where that is
     inside it; or ``(None, why not)``. The stacked-phase convolution (:func:`cuconv.subpixel.scatter_offsets`)
     and one phase of the phase split (its origin) both take this form."""
-    if not isinstance(plan, Sm90Plan):
-        return None, f"the convolution runs on {plan.kernel.name}, not the Hopper kernel"
+    why = _declines(plan)
+    if why:
+        return None, why
     p, cfg = plan.problem, plan.cfg
-    if plan.out_f32 or plan.tf32 or plan.xsplit or plan.writes_channels_first:
-        return None, "a float32 or channels-first variant of the Hopper kernel"
-    if p.epilogue.loads_residual:
-        return None, "a residual (it is read through the phases' own layout)"
-    if p.epilogue.alpha == 0:
-        return None, "alpha = 0 (only the epilogue of zero is computed)"
-    if cfg.cluster != 1:
-        return None, "CTA pairs"
     if channels % 32:
         return None, f"C={channels} is not a multiple of 32 (a 32-column group must lie in one phase)"
     if p.gemm_m >= 2 ** 31:
@@ -77,19 +87,12 @@ def direct_filter(plan) -> Tuple[Optional[Sm90Plan], str]:
     """``(plan, why)``: a copy of ``plan`` (the Hopper plan of a 1x1 convolution, possibly storing phases)
     whose filter operand is read MN-major from a weight laid out (reduction rows, output-channel columns),
     the forward weight of a 1x1 input gradient; or ``(None, why not)``."""
-    if not isinstance(plan, Sm90Plan):
-        return None, f"the convolution runs on {plan.kernel.name}, not the Hopper kernel"
+    why = _declines(plan)
+    if why:
+        return None, why
     p, cfg = plan.problem, plan.cfg
-    if plan.out_f32 or plan.tf32 or plan.xsplit or plan.writes_channels_first or plan.b_mn:
-        return None, "a float32, channels-first or MN-major variant of the Hopper kernel"
     if p.nd != 2 or any(f != 1 for f in p.filter_spatial):
         return None, "a 2-D 1x1 convolution only"
-    if p.epilogue.loads_residual:
-        return None, "a residual"
-    if p.epilogue.alpha == 0:
-        return None, "alpha = 0 (only the epilogue of zero is computed)"
-    if cfg.cluster != 1:
-        return None, "CTA pairs"
     out = copy.copy(plan)
     if not b_mn_fits(cfg):
         ov = dataclasses.replace(plan._overrides, block_n=128 if cfg.block_n >= 128 else 64, halo=False,
