@@ -12,7 +12,9 @@ For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation
   ``s``, none of them multiplying zeros, each writing its phase of ``dx``. Or, on a GPU with groups 1 (on the
   CPU only under ``overrides(stacked_phases=True)``), the phases stacked along the channels and
   computed by one forward convolution (:mod:`cuconv.subpixel`: its filter gathered from ``w``, zero where a phase has
-  no tap), then put into place.
+  no tap), then put into place. On Hopper the convolution's epilogue stores the phases into place itself, and
+  a 1x1 filter (or the stacked phases of a 2x2 filter of stride 2) is read from ``w`` as it is, with no flip
+  or gather (:mod:`cuconv.backends.sm90.phase_scatter`).
 * **weight gradient** ``dw[k, f, c] = sum over n, o of dy[n, o, k] x[n, o s - lo + f d, c]``: on CuPy
   fp16 / bf16 2-D data one implicit GEMM over the output pixels, split across CTAs and summed in split
   order (``sm90_wgrad`` / ``sm80_wgrad``, :data:`WGRAD_KERNELS`); otherwise a forward convolution whose
@@ -359,8 +361,8 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
 
 def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel, precision, dtype: str):
     """The input gradient (channels-last) phase by phase: per phase the flipped taps, its forward call, its
-    rows put into place; phases no tap reaches get the epilogue of zero. Into ``into`` where given, else
-    a new array; returns it."""
+    rows put into place (on Hopper by the call's epilogue, and for a 1x1 filter with ``w`` read as it is);
+    phases no tap reaches get the epilogue of zero. Into ``into`` where given, else a new array; returns it."""
     p = plan.problem
     N, I, C, g = dy_n.shape[0], p.in_spatial, p.channels, p.groups
     plain = ep["bias"] is None and residual is None and ep["activation"] is None
@@ -443,7 +445,8 @@ def _stacks(plan, on_gpu: bool) -> bool:
 def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, precision) -> None:
     """The input gradient into ``y`` (channels-last) as one convolution over the stacked phases
     (:mod:`cuconv.subpixel`): the filter gathered, the bias repeated and the residual stacked per phase,
-    the forward call, the phases put into place."""
+    the forward call, the phases put into place (on Hopper by the call's epilogue, with no gather where the
+    stacked filter is ``w`` itself: :mod:`cuconv.backends.sm90.phase_scatter`)."""
     sp, C = plan.subpixel, plan.problem.channels
     P = sp.phases
     device_id = None if xp is np else dy_n.data.device_id
