@@ -38,7 +38,8 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
                      halo=bool(defines_["SM90_HALO"]), pingpong=bool(defines_["SM90_PINGPONG"]))
     name = kernel_name(cfg, bool(defines_["SM90_HAS_RESIDUAL"]), defines_["SM90_NDIM"],
                        bool(defines_.get("SM90_NCHW_OUT")), bool(defines_.get("SM90_OUT_F32")),
-                       bool(defines_.get("SM90_TF32")), bool(defines_.get("SM90_XSPLIT")))
+                       bool(defines_.get("SM90_TF32")), bool(defines_.get("SM90_XSPLIT")),
+                       bool(defines_.get("SM90_PHASE_OUT")), bool(defines_.get("SM90_B_MN")))
     assert [f.name for f in report.functions] == [name], report.log
     assert report.spills == 0 and all(f.stack_frame == 0 for f in report.functions), report.log
     assert "C7508" not in report.log, "setmaxnreg ignored by ptxas:\n" + report.log
@@ -58,6 +59,8 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
         assert "UTMALDG.5D" in sass and "IM2COL" not in sass, "halo variant without its 5-D tiled window load"
     else:
         assert "UTMALDG" in sass and "IM2COL" in sass, "no TMA im2col load (UTMALDG...IM2COL) in the SASS"
+    if defines_.get("SM90_B_MN"):  # the filter as 64 x 64 tiled boxes of a (rows, columns) matrix
+        assert "UTMALDG.2D" in sass, "MN-major filter variant without its 2-D tiled filter boxes"
     if defines_["SM90_CLUSTER"] > 1:
         assert "UTMALDG.3D.MULTICAST" in sass, "cluster variant without a multicast filter load"
         assert "UCGABAR" in sass, "cluster variant without a cluster barrier"
