@@ -382,11 +382,9 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
             continue
         src = dy_n if spec["src_full"] else xp.ascontiguousarray(dy_n[spec["src"]])
         device_id = None if xp is np else src.data.device_id
-        # a 1x1 filter: the flip only exchanges w's axes, which the Hopper kernel can read as they are
-        direct_ok = (xp is not np and g == 1 and res_part is None and w_n.flags.c_contiguous
-                     and all(f == 1 for f in p.filter_spatial))
-        direct = _PHASE_PLANS.get((memo, "direct", i)) if direct_ok and memo is not None else None
-        if direct:  # (made by an earlier call) no flip: the convolution reads w and writes y
+        direct_ok = xp is not np and res_part is None and w_n.flags.c_contiguous and _flip_exchanges_axes(p)
+        direct = _known_variant(memo, "direct", i) if direct_ok else None
+        if direct is not None:  # (made by an earlier call) no flip: the convolution reads w and writes y
             execute(direct, xp, device_id, src, w_n, bias, None, y)
             continue
         wt = flip_filter(w_n, None, g, xp, spec["flips"])
@@ -406,6 +404,17 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
         if not whole:
             scatter_phase(part, y, p.stride, spec["origin"], xp)
     return y
+
+
+def _flip_exchanges_axes(p) -> bool:
+    """Whether the flip of ``p``'s filter only exchanges w's axes (groups 1, a 1x1 filter): what the Hopper
+    kernel can read from ``w`` as it is (:func:`_direct_filter`)."""
+    return p.groups == 1 and all(f == 1 for f in p.filter_spatial)
+
+
+def _known_variant(memo, kind: str, which):
+    """The Hopper plan variant :func:`_kept_variant` keeps for this call, where an earlier call made one."""
+    return None if memo is None else (_PHASE_PLANS.get((memo, kind, which)) or None)
 
 
 def _kept_variant(memo, kind: str, which, make):
@@ -454,8 +463,8 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     # W' is w itself, read with its axes exchanged, where the window is one tap and phase ph's tap is ph
     direct_ok = (xp is not np and residual is None and w_n.flags.c_contiguous
                  and subpixel.filter_is_w(sp, tuple(w_n.shape[1:-1])))
-    direct = _PHASE_PLANS.get((memo, "direct", "stacked")) if direct_ok and memo is not None else None
-    if direct:  # (made by an earlier call) no gather: the convolution reads w and stores into y
+    direct = _known_variant(memo, "direct", "stacked") if direct_ok else None
+    if direct is not None:  # (made by an earlier call) no gather: the convolution reads w and stores into y
         execute(direct, xp, device_id, dy_n, w_n, b, None, y)
         return
     # W' and z live until the put-into-place launch: per-stream scratch buffers on a GPU
@@ -499,12 +508,12 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
         if fplan is None:
             return None
         K, F, C = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
-        direct = _PHASE_PLANS.get((memo, "direct", "stacked")) or None
+        direct = _known_variant(memo, "direct", "stacked")
         if direct is not None:
             return grad_replay.DirectInput(y.shape, dtype, device_id, direct, False, sp)
         gather = subpixel.stacked_filter_launch(sp, w, K, F, C)
         z_shape = (dy.shape[0], *sp.length, sp.phases * C)
-        scatter = _PHASE_PLANS.get((memo, "scatter", "stacked")) or None
+        scatter = _known_variant(memo, "scatter", "stacked")
         return grad_replay.StackedInput(y.shape, dtype, device_id, scatter or fplan, sp, gather,
                                         subpixel.stacked_filter_shape(sp, w.shape), z_shape,
                                         None if scatter else (lambda z, yy: subpixel.unstack_launch(sp, z, yy)))
@@ -515,7 +524,7 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
     fplan = _PHASE_PLANS.get((memo, i))
     if fplan is None:
         return None
-    direct = _PHASE_PLANS.get((memo, "direct", i)) or None
+    direct = _known_variant(memo, "direct", i)
     if direct is not None and len(plan.phases) == 1:
         return grad_replay.DirectInput(y.shape, dtype, device_id, direct, False)
     flip, wt_shape = flip_filter_launch(w, g, spec["flips"]), flipped_shape(w.shape, g, spec["flips"])
@@ -526,7 +535,7 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
     if direct is not None:
         return grad_replay.DirectInput(y.shape, dtype, device_id, direct, True)
     part_shape = (dy.shape[0], *spec["out"], y.shape[-1])
-    scatter = _PHASE_PLANS.get((memo, "scatter", i)) or None
+    scatter = _known_variant(memo, "scatter", i)
     return grad_replay.OnePhaseInput(y.shape, dtype, device_id, scatter or fplan, flip, wt_shape, part_shape,
                                      None if scatter else
                                      (lambda part, yy: scatter_phase_launch(part, yy, p.stride, spec["origin"],
@@ -902,7 +911,7 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
             places = f"; {how}" if scatter is not None else f"; put into place by phase_scatter.cu (not by the " \
                                                                 f"epilogue: {how})"
             into_y = scatter
-        if (device.kind != "cpu" and into_y is not None and p.groups == 1 and all(f == 1 for f in p.filter_spatial)
+        if (device.kind != "cpu" and into_y is not None and _flip_exchanges_axes(p)
                 and (epilogue or {}).get("residual") is None):
             direct, why = _direct_filter(into_y)
             if direct is not None:

@@ -172,6 +172,7 @@ def _index(sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]) -> np.
     return np.ascontiguousarray(idx.reshape(P * C, *sp.window, K), dtype=np.int32)
 
 
+@functools.lru_cache(maxsize=256)
 def filter_is_w(sp: Subpixel, filter_spatial: Tuple[int, ...]) -> bool:
     """Whether ``W'`` is the channels-last filter ``w`` itself with its axes exchanged: a one-tap window, and
     phase ``ph``'s tap is filter tap ``ph`` (every tap once, in order: a filter the size of the stride with

@@ -223,17 +223,19 @@ class Sm90Plan(Plan):
             stores = "epilogue-load warp prefetches the residual" if res else "no residual load"
         if self.b_mn:
             loads += "; the filter read MN-major (64 x 64 boxes) straight from the forward weight, no transpose pass"
-        return (f"{kernel_name(cfg, res, problem.nd, nchw, f32, self.tf32, self.xsplit, self._phases, self.b_mn)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
+        return (f"{kernel_name(cfg, res, problem.nd, *self._flags)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{consumers}, {grid}{split}, {stores}")
 
     def compile_jobs(self):
         p = self.problem
-        return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd, self.writes_channels_first,
-                                 self.out_f32, self.tf32, self.xsplit, self._phases, self.b_mn)),)
+        return ((SOURCE, defines(self.cfg, p.dtype, p.epilogue.loads_residual, p.nd, *self._flags)),)
 
     @property
-    def _phases(self) -> bool:
-        return self.phase_scatter is not None
+    def _flags(self) -> tuple:
+        """The variant's flags, in the order of :func:`.variants.kernel_name` / ``defines`` / ``load_function``:
+        channels-first output, float32 output, tf32, split x, phases stored into place, MN-major filter."""
+        return (self.writes_channels_first, self.out_f32, self.tf32, self.xsplit, self.phase_scatter is not None,
+                self.b_mn)
 
     def run(self, x, w, bias, residual, out):
         """Launch; the record (descriptors, params, function, grid) is reused for the same input addresses.
@@ -268,9 +270,7 @@ class Sm90Plan(Plan):
     def _loaded(self):
         if self._function is None:
             cfg, p = self.cfg, self.problem
-            fn, smem = load_function(self.device.index, cfg, p.dtype, p.epilogue.loads_residual, p.nd,
-                                     self.writes_channels_first, self.out_f32, self.tf32, self.xsplit, self._phases,
-                                     self.b_mn)
+            fn, smem = load_function(self.device.index, cfg, p.dtype, p.epilogue.loads_residual, p.nd, *self._flags)
             grid = min(cfg.grid, cfg.cluster * _max_active_clusters(fn, cfg, smem, self.device))
             self._function = (fn, smem, grid)
         return self._function
