@@ -64,7 +64,9 @@ def _check_invariants(p: ConvProblem, cfg: DwConfig):
 def test_config_invariants(case):
     p = _problem(case)
     cfg = dw_config(p)
-    assert isinstance(cfg, DwConfig), cfg
+    if isinstance(cfg, str):  # a filter and dilation whose smallest tile's window does not fit: declined, saying so
+        assert cfg.startswith("the smallest tile") and "bytes of shared memory" in cfg, cfg
+        return
     _check_invariants(p, cfg)
     name, defines = dw_variant(p, cfg)
     assert defines["CUCONV_KERNEL_NAME"] == name and defines["DW_VEC"] == cfg.vec
