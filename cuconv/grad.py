@@ -382,7 +382,7 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
             continue
         src = dy_n if spec["src_full"] else xp.ascontiguousarray(dy_n[spec["src"]])
         device_id = None if xp is np else src.data.device_id
-        direct_ok = xp is not np and res_part is None and w_n.flags.c_contiguous and _flip_exchanges_axes(p)
+        direct_ok = xp is not np and res_part is None and w_n.flags.c_contiguous and p.groups == 1
         direct = _known_variant(memo, "direct", i) if direct_ok else None
         if direct is not None:  # (made by an earlier call) no flip: the convolution reads w and writes y
             execute(direct, xp, device_id, src, w_n, bias, None, y)
@@ -393,7 +393,8 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
         scatter = None if whole or xp is np else _kept_variant(memo, "scatter", i,
                                                                lambda: _one_phase_scatter(fplan, p, spec))
         into_y = fplan if whole and res_part is None else scatter  # a plan writing y itself
-        direct = _kept_variant(memo, "direct", i, lambda: _direct_filter(into_y)) if direct_ok and into_y else None
+        direct = _kept_variant(memo, "direct", i, lambda: _direct_filter(into_y, _flipped_view(w_n.shape, spec))) \
+            if direct_ok and into_y else None
         if direct is not None:  # every call runs it (the same bits each time); this one's flip goes unused
             execute(direct, xp, device_id, src, w_n, bias, None, y)
             continue
@@ -404,12 +405,6 @@ def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel
         if not whole:
             scatter_phase(part, y, p.stride, spec["origin"], xp)
     return y
-
-
-def _flip_exchanges_axes(p) -> bool:
-    """Whether the flip of ``p``'s filter only exchanges w's axes (groups 1, a 1x1 filter): what the Hopper
-    kernel can read from ``w`` as it is (:func:`_direct_filter`)."""
-    return p.groups == 1 and all(f == 1 for f in p.filter_spatial)
 
 
 def _known_variant(memo, kind: str, which):
@@ -431,10 +426,24 @@ def _kept_variant(memo, kind: str, which, make):
     return plan or None
 
 
-def _direct_filter(fplan):
-    """``(plan, why)`` of a 1x1 input gradient's convolution ``fplan`` reading its filter from w itself."""
+def _direct_filter(fplan, mn):
+    """``(plan, why)`` of an input gradient's convolution ``fplan`` reading its filter from w itself as the
+    view ``mn`` says (:func:`_flipped_view`, :func:`_stacked_view`)."""
     from .backends.sm90.phase_scatter import direct_filter
-    return direct_filter(fplan)
+    return direct_filter(fplan, mn)
+
+
+def _flipped_view(w_shape, spec):
+    """How a phase's convolution (``spec``: :func:`_phases`) reads its flipped taps from a weight of
+    ``w_shape`` (channels-last, groups 1) MN-major."""
+    from .backends.sm90.phase_scatter import flipped_view
+    return flipped_view(tuple(w_shape), spec["flips"])
+
+
+def _stacked_view(sp, w_shape):
+    """How the stacked-phase convolution of ``sp`` reads its taps from a weight of ``w_shape`` MN-major."""
+    from .backends.sm90.phase_scatter import stacked_view
+    return stacked_view(sp, tuple(w_shape))
 
 
 def _one_phase_scatter(fplan, p, spec):
@@ -460,9 +469,8 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     P = sp.phases
     device_id = None if xp is np else dy_n.data.device_id
     b = None if bias is None else subpixel.stacked_bias(sp, bias, xp, None if xp is np else "stacked-phase bias")
-    # W' is w itself, read with its axes exchanged, where the window is one tap and phase ph's tap is ph
-    direct_ok = (xp is not np and residual is None and w_n.flags.c_contiguous
-                 and subpixel.filter_is_w(sp, tuple(w_n.shape[1:-1])))
+    # W' is w read MN-major, per phase and window tap the filter tap (or zeros)
+    direct_ok = xp is not np and residual is None and w_n.flags.c_contiguous
     direct = _known_variant(memo, "direct", "stacked") if direct_ok else None
     if direct is not None:  # (made by an earlier call) no gather: the convolution reads w and stores into y
         execute(direct, xp, device_id, dy_n, w_n, b, None, y)
@@ -478,8 +486,8 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     spec = dict(pad=sp.pad, dil=1)
     fplan = _phase_plan(memo, "stacked", nd, dy_n, wt, dict(ep, bias=b), res_z, z, 1, spec, kernel, precision)
     scatter = None if xp is np else _kept_variant(memo, "scatter", "stacked", lambda: _scatter_of(fplan, sp, C))
-    direct = _kept_variant(memo, "direct", "stacked", lambda: _direct_filter(scatter)) if direct_ok and scatter \
-        else None
+    direct = _kept_variant(memo, "direct", "stacked", lambda: _direct_filter(scatter, _stacked_view(sp, w_n.shape))) \
+        if direct_ok and scatter else None
     if direct is not None:  # every call runs it (the same bits each time); this one's gather goes unused
         execute(direct, xp, device_id, dy_n, w_n, b, None, y)
         return
@@ -879,8 +887,9 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
         scatter, how = (None, None) if device.kind == "cpu" else _scatter_of(fplan, sp, p.channels)
         if scatter is not None:
             detail, places = scatter.describe(), f"; {how}, no unstack pass"
-            if subpixel.filter_is_w(sp, p.filter_spatial) and (epilogue or {}).get("residual") is None:
-                direct, why = _direct_filter(scatter)
+            if (epilogue or {}).get("residual") is None:
+                direct, why = _direct_filter(scatter, _stacked_view(sp, (p.out_channels, *p.filter_spatial,
+                                                                         p.channels)))
                 detail = direct.describe() if direct is not None else detail
                 places += f"; {why}" if direct is not None else \
                     f"; the filter gathered (not read from w as it is: {why})"
@@ -911,11 +920,12 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
             places = f"; {how}" if scatter is not None else f"; put into place by phase_scatter.cu (not by the " \
                                                                 f"epilogue: {how})"
             into_y = scatter
-        if (device.kind != "cpu" and into_y is not None and _flip_exchanges_axes(p)
+        if (device.kind != "cpu" and into_y is not None and p.groups == 1
                 and (epilogue or {}).get("residual") is None):
-            direct, why = _direct_filter(into_y)
-            if direct is not None:
-                detail, places = direct.describe(), places + f"; {why}"
+            direct, why = _direct_filter(into_y, _flipped_view((p.out_channels, *p.filter_spatial, p.channels), spec))
+            detail, places = (direct.describe(), places + f"; {why}") if direct is not None else \
+                (detail, places + f"; the filter flipped by kernels_cu/layout/flip_filter.cu (not read from w as it "
+                                  f"is: {why})")
         steps.append(f"phase {phase}: filter taps {taps}, stride-1 convolution of dy on {e.kernel} "
                      f"[{detail}]{places}")
     name = ", ".join(dict.fromkeys(kernels)) or "none (every phase is the epilogue of zero)"

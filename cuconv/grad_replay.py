@@ -100,8 +100,8 @@ class StackedInput(_Input):
 
 
 class DirectInput(_Input):
-    """A 1x1 input gradient (stride 1, one phase of stride 2, or the stacked phases of a 2x2 filter of stride
-    2) whose convolution reads its filter straight from ``w`` and writes dx
+    """An input gradient (stride 1, one phase of a stride, or the stacked phases) whose convolution reads its
+    filter straight from ``w`` and writes dx
     (:func:`cuconv.backends.sm90.phase_scatter.direct_filter`): one launch, after a zero fill of dx where
     ``zero_first`` (the phases no tap reaches), the bias repeated per phase where ``sp`` is given."""
 

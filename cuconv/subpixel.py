@@ -44,7 +44,7 @@ from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stacked_filter_shape", "stacked_filter_launch", "stacked_bias",
            "unstack_launch", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
-           "scatter_offsets", "filter_is_w", "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
+           "scatter_offsets", "filter_is_w", "phase_taps", "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"
 GATHER_SOURCE = "layout/gather_index.cu"
@@ -137,7 +137,7 @@ def geometry(p) -> Optional[Subpixel]:
 
 
 @functools.lru_cache(maxsize=64)
-def _taps(sp: Subpixel, filter_spatial: Tuple[int, ...]) -> np.ndarray:
+def phase_taps(sp: Subpixel, filter_spatial: Tuple[int, ...]) -> np.ndarray:
     """The filter tap (flattened, row-major over ``filter_spatial``) of each (phase, window tap) of ``W'``,
     ``(P, prod(J))`` int32, -1 where the phase has no tap at that window position."""
     nd = len(sp.stride)
@@ -160,7 +160,7 @@ def _taps(sp: Subpixel, filter_spatial: Tuple[int, ...]) -> np.ndarray:
 def _index(sp: Subpixel, K: int, C: int, filter_spatial: Tuple[int, ...]) -> np.ndarray:
     """The gather index of ``W'`` (``(P C, *J, K)``, int32) into the flattened channels-last filter ``w``
     (``(K, *F, C)``), -1 for a zero tap: what kernels_cu/layout/stacked_filter.cu computes on a GPU."""
-    taps = _taps(sp, filter_spatial).astype(np.int64)
+    taps = phase_taps(sp, filter_spatial).astype(np.int64)
     P, J = taps.shape
     F = math.prod(filter_spatial)
     k = np.arange(K).reshape(1, 1, 1, K)
@@ -177,10 +177,10 @@ def filter_is_w(sp: Subpixel, filter_spatial: Tuple[int, ...]) -> bool:
     """Whether ``W'`` is the channels-last filter ``w`` itself with its axes exchanged: a one-tap window, and
     phase ``ph``'s tap is filter tap ``ph`` (every tap once, in order: a filter the size of the stride with
     no padding, the 2x2 stride-2 upsampling layer), so ``W'[ph C + c, k] = w[k, ph, c]``, ``w`` read as
-    ``(K, P C)`` (the Hopper kernel reads it so: :func:`cuconv.backends.sm90.phase_scatter.direct_filter`)."""
+    ``(K, P C)`` (:func:`cuconv.backends.sm90.phase_scatter.stacked_view`)."""
     if any(j != 1 for j in sp.window) or math.prod(filter_spatial) != sp.phases:
         return False
-    return bool((_taps(sp, tuple(filter_spatial)).reshape(-1) == np.arange(sp.phases)).all())
+    return bool((phase_taps(sp, tuple(filter_spatial)).reshape(-1) == np.arange(sp.phases)).all())
 
 
 def stacked_filter(sp: Subpixel, w_n, xp, purpose: Optional[str] = None):
@@ -239,7 +239,7 @@ def _device_taps(device_id: int, sp: Subpixel, filter_spatial: Tuple[int, ...]):
     """The tap table of :func:`_taps` on the GPU (copied once per geometry and device)."""
     import cupy as cp
     with cp.cuda.Device(device_id):
-        return cp.asarray(_taps(sp, filter_spatial).reshape(-1))
+        return cp.asarray(phase_taps(sp, filter_spatial).reshape(-1))
 
 
 _FILTER_FIELDS = [(n, np.int32) for n in ("K", "C", "F", "J")]

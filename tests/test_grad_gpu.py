@@ -154,33 +154,42 @@ def test_phase_split_phases_stored_into_place_by_the_epilogue(cp, dtype, f, s, p
 
 @needs_hopper
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("case", ["input 1x1 s1", "input 1x1 s2", "transpose 1x1 s1 bias", "transpose 2x2 s2 bias"])
-def test_one_by_one_input_gradients_read_w_as_it_is(cp, dtype, case):
-    """1x1 input gradients (stride 1, stride 2) and 2x2 stride-2 transposed convolutions on Hopper read the
-    filter MN-major straight from w (no flip or gather launch), with a reduction (dy's channels, 40) that
-    ends inside a 64-channel block; against the CPU in float64, and the same bits on a repeated call."""
+@pytest.mark.parametrize("case", [
+    dict(f=1, stride=1), dict(f=1, stride=2), dict(f=3, stride=1, padding=((2, 0), (1, 1)), dilation=(1, 2)),
+    dict(f=3, stride=2, padding=1, stacked=False), dict(f=5, stride=1, padding=2),
+    dict(f=1, stride=1, transpose=True), dict(f=2, stride=2, transpose=True), dict(f=4, stride=2, padding=1,
+                                                                                  transpose=True),
+    dict(f=3, stride=2, padding=1, output_padding=1, transpose=True)], ids=str)
+def test_input_gradients_read_w_as_it_is(cp, dtype, case):
+    """Input gradients (stride 1 with padding and dilation, one phase of a stride, the phase split's phases)
+    and transposed convolutions (the stacked phases) on Hopper read their filter MN-major straight from w,
+    a tap per phase and window tap (no flip or gather launch), with a reduction (dy's channels, 40) that ends
+    inside a 64-channel block; against the CPU in float64, and the same bits on repeated calls."""
+    case = dict(case)
     rng = np.random.default_rng(9)
     dt = DTYPES[dtype]
-    C, K = 64, 40
-    if case.startswith("input"):
-        s = 1 if case.endswith("s1") else 2
-        w = (rng.standard_normal((K, 1, 1, C)) / np.sqrt(K)).astype(dt)
+    C, K, f = 64, 40, case.pop("f")
+    stacked = case.pop("stacked", None)
+    if not case.pop("transpose", False):
+        w = (rng.standard_normal((K, f, f, C)) / np.sqrt(K * f * f)).astype(dt)
         x_shape = (2, 12, 10, C)
-        dy = rng.standard_normal((2, -(-12 // s), -(-10 // s), K)).astype(dt)
-        want = cuconv.conv2d_input_grad(dy.astype(np.float64), w.astype(np.float64), x_shape, stride=s)
-        e = cuconv.explain_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, stride=s)
-        run = lambda: cuconv.conv2d_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, stride=s)  # noqa: E731
+        dy_shape = cuconv.conv2d(np.zeros(x_shape), w.astype(np.float64), **case).shape
+        dy = rng.standard_normal(dy_shape).astype(dt)
+        want = cuconv.conv2d_input_grad(dy.astype(np.float64), w.astype(np.float64), x_shape, **case)
+        explain = lambda: cuconv.explain_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, **case)  # noqa: E731
+        run = lambda: cuconv.conv2d_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, **case)  # noqa: E731
     else:
-        f = 1 if "1x1" in case else 2
         x = rng.standard_normal((2, 7, 9, K)).astype(dt)
-        w = (rng.standard_normal((K, f, f, C)) / np.sqrt(K)).astype(dt)
+        w = (rng.standard_normal((K, f, f, C)) / np.sqrt(K * f * f)).astype(dt)
         bias = rng.standard_normal(C).astype(dt)
-        kw = dict(stride=f, activation="relu")
+        kw = dict(case, activation="relu")
         want = cuconv.conv_transpose2d(x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64), **kw)
-        e = cuconv.explain_transpose(cp.asarray(x), cp.asarray(w), cp.asarray(bias), **kw)
+        explain = lambda: cuconv.explain_transpose(cp.asarray(x), cp.asarray(w), cp.asarray(bias), **kw)  # noqa
         run = lambda: cuconv.conv_transpose2d(cp.asarray(x), cp.asarray(w), cp.asarray(bias), **kw)  # noqa: E731
-    assert "read straight from w" in str(e) and "_bmn" in str(e), str(e)
-    got, got2, got3 = run(), run(), run()
+    with cuconv.overrides(stacked_phases=stacked):
+        e = explain()
+        assert "read straight from w" in str(e) and "_bmn" in str(e), str(e)
+        got, got2, got3 = run(), run(), run()
     assert got.shape == want.shape and rel_error(got, want) <= TOLERANCE[dtype], str(e)
     assert bool((got == got2).all()) and bool((got == got3).all())
 

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from cuconv import subpixel
+from cuconv.grad import _phases
+from cuconv.layout import flip_filter, flip_taps
 from cuconv.backends.sm80.kernel import Sm80IgemmKernel
 from cuconv.backends.sm90.kernel import Sm90TmaKernel
-from cuconv.backends.sm90.phase_scatter import direct_filter, scatter_plan
+from cuconv.backends.sm90.phase_scatter import direct_filter, flipped_view, scatter_plan, stacked_view
 from cuconv.backends.sm90.variants import COMPILE_VARIANTS, b_mn_fits, defines, phase_out_fits
 from cuconv.overrides import Overrides
 
@@ -50,22 +54,87 @@ def test_stacked_phases_are_stored_by_a_compiled_variant_that_fits():
             assert got.cfg.block_n == 128 and "spill" in why
 
 
-def test_a_2x2_stride_2_filter_is_w_read_mn_major():
+def _operand(mn, w, window: int) -> np.ndarray:
+    """The convolution's filter (``(out columns, window taps, reduction)``) that the MN-major variant reads
+    from ``w`` through ``mn``: column ``n`` of phase ``n // cols`` at view column ``n % cols``, window tap
+    ``j`` at the view's tap ``table[phase, j]`` (zeros past the view), as the kernel's producer loads it."""
+    view = np.concatenate([w.reshape(mn.rows, mn.taps, mn.cols), np.zeros((mn.rows, 1, mn.cols), w.dtype)], axis=1)
+    table = np.array(mn.table).reshape(-1, window)
+    table = np.where(table < 0, mn.taps, table)
+    out = np.empty((table.shape[0] * mn.cols, window, mn.rows), w.dtype)
+    for ph in range(table.shape[0]):
+        out[ph * mn.cols:(ph + 1) * mn.cols] = view[:, table[ph], :].transpose(2, 1, 0)
+    return out
+
+
+def test_the_mn_major_views_read_the_filters_the_flip_and_the_gather_make():
+    """Every view's table, applied to ``w`` as the kernel reads it, gives the filter the flip (a phase of the
+    split, stride 1 included) or the stacked-phase gather writes."""
+    rng = np.random.default_rng(3)
+    for f, s, d, lo in ((3, 1, 1, 1), (3, 1, 2, 2), (5, 1, 1, 0), (3, 2, 1, 1), (4, 2, 1, 1), (3, 3, 2, 1)):
+        K, C = 8, 128
+        w = rng.standard_normal((K, f, f, C)).astype(np.float32)
+        for _, T, spec in _phases(16, f, -(-(16 + 2 * lo - d * (f - 1)) // s), s, d, lo):
+            if spec is None:
+                continue
+            flips = flip_taps((f, f), (spec["flip"], spec["flip"]))
+            want = flip_filter(w, None, 1, np, flips)
+            mn = flipped_view(w.shape, flips)
+            got = _operand(mn, w, want.shape[1] * want.shape[2]).reshape(want.shape)
+            assert (got == want).all(), (f, s, d, lo)
+        fwd = problem2d(N=1, H=16, W=16, C=C, K=K, R=f, S=f, stride=s, padding=lo, dilation=d)
+        sp = subpixel.geometry(fwd)
+        if sp is None:
+            continue
+        want = subpixel.stacked_filter(sp, w, np)
+        got = _operand(stacked_view(sp, w.shape), w, int(np.prod(sp.window))).reshape(want.shape)
+        assert (got == want).all(), (f, s, d, lo)
+
+
+def test_a_2x2_stride_2_filter_is_w_read_as_one_phase_of_its_taps_side_by_side():
     fwd, sp, z = _stacked(f=2, pad=0)
     assert subpixel.filter_is_w(sp, (2, 2))
     assert not subpixel.filter_is_w(_stacked(f=4, pad=1)[1], (4, 4))
+    mn = stacked_view(sp, (256, 2, 2, 72))  # C = 72: the taps side by side need no 64-column phases
+    assert (mn.rows, mn.taps, mn.cols, mn.table) == (256, 1, 4 * 72, (0,))
     plan = Sm90TmaKernel().plan(z, H100, Overrides())
     scatter, _ = scatter_plan(plan, 128, sp.extent, sp.stride, subpixel.scatter_offsets(sp))
-    got, why = direct_filter(scatter)
+    got, why = direct_filter(scatter, stacked_view(sp, (256, 2, 2, 128)))
     assert got is not None, why
     assert got.b_mn and got.phase_scatter is not None and b_mn_fits(got.cfg) and _compiled(got)
     assert got.describe().split(":")[0].endswith("_ph_bmn") and "MN-major" in got.describe()
 
 
+def test_stacked_phases_of_wider_filters_read_w_mn_major():
+    for f, pad in ((4, 1), (3, 1)):
+        fwd, sp, z = _stacked(N=4, H=16, C=128, K=256, f=f, pad=pad)
+        z = problem2d(N=4, H=16, W=16, C=256, K=sp.phases * 128, R=sp.window[0], S=sp.window[1], padding=sp.pad)
+        plan = Sm90TmaKernel().plan(z, H100, Overrides())
+        scatter, why = scatter_plan(plan, 128, sp.extent, sp.stride, subpixel.scatter_offsets(sp))
+        assert scatter is not None, why
+        got, why = direct_filter(scatter, stacked_view(sp, (256, f, f, 128)))
+        if scatter.cfg.halo:
+            assert got is None and "halo" in why
+            continue
+        assert got is not None, why
+        assert got.mn_filter.taps == f * f and len(got.mn_filter.table) == 4 * sp.window[0] * sp.window[1]
+        assert b_mn_fits(got.cfg) and phase_out_fits(got.cfg) and _compiled(got)
+
+
+def test_a_stride_1_input_gradient_reads_its_flipped_taps_from_w():
+    p = problem2d(N=32, H=7, W=7, C=512, K=512, R=3, S=3, padding=1)  # dy -> dx of a 3x3 layer
+    mn = flipped_view((512, 3, 3, 512), ((2, 1, 3), (2, 1, 3)))
+    assert mn.table == tuple(range(8, -1, -1))
+    got, why = direct_filter(Sm90TmaKernel().plan(p, H100, Overrides()), mn)
+    assert got is not None, why
+    assert b_mn_fits(got.cfg) and _compiled(got) and got.describe().split(":")[0].endswith("_bmn")
+
+
 def test_a_1x1_input_gradient_reads_w_mn_major_with_a_tile_of_whole_column_blocks():
     for K in (40, 96, 160, 512):  # 96 and 160 columns: tiles of 96 / 160 take 64 or 128 instead
         p = problem2d(N=8, H=28, W=28, C=64, K=K, R=1, S=1, padding=0)
-        got, why = direct_filter(Sm90TmaKernel().plan(p, H100, Overrides()))
+        got, why = direct_filter(Sm90TmaKernel().plan(p, H100, Overrides()), flipped_view((64, 1, 1, K),
+                                                                                          ((0, 1, 1), (0, 1, 1))))
         assert got is not None, why
         assert got.cfg.block_n % 64 == 0 and b_mn_fits(got.cfg) and _compiled(got)
 
@@ -82,4 +151,11 @@ def test_the_variants_decline_with_a_reason():
     assert "CTA pairs" in scatter_plan(pairs, 128, sp.extent, sp.stride, offsets)[1]
     other = Sm80IgemmKernel().plan(z, A100, Overrides())
     assert "not the Hopper kernel" in scatter_plan(other, 128, sp.extent, sp.stride, offsets)[1]
-    assert "1x1" in direct_filter(plan)[1]  # a 2x2 window: the filter is gathered
+    narrow = problem2d(N=4, H=16, W=16, C=256, K=4 * 96, R=2, S=2, padding=0)
+    _, sp96, _ = _stacked(C=96)
+    assert "multiple of 64" in direct_filter(Sm90TmaKernel().plan(narrow, H100, Overrides()),
+                                             stacked_view(sp96, (256, 4, 4, 96)))[1]
+    halo = problem2d(N=4, H=64, W=64, C=256, K=256, R=3, S=3, padding=1)
+    halo_plan = Sm90TmaKernel().plan(halo, H100, Overrides())
+    assert halo_plan.cfg.halo
+    assert "halo" in direct_filter(halo_plan, flipped_view((256, 3, 3, 256), ((2, 1, 3), (2, 1, 3))))[1]

@@ -59,8 +59,10 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
         assert "UTMALDG.5D" in sass and "IM2COL" not in sass, "halo variant without its 5-D tiled window load"
     else:
         assert "UTMALDG" in sass and "IM2COL" in sass, "no TMA im2col load (UTMALDG...IM2COL) in the SASS"
-    if defines_.get("SM90_B_MN"):  # the filter as 64 x 64 tiled boxes of a (rows, columns) matrix
-        assert "UTMALDG.2D" in sass, "MN-major filter variant without its 2-D tiled filter boxes"
+    if defines_.get("SM90_B_MN"):  # the filter as 64 x 64 tiled boxes of a (rows, taps, columns) view, each
+        # box's tap read from the table (a read-only global load)
+        assert "UTMALDG.3D" in sass and "LDG.E.CONSTANT" in sass, \
+            "MN-major filter variant without its 3-D tiled filter boxes at taps read from the table"
     if defines_["SM90_CLUSTER"] > 1:
         assert "UTMALDG.3D.MULTICAST" in sass, "cluster variant without a multicast filter load"
         assert "UCGABAR" in sass, "cluster variant without a cluster barrier"

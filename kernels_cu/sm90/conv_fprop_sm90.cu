@@ -58,7 +58,8 @@
 // (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_PHASE_OUT (0/1: the output
 // columns are the stacked phases of an input gradient, stored into place; epilogue.cuh,
 // consumer_epilogue_phases), SM90_B_MN (0/1: the filter read MN-major, straight from a weight whose
-// output channels are contiguous: a 1x1 input gradient's, wgmma_mainloop.cuh), SM90_OUT_F32 (0/1: float32 output, bias
+// output channels are contiguous: an input gradient's forward weight, per tap and phase from a table of
+// taps, wgmma_mainloop.cuh), SM90_OUT_F32 (0/1: float32 output, bias
 // and residual), SM90_TF32 (0/1, with SM90_OUT_F32 and CUCONV_DTYPE 1: float32 operands moved as 16-bit
 // pairs and multiplied as tf32, wgmma_mainloop.cuh; no promotion), SM90_XSPLIT (0/1, with SM90_OUT_F32 and
 // CUCONV_DTYPE 1: float32 x moved as SM90_TF32 moves it, split into bf16 parts in the consumers' registers,
@@ -262,6 +263,12 @@ struct Sm90ConvParams {
   const int4* ph_table;
   int ph_channels, ph_ext0, ph_ext1, ph_ext2, ph_s0, ph_s1, ph_s2;
   cuconv::FastDivisor ph_channels_div;
+  // SM90_B_MN (zeros otherwise): the filter is a weight viewed as (rows = the reduction's channels,
+  // b_view_taps taps, b_cols output-channel columns), read in 64 x 64 boxes at (column, tap, row). GEMM
+  // column n lies in phase n / b_cols at view column n % b_cols; b_taps[phase * T*R*S + window tap] is the
+  // view's tap that the window tap reads, b_view_taps (past the view: TMA fills zeros) where none.
+  const int* b_taps;
+  int b_cols, b_view_taps;
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
@@ -354,6 +361,18 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
     const int k_begin = sched.k_begin(t);
     const int k_end = sched.k_end(t);
     int cb = 0, s = 0, r = 0, ft = 0;
+#if SM90_B_MN
+    // Per 64-column block of the tile: its column in the weight view and its phase's row of b_taps
+    // (a block past the GEMM's columns reads past the view: zeros).
+    int b_col[cfg::BN / 64], b_row[cfg::BN / 64];
+#pragma unroll
+    for (int nb = 0; nb < cfg::BN / 64; ++nb) {
+      const int col = n0 + 64 * nb;
+      const int ph = col < g.K ? col / g.b_cols : 0;
+      b_col[nb] = col < g.K ? col - ph * g.b_cols : g.b_cols;
+      b_row[nb] = ph * g.T * g.R * g.S;
+    }
+#endif
     if (k_begin != 0) {  // a later part of a split tile (whole tiles start at step 0)
       const int tap0 = k_begin / g.c_blocks;
       cb = k_begin - tap0 * g.c_blocks;
@@ -375,11 +394,14 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
                                (uint16_t)(r * g.dil_h));
 #endif
 #if SM90_B_MN
-      // the filter as (reduction rows, output-channel columns), one 64 x 64 box per 64 columns
+      // the filter read MN-major from the weight view: per 64 columns one 64 x 64 box of the view's tap
+      {
+        const int tap = (ft * g.R + r) * g.S + s;
 #pragma unroll
-      for (int nb = 0; nb < cfg::BN / 64; ++nb) {
-        sm90::tma_load_tile_2d(b_base + ring.stage * cfg::B_STAGE_BYTES + nb * cfg::BK * 128, tmap_w, full,
-                               n0 + 64 * nb, cb * cfg::BK);
+        for (int nb = 0; nb < cfg::BN / 64; ++nb) {
+          sm90::tma_load_tile_3d(b_base + ring.stage * cfg::B_STAGE_BYTES + nb * cfg::BK * 128, tmap_w, full,
+                                 b_col[nb], __ldg(g.b_taps + b_row[nb] + tap), cb * cfg::BK);
+        }
       }
 #else
       sm90::tma_load_filter_box<cfg::CLUSTER, cfg::BN, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w,

@@ -26,7 +26,7 @@ from ...launch import PackedLaunch, epilogue_params
 from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from ...scratch import scratch
-from .params import kernel_params, phase_table
+from .params import kernel_params, phase_table, tap_table
 from .tensormap import (cuda_driver, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w, encode_tiled_c,
                         encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
 from .tiles import BLOCK_K, HALO_A_STAGES, TileConfig, halo_why_not, halo_window, tile_config
@@ -159,11 +159,17 @@ class Sm90Plan(Plan):
         self.writes_channels_first = problem.layout in ("NCHW", "NCDHW") and not out_f32
         #: Where the epilogue stores the stacked phases of an input gradient (:mod:`.phase_scatter`), or None.
         self.phase_scatter = None
-        #: The filter operand is read MN-major: ``run``'s ``w`` is laid out (reduction, output channels), a
-        #: 1x1 input gradient's forward weight (:mod:`.phase_scatter`, ``direct_filter``).
-        self.b_mn = False
+        #: How the filter operand is read MN-major from ``run``'s ``w``, an input gradient's forward weight
+        #: (:class:`.params.MnFilter`; :mod:`.phase_scatter`, ``direct_filter``), or None (``w`` is the
+        #: convolution's own filter, read K-major).
+        self.mn_filter = None
         self._overrides = overrides
         self.reset_launches()
+
+    @property
+    def b_mn(self) -> bool:
+        """Whether the filter is read MN-major from a forward weight (the ``_bmn`` variant)."""
+        return self.mn_filter is not None
 
     def reset_launches(self) -> None:
         """Forget the loaded variant, the launch records and the description (a copy of the plan with
@@ -222,7 +228,8 @@ class Sm90Plan(Plan):
         else:
             stores = "epilogue-load warp prefetches the residual" if res else "no residual load"
         if self.b_mn:
-            loads += "; the filter read MN-major (64 x 64 boxes) straight from the forward weight, no transpose pass"
+            loads += ("; the filter read MN-major (64 x 64 boxes, a tap per phase and window tap) straight from the "
+                      "forward weight, no transpose pass")
         return (f"{kernel_name(cfg, res, problem.nd, *self._flags)}: tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {loads}, "
                 f"{consumers}, {grid}{split}, {stores}")
 
@@ -301,7 +308,7 @@ class Sm90Plan(Plan):
         else:
             tmap_x = encode_im2col_x(xp_, xa.data.ptr, tma_box_params(xp_, pixels_per_column=cfg.block_m))
         if self.b_mn:
-            tmap_w = encode_mn_w(problem, wa.data.ptr, BLOCK_K)
+            tmap_w = encode_mn_w(problem, wa.data.ptr, self.mn_filter, BLOCK_K)
         else:
             tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
@@ -311,8 +318,13 @@ class Sm90Plan(Plan):
         if self.phase_scatter is not None:  # kept with the plan: its launch records hold the address
             self._phase_table = phase_table(self.device.index, self.phase_scatter.offsets)
             table_ptr = self._phase_table.data.ptr
+        taps_ptr = 0
+        if self.b_mn:  # kept with the plan, as the phase table
+            self._tap_table = tap_table(self.device.index, self.mn_filter)
+            taps_ptr = self._tap_table.data.ptr
         args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr,
-                kernel_params(problem, cfg, res_ptr, self.x_channels, self.phase_scatter, table_ptr),
+                kernel_params(problem, cfg, res_ptr, self.x_channels, self.phase_scatter, table_ptr,
+                              self.mn_filter, taps_ptr),
                 epilogue_params(problem.epilogue), np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
         launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slots=(3,))  # slot 3: the output pointer
         launch.workspace = (partials, flags)  # lives as long as the launch record

@@ -14,7 +14,7 @@ import numpy as np
 from ...launch import c_struct, divisor_fields, divisor_values, geometry3d
 from .tiles import TileConfig, c_blocks, halo_window, last_k16
 
-__all__ = ["PARAM_FIELDS", "PhaseScatter", "phase_table", "kernel_params"]
+__all__ = ["PARAM_FIELDS", "PhaseScatter", "MnFilter", "phase_table", "tap_table", "kernel_params"]
 
 
 class PhaseScatter(NamedTuple):
@@ -27,6 +27,29 @@ class PhaseScatter(NamedTuple):
     extent: Tuple[int, int, int]
     stride: Tuple[int, int, int]
     offsets: Tuple[Tuple[int, int, int], ...]
+
+
+class MnFilter(NamedTuple):
+    """How the MN-major variant (SM90_B_MN) reads its filter straight from a forward weight: the weight
+    viewed as ``(rows, taps, cols)`` (C-contiguous; rows = the reduction's channels, cols = output channels),
+    and ``table``, per phase of the GEMM's columns (column ``n`` lies in phase ``n // cols``) the view's tap
+    that each window tap of the convolution reads (row-major, one row of window taps per phase), -1 where the
+    phase has no tap there (zeros). The kernel reads it from :func:`tap_table`."""
+
+    rows: int
+    taps: int
+    cols: int
+    table: Tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def tap_table(device_index: int, mn: MnFilter):
+    """``mn.table`` as the kernel reads it: int32 on the GPU, ``mn.taps`` (past the view: TMA reads zeros)
+    where a phase has no tap."""
+    import cupy as cp
+    table = np.array(mn.table, dtype=np.int32)
+    with cp.cuda.Device(device_index):
+        return cp.asarray(np.where(table < 0, mn.taps, table).astype(np.int32))
 
 
 @functools.lru_cache(maxsize=256)
@@ -43,19 +66,22 @@ PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
         "n_tiles_div", "opq_div", "pq_div", "q_div", "x_tiles_div", "y_tiles_div", "o_div")] + [
     ("residual", "u8"), ("ph_table", "u8")] + [
     (n, "i4") for n in ("ph_channels", "ph_ext0", "ph_ext1", "ph_ext2", "ph_s0", "ph_s1", "ph_s2")] + [
-    (n, "u4") for n, _ in divisor_fields("ph_channels_div")]
+    (n, "u4") for n, _ in divisor_fields("ph_channels_div")] + [
+    ("b_taps", "u8"), ("b_cols", "i4"), ("b_view_taps", "i4")]
 
 _FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
 
 
 def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int = 0,
-                  phases: Optional[PhaseScatter] = None, phase_table_ptr: int = 0) -> np.void:
+                  phases: Optional[PhaseScatter] = None, phase_table_ptr: int = 0,
+                  mn_filter: Optional[MnFilter] = None, tap_table_ptr: int = 0) -> np.void:
     """The ``Sm90ConvParams`` value of ``problem`` run with ``cfg`` (``residual``: the address of a
     residual the consumers read, in a channels-first or float32-output variant; 0 otherwise).
     ``x_channels``: the channels x holds, when fewer than the reduction's (a multiple of 64: the
     reduction's channel blocks past them read x's from the first again); 0 for ``problem.channels``.
     ``phases``: where the phase-scattering epilogue stores (zeros without it), its offsets at the device
-    address ``phase_table_ptr``."""
+    address ``phase_table_ptr``. ``mn_filter``: how the MN-major variant reads the filter (zeros without
+    it), its table at the device address ``tap_table_ptr``."""
     g = geometry3d(problem)
     halo_w, halo_h = halo_window(problem, cfg)
     x_tiles, y_tiles = -(-g.Q // 64), -(-g.P // cfg.tile_rows)
@@ -71,6 +97,8 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
     vals.update(divisor_values(n_tiles_div=cfg.n_tiles, opq_div=g.O * g.P * g.Q, pq_div=g.P * g.Q, q_div=g.Q,
                                x_tiles_div=x_tiles, y_tiles_div=y_tiles, o_div=g.O))
     vals.update(_phase_values(phases, phase_table_ptr))
+    vals.update(b_taps=tap_table_ptr if mn_filter else 0, b_cols=mn_filter.cols if mn_filter else 0,
+                b_view_taps=mn_filter.taps if mn_filter else 0)
     return c_struct(_FIELDS, vals)
 
 

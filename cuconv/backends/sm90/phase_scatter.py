@@ -15,24 +15,28 @@ variants. A tile whose consumers would spill with the scattering epilogue (wide 
 128 x 256: :func:`.variants.phase_out_fits`) is replaced by the chooser's tile of 128 rows and at most
 128 columns.
 
-:func:`direct_filter` makes a plan of a 1x1 input gradient read its filter straight from the forward
-weight (``SM90_B_MN``): the GEMM's filter operand is the weight with its two axes exchanged (and, for the
-stacked phases of a stride equal to a 2x2 filter, the phases' taps side by side), which is the weight
-itself read MN-major, so the transpose launch before the convolution goes away.
+:func:`direct_filter` makes a plan of an input gradient's convolution read its filter straight from the
+forward weight (``SM90_B_MN``). The convolution's filter is ``w``'s taps flipped (per phase of a stride, a
+subset of them) with its two channel axes exchanged; read MN-major, ``w`` viewed as (K, taps, C) already is
+that operand, one 64 x 64 box per (tap, 64 columns, 64 reduction rows), so the flip or gather launch before
+the convolution goes away. :func:`flipped_view` gives the view and tap table of a phase of the phase split
+(stride 1 included), :func:`stacked_view` that of the stacked phases (a missing tap of a phase is a tap
+past the view: TMA fills it with zeros).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from typing import Optional, Tuple
 
 from .kernel import Sm90Plan
-from .params import PhaseScatter
+from .params import MnFilter, PhaseScatter
 from .tiles import tile_config
 from .variants import b_mn_fits, phase_out_fits
 
-__all__ = ["scatter_plan", "direct_filter"]
+__all__ = ["scatter_plan", "direct_filter", "flipped_view", "stacked_view"]
 
 
 def _declines(plan) -> Optional[str]:
@@ -83,16 +87,25 @@ def scatter_plan(plan, channels: int, extent, stride, offsets) -> Tuple[Optional
     return out, f"{what} stored into place in dx by the epilogue{note}"
 
 
-def direct_filter(plan) -> Tuple[Optional[Sm90Plan], str]:
-    """``(plan, why)``: a copy of ``plan`` (the Hopper plan of a 1x1 convolution, possibly storing phases)
-    whose filter operand is read MN-major from a weight laid out (reduction rows, output-channel columns),
-    the forward weight of a 1x1 input gradient; or ``(None, why not)``."""
+def direct_filter(plan, mn: MnFilter) -> Tuple[Optional[Sm90Plan], str]:
+    """``(plan, why)``: a copy of ``plan`` (the Hopper plan of an input gradient's convolution, possibly
+    storing phases) whose filter operand is read MN-major from the forward weight as ``mn`` says
+    (:func:`flipped_view`, :func:`stacked_view`); or ``(None, why not)``."""
     why = _declines(plan)
     if why:
         return None, why
     p, cfg = plan.problem, plan.cfg
-    if p.nd != 2 or any(f != 1 for f in p.filter_spatial):
-        return None, "a 2-D 1x1 convolution only"
+    window = math.prod(p.filter_spatial)
+    phases = len(mn.table) // window
+    if len(mn.table) != phases * window or mn.rows != p.channels or phases * mn.cols != p.out_channels:
+        raise ValueError(f"mn: a ({mn.rows}, {mn.taps}, {mn.cols}) view with {len(mn.table)} table entries does "
+                         f"not fit a {window}-tap convolution of {p.channels} -> {p.out_channels} channels")
+    if p.nd != 2:
+        return None, "a 2-D convolution only (the 3-D kernel has no MN-major variant)"
+    if phases > 1 and mn.cols % 64:
+        return None, f"C={mn.cols} is not a multiple of 64 (a 64-column box of the filter must lie in one phase)"
+    if cfg.halo:
+        return None, "halo tiles (their filter ring reads K-major boxes)"
     out = copy.copy(plan)
     if not b_mn_fits(cfg):
         ov = dataclasses.replace(plan._overrides, block_n=128 if cfg.block_n >= 128 else 64, halo=False,
@@ -100,7 +113,29 @@ def direct_filter(plan) -> Tuple[Optional[Sm90Plan], str]:
         out.cfg = tile_config(p, plan.device.sm_count, ov)
         if not b_mn_fits(out.cfg) or (plan.phase_scatter is not None and not phase_out_fits(out.cfg)):
             return None, f"no {out.cfg.block_m}x{out.cfg.block_n} tile reading the filter MN-major"
-    out.b_mn = True
+    out.mn_filter = mn
     out.reset_launches()
     return out, "the filter read straight from w (MN-major), no transpose launch"
 
+
+def flipped_view(w_shape, flips) -> MnFilter:
+    """The MN-major view of a forward weight of shape ``w_shape`` (``(K, *F, C)``, groups 1) for the
+    convolution whose filter is :func:`cuconv.layout.flip_filter` of it with ``flips`` (per axis
+    ``(start, step, count)``: window tap ``t`` reads filter tap ``start - t * step``): one phase."""
+    K, F, C = w_shape[0], tuple(w_shape[1:-1]), w_shape[-1]
+    table = [0]
+    for f, (start, step, count) in zip(F, flips):
+        table = [t * f + start - i * step for t in table for i in range(count)]
+    return MnFilter(K, math.prod(F), C, tuple(table))
+
+
+def stacked_view(sp, w_shape) -> MnFilter:
+    """The MN-major view of a forward weight of shape ``w_shape`` (``(K, *F, C)``) for the stacked-phase
+    convolution of ``sp`` (:mod:`cuconv.subpixel`): per phase and window tap the filter tap, -1 where the
+    phase has none. Where the window is one tap and phase ``ph`` reads tap ``ph`` (a filter the size of the
+    stride, no padding), ``w`` read as ``(K, 1, P C)`` with one phase of ``P C`` columns, whatever C is."""
+    from ...subpixel import filter_is_w, phase_taps
+    K, F, C = w_shape[0], tuple(w_shape[1:-1]), w_shape[-1]
+    if filter_is_w(sp, F):
+        return MnFilter(K, 1, sp.phases * C, (0,))
+    return MnFilter(K, math.prod(F), C, tuple(int(t) for t in phase_taps(sp, F).reshape(-1)))

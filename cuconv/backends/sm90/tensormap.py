@@ -194,12 +194,18 @@ def encode_tiled_w(problem: ConvProblem, ptr: int, block_n: int, block_k: int = 
         inter, swz, l2, oob), "cuTensorMapEncodeTiled (filters)")
 
 
-def encode_mn_w(problem: ConvProblem, ptr: int, block_k: int = 64) -> np.void:
-    """Tiled descriptor of a 1x1 filter read MN-major (SM90_B_MN): a weight laid out as (reduction rows,
-    output-channel columns), ``problem.channels`` rows of ``problem.out_channels`` contiguous elements (the
-    forward weight of a 1x1 input gradient, or its stacked phases side by side); box {64 columns,
-    ``block_k`` rows}, the 128-byte swizzle. Rows past the reduction arrive as zeros."""
-    return _encode_rows(problem, ptr, problem.out_channels, problem.channels, 64, block_k, "MN-major filter")
+def encode_mn_w(problem: ConvProblem, ptr: int, mn, block_k: int = 64) -> np.void:
+    """Tiled descriptor of a filter read MN-major (SM90_B_MN): the forward weight at ``ptr`` viewed as
+    ``(mn.rows, mn.taps, mn.cols)`` (:class:`.params.MnFilter`; output-channel columns contiguous); box
+    {64 columns, 1 tap, ``block_k`` rows}, the 128-byte swizzle. Rows past the reduction, columns past
+    the view and the tap ``mn.taps`` (a phase's missing tap) arrive as zeros."""
+    driver = cuda_driver()
+    inter, swz, l2, oob = _enums(driver)
+    es = problem.itemsize
+    return _check(driver.cuTensorMapEncodeTiled(
+        _data_type(driver, problem.dtype), 3, ptr, _u64(driver, [mn.cols, mn.taps, mn.rows]),
+        _u64(driver, [mn.cols * es, mn.taps * mn.cols * es]), _u32(driver, [64, 1, block_k]), _u32(driver, [1, 1, 1]),
+        inter, swz, l2, oob), "cuTensorMapEncodeTiled (MN-major filter)")
 
 
 def encode_tiled_c(problem: ConvProblem, ptr: int, block_m: int = 128, chunk_n: int = 64) -> np.void:
