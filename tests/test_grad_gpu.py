@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import cuconv
 
-from conftest import DTYPES, TOLERANCE, needs_hopper, rel_error
+from conftest import DTYPES, TOLERANCE, hopper_available, needs_hopper, rel_error
 
 pytestmark = pytest.mark.gpu
 
@@ -331,7 +331,8 @@ def test_weight_grad_explanation_names_the_kernel_that_runs(cp):
 
 
 # ------------------------------------------------------------------------------------------ replays
-REPLAYS = [  # (case, forward geometry, filter, the replay the second call runs)
+REPLAYS = [  # (case, forward geometry, filter, the replay the second call runs; on Hopper in 16 bits the
+    # stride-1 convolution reads w itself: DirectInput)
     ("stride 1", dict(stride=1, padding=1), 3, "WholeInput"),
     ("stacked phases", dict(stride=2, padding=1), 3, "StackedInput"),
     ("1x1 stride 2", dict(stride=2, padding=0), 1, "OnePhaseInput"),
@@ -347,6 +348,8 @@ def test_repeated_input_grads_replay_their_launches(cp, dtype, case, kw, f, repl
     ``out``, also at an address 2 bytes past a 16-byte boundary (which the replay launches with narrower
     words)."""
     from cuconv import grad, grad_replay
+    if case == "stride 1" and dtype == "bfloat16" and hopper_available():
+        replay = "DirectInput"
     rng = np.random.default_rng(7)
     dt = DTYPES[dtype]
     x_shape = (2, 9, 11, 24)  # the transposed convolutions below give this shape with output_padding 0
