@@ -60,7 +60,7 @@ def _operand(mn, w, window: int) -> np.ndarray:
     ``j`` at the view's tap ``table[phase, j]`` (zeros past the view), as the kernel's producer loads it."""
     view = np.concatenate([w.reshape(mn.rows, mn.taps, mn.cols), np.zeros((mn.rows, 1, mn.cols), w.dtype)], axis=1)
     table = np.array(mn.table).reshape(-1, window)
-    table = np.where(table < 0, mn.taps, table)
+    table = np.where(table < 0, mn.taps, table)  # a missing tap: the box of zeros
     out = np.empty((table.shape[0] * mn.cols, window, mn.rows), w.dtype)
     for ph in range(table.shape[0]):
         out[ph * mn.cols:(ph + 1) * mn.cols] = view[:, table[ph], :].transpose(2, 1, 0)

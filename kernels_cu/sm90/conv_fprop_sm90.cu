@@ -266,9 +266,11 @@ struct Sm90ConvParams {
   // SM90_B_MN (zeros otherwise): the filter is a weight viewed as (rows = the reduction's channels,
   // b_view_taps taps, b_cols output-channel columns), read in 64 x 64 boxes at (column, tap, row). GEMM
   // column n lies in phase n / b_cols at view column n % b_cols; b_taps[phase * T*R*S + window tap] is the
-  // view's tap that the window tap reads, b_view_taps (past the view: TMA fills zeros) where none.
+  // view's tap that the window tap reads, -1 where none: that box comes from tmap_c, which then maps a
+  // 64 x 64 block of zeros (a box wholly outside the weight, which TMA would fill with zeros itself,
+  // takes longer to arrive: docs/tuning.md T-direct-filter).
   const int* b_taps;
-  int b_cols, b_view_taps;
+  int b_cols;
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
@@ -333,7 +335,17 @@ struct Sm90ConvParams {
 namespace sm90 = cuconv::sm90;
 using Scheduler = sm90::TileScheduler<cfg::CLUSTER, Sm90ConvParams>;
 
+// SM90_B_MN: the view's tap of each 64-column block of a tile at window tap `tap` (-1 for a block past the
+// GEMM's columns, b_col < 0, or a phase without that tap).
+template <int BLOCKS>
+__device__ __forceinline__ void load_view_taps(int (&b_tap)[BLOCKS], const int (&b_col)[BLOCKS],
+                                               const int (&b_row)[BLOCKS], const int* b_taps, int tap) {
+#pragma unroll
+  for (int nb = 0; nb < BLOCKS; ++nb) b_tap[nb] = b_col[nb] < 0 ? -1 : __ldg(b_taps + b_row[nb] + tap);
+}
+
 __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x, const sm90::TmaDescriptor& tmap_w,
+                                               const sm90::TmaDescriptor& tmap_zero,
                                                const Sm90ConvParams& g, const Scheduler& sched,
                                                uint32_t a_base, uint32_t b_base, uint32_t full_bar,
                                                uint32_t empty_bar, uint32_t load_order_bar) {
@@ -363,13 +375,13 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
     int cb = 0, s = 0, r = 0, ft = 0;
 #if SM90_B_MN
     // Per 64-column block of the tile: its column in the weight view and its phase's row of b_taps
-    // (a block past the GEMM's columns reads past the view: zeros).
+    // (a block past the GEMM's columns: column -1, zeros).
     int b_col[cfg::BN / 64], b_row[cfg::BN / 64];
 #pragma unroll
     for (int nb = 0; nb < cfg::BN / 64; ++nb) {
       const int col = n0 + 64 * nb;
       const int ph = col < g.K ? col / g.b_cols : 0;
-      b_col[nb] = col < g.K ? col - ph * g.b_cols : g.b_cols;
+      b_col[nb] = col < g.K ? col - ph * g.b_cols : -1;
       b_row[nb] = ph * g.T * g.R * g.S;
     }
 #endif
@@ -380,6 +392,14 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
       r = (tap0 / g.S) % g.R;
       ft = tap0 / (g.S * g.R);
     }
+#if SM90_B_MN
+    // The view's tap of each 64-column block at the current window tap (-1: the box of zeros), read from
+    // b_taps when the window tap changes, right after the last step of the previous one was issued: the
+    // read then overlaps the wait for the next free slot (read per step, it sat in front of every filter
+    // box and cost 15% on 14x14 layers: docs/tuning.md T-direct-filter).
+    int b_tap[cfg::BN / 64];
+    load_view_taps<cfg::BN / 64>(b_tap, b_col, b_row, g.b_taps, (ft * g.R + r) * g.S + s);
+#endif
 #pragma unroll 1
     for (int k = k_begin; k < k_end; ++k) {
       const uint32_t full = full_bar + 8 * ring.stage;
@@ -396,11 +416,15 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
 #if SM90_B_MN
       // the filter read MN-major from the weight view: per 64 columns one 64 x 64 box of the view's tap
       {
-        const int tap = (ft * g.R + r) * g.S + s;
 #pragma unroll
         for (int nb = 0; nb < cfg::BN / 64; ++nb) {
-          sm90::tma_load_tile_3d(b_base + ring.stage * cfg::B_STAGE_BYTES + nb * cfg::BK * 128, tmap_w, full,
-                                 b_col[nb], __ldg(g.b_taps + b_row[nb] + tap), cb * cfg::BK);
+          const uint32_t dst = b_base + ring.stage * cfg::B_STAGE_BYTES + nb * cfg::BK * 128;
+          const int view_tap = b_tap[nb];
+          if (view_tap < 0) {
+            sm90::tma_load_tile_3d(dst, tmap_zero, full, 0, 0, 0);
+          } else {
+            sm90::tma_load_tile_3d(dst, tmap_w, full, b_col[nb], view_tap, cb * cfg::BK);
+          }
         }
       }
 #else
@@ -419,6 +443,9 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
             ++ft;
           }
         }
+#if SM90_B_MN
+        if (k + 1 < k_end) load_view_taps<cfg::BN / 64>(b_tap, b_col, b_row, g.b_taps, (ft * g.R + r) * g.S + s);
+#endif
       }
     }
     if (before_order > 0) {  // the first tile was shorter than the ring
@@ -619,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   if (warp == 0 && lane == 0) {
     sm90::tma_prefetch_descriptor(tmap_x);
     sm90::tma_prefetch_descriptor(tmap_w);
-    if (cfg::HAS_RESIDUAL) sm90::tma_prefetch_descriptor(tmap_c);
+    if (cfg::HAS_RESIDUAL || SM90_B_MN) sm90::tma_prefetch_descriptor(tmap_c);
   }
   if constexpr (cfg::CLUSTER > 1) {
     sm90::cluster_sync_all();  // the peer's barriers are initialised before anyone multicasts into them
@@ -641,7 +668,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
                                                                       a_full_bar, a_empty_bar, full_bar, empty_bar,
                                                                       load_order_bar);
         } else {
-          main_load_warp(tmap_x, tmap_w, g, sched, a_base, b_base, full_bar, empty_bar, load_order_bar);
+          main_load_warp(tmap_x, tmap_w, tmap_c, g, sched, a_base, b_base, full_bar, empty_bar, load_order_bar);
         }
       }
     } else if (warp == 1) {

@@ -26,7 +26,7 @@ from ...launch import PackedLaunch, epilogue_params
 from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from ...scratch import scratch
-from .params import kernel_params, phase_table, tap_table
+from .params import MnFilter, kernel_params, phase_table, tap_table, zero_block
 from .tensormap import (cuda_driver, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w, encode_tiled_c,
                         encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
 from .tiles import BLOCK_K, HALO_A_STAGES, TileConfig, halo_why_not, halo_window, tile_config
@@ -36,6 +36,8 @@ __all__ = ["Sm90TmaKernel", "Sm90TmaConv3d", "Sm90Plan"]
 
 #: Launch records kept per plan (distinct input addresses x streams).
 _RECORDS_PER_PLAN = 16
+#: The view of :func:`.params.zero_block` as the MN-major variant's zero box.
+_ZERO_VIEW = MnFilter(64, 1, 64, (0,))
 
 
 class Sm90TmaKernel(Kernel):
@@ -298,6 +300,8 @@ class Sm90Plan(Plan):
             ra = _aligned(residual)
             tmap_c = (encode_halo_c(problem, ra.data.ptr, cfg.tile_rows) if cfg.halo
                       else encode_tiled_c(problem, ra.data.ptr, cfg.block_m))
+        elif self.b_mn:  # the box of zeros of a phase's missing tap
+            tmap_c = encode_mn_w(problem, zero_block(self.device.index).data.ptr, _ZERO_VIEW, BLOCK_K)
         else:
             tmap_c = placeholder_descriptor()
         ba = _aligned(bias, 4) if bias is not None else None

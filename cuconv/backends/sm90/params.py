@@ -14,7 +14,7 @@ import numpy as np
 from ...launch import c_struct, divisor_fields, divisor_values, geometry3d
 from .tiles import TileConfig, c_blocks, halo_window, last_k16
 
-__all__ = ["PARAM_FIELDS", "PhaseScatter", "MnFilter", "phase_table", "tap_table", "kernel_params"]
+__all__ = ["PARAM_FIELDS", "PhaseScatter", "MnFilter", "phase_table", "tap_table", "zero_block", "kernel_params"]
 
 
 class PhaseScatter(NamedTuple):
@@ -34,7 +34,7 @@ class MnFilter(NamedTuple):
     viewed as ``(rows, taps, cols)`` (C-contiguous; rows = the reduction's channels, cols = output channels),
     and ``table``, per phase of the GEMM's columns (column ``n`` lies in phase ``n // cols``) the view's tap
     that each window tap of the convolution reads (row-major, one row of window taps per phase), -1 where the
-    phase has no tap there (zeros). The kernel reads it from :func:`tap_table`."""
+    phase has no tap there (a box of :func:`zero_block`). The kernel reads it from :func:`tap_table`."""
 
     rows: int
     taps: int
@@ -44,12 +44,19 @@ class MnFilter(NamedTuple):
 
 @functools.lru_cache(maxsize=256)
 def tap_table(device_index: int, mn: MnFilter):
-    """``mn.table`` as the kernel reads it: int32 on the GPU, ``mn.taps`` (past the view: TMA reads zeros)
-    where a phase has no tap."""
+    """``mn.table`` as the kernel reads it: int32 on the GPU."""
     import cupy as cp
-    table = np.array(mn.table, dtype=np.int32)
     with cp.cuda.Device(device_index):
-        return cp.asarray(np.where(table < 0, mn.taps, table).astype(np.int32))
+        return cp.asarray(np.array(mn.table, dtype=np.int32))
+
+
+@functools.lru_cache(maxsize=16)
+def zero_block(device_index: int):
+    """A 64 x 64 block of 16-bit zeros on the GPU: the box the MN-major variant loads for a phase's missing
+    tap."""
+    import cupy as cp
+    with cp.cuda.Device(device_index):
+        return cp.zeros((64, 64), dtype=np.uint16)
 
 
 @functools.lru_cache(maxsize=256)
@@ -67,7 +74,7 @@ PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     ("residual", "u8"), ("ph_table", "u8")] + [
     (n, "i4") for n in ("ph_channels", "ph_ext0", "ph_ext1", "ph_ext2", "ph_s0", "ph_s1", "ph_s2")] + [
     (n, "u4") for n, _ in divisor_fields("ph_channels_div")] + [
-    ("b_taps", "u8"), ("b_cols", "i4"), ("b_view_taps", "i4")]
+    ("b_taps", "u8"), ("b_cols", "i4")]
 
 _FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
 
@@ -97,8 +104,7 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
     vals.update(divisor_values(n_tiles_div=cfg.n_tiles, opq_div=g.O * g.P * g.Q, pq_div=g.P * g.Q, q_div=g.Q,
                                x_tiles_div=x_tiles, y_tiles_div=y_tiles, o_div=g.O))
     vals.update(_phase_values(phases, phase_table_ptr))
-    vals.update(b_taps=tap_table_ptr if mn_filter else 0, b_cols=mn_filter.cols if mn_filter else 0,
-                b_view_taps=mn_filter.taps if mn_filter else 0)
+    vals.update(b_taps=tap_table_ptr if mn_filter else 0, b_cols=mn_filter.cols if mn_filter else 0)
     return c_struct(_FIELDS, vals)
 
 

@@ -197,8 +197,8 @@ def encode_tiled_w(problem: ConvProblem, ptr: int, block_n: int, block_k: int = 
 def encode_mn_w(problem: ConvProblem, ptr: int, mn, block_k: int = 64) -> np.void:
     """Tiled descriptor of a filter read MN-major (SM90_B_MN): the forward weight at ``ptr`` viewed as
     ``(mn.rows, mn.taps, mn.cols)`` (:class:`.params.MnFilter`; output-channel columns contiguous); box
-    {64 columns, 1 tap, ``block_k`` rows}, the 128-byte swizzle. Rows past the reduction, columns past
-    the view and the tap ``mn.taps`` (a phase's missing tap) arrive as zeros."""
+    {64 columns, 1 tap, ``block_k`` rows}, the 128-byte swizzle. Rows past the reduction and columns past
+    the view arrive as zeros."""
     driver = cuda_driver()
     inter, swz, l2, oob = _enums(driver)
     es = problem.itemsize
