@@ -13,8 +13,8 @@ For a forward convolution ``y = conv(x, w)`` (any layout, stride ``s``, dilation
   CPU only under ``overrides(stacked_phases=True)``), the phases stacked along the channels and
   computed by one forward convolution (:mod:`cuconv.subpixel`: its filter gathered from ``w``, zero where a phase has
   no tap), then put into place. On Hopper the convolution's epilogue stores the phases into place itself, and
-  a 1x1 filter (or the stacked phases of a 2x2 filter of stride 2) is read from ``w`` as it is, with no flip
-  or gather (:mod:`cuconv.backends.sm90.phase_scatter`).
+  the convolution reads its filter (flipped or stacked) from ``w`` as it is, with no flip or gather launch,
+  where its tiles allow (:mod:`cuconv.backends.sm90.phase_scatter`).
 * **weight gradient** ``dw[k, f, c] = sum over n, o of dy[n, o, k] x[n, o s - lo + f d, c]``: on CuPy
   fp16 / bf16 2-D data one implicit GEMM over the output pixels, split across CTAs and summed in split
   order (``sm90_wgrad`` / ``sm80_wgrad``, :data:`WGRAD_KERNELS`); otherwise a forward convolution whose
@@ -361,7 +361,7 @@ def _input_grad(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, k
 
 def _phase_split(plan, xp, dy_n, w_n, ep, bias, residual, into, memo, nd, kernel, precision, dtype: str):
     """The input gradient (channels-last) phase by phase: per phase the flipped taps, its forward call, its
-    rows put into place (on Hopper by the call's epilogue, and for a 1x1 filter with ``w`` read as it is);
+    rows put into place (on Hopper by the call's epilogue, and with ``w`` read as it is where the tiles allow);
     phases no tap reaches get the epilogue of zero. Into ``into`` where given, else a new array; returns it."""
     p = plan.problem
     N, I, C, g = dy_n.shape[0], p.in_spatial, p.channels, p.groups
@@ -885,6 +885,7 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
                                         (sp.phases * p.channels, *sp.window, p.out_channels), 1, sp.pad, 1, 1,
                                         epilogue or {}, kernel, with_plan=True)
         scatter, how = (None, None) if device.kind == "cpu" else _scatter_of(fplan, sp, p.channels)
+        direct = None
         if scatter is not None:
             detail, places = scatter.describe(), f"; {how}, no unstack pass"
             if (epilogue or {}).get("residual") is None:
@@ -900,7 +901,8 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
                                        f"epilogue: {how})"
         steps = (f"stacked convolution of dy: {p.out_channels} -> {sp.phases} x {p.channels} channels, "
                  f"{'x'.join(map(str, sp.window))} filter, padding {sp.pad}, on {e.kernel} [{detail}]{places}",)
-        return GradExplanation(what, p, e.kernel, sp.describe(by_epilogue=scatter is not None), {}, steps)
+        return GradExplanation(what, p, e.kernel, sp.describe(by_epilogue=scatter is not None,
+                                                             from_w=direct is not None), {}, steps)
     steps, kernels = [], []
     for where, spec, _ in plan.phases:
         phase = tuple(sl.start for sl in where[1:-1])
@@ -930,7 +932,8 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
                      f"[{detail}]{places}")
     name = ", ".join(dict.fromkeys(kernels)) or "none (every phase is the epilogue of zero)"
     detail = (f"{len(plan.phases)} output phase(s) of stride {tuple(p.stride)}, each a forward convolution of dy "
-              f"with its taps of the flipped filter (kernels_cu/layout/flip_filter.cu)"
+              f"with its taps of the flipped filter (kernels_cu/layout/flip_filter.cu, or on Hopper read from w "
+              f"as it is: each phase below says which)"
               + ((", written into place by kernels_cu/layout/phase_scatter.cu" if device.kind == "cpu" else
                   ", written into place by the convolution's epilogue or kernels_cu/layout/phase_scatter.cu "
                   "(each phase below says which)") if len(plan.phases) > 1 else ""))

@@ -15,8 +15,8 @@ calls run only that:
   the others are zeros (a 1x1 filter of stride 2): the filter flipped, one convolution of that phase,
   dx written whole (the phase and the zeros, ``phase_scatter_fill`` in kernels_cu/layout/phase_scatter.cu);
   on Hopper, dx zeroed and the phase stored into place by the convolution's epilogue.
-* :class:`DirectInput`: a 1x1 input gradient on Hopper (stride 1, one phase of a stride, or the stacked
-  phases of a 2x2 filter of stride 2): one convolution reading its filter straight from ``w``.
+* :class:`DirectInput`: an input gradient on Hopper (stride 1, one phase of a stride, or the stacked
+  phases) whose convolution reads its filter straight from ``w``: one launch.
 * :class:`WeightReplay`: the 2-D weight gradient on its GEMM kernel (``sm90_wgrad`` / ``sm80_wgrad``).
 
 Temporaries (the flipped or gathered filter, the stacked phases) live in :mod:`cuconv.scratch`

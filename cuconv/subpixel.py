@@ -86,14 +86,16 @@ class Subpixel:
     def phases(self) -> int:
         return math.prod(self.stride)
 
-    def describe(self, by_epilogue: bool = False) -> str:
+    def describe(self, by_epilogue: bool = False, from_w: bool = False) -> str:
         """One line: the stacked convolution and how its phases reach dx (``by_epilogue``: stored into place
-        by the convolution's epilogue, :mod:`cuconv.backends.sm90.phase_scatter`)."""
+        by the convolution's epilogue; ``from_w``: its filter read straight from w:
+        :mod:`cuconv.backends.sm90.phase_scatter`)."""
         places = ("the phases stored into place by the convolution's epilogue" if by_epilogue
                   else "the phases put into place by kernels_cu/layout/phase_stack.cu")
+        source = ("read from w as it is (a tap of w per phase and window tap)" if from_w
+                  else "gathered from w (kernels_cu/layout/stacked_filter.cu)")
         return (f"the {self.phases} output phases of stride {self.stride} stacked along the channels: one "
-                f"stride-1 convolution of dy with a {'x'.join(map(str, self.window))} filter gathered from w "
-                f"(kernels_cu/layout/stacked_filter.cu), {places}")
+                f"stride-1 convolution of dy with a {'x'.join(map(str, self.window))} filter {source}, {places}")
 
 
 def _axis(I: int, F: int, O: int, s: int, d: int, lo: int):
