@@ -37,6 +37,13 @@ _TINY = TileConfig(32, 128, 4, 2, 4, 2)  # K/groups <= 32 (a decoder's 3- or 4-f
 #: The fewest reduction tiles (of 32 pixels) one split gets: a split's prologue and partial-sum
 #: store are amortised over at least this many tiles.
 MIN_SPLIT_TILES = 16
+#: Bytes of fp32 partial sums that stay in L2 between the main kernel and the reduce (a third of the
+#: H100's / H200's 50 MB; the A100 has 40 MB): past them every split's sums go to DRAM and back.
+PARTIALS_IN_L2 = 16 << 20
+#: Partial-sum bytes moved to DRAM and back in the time of one modelled step of a 128 x 128 x 64 tile
+#: (about 0.28 us on an H100 / H200 SM at its bf16 rate, with ~1.5 TB/s of DRAM traffic beside the GEMM).
+#: docs/tuning.md#T-wgrad-split-traffic.
+SPILL_BYTES_PER_STEP = 420_000
 _LIMIT = 2**31 - 4096  # N*P*Q (plus the tiles a mainloop reads past its end) as a 32-bit int
 
 
@@ -111,17 +118,21 @@ class Splits:
 def choose_splits(p: ConvProblem, v: WgradVariant, sm_count: int) -> Splits:
     """The split count with the shortest modelled time: waves of CTAs (``v.per_sm`` per SM) times
     the reduction tiles of a split plus two for its prologue and partial-sum store, each split at
-    least :data:`MIN_SPLIT_TILES` tiles of 32 pixels long (ties: fewer splits, less workspace
-    traffic)."""
+    least :data:`MIN_SPLIT_TILES` tiles of 32 pixels long, plus the time the splits' fp32 partial sums
+    past :data:`PARTIALS_IN_L2` take to reach DRAM and come back for the reduce (ties: fewer splits, less
+    workspace traffic). Evidence: docs/tuning.md#T-wgrad-split-traffic."""
     tiles = -(-p.gemm_n // v.bm) * -(-p.gemm_k // v.bn) * p.groups
     k_tiles = -(-p.gemm_m // v.bk)
     per_wave = max(sm_count, 1) * v.per_sm
     min_tiles = max(1, MIN_SPLIT_TILES * 32 // v.bk)
+    split_bytes = 4 * p.out_channels * p.gemm_k  # one split's fp32 partial sums (every group)
+    step_bytes = SPILL_BYTES_PER_STEP * v.bm * v.bn * v.bk / (128 * 128 * 64)
     best = None
     for count in range(1, max(1, k_tiles // min_tiles) + 1):
         length = -(-k_tiles // count)
         count = -(-k_tiles // length)  # no empty split
-        cost = -(-tiles * count // per_wave) * (length + 2)
+        spill = max(0, count * split_bytes - PARTIALS_IN_L2)
+        cost = -(-tiles * count // per_wave) * (length + 2) + 2 * spill / step_bytes
         if best is None or cost < best[0]:
             best = (cost, count, length)
     _, count, length = best
