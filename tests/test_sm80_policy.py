@@ -162,3 +162,28 @@ def test_subpath_from_the_environment(cuconv_env):
         with pytest.raises(ValueError, match="CUCONV_SM80_SUBPATH") as err:
             env_overrides()
         assert "'fastest'" in str(err.value)
+
+
+def test_weight_gradient_splits_count_the_partial_sums_that_leave_l2():
+    """The weight gradient's split count (``choose_splits``, shared by both GEMM kernels) weighs the splits'
+    fp32 partial sums past what L2 holds: a 512 x 4608 gradient over 64x64 pixels (9.4 MB of sums per split)
+    takes 2 splits where the wave model alone takes 4; a small gradient over many pixels keeps its many
+    splits; the splits always cover the reduction."""
+    from cuconv.backends.sm80 import wgrad as w80
+    from cuconv.backends.sm90 import wgrad as w90
+
+    def splits(p, in_l2):
+        saved = w80.PARTIALS_IN_L2
+        w80.PARTIALS_IN_L2 = in_l2
+        try:
+            return w80.choose_splits(p, w90.variant(p), 132)
+        finally:
+            w80.PARTIALS_IN_L2 = saved
+
+    vae = _problem(512, 512, (3, 3), 1, hw=(64, 64), batch=1)
+    assert splits(vae, 10 ** 15).count == 4 and splits(vae, w80.PARTIALS_IN_L2).count == 2
+    small = _problem(64, 64, (3, 3), 1, hw=(56, 56), batch=32)
+    assert splits(small, w80.PARTIALS_IN_L2).count == splits(small, 10 ** 15).count > 16
+    for p in (vae, small, _problem(256, 256, (3, 3), 1, hw=(256, 256), batch=1)):
+        s = splits(p, w80.PARTIALS_IN_L2)
+        assert s.count * s.length >= p.gemm_m > (s.count - 1) * s.length

@@ -37,9 +37,9 @@ _TINY = TileConfig(32, 128, 4, 2, 4, 2)  # K/groups <= 32 (a decoder's 3- or 4-f
 #: The fewest reduction tiles (of 32 pixels) one split gets: a split's prologue and partial-sum
 #: store are amortised over at least this many tiles.
 MIN_SPLIT_TILES = 16
-#: Bytes of fp32 partial sums that stay in L2 between the main kernel and the reduce (a third of the
+#: Bytes of fp32 partial sums that stay in L2 between the main kernel and the reduce (about half of the
 #: H100's / H200's 50 MB; the A100 has 40 MB): past them every split's sums go to DRAM and back.
-PARTIALS_IN_L2 = 16 << 20
+PARTIALS_IN_L2 = 24 << 20
 #: Partial-sum bytes moved to DRAM and back in the time of one modelled step of a 128 x 128 x 64 tile
 #: (about 0.28 us on an H100 / H200 SM at its bf16 rate, with ~1.5 TB/s of DRAM traffic beside the GEMM).
 #: docs/tuning.md#T-wgrad-split-traffic.
