@@ -159,27 +159,31 @@ def test_phase_split_phases_stored_into_place_by_the_epilogue(cp, dtype, f, s, p
     dict(f=3, stride=2, padding=1, stacked=False), dict(f=5, stride=1, padding=2),
     dict(f=1, stride=1, transpose=True), dict(f=2, stride=2, transpose=True), dict(f=4, stride=2, padding=1,
                                                                                   transpose=True),
-    dict(f=3, stride=2, padding=1, output_padding=1, transpose=True)], ids=str)
+    dict(f=3, stride=2, padding=1, output_padding=1, transpose=True),
+    dict(f=3, stride=1, padding=1, x=(2, 8, 64, 64), halo=True), dict(f=3, stride=1, padding=1, x=(1, 8, 64, 128),
+                                                                     halo=True)], ids=str)
 def test_input_gradients_read_w_as_it_is(cp, dtype, case):
     """Input gradients (stride 1 with padding and dilation, one phase of a stride, the phase split's phases)
     and transposed convolutions (the stacked phases) on Hopper read their filter MN-major straight from w,
-    a tap per phase and window tap (no flip or gather launch), with a reduction (dy's channels, 40) that ends
-    inside a 64-channel block; against the CPU in float64, and the same bits on repeated calls."""
+    a tap per phase and window tap (no flip or gather launch), on im2col and halo tiles (cooperative and
+    ping-pong), with a reduction (dy's channels, 40) that ends inside a 64-channel block; against the CPU in
+    float64, and the same bits on repeated calls."""
     case = dict(case)
     rng = np.random.default_rng(9)
     dt = DTYPES[dtype]
     C, K, f = 64, 40, case.pop("f")
-    stacked = case.pop("stacked", None)
+    stacked, halo, x_at = case.pop("stacked", None), case.pop("halo", False), case.pop("x", None)
     if not case.pop("transpose", False):
+        x_shape = x_at or (2, 12, 10, C)
+        C = x_shape[-1]
         w = (rng.standard_normal((K, f, f, C)) / np.sqrt(K * f * f)).astype(dt)
-        x_shape = (2, 12, 10, C)
         dy_shape = cuconv.conv2d(np.zeros(x_shape), w.astype(np.float64), **case).shape
         dy = rng.standard_normal(dy_shape).astype(dt)
         want = cuconv.conv2d_input_grad(dy.astype(np.float64), w.astype(np.float64), x_shape, **case)
         explain = lambda: cuconv.explain_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, **case)  # noqa: E731
         run = lambda: cuconv.conv2d_input_grad(cp.asarray(dy), cp.asarray(w), x_shape, **case)  # noqa: E731
     else:
-        x = rng.standard_normal((2, 7, 9, K)).astype(dt)
+        x = rng.standard_normal(x_at or (2, 7, 9, K)).astype(dt)
         w = (rng.standard_normal((K, f, f, C)) / np.sqrt(K * f * f)).astype(dt)
         bias = rng.standard_normal(C).astype(dt)
         kw = dict(case, activation="relu")
@@ -189,6 +193,7 @@ def test_input_gradients_read_w_as_it_is(cp, dtype, case):
     with cuconv.overrides(stacked_phases=stacked):
         e = explain()
         assert "read straight from w" in str(e) and "_bmn" in str(e), str(e)
+        assert ("_halo" in str(e)) == halo, str(e)
         got, got2, got3 = run(), run(), run()
     assert got.shape == want.shape and rel_error(got, want) <= TOLERANCE[dtype], str(e)
     assert bool((got == got2).all()) and bool((got == got3).all())

@@ -13,12 +13,12 @@ from cuconv import subpixel
 from cuconv.grad import _phases
 from cuconv.layout import flip_filter, flip_taps
 from cuconv.backends.sm80.kernel import Sm80IgemmKernel
-from cuconv.backends.sm90.kernel import Sm90TmaKernel
+from cuconv.backends.sm90.kernel import Sm90TmaConv3d, Sm90TmaKernel
 from cuconv.backends.sm90.phase_scatter import direct_filter, flipped_view, scatter_plan, stacked_view
 from cuconv.backends.sm90.variants import COMPILE_VARIANTS, b_mn_fits, defines, phase_out_fits
 from cuconv.overrides import Overrides
 
-from geometry import A100, H100, problem2d
+from geometry import A100, H100, problem2d, problem3d
 
 _COMPILED = {tuple(sorted(d.items())) for _, d, _ in COMPILE_VARIANTS}
 
@@ -101,7 +101,7 @@ def test_a_2x2_stride_2_filter_is_w_read_as_one_phase_of_its_taps_side_by_side()
     scatter, _ = scatter_plan(plan, 128, sp.extent, sp.stride, subpixel.scatter_offsets(sp))
     got, why = direct_filter(scatter, stacked_view(sp, (256, 2, 2, 128)))
     assert got is not None, why
-    assert got.b_mn and got.phase_scatter is not None and b_mn_fits(got.cfg) and _compiled(got)
+    assert got.b_mn and got.phase_scatter is not None and b_mn_fits(got.cfg, got.phase_scatter is not None) and _compiled(got)
     assert got.describe().split(":")[0].endswith("_ph_bmn") and "MN-major" in got.describe()
 
 
@@ -113,12 +113,29 @@ def test_stacked_phases_of_wider_filters_read_w_mn_major():
         scatter, why = scatter_plan(plan, 128, sp.extent, sp.stride, subpixel.scatter_offsets(sp))
         assert scatter is not None, why
         got, why = direct_filter(scatter, stacked_view(sp, (256, f, f, 128)))
-        if scatter.cfg.halo:
-            assert got is None and "halo" in why
-            continue
         assert got is not None, why
         assert got.mn_filter.taps == f * f and len(got.mn_filter.table) == 4 * sp.window[0] * sp.window[1]
-        assert b_mn_fits(got.cfg) and phase_out_fits(got.cfg) and _compiled(got)
+        assert b_mn_fits(got.cfg, got.phase_scatter is not None) and phase_out_fits(got.cfg) and _compiled(got)
+
+
+def test_halo_tiles_read_w_mn_major_too():
+    """A stride-1 input gradient on halo tiles (cooperative and ping-pong) keeps its tiles and reads the
+    filter from w; the stacked phases on ping-pong halo tiles of 128 columns decline (with the scattering
+    epilogue that variant spills)."""
+    for p in (problem2d(N=4, H=64, W=64, C=256, K=256, R=3, S=3, padding=1),
+              problem2d(N=32, H=56, W=56, C=64, K=64, R=3, S=3, padding=1)):  # ping-pong, cooperative
+        plan = Sm90TmaKernel().plan(p, H100, Overrides())
+        assert plan.cfg.halo
+        got, why = direct_filter(plan, flipped_view((p.channels, 3, 3, p.out_channels), ((2, 1, 3), (2, 1, 3))))
+        assert got is not None, why
+        assert got.cfg == plan.cfg and _compiled(got) and "_halo" in got.describe().split(":")[0]
+    fwd, sp, _ = _stacked(N=16, H=64, C=64, K=128, f=3, pad=1)  # a 2x2 window over 64 rows
+    z = problem2d(N=16, H=64, W=64, C=128, K=sp.phases * 64, R=2, S=2, padding=sp.pad)
+    scatter, why = scatter_plan(Sm90TmaKernel().plan(z, H100, Overrides()), 64, sp.extent, sp.stride,
+                                subpixel.scatter_offsets(sp))
+    assert scatter is not None and scatter.cfg.halo, why
+    got, why = direct_filter(scatter, stacked_view(sp, (128, 3, 3, 64)))  # ping-pong 128 x 128: it would spill
+    assert got is None and "phase-scattering" in why
 
 
 def test_a_stride_1_input_gradient_reads_its_flipped_taps_from_w():
@@ -127,7 +144,7 @@ def test_a_stride_1_input_gradient_reads_its_flipped_taps_from_w():
     assert mn.table == tuple(range(8, -1, -1))
     got, why = direct_filter(Sm90TmaKernel().plan(p, H100, Overrides()), mn)
     assert got is not None, why
-    assert b_mn_fits(got.cfg) and _compiled(got) and got.describe().split(":")[0].endswith("_bmn")
+    assert b_mn_fits(got.cfg, got.phase_scatter is not None) and _compiled(got) and got.describe().split(":")[0].endswith("_bmn")
 
 
 def test_a_1x1_input_gradient_reads_w_mn_major_with_a_tile_of_whole_column_blocks():
@@ -136,7 +153,7 @@ def test_a_1x1_input_gradient_reads_w_mn_major_with_a_tile_of_whole_column_block
         got, why = direct_filter(Sm90TmaKernel().plan(p, H100, Overrides()), flipped_view((64, 1, 1, K),
                                                                                           ((0, 1, 1), (0, 1, 1))))
         assert got is not None, why
-        assert got.cfg.block_n % 64 == 0 and b_mn_fits(got.cfg) and _compiled(got)
+        assert got.cfg.block_n % 64 == 0 and b_mn_fits(got.cfg, got.phase_scatter is not None) and _compiled(got)
 
 
 def test_the_variants_decline_with_a_reason():
@@ -155,7 +172,5 @@ def test_the_variants_decline_with_a_reason():
     _, sp96, _ = _stacked(C=96)
     assert "multiple of 64" in direct_filter(Sm90TmaKernel().plan(narrow, H100, Overrides()),
                                              stacked_view(sp96, (256, 4, 4, 96)))[1]
-    halo = problem2d(N=4, H=64, W=64, C=256, K=256, R=3, S=3, padding=1)
-    halo_plan = Sm90TmaKernel().plan(halo, H100, Overrides())
-    assert halo_plan.cfg.halo
-    assert "halo" in direct_filter(halo_plan, flipped_view((256, 3, 3, 256), ((2, 1, 3), (2, 1, 3))))[1]
+    assert "2-D" in direct_filter(Sm90TmaConv3d().plan(problem3d(C=64, K=64), H100, Overrides()),
+                                  flipped_view((64, 3, 3, 3, 64), ((2, 1, 3),) * 3))[1]

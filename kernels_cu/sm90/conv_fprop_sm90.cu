@@ -73,6 +73,7 @@
 #include "sm90/epilogue.cuh"
 #include "sm90/epilogue_load.cuh"
 #include "sm90/halo_loader.cuh"
+#include "sm90/mn_filter_loader.cuh"
 #include "sm90/pipeline.cuh"
 #include "sm90/scheduler.cuh"
 #include "sm90/split_reduce.cuh"
@@ -207,8 +208,8 @@ static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
 static_assert(!(NCHW_OUT && HAS_RESIDUAL), "a channels-first residual is read by the consumers, not by TMA");
 static_assert(!(OUT_F32 && HAS_RESIDUAL), "a float32 residual is read by the consumers, not by TMA");
 static_assert(!(OUT_F32 && NCHW_OUT), "float32 output is channels-last");
-static_assert(!SM90_B_MN || (CLUSTER == 1 && !HALO && BN % 64 == 0 && !HAS_RESIDUAL && !NCHW_OUT && !OUT_F32),
-              "an MN-major filter (SM90_B_MN): single CTAs on im2col tiles of whole 64-column blocks, 16-bit output");
+static_assert(!SM90_B_MN || (CLUSTER == 1 && BN % 64 == 0 && !HAS_RESIDUAL && !NCHW_OUT && !OUT_F32),
+              "an MN-major filter (SM90_B_MN): single CTAs, tiles of whole 64-column blocks, 16-bit output");
 static_assert(!(PHASE_OUT && (HAS_RESIDUAL || NCHW_OUT || OUT_F32)),
               "the phase-scattering epilogue stores 16-bit channels-last values and reads no residual");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
@@ -335,15 +336,6 @@ struct Sm90ConvParams {
 namespace sm90 = cuconv::sm90;
 using Scheduler = sm90::TileScheduler<cfg::CLUSTER, Sm90ConvParams>;
 
-// SM90_B_MN: the view's tap of each 64-column block of a tile at window tap `tap` (-1 for a block past the
-// GEMM's columns, b_col < 0, or a phase without that tap).
-template <int BLOCKS>
-__device__ __forceinline__ void load_view_taps(int (&b_tap)[BLOCKS], const int (&b_col)[BLOCKS],
-                                               const int (&b_row)[BLOCKS], const int* b_taps, int tap) {
-#pragma unroll
-  for (int nb = 0; nb < BLOCKS; ++nb) b_tap[nb] = b_col[nb] < 0 ? -1 : __ldg(b_taps + b_row[nb] + tap);
-}
-
 __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x, const sm90::TmaDescriptor& tmap_w,
                                                const sm90::TmaDescriptor& tmap_zero,
                                                const Sm90ConvParams& g, const Scheduler& sched,
@@ -374,16 +366,8 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
     const int k_end = sched.k_end(t);
     int cb = 0, s = 0, r = 0, ft = 0;
 #if SM90_B_MN
-    // Per 64-column block of the tile: its column in the weight view and its phase's row of b_taps
-    // (a block past the GEMM's columns: column -1, zeros).
-    int b_col[cfg::BN / 64], b_row[cfg::BN / 64];
-#pragma unroll
-    for (int nb = 0; nb < cfg::BN / 64; ++nb) {
-      const int col = n0 + 64 * nb;
-      const int ph = col < g.K ? col / g.b_cols : 0;
-      b_col[nb] = col < g.K ? col - ph * g.b_cols : -1;
-      b_row[nb] = ph * g.T * g.R * g.S;
-    }
+    int b_col[cfg::BN / 64], b_row[cfg::BN / 64];  // sm90/mn_filter_loader.cuh
+    sm90::mn_filter_blocks<cfg::BN / 64>(b_col, b_row, n0, g);
 #endif
     if (k_begin != 0) {  // a later part of a split tile (whole tiles start at step 0)
       const int tap0 = k_begin / g.c_blocks;
@@ -393,12 +377,11 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
       ft = tap0 / (g.S * g.R);
     }
 #if SM90_B_MN
-    // The view's tap of each 64-column block at the current window tap (-1: the box of zeros), read from
-    // b_taps when the window tap changes, right after the last step of the previous one was issued: the
-    // read then overlaps the wait for the next free slot (read per step, it sat in front of every filter
-    // box and cost 15% on 14x14 layers: docs/tuning.md T-direct-filter).
+    // The blocks' taps at the current window tap, read again when the window tap changes, right after the
+    // last step of the previous one was issued (read in front of every slot's boxes, the dependent load
+    // cost 15% on 14x14 layers: docs/tuning.md T-direct-filter).
     int b_tap[cfg::BN / 64];
-    load_view_taps<cfg::BN / 64>(b_tap, b_col, b_row, g.b_taps, (ft * g.R + r) * g.S + s);
+    sm90::mn_filter_taps<cfg::BN / 64>(b_tap, b_col, b_row, g.b_taps, (ft * g.R + r) * g.S + s);
 #endif
 #pragma unroll 1
     for (int k = k_begin; k < k_end; ++k) {
@@ -414,19 +397,8 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
                                (uint16_t)(r * g.dil_h));
 #endif
 #if SM90_B_MN
-      // the filter read MN-major from the weight view: per 64 columns one 64 x 64 box of the view's tap
-      {
-#pragma unroll
-        for (int nb = 0; nb < cfg::BN / 64; ++nb) {
-          const uint32_t dst = b_base + ring.stage * cfg::B_STAGE_BYTES + nb * cfg::BK * 128;
-          const int view_tap = b_tap[nb];
-          if (view_tap < 0) {
-            sm90::tma_load_tile_3d(dst, tmap_zero, full, 0, 0, 0);
-          } else {
-            sm90::tma_load_tile_3d(dst, tmap_w, full, b_col[nb], view_tap, cb * cfg::BK);
-          }
-        }
-      }
+      sm90::mn_filter_boxes<cfg::BN / 64, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w, tmap_zero, full,
+                                                   b_col, b_tap, cb * cfg::BK);
 #else
       sm90::tma_load_filter_box<cfg::CLUSTER, cfg::BN, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w,
                                                                 full, cb * cfg::BK, (ft * g.R + r) * g.S + s, n0,
@@ -444,7 +416,7 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
           }
         }
 #if SM90_B_MN
-        if (k + 1 < k_end) load_view_taps<cfg::BN / 64>(b_tap, b_col, b_row, g.b_taps, (ft * g.R + r) * g.S + s);
+        if (k + 1 < k_end) sm90::mn_filter_taps<cfg::BN / 64>(b_tap, b_col, b_row, g.b_taps, (ft * g.R + r) * g.S + s);
 #endif
       }
     }
@@ -664,9 +636,9 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
       if (lane == 0) {
         if constexpr (cfg::HALO) {
           sm90::halo_load_warp<cfg::BM / 64, cfg::BN, cfg::BK, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
-                               cfg::B_STAGE_BYTES, cfg::HAS_RESIDUAL, cfg::CLUSTER>(tmap_x, tmap_w, g, sched, a_base, b_base,
-                                                                      a_full_bar, a_empty_bar, full_bar, empty_bar,
-                                                                      load_order_bar);
+                               cfg::B_STAGE_BYTES, cfg::HAS_RESIDUAL, cfg::CLUSTER, SM90_B_MN != 0>(
+              tmap_x, tmap_w, tmap_c, g, sched, a_base, b_base, a_full_bar, a_empty_bar, full_bar, empty_bar,
+              load_order_bar);
         } else {
           main_load_warp(tmap_x, tmap_w, tmap_c, g, sched, a_base, b_base, full_bar, empty_bar, load_order_bar);
         }

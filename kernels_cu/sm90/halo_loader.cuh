@@ -7,7 +7,8 @@
 // all lie in one window of (ROWS + (R-1) dil_h) x (64 + (S-1) dil_w) input pixels, the tile plus
 // its halo. This loader brings that window in once per (depth tap ft, channel block cb) with a
 // tiled TMA box (zero fill past every edge = the padding) into an A ring of A_STAGES slots, and the
-// filter boxes of the R x S taps into the B ring, as before:
+// filter boxes of the R x S taps into the B ring, as before (or, with B_MN, the MN-major boxes of
+// sm90/mn_filter_loader.cuh):
 //
 //   A slot: pixel (i, j) of the window at byte ((i * halo_w) + j) * 128, 128B-swizzled rows
 //   tap (r, s), consumer warpgroup g (output row y0 + g): its 64 A rows are the window pixels
@@ -29,6 +30,7 @@
 // loader does; the windows stay per CTA.
 #pragma once
 
+#include "sm90/mn_filter_loader.cuh"
 #include "sm90/pipeline.cuh"
 #include "sm90/scheduler.cuh"
 #include "sm90/tma_im2col_loader.cuh"
@@ -37,9 +39,9 @@ namespace cuconv {
 namespace sm90 {
 
 template <int ROWS, int BN, int BK, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES,
-          bool HAS_RESIDUAL, int CLUSTER, typename Params, typename Scheduler>
+          bool HAS_RESIDUAL, int CLUSTER, bool B_MN, typename Params, typename Scheduler>
 __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, const TmaDescriptor& tmap_w,
-                                               const Params& g, const Scheduler& sched, uint32_t a_base,
+                                               const TmaDescriptor& tmap_zero, const Params& g, const Scheduler& sched, uint32_t a_base,
                                                uint32_t b_base, uint32_t a_full_bar, uint32_t a_empty_bar,
                                                uint32_t full_bar, uint32_t empty_bar, uint32_t load_order_bar) {
   RingState<A_STAGES> aring;
@@ -52,6 +54,8 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
     const int w0 = ht.x0 - g.pad_w;
     const int h0 = ht.y0 - g.pad_h;
     const int d_base = ht.z * g.stride_d - g.pad_d;
+    int b_col[BN / 64 > 0 ? BN / 64 : 1], b_row[BN / 64 > 0 ? BN / 64 : 1], b_tap[BN / 64 > 0 ? BN / 64 : 1];
+    if constexpr (B_MN) mn_filter_blocks<BN / 64>(b_col, b_row, n0, g);  // the filter read MN-major
 #pragma unroll 1
     for (int ft = 0; ft < g.T; ++ft) {
 #pragma unroll 1
@@ -65,10 +69,17 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
 #pragma unroll 1
         for (int tap2 = 0; tap2 < taps2; ++tap2) {
           const uint32_t full = full_bar + 8 * bring.stage;
+          // MN-major: the taps change every slot here; read before the wait, which hides the read
+          if constexpr (B_MN) mn_filter_taps<BN / 64>(b_tap, b_col, b_row, g.b_taps, ft * taps2 + tap2);
           mbar_wait(empty_bar + 8 * bring.stage, bring.phase ^ 1u);
           mbar_arrive_expect_tx(full, B_STAGE_BYTES);
-          tma_load_filter_box<CLUSTER, BN, BK>(b_base + bring.stage * B_STAGE_BYTES, tmap_w, full, cb * BK,
-                                               ft * taps2 + tap2, n0, sched.rank);
+          if constexpr (B_MN) {
+            mn_filter_boxes<BN / 64, BK>(b_base + bring.stage * B_STAGE_BYTES, tmap_w, tmap_zero, full, b_col, b_tap,
+                                         cb * BK);
+          } else {
+            tma_load_filter_box<CLUSTER, BN, BK>(b_base + bring.stage * B_STAGE_BYTES, tmap_w, full, cb * BK,
+                                                 ft * taps2 + tap2, n0, sched.rank);
+          }
           bring.advance();
           if (before_order > 0 && --before_order == 0) mbar_arrive(load_order_bar);
         }

@@ -104,15 +104,14 @@ def direct_filter(plan, mn: MnFilter) -> Tuple[Optional[Sm90Plan], str]:
         return None, "a 2-D convolution only (the 3-D kernel has no MN-major variant)"
     if phases > 1 and mn.cols % 64:
         return None, f"C={mn.cols} is not a multiple of 64 (a 64-column box of the filter must lie in one phase)"
-    if cfg.halo:
-        return None, "halo tiles (their filter ring reads K-major boxes)"
     out = copy.copy(plan)
-    if not b_mn_fits(cfg):
-        ov = dataclasses.replace(plan._overrides, block_n=128 if cfg.block_n >= 128 else 64, halo=False,
-                                 pingpong=False)
+    phases = plan.phase_scatter is not None
+    if not b_mn_fits(cfg, phases):
+        ov = dataclasses.replace(plan._overrides, block_n=128 if cfg.block_n >= 128 else 64)
         out.cfg = tile_config(p, plan.device.sm_count, ov)
-        if not b_mn_fits(out.cfg) or (plan.phase_scatter is not None and not phase_out_fits(out.cfg)):
-            return None, f"no {out.cfg.block_m}x{out.cfg.block_n} tile reading the filter MN-major"
+        if not b_mn_fits(out.cfg, phases) or (phases and not phase_out_fits(out.cfg)):
+            return None, (f"no {out.cfg.block_m}x{out.cfg.block_n}{' halo' if out.cfg.halo else ''} tile reading the "
+                          f"filter MN-major{' with the phase-scattering epilogue' if phases else ''}")
     out.mn_filter = mn
     out.reset_launches()
     return out, "the filter read straight from w (MN-major), no transpose launch"

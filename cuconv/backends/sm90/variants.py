@@ -93,10 +93,19 @@ def phase_out_fits(cfg: TileConfig) -> bool:
     return cfg.cluster == 1 and (cfg.pingpong or cfg.block_n <= _PHASE_OUT_MAX_BN[(cfg.block_m, bool(cfg.halo))])
 
 
-def b_mn_fits(cfg: TileConfig) -> bool:
-    """Whether ``cfg`` has a variant reading the filter MN-major (SM90_B_MN): single CTAs on im2col tiles
-    (a 1x1 filter has no halo window) of whole 64-column blocks."""
-    return cfg.cluster == 1 and not cfg.halo and not cfg.pingpong and cfg.block_n % 64 == 0
+#: The widest halo tile (BN) reading the filter MN-major with the phase-scattering epilogue, cooperative and
+#: ping-pong: the 128 x 256 and ping-pong 128 x 128 / 64 x 256 ones spill 184-192 bytes
+#: (`python -m pytest tests/test_compile.py -k SM90_B_MN` with them added).
+_B_MN_PHASE_HALO_MAX_BN = {False: 192, True: 64}
+
+
+def b_mn_fits(cfg: TileConfig, phases: bool = False) -> bool:
+    """Whether ``cfg`` has a variant reading the filter MN-major (SM90_B_MN): single CTAs on tiles of whole
+    64-column blocks (im2col boxes or halo windows, ping-pong included); with the phase-scattering epilogue
+    (``phases``), halo tiles up to :data:`_B_MN_PHASE_HALO_MAX_BN` columns."""
+    if cfg.cluster != 1 or cfg.block_n % 64:
+        return False
+    return not (phases and cfg.halo) or cfg.block_n <= _B_MN_PHASE_HALO_MAX_BN[bool(cfg.pingpong)]
 
 
 def _compile_variant(*args, **kw):
@@ -147,9 +156,17 @@ COMPILE_VARIANTS = [
     _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1,
                      phases=1)
     for nd in (2, 3) for dt in (0, 1) for bn in STAGES
-] + [  # the filter read MN-major from a 1x1 input gradient's weight (2-D, 16-bit, single CTAs, im2col
-    # tiles of whole 64-column blocks, no residual), with and without the phase-scattering epilogue
-    _compile_variant(dt, 2, bm, bn, stages_for(bm, bn, False), 0, 1, 0, phases=ph, b_mn=1)
-    for dt in (0, 1) for ph in (0, 1) for bm in BLOCK_MS for bn in STAGES
-    if bn % 64 == 0 and bm_fits(bm, bn, 1, False, halo=False) and (not ph or bn <= _PHASE_OUT_MAX_BN[(bm, False)])
+] + [  # the filter read MN-major from an input gradient's forward weight (2-D, 16-bit, single CTAs, tiles of
+    # whole 64-column blocks, no residual), with and without the phase-scattering epilogue
+    _compile_variant(dt, 2, bm, bn, (halo_stages if halo else stages_for)(bm, bn, False), 0, 1, halo, phases=ph,
+                     b_mn=1)
+    for dt in (0, 1) for ph in (0, 1) for halo in (0, 1) for bm in BLOCK_MS for bn in STAGES
+    if bn % 64 == 0 and bm_fits(bm, bn, 1, False, halo=bool(halo))
+    and (not ph or bn <= _PHASE_OUT_MAX_BN[(bm, bool(halo))])
+    and (not (ph and halo) or bn <= _B_MN_PHASE_HALO_MAX_BN[False])
+] + [
+    _compile_variant(dt, 2, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1,
+                     phases=ph, b_mn=1)
+    for dt in (0, 1) for ph in (0, 1) for bn in STAGES if bn % 64 == 0
+    and (not ph or bn <= _B_MN_PHASE_HALO_MAX_BN[True])
 ]
