@@ -264,12 +264,11 @@ struct Sm90ConvParams {
   const int4* ph_table;
   int ph_channels, ph_ext0, ph_ext1, ph_ext2, ph_s0, ph_s1, ph_s2;
   cuconv::FastDivisor ph_channels_div;
-  // SM90_B_MN (zeros otherwise): the filter is a weight viewed as (rows = the reduction's channels,
-  // b_view_taps taps, b_cols output-channel columns), read in 64 x 64 boxes at (column, tap, row). GEMM
-  // column n lies in phase n / b_cols at view column n % b_cols; b_taps[phase * T*R*S + window tap] is the
-  // view's tap that the window tap reads, -1 where none: that box comes from tmap_c, which then maps a
-  // 64 x 64 block of zeros (a box wholly outside the weight, which TMA would fill with zeros itself,
-  // takes longer to arrive: docs/tuning.md T-direct-filter).
+  // SM90_B_MN (zeros otherwise): the filter is a weight viewed as (rows = the reduction's channels, taps,
+  // b_cols output-channel columns), read in 64 x 64 boxes at (column, tap, row). GEMM column n lies in
+  // phase n / b_cols at view column n % b_cols; b_taps[phase * T*R*S + window tap] is the view's tap that
+  // the window tap reads, -1 where none: that box comes from tmap_c, which then maps a 64 x 64 block of
+  // zeros (sm90/mn_filter_loader.cuh; docs/tuning.md T-direct-filter).
   const int* b_taps;
   int b_cols;
 };
