@@ -27,7 +27,7 @@ def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool =
     ``tf32``: float32 operands multiplied as tf32, into the float32 output; ``xsplit``: float32 x split
     into bf16 parts in registers against a split filter, into the float32 output; ``phases``: the output columns
     are the stacked phases of an input gradient, stored into place (no residual); ``b_mn``: the filter read
-    MN-major, straight from a 1x1 input gradient's weight (``_bmn``)."""
+    MN-major, straight from an input gradient's forward weight (``_bmn``)."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
             + ("_pp" if cfg.pingpong else "")
