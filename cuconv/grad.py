@@ -464,7 +464,7 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     """The input gradient into ``y`` (channels-last) as one convolution over the stacked phases
     (:mod:`cuconv.subpixel`): the filter gathered, the bias repeated and the residual stacked per phase,
     the forward call, the phases put into place (on Hopper by the call's epilogue, with no gather where the
-    stacked filter is ``w`` itself: :mod:`cuconv.backends.sm90.phase_scatter`)."""
+    convolution reads its taps from ``w`` itself: :mod:`cuconv.backends.sm90.phase_scatter`)."""
     sp, C = plan.subpixel, plan.problem.channels
     P = sp.phases
     device_id = None if xp is np else dy_n.data.device_id
@@ -889,8 +889,7 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
         if scatter is not None:
             detail, places = scatter.describe(), f"; {how}, no unstack pass"
             if (epilogue or {}).get("residual") is None:
-                direct, why = _direct_filter(scatter, _stacked_view(sp, (p.out_channels, *p.filter_spatial,
-                                                                         p.channels)))
+                direct, why = _direct_filter(scatter, _stacked_view(sp, p.w_shape))
                 detail = direct.describe() if direct is not None else detail
                 places += f"; {why}" if direct is not None else \
                     f"; the filter gathered (not read from w as it is: {why})"
@@ -924,7 +923,7 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
             into_y = scatter
         if (device.kind != "cpu" and into_y is not None and p.groups == 1
                 and (epilogue or {}).get("residual") is None):
-            direct, why = _direct_filter(into_y, _flipped_view((p.out_channels, *p.filter_spatial, p.channels), spec))
+            direct, why = _direct_filter(into_y, _flipped_view(p.w_shape, spec))
             detail, places = (direct.describe(), places + f"; {why}") if direct is not None else \
                 (detail, places + f"; the filter flipped by kernels_cu/layout/flip_filter.cu (not read from w as it "
                                   f"is: {why})")

@@ -20,8 +20,8 @@ forward weight (``SM90_B_MN``). The convolution's filter is ``w``'s taps flipped
 subset of them) with its two channel axes exchanged; read MN-major, ``w`` viewed as (K, taps, C) already is
 that operand, one 64 x 64 box per (tap, 64 columns, 64 reduction rows), so the flip or gather launch before
 the convolution goes away. :func:`flipped_view` gives the view and tap table of a phase of the phase split
-(stride 1 included), :func:`stacked_view` that of the stacked phases (a missing tap of a phase is a tap
-past the view: TMA fills it with zeros).
+(stride 1 included), :func:`stacked_view` that of the stacked phases (where a phase has no tap, the kernel
+loads a block of zeros: :func:`.params.zero_block`).
 """
 
 from __future__ import annotations
@@ -96,22 +96,22 @@ def direct_filter(plan, mn: MnFilter) -> Tuple[Optional[Sm90Plan], str]:
         return None, why
     p, cfg = plan.problem, plan.cfg
     window = math.prod(p.filter_spatial)
-    phases = len(mn.table) // window
-    if len(mn.table) != phases * window or mn.rows != p.channels or phases * mn.cols != p.out_channels:
+    view_phases = len(mn.table) // window
+    if len(mn.table) != view_phases * window or mn.rows != p.channels or view_phases * mn.cols != p.out_channels:
         raise ValueError(f"mn: a ({mn.rows}, {mn.taps}, {mn.cols}) view with {len(mn.table)} table entries does "
                          f"not fit a {window}-tap convolution of {p.channels} -> {p.out_channels} channels")
     if p.nd != 2:
         return None, "a 2-D convolution only (the 3-D kernel has no MN-major variant)"
-    if phases > 1 and mn.cols % 64:
+    if view_phases > 1 and mn.cols % 64:
         return None, f"C={mn.cols} is not a multiple of 64 (a 64-column box of the filter must lie in one phase)"
     out = copy.copy(plan)
-    phases = plan.phase_scatter is not None
-    if not b_mn_fits(cfg, phases):
+    scatters = plan.phase_scatter is not None
+    if not b_mn_fits(cfg, scatters):
         ov = dataclasses.replace(plan._overrides, block_n=128 if cfg.block_n >= 128 else 64)
         out.cfg = tile_config(p, plan.device.sm_count, ov)
-        if not b_mn_fits(out.cfg, phases) or (phases and not phase_out_fits(out.cfg)):
+        if not b_mn_fits(out.cfg, scatters) or (scatters and not phase_out_fits(out.cfg)):
             return None, (f"no {out.cfg.block_m}x{out.cfg.block_n}{' halo' if out.cfg.halo else ''} tile reading the "
-                          f"filter MN-major{' with the phase-scattering epilogue' if phases else ''}")
+                          f"filter MN-major{' with the phase-scattering epilogue' if scatters else ''}")
     out.mn_filter = mn
     out.reset_launches()
     return out, "the filter read straight from w (MN-major), no transpose launch"

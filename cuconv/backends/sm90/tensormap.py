@@ -210,17 +210,13 @@ def encode_mn_w(problem: ConvProblem, ptr: int, mn, block_k: int = 64) -> np.voi
 
 def encode_tiled_c(problem: ConvProblem, ptr: int, block_m: int = 128, chunk_n: int = 64) -> np.void:
     """Tiled descriptor of the residual (M, K); box {64 channels, BM rows}."""
-    return _encode_rows(problem, ptr, problem.out_channels, problem.gemm_m, chunk_n, block_m, "residual")
-
-
-def _encode_rows(problem: ConvProblem, ptr: int, cols: int, rows: int, box_cols: int, box_rows: int,
-                 what: str) -> np.void:
-    """Tiled descriptor of a row-major ``rows x cols`` matrix of ``problem``'s dtype; box {box_cols, box_rows}."""
     driver = cuda_driver()
+    M, K = problem.gemm_m, problem.out_channels
+    es = problem.itemsize
     inter, swz, l2, oob = _enums(driver)
     return _check(driver.cuTensorMapEncodeTiled(
-        _data_type(driver, problem.dtype), 2, ptr, _u64(driver, [cols, rows]), _u64(driver, [cols * problem.itemsize]),
-        _u32(driver, [box_cols, box_rows]), _u32(driver, [1, 1]), inter, swz, l2, oob), f"cuTensorMapEncodeTiled ({what})")
+        _data_type(driver, problem.dtype), 2, ptr, _u64(driver, [K, M]), _u64(driver, [K * es]),
+        _u32(driver, [chunk_n, block_m]), _u32(driver, [1, 1]), inter, swz, l2, oob), "cuTensorMapEncodeTiled (residual)")
 
 
 def encode_halo_x(problem: ConvProblem, ptr: int, cols: int, rows: int, block_k: int = 64) -> np.void:
