@@ -749,6 +749,15 @@ def _wgrad_choice(p, device, x_align: int, dy_align: int, kernel):
         reasons["sm90_wgrad"] = None
         launches["sm90_wgrad"] = lambda: w90.PaddedFilters(w90.launch_for(p8, device, w90.variant(p8)),
                                                            p.out_channels, p8.out_channels, device)
+    if reasons["sm90_wgrad"] is not None and p.groups == 1 and p.channels % 8:
+        pf = w90.folded_width(p)
+        if pf is not None and w90.declines(pf, device, 0, dy_align) is None:  # the folded x is a new buffer
+            reasons["sm90_wgrad"] = None
+            launches["sm90_wgrad"] = lambda: w90.FoldedWidth(w90.launch_for(pf, device, w90.variant(pf)), p, pf,
+                                                             device)
+        elif device.cc == (9, 0):
+            why = w90.fold_declined(p) or f"the width-folded problem: {w90.declines(pf, device, 0, dy_align)}"
+            reasons["sm90_wgrad"] += f"; {why}"
     for name in ([kernel] if kernel else WGRAD_KERNELS):
         if reasons[name] is None:
             return launches[name](), tuple(reasons.items())

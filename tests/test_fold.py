@@ -6,6 +6,8 @@ On a Hopper GPU: the kernel's fold equals the model bit for bit, and forced call
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -183,3 +185,54 @@ def test_network_stems_through_the_fold(cp):
                               kernel="sm90_fold").kernel == "sm90_fold"
         got = cuconv.conv2d(cp.asarray(x), cp.asarray(w), stride=stride, padding=pad, kernel="sm90_fold")
         assert_close(got, cuconv.reference.conv2d(x, w, stride=stride, padding=pad), "bfloat16", str(shape))
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=folds())
+def test_the_folded_weight_gradient_unfolds_into_the_original(case):
+    """The weight gradient of the folded convolution (``sm90_wgrad`` on few-channel x,
+    :func:`cuconv.backends.sm90.wgrad.folded_width`) unfolded by ``unfold_w`` is the original's (float64,
+    CPU), where the fold applies; the problem it computes is the fold of the forward kernel."""
+    from unittest import mock
+    from cuconv.backends.sm90 import wgrad as w90
+    from cuconv.models.fold import unfold_w
+    rng = np.random.default_rng(case["seed"])
+    (r, s), c = case["filt"], case["shape"][-1]
+    kw = dict(stride=case["stride"], dilation=case["dilation"], padding=case["padding"])
+    x = rng.standard_normal(case["shape"])
+    p = ConvProblem.create(nd=2, batch=x.shape[0], in_spatial=x.shape[1:3], channels=c, out_channels=case["k"],
+                           filter_spatial=(r, s), dilation=case["dilation"], stride=case["stride"],
+                           padding=case["padding"], groups=1, dtype="bfloat16", layout="NHWC", epilogue=Epilogue())
+    with mock.patch.object(w90, "FOLD_MIN_PIXELS", 0):  # the geometry, whatever the size
+        pf = w90.folded_width(p)
+    if c % 8 == 0 or s * padded_channels(c) > 64:
+        assert pf is None
+        return
+    dy = rng.standard_normal(p.out_shape)
+    want = cuconv.conv2d_weight_grad(x, dy, (case["k"], r, s, c), **kw)
+    xf = fold_x(x, s, case["stride"][1], case["dilation"][1], case["padding"][1][0], p.out_spatial[1])
+    assert pf.x_shape == xf.shape and pf.out_shape == dy.shape
+    got = cuconv.conv2d_weight_grad(xf, dy, pf.w_shape, stride=pf.stride, dilation=pf.dilation,
+                                    padding=tuple(zip(pf.pad_lo, pf.pad_hi)))
+    np.testing.assert_allclose(unfold_w(got, c), want, rtol=1e-12, atol=1e-12)
+
+
+def test_folded_weight_gradient_declines():
+    """No fold for channels a multiple of 8, groups, a filter whose columns fill more than one 64-channel block,
+    fewer output pixels than FOLD_MIN_PIXELS, or a folded x over FOLD_MAX_BYTES; fold_declined says why."""
+    from cuconv.backends.sm90.wgrad import FOLD_MAX_BYTES, FOLD_MIN_PIXELS, fold_declined, folded_width
+
+    def prob(c=3, s=7, groups=1, n=2, hw=256):
+        return ConvProblem.create(nd=2, batch=n, in_spatial=(hw, hw), channels=c, out_channels=8 * groups,
+                                  filter_spatial=(3, s), stride=1, dilation=1, padding=1, groups=groups,
+                                  dtype="bfloat16", layout="NHWC", epilogue=Epilogue())
+    assert folded_width(prob()) is not None
+    assert folded_width(prob(c=16)) is None
+    assert folded_width(prob(c=6, groups=2)) is None
+    assert folded_width(prob(c=3, s=9)) is None       # 9 x 8 = 72 channels
+    assert prob().gemm_m >= FOLD_MIN_PIXELS > prob(hw=64).gemm_m
+    assert folded_width(prob(hw=64)) is None and "output pixels" in fold_declined(prob(hw=64))
+    big = prob(n=64, hw=1024)
+    assert math.prod(folded_width(prob(n=1, hw=1024)).x_shape) * 2 <= FOLD_MAX_BYTES
+    assert folded_width(big) is None and "bytes" in fold_declined(big)
+    assert "64-channel block" in fold_declined(prob(s=9))

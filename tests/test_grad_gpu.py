@@ -285,6 +285,43 @@ def test_few_filters_pad_to_eight_on_sm90_wgrad(cp, K, C):
         assert got.shape == (K, 3, 3, C) and rel_error(got, want) <= TOLERANCE["bfloat16"]
 
 
+@needs_hopper
+@settings(max_examples=30)
+@given(C=st.integers(1, 7), K=st.sampled_from([8, 16, 64]), R=st.integers(1, 7), S=st.integers(1, 7),
+       stride=st.tuples(st.integers(1, 3), st.integers(1, 3)), dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+       pad=st.tuples(st.integers(0, 3), st.integers(0, 3)), H=st.integers(13, 40), W=st.integers(13, 40),
+       N=st.sampled_from([1, 2, 5]), dtype=st.sampled_from(["bfloat16", "float16"]))
+def test_few_channels_fold_the_width_on_sm90_wgrad(cp, C, K, R, S, stride, dilation, pad, H, W, N, dtype):
+    """C = 1-7 (an RGB stem, a latent): the weight gradient runs on sm90_wgrad over the width-folded x
+    (S columns x 8 channels) where the fold fits one 64-channel block, twice (the second call replays),
+    against the float64 reference. The fold's size threshold is lifted so that small images take it; one
+    large stem runs under the automatic rule (test_weight_grad_explanation_names_the_kernel_that_runs)."""
+    from unittest import mock
+    from cuconv.backends.sm90 import wgrad as w90
+    kw = dict(stride=stride, padding=pad, dilation=dilation)
+    rng = np.random.default_rng(11)
+    dt = DTYPES[dtype]
+    x = rng.standard_normal((N, H, W, C)).astype(dt)
+    p = cuconv.grad._forward_problem(2, x.shape, (K, R, S, C), dtype, "NHWC", stride, pad, dilation, 1, None)
+    dy = rng.standard_normal(p.out_shape).astype(dt)
+    want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), (K, R, S, C), **kw)
+    xg, dyg = cp.asarray(x), cp.asarray(dy)
+    cuconv.grad._wgrad_choice.cache_clear()
+    cuconv.grad._WGRAD_CALLS.clear()
+    try:
+        with mock.patch.object(w90, "FOLD_MIN_PIXELS", 0):
+            e = cuconv.explain_weight_grad(xg, dyg, (K, R, S, C), **kw)
+            if S * 8 <= 64:
+                assert e.kernel == "sm90_wgrad" and "width-folded" in e.detail, e.detail
+            for _ in range(2):
+                got = cuconv.conv2d_weight_grad(xg, dyg, (K, R, S, C), **kw)
+                assert got.dtype == dt and got.shape == (K, R, S, C)
+                assert rel_error(got, want) <= TOLERANCE[dtype]
+    finally:  # the choices made under the lifted threshold are not the automatic ones
+        cuconv.grad._wgrad_choice.cache_clear()
+        cuconv.grad._WGRAD_CALLS.clear()
+
+
 def test_wgrad_kernel_splits_deterministically(cp):
     """A long reduction (N*P*Q = 32 * 28 * 28) on few output tiles is split across many CTAs; the
     split sums are added in a fixed order, so two calls give the same bits."""
@@ -321,15 +358,28 @@ def test_wgrad_kernel_nchw_and_bias_grad(cp):
 
 
 def test_weight_grad_explanation_names_the_kernel_that_runs(cp):
-    """16-byte channel counts on a Hopper: sm90_wgrad; 3 channels: sm80_wgrad (sm90_wgrad says why not);
-    float32: the forward formulation, both GEMMs saying why not."""
+    """16-byte channel counts on a Hopper: sm90_wgrad; 3 channels over 4 x 128 x 128 pixels: sm90_wgrad
+    on the width-folded x on a Hopper, else sm80_wgrad; 3 channels over 2 x 8 x 8 pixels (too few for the
+    fold) and 12 channels under a 7-wide filter (7 x 16 folded channels): sm80_wgrad, sm90_wgrad saying
+    why not; float32: the forward formulation, both GEMMs saying why not."""
     from cuconv.device import current_gpu
     x = cp.zeros((2, 8, 8, 16), dtype=ml_dtypes.bfloat16)
     dy = cp.zeros((2, 8, 8, 32), dtype=ml_dtypes.bfloat16)
     e = cuconv.explain_weight_grad(x, dy, (32, 3, 3, 16), padding=1)
     assert e.kernel == ("sm90_wgrad" if current_gpu().is_hopper else "sm80_wgrad")
     assert "split" in e.detail
+    x3 = cp.zeros((4, 128, 128, 3), dtype=ml_dtypes.bfloat16)
+    e = cuconv.explain_weight_grad(x3, cp.zeros((4, 128, 128, 32), dtype=x3.dtype), (32, 3, 3, 3), padding=1)
+    if current_gpu().is_hopper:
+        assert e.kernel == "sm90_wgrad" and "width-folded" in e.detail, e.detail
+    else:
+        assert e.kernel == "sm80_wgrad"
     e = cuconv.explain_weight_grad(x[..., :3], dy, (32, 3, 3, 3), padding=1)
+    assert e.kernel == "sm80_wgrad"
+    if current_gpu().is_hopper:
+        assert "output pixels" in e.declined["sm90_wgrad"], e.declined
+    x12 = cp.zeros((2, 8, 14, 12), dtype=ml_dtypes.bfloat16)
+    e = cuconv.explain_weight_grad(x12, dy, (32, 3, 7, 12), padding=(1, 0))
     assert e.kernel == "sm80_wgrad" and "multiples of 8" in e.declined.get("sm90_wgrad", "multiples of 8")
     e = cuconv.explain_weight_grad(x.astype(cp.float32), dy.astype(cp.float32), (32, 3, 3, 16), padding=1)
     assert e.kernel.startswith("forward formulation on ") and "fp16/bf16" in e.declined["sm80_wgrad"]

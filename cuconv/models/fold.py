@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["padded_channels", "fold_rows", "fold_x", "fold_w"]
+__all__ = ["padded_channels", "fold_rows", "fold_x", "fold_w", "unfold_w"]
 
 
 def padded_channels(c: int) -> int:
@@ -48,3 +48,11 @@ def fold_w(w):
     """``w (K, R, S, C)`` folded: ``(K, R, 1, S * Cp)``."""
     k, r, s, c = w.shape
     return fold_rows(w.reshape(k * r, s, c), s, 0, 1, 0, 1).reshape(k, r, 1, -1)
+
+
+def unfold_w(wf, channels: int):
+    """``fold_w``'s inverse: ``wf (K, R, 1, S * Cp)`` -> ``(K, R, S, channels)`` as a view (NumPy or CuPy);
+    the weight gradient of the folded convolution unfolds into the original's the same way."""
+    k, r, _, sc = wf.shape
+    cp = padded_channels(channels)
+    return wf.reshape(k, r, sc // cp, cp)[..., :channels]

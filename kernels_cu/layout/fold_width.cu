@@ -12,6 +12,10 @@
 // k * R + r gathers its S taps). One thread writes eight channels of one tap of one destination row:
 // one 16-byte store, from one 16-byte load where vec_loads says C is a multiple of 8 and the source is
 // 16-byte aligned, else element by element. The values are copied as bits (float16 or bfloat16).
+//
+// `unfold_channels` undoes the channel padding of a folded weight: rows of Cp elements back to rows of
+// their first C (the weight gradient of the folded convolution, (K, R, 1, S * Cp), is the original's
+// (K, R, S, C) once each of its K * R * S rows of Cp drops its padding; cuconv/backends/sm90/wgrad.py).
 #include "common/types.cuh"
 
 struct FoldArgs {
@@ -51,5 +55,21 @@ extern "C" __global__ void __launch_bounds__(256) fold_width(const uint16_t* __r
       }
     }
     *reinterpret_cast<uint4*>(dst + slot * a.Cp + c0) = v;
+  }
+}
+
+struct UnfoldArgs {
+  long long rows;  // rows of the destination (and of the source)
+  int C;           // elements per destination row
+  int Cp;          // elements per source row (C and its padding)
+};
+
+extern "C" __global__ void __launch_bounds__(256) unfold_channels(const uint16_t* __restrict__ src,
+                                                                  uint16_t* __restrict__ dst, const UnfoldArgs a) {
+  const long long total = a.rows * a.C;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long row = i / a.C;
+    dst[i] = src[row * a.Cp + (i - row * a.C)];
   }
 }

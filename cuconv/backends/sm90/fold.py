@@ -31,7 +31,7 @@ from ...registry import register
 from ...scratch import scratch
 from .kernel import RewritingKernel, Sm90TmaKernel
 
-__all__ = ["Sm90FoldKernel", "FoldPlan", "FoldWidth", "fold_width_problem", "FOLD_SOURCE"]
+__all__ = ["Sm90FoldKernel", "FoldPlan", "FoldWidth", "UnfoldChannels", "fold_width_problem", "FOLD_SOURCE"]
 
 FOLD_SOURCE = "layout/fold_width.cu"
 _ARGS_FIELDS = [("rows", np.int64), ("src_row_stride", np.int64)] + [(n, np.int32) for n in (
@@ -66,6 +66,17 @@ class FoldWidth(RowKernel):
         super().__init__(device_index, dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), taps=taps,
                                             stride=stride, dil=dil, pad=pad, src_w=src_w, dst_w=dst_w),
                          rows * taps * (padded_channels(c) // 8), c % 8 == 0)
+
+
+class UnfoldChannels(RowKernel):
+    """``rows`` rows of ``Cp`` 16-bit values -> their first ``C`` each (a folded weight's channel padding
+    dropped: ``unfold_w`` of :mod:`cuconv.models.fold` as one launch)."""
+
+    source, function = FOLD_SOURCE, "unfold_channels"
+    fields = [("rows", np.int64), ("C", np.int32), ("Cp", np.int32)]
+
+    def __init__(self, device_index: int, rows: int, c: int, cp: int):
+        super().__init__(device_index, dict(rows=rows, C=c, Cp=cp), rows * c, False)
 
 
 class Sm90FoldKernel(RewritingKernel):

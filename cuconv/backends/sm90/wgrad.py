@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections import OrderedDict
 from typing import Optional
 
@@ -26,13 +27,14 @@ import numpy as np
 
 from ...launch import dtype_code
 from ...problem import ConvProblem
+from ...scratch import scratch
 from ..sm80.variants import _DTYPE_TAG
 from ..sm80.wgrad import WgradLaunch, WgradVariant
 from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
 __all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tma_declines", "TmaWgradLaunch",
-           "launch_for", "padded_filters", "PaddedFilters", "COMPILE_VARIANTS"]
+           "launch_for", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "FoldedWidth", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_wgrad_sm90.cu"
 TMA_SOURCE = "sm90/conv_wgrad_tma_sm90.cu"
@@ -148,13 +150,86 @@ class PaddedFilters:
                 f"kept): {self.inner.describe()}")
 
     def __call__(self, x, dy, dw) -> None:
-        from ...scratch import scratch
         from ..sm80.pad import pad_rows
         dy8 = scratch("weight-gradient padded dy", (*dy.shape[:-1], self.K8), dy.dtype)
         pad_rows(dy, dy8, self.K, self.device)
         dw8 = scratch("weight-gradient padded dw", (self.K8, *dw.shape[1:]), dw.dtype)
         self.inner(x, dy8, dw8)
         dw[...] = dw8[:self.K]
+
+
+#: The largest folded copy of x (bytes) :func:`folded_width` makes: a few-channel image of width S * Cp / C
+#: times x's size.
+FOLD_MAX_BYTES = 1 << 30
+#: The fewest output pixels (the GEMM's reduction, N * P * Q) :func:`folded_width` folds: below them the
+#: fold's two extra launches cost more than sm80_wgrad's 2-byte copies (docs/tuning.md#T-wgrad-fold).
+FOLD_MIN_PIXELS = 1 << 16
+
+
+def fold_declined(p: ConvProblem) -> Optional[str]:
+    """Why :func:`folded_width` does not fold ``p``, or None where it does."""
+    from ...models.fold import padded_channels
+    if p.nd != 2 or p.groups != 1 or p.channels % 8 == 0:
+        return "the width fold is for conv2d with groups 1 and channels not a multiple of 8"
+    S, cp_ = p.filter_spatial[1], padded_channels(p.channels)
+    if S * cp_ > 64:
+        return f"the width fold's {S} columns x {cp_} channels fill more than one 64-channel block"
+    if p.gemm_m < FOLD_MIN_PIXELS:
+        return (f"the width fold pays from {FOLD_MIN_PIXELS} output pixels (this gradient sums over "
+                f"{p.gemm_m})")
+    fold_bytes = p.batch * p.in_spatial[0] * p.out_spatial[1] * S * cp_ * p.itemsize
+    if fold_bytes > FOLD_MAX_BYTES:
+        return f"the width-folded x would take {fold_bytes} bytes, over {FOLD_MAX_BYTES}"
+    return None
+
+
+def folded_width(p: ConvProblem) -> Optional[ConvProblem]:
+    """The problem :class:`FoldedWidth` computes in place of ``p``, or None (:func:`fold_declined` says
+    why): where only ``p``'s channel count (not a multiple of 8: an RGB stem, a 4-channel latent) keeps
+    this kernel from it, the width fold of the forward kernel (:mod:`cuconv.backends.sm90.fold`) makes it
+    one of ``S * Cp`` channels under an ``R x 1`` filter (``Cp``: C rounded up to 8) with the same output,
+    so the same dy. Groups 1, conv2d, at least :data:`FOLD_MIN_PIXELS` output pixels, the filter's
+    columns filling at most one 64-channel block (``S * Cp <= 64``) and the folded x at most
+    :data:`FOLD_MAX_BYTES`."""
+    from ...models.fold import padded_channels
+    from .fold import fold_width_problem
+    if fold_declined(p) is not None:
+        return None
+    return fold_width_problem(p, padded_channels(p.channels), p.dtype, p.layout)
+
+
+class FoldedWidth:
+    """The weight gradient of a few-channel ``p`` computed as that of its width-folded problem
+    (:func:`folded_width`): x folded into a scratch buffer (``kernels_cu/layout/fold_width.cu``), the
+    kernel's ``(K, R, 1, S * Cp)`` gradient into another, whose ``K * R * S`` rows of ``Cp`` channels
+    give their first C to dw (``dw[k, r, s, c] = dw'[k, r, 0, s * Cp + c]``, ``unfold_channels``)."""
+
+    def __init__(self, inner: WgradLaunch, p: ConvProblem, folded: ConvProblem, device):
+        from ...models.fold import padded_channels
+        from .fold import FoldWidth, UnfoldChannels
+        self.inner, self.p, self.folded = inner, p, folded
+        self.variant, self.splits = inner.variant, inner.splits
+        (H, W), (R, S), Q, C = p.in_spatial, p.filter_spatial, p.out_spatial[1], p.channels
+        self.cp = padded_channels(C)
+        self._fold = FoldWidth(device.index, p.batch * H * Q, C, S, p.stride[1], p.dilation[1], p.pad_lo[1], W, Q)
+        self._unfold = UnfoldChannels(device.index, p.out_channels * R * S, C, self.cp)
+        self._dwf_shape = (p.out_channels, R, 1, S * self.cp)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def describe(self) -> str:
+        S, R = self.p.filter_spatial[1], self.p.filter_spatial[0]
+        return (f"x width-folded ({S} columns x {self.cp} channels per output column, under a {R}x1 filter; "
+                f"the first {self.p.channels} channels of each column block kept): {self.inner.describe()}")
+
+    def __call__(self, x, dy, dw) -> None:
+        xf = scratch("weight-gradient folded x", self.folded.x_shape, x.dtype)
+        self._fold(x, xf)
+        dwf = scratch("weight-gradient folded dw", self._dwf_shape, dw.dtype)
+        self.inner(xf, dy, dwf)
+        self._unfold(dwf, dw)
 
 
 @functools.lru_cache(maxsize=256)
@@ -180,12 +255,13 @@ def tma_tile_for(p: ConvProblem):
 def tile_for(p: ConvProblem):
     """``(bm, bn)``: 256 x 128 where there are 256+ filters per group (each tile's copies feed twice the
     multiply-adds of a 128 x 128 tile); 64 x 128 (one warpgroup, two CTAs per SM) for 64 or fewer
-    filters over 512+ columns (a 128-row tile would be half empty: ResNet-50's 3x3 64 -> 64 at 56x56,
-    N=32, 39.8 us against 46.6 on an H200); else 128 x 128 (with few columns the 64-row tile's twice as
-    many splits cost more than its empty rows: the 1x1 64 -> 64 layer 29.2 us against 23.9)."""
+    filters over 384+ columns (a 128-row tile would be half empty: ResNet-50's 3x3 64 -> 64 at 56x56,
+    N=32, 39.8 us against 46.6 on an H200; its width-folded 7x7 stem, 392 columns, 148 against 187);
+    else 128 x 128 (with few columns the 64-row tile's twice as many splits cost more than its empty
+    rows: the 1x1 64 -> 64 layer 29.2 us against 23.9)."""
     if p.gemm_n >= 256:
         return 256, 128
-    return (64, 128) if p.gemm_n <= 64 and p.gemm_k >= 512 else (128, 128)
+    return (64, 128) if p.gemm_n <= 64 and p.gemm_k >= 384 else (128, 128)
 
 
 def _compile_variants():
