@@ -753,8 +753,8 @@ def _wgrad_choice(p, device, x_align: int, dy_align: int, kernel):
         pf = w90.folded_width(p)
         if pf is not None and w90.declines(pf, device, 0, dy_align) is None:  # the folded x is a new buffer
             reasons["sm90_wgrad"] = None
-            launches["sm90_wgrad"] = lambda: w90.FoldedWidth(w90.launch_for(pf, device, w90.variant(pf)), p, pf,
-                                                             device)
+            launches["sm90_wgrad"] = lambda: w90.FoldedWidth(
+                w90.launch_for(pf, device, w90.variant(pf, bm=w90.folded_tile(pf))), p, pf, device)
         elif device.cc == (9, 0):
             why = w90.fold_declined(p) or f"the width-folded problem: {w90.declines(pf, device, 0, dy_align)}"
             reasons["sm90_wgrad"] += f"; {why}"

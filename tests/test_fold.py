@@ -126,6 +126,28 @@ def test_kernel_fold_is_the_model_bit_for_bit(cp, c, taps, stride, dil, pad):
     np.testing.assert_array_equal(dst.get(), want)
 
 
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("c,taps,stride,dil,pad", [(3, 7, 2, 1, 3), (4, 3, 1, 1, 1), (1, 4, 4, 1, 0), (3, 3, 1, 2, 2),
+                                                   (5, 5, 3, 1, 0), (7, 7, 1, 1, 3)])
+def test_kernel_dense_fold_is_the_model_bit_for_bit(cp, c, taps, stride, dil, pad):
+    """``fold_width_dense`` equals ``fold_x_dense`` (every element written, the padding zeros included), and
+    ``unfold_channels`` equals ``unfold_w_dense``."""
+    from cuconv.backends.sm90.fold import DenseFoldWidth, UnfoldChannels
+    from cuconv.models.fold import fold_x_dense, unfold_w_dense
+    rng = np.random.default_rng(c * 100 + taps)
+    x = rng.integers(0, 2**16, size=(3, 11, 37, c), dtype=np.uint16)
+    q = (37 + 2 * pad - dil * (taps - 1) - 1) // stride + 1
+    want = fold_x_dense(x, taps, stride, dil, pad, q)
+    dst = cp.full(want.shape, 0xFFFF, dtype=cp.uint16)
+    DenseFoldWidth(0, 33 * q, c, taps, stride, dil, pad, 37, q)(cp.asarray(x), dst)
+    np.testing.assert_array_equal(dst.get(), want)
+    wf = rng.integers(0, 2**16, size=(5, 3, 1, want.shape[-1]), dtype=np.uint16)
+    got = cp.full((5, 3, taps, c), 0xFFFF, dtype=cp.uint16)
+    UnfoldChannels(0, 15, taps * c, want.shape[-1])(cp.asarray(wf), got)
+    np.testing.assert_array_equal(got.get(), unfold_w_dense(wf, taps, c))
+
+
 @st.composite
 def gpu_cases(draw):
     c = draw(st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 12, 16]))
@@ -190,12 +212,12 @@ def test_network_stems_through_the_fold(cp):
 @settings(max_examples=60, deadline=None)
 @given(case=folds())
 def test_the_folded_weight_gradient_unfolds_into_the_original(case):
-    """The weight gradient of the folded convolution (``sm90_wgrad`` on few-channel x,
-    :func:`cuconv.backends.sm90.wgrad.folded_width`) unfolded by ``unfold_w`` is the original's (float64,
-    CPU), where the fold applies; the problem it computes is the fold of the forward kernel."""
+    """The weight gradient of the densely folded convolution (``sm90_wgrad`` on few-channel x,
+    :func:`cuconv.backends.sm90.wgrad.folded_width`) unfolded by ``unfold_w_dense`` is the original's
+    (float64, CPU), where the fold applies; the problem it computes is that of ``fold_x_dense``."""
     from unittest import mock
     from cuconv.backends.sm90 import wgrad as w90
-    from cuconv.models.fold import unfold_w
+    from cuconv.models.fold import fold_x_dense, unfold_w_dense
     rng = np.random.default_rng(case["seed"])
     (r, s), c = case["filt"], case["shape"][-1]
     kw = dict(stride=case["stride"], dilation=case["dilation"], padding=case["padding"])
@@ -205,16 +227,16 @@ def test_the_folded_weight_gradient_unfolds_into_the_original(case):
                            padding=case["padding"], groups=1, dtype="bfloat16", layout="NHWC", epilogue=Epilogue())
     with mock.patch.object(w90, "FOLD_MIN_PIXELS", 0):  # the geometry, whatever the size
         pf = w90.folded_width(p)
-    if c % 8 == 0 or s * padded_channels(c) > 64:
+    if c % 8 == 0 or padded_channels(s * c) > 64:
         assert pf is None
         return
     dy = rng.standard_normal(p.out_shape)
     want = cuconv.conv2d_weight_grad(x, dy, (case["k"], r, s, c), **kw)
-    xf = fold_x(x, s, case["stride"][1], case["dilation"][1], case["padding"][1][0], p.out_spatial[1])
-    assert pf.x_shape == xf.shape and pf.out_shape == dy.shape
+    xf = fold_x_dense(x, s, case["stride"][1], case["dilation"][1], case["padding"][1][0], p.out_spatial[1])
+    assert pf.x_shape == xf.shape and pf.out_shape == dy.shape and xf.shape[-1] == padded_channels(s * c)
     got = cuconv.conv2d_weight_grad(xf, dy, pf.w_shape, stride=pf.stride, dilation=pf.dilation,
                                     padding=tuple(zip(pf.pad_lo, pf.pad_hi)))
-    np.testing.assert_allclose(unfold_w(got, c), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(unfold_w_dense(got, s, c), want, rtol=1e-12, atol=1e-12)
 
 
 def test_folded_weight_gradient_declines():
@@ -229,10 +251,10 @@ def test_folded_weight_gradient_declines():
     assert folded_width(prob()) is not None
     assert folded_width(prob(c=16)) is None
     assert folded_width(prob(c=6, groups=2)) is None
-    assert folded_width(prob(c=3, s=9)) is None       # 9 x 8 = 72 channels
+    assert folded_width(prob(c=7, s=10)) is None      # 7 x 10 = 70 channels
     assert prob().gemm_m >= FOLD_MIN_PIXELS > prob(hw=64).gemm_m
     assert folded_width(prob(hw=64)) is None and "output pixels" in fold_declined(prob(hw=64))
     big = prob(n=64, hw=1024)
     assert math.prod(folded_width(prob(n=1, hw=1024)).x_shape) * 2 <= FOLD_MAX_BYTES
     assert folded_width(big) is None and "bytes" in fold_declined(big)
-    assert "64-channel block" in fold_declined(prob(s=9))
+    assert "64-channel block" in fold_declined(prob(c=7, s=10))  # 70 channels

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["padded_channels", "fold_rows", "fold_x", "fold_w", "unfold_w"]
+__all__ = ["padded_channels", "fold_rows", "fold_x", "fold_w", "unfold_w", "fold_x_dense", "unfold_w_dense"]
 
 
 def padded_channels(c: int) -> int:
@@ -48,6 +48,28 @@ def fold_w(w):
     """``w (K, R, S, C)`` folded: ``(K, R, 1, S * Cp)``."""
     k, r, s, c = w.shape
     return fold_rows(w.reshape(k * r, s, c), s, 0, 1, 0, 1).reshape(k, r, 1, -1)
+
+
+
+def fold_x_dense(x, filter_width: int, stride_w: int, dilation_w: int, pad_w_lo: int, out_w: int):
+    """``x (N, H, W, C)`` folded without padding each tap (``fold_width_dense``): ``(N, H, out_w, Cf)``,
+    element ``s * C + c`` of column ``q`` being ``x[..., q * stride_w - pad_w_lo + s * dilation_w, c]``
+    (zero outside the image), ``Cf = S * C`` rounded up to a multiple of 8 (zeros past ``S * C``)."""
+    n, h, w, c = x.shape
+    taps = filter_width
+    out = np.zeros((n, h, out_w, padded_channels(taps * c)), dtype=x.dtype)
+    for s in range(taps):
+        cols = np.arange(out_w) * stride_w - pad_w_lo + s * dilation_w
+        ok = (cols >= 0) & (cols < w)
+        out[:, :, ok, s * c:(s + 1) * c] = x[:, :, cols[ok], :]
+    return out
+
+
+def unfold_w_dense(wf, filter_width: int, channels: int):
+    """The inverse of the dense fold for a weight: ``wf (K, R, 1, Cf)`` -> ``(K, R, S, channels)`` (a view,
+    NumPy or CuPy): the weight gradient of the densely folded convolution unfolds into the original's."""
+    k, r = wf.shape[:2]
+    return wf[..., :filter_width * channels].reshape(k, r, filter_width, channels)
 
 
 def unfold_w(wf, channels: int):

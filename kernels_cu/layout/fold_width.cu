@@ -13,9 +13,17 @@
 // one 16-byte store, from one 16-byte load where vec_loads says C is a multiple of 8 and the source is
 // 16-byte aligned, else element by element. The values are copied as bits (float16 or bfloat16).
 //
-// `unfold_channels` undoes the channel padding of a folded weight: rows of Cp elements back to rows of
-// their first C (the weight gradient of the folded convolution, (K, R, 1, S * Cp), is the original's
-// (K, R, S, C) once each of its K * R * S rows of Cp drops its padding; cuconv/backends/sm90/wgrad.py).
+// `fold_width_dense` packs the taps' channels without padding each tap: destination element j < S * C
+// of a row is channel j % C of tap j / C, and the row is padded once, to Cf = S * C rounded up to a
+// multiple of 8 (an RGB 7x7 stem: 24 channels where the padded fold has 56):
+//
+//   dst[row][j] = src[nh * src_w + q * stride - pad + (j / C) * dil][j % C]   (j < S * C; zeros past it)
+//
+// One thread writes eight consecutive elements of one row (one 16-byte store) from 2-byte loads.
+//
+// `unfold_channels` drops a row padding: rows of Cp elements back to rows of their first C. The weight
+// gradient of the densely folded convolution, (K, R, 1, Cf), is the original's (K, R, S, C) once each of
+// its K * R rows drops its last Cf - S * C (cuconv/backends/sm90/wgrad.py).
 #include "common/types.cuh"
 
 struct FoldArgs {
@@ -55,6 +63,54 @@ extern "C" __global__ void __launch_bounds__(256) fold_width(const uint16_t* __r
       }
     }
     *reinterpret_cast<uint4*>(dst + slot * a.Cp + c0) = v;
+  }
+}
+
+struct DenseFoldArgs {
+  long long rows;            // destination rows (pixels)
+  long long src_row_stride;  // elements between consecutive source pixels
+  int C;                     // source channels
+  int Cf;                    // destination channels: taps * C rounded up to a multiple of 8
+  int taps;                  // filter columns folded into each destination row
+  int stride, dil, pad;      // source column of tap s: q * stride - pad + s * dil
+  int src_w, dst_w;          // columns per source / destination image row
+};
+
+// Element run i of the dense fold (i / groups: the destination row, i % groups: its eight-element run);
+// Index is uint32_t where every run index fits (a runtime division of 64-bit values costs a call).
+template <typename Index>
+__device__ __forceinline__ void dense_fold_run(const uint16_t* __restrict__ src, uint16_t* __restrict__ dst,
+                                               const DenseFoldArgs& a, Index i, Index groups) {
+  const Index row = i / groups;
+  const int j0 = (int)(i - row * groups) * 8;
+  const Index nh = row / (Index)a.dst_w;
+  const int col0 = (int)(row - nh * (Index)a.dst_w) * a.stride - a.pad;
+  const uint16_t* plane = src + (long long)nh * a.src_w * a.src_row_stride;
+  int tap = j0 / a.C, c = j0 - tap * a.C;
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int col = col0 + tap * a.dil;
+    const uint32_t e = tap < a.taps && col >= 0 && col < a.src_w ? __ldg(plane + (long long)col * a.src_row_stride + c) : 0u;
+    w[k / 2] = k % 2 ? w[k / 2] | (e << 16) : e;
+    if (++c == a.C) {
+      c = 0;
+      ++tap;
+    }
+  }
+  *reinterpret_cast<uint4*>(dst + (long long)row * a.Cf + j0) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+extern "C" __global__ void __launch_bounds__(256) fold_width_dense(const uint16_t* __restrict__ src,
+                                                                   uint16_t* __restrict__ dst, const DenseFoldArgs a) {
+  const int groups = a.Cf / 8;  // eight-element runs per destination row
+  const long long total = a.rows * groups;
+  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
+  if (total + step < 0xffffffffLL) {
+    for (uint32_t i = (uint32_t)first; i < (uint32_t)total; i += (uint32_t)step)
+      dense_fold_run<uint32_t>(src, dst, a, i, (uint32_t)groups);
+  } else {
+    for (long long i = first; i < total; i += step) dense_fold_run<long long>(src, dst, a, i, (long long)groups);
   }
 }
 

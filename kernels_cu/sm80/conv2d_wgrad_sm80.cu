@@ -8,7 +8,7 @@
 //   loader B   x: Im2colTLoader ([BK pixels][BN columns] tiles)
 //   mainloop   MmaMainloop with both operands read by ldmatrix.trans, fp32 accumulators
 //   epilogue   the fp32 partial sums of this CTA's pixel range -> ws[split][g Kg + k][j]
-// Then the reduce entry (<name>_reduce) adds the splits of every element in split order, in fp32,
+// Then the reduce entry (<name>_reduce) adds the splits of every element in a fixed order, in fp32,
 // and writes dw in the data's dtype: the result has the same bits on every run.
 // Grid: x = n tiles, y = m tiles, z = groups * splits (split fastest).
 #include "common/split_sum.cuh"
@@ -74,7 +74,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, 
     }
 }
 
-// dw = the splits of ws added in split order (common/split_sum.cuh).
+// dw = the splits of ws added in a fixed order (common/split_sum.cuh).
 extern "C" __global__ void __launch_bounds__(256)
 CUCONV_CAT(CUCONV_KERNEL_NAME, _reduce)(const float* __restrict__ ws, elem_t* __restrict__ dw, long long count,
                                          int splits) {

@@ -12,7 +12,7 @@
 //              tile with both operands transposed; a slot is released when the wgmmas of the next
 //              tile are issued and those of this one have retired (wait_group 1).
 //   epilogue   the fp32 partial sums -> ws[split][g Kg + k][j] (wgrad_common.cuh); the reduce entry
-//              adds the splits in split order.
+//              adds the splits in a fixed order.
 // A split covers whole tiles of BK pixels (the host's split length is a multiple of BK); the last
 // split's boxes run past the last pixel, where both tensors read as zeros (dy past its rows, x past
 // its last image), so no partial tile needs a mask. Columns past the group's R*S*Cg are not loaded

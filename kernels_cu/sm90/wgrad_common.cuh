@@ -8,7 +8,7 @@
 //   epilogue   a warpgroup's fp32 partial sums of its 64 filter rows x BN columns into the split's
 //              workspace slice, ws[split][g Kg + k][j] (element layout): rows past the group's filters
 //              and columns past the group's R*S*Cg are not stored;
-//   reduce     the entry <name>_reduce adds the splits in split order (common/split_sum.cuh).
+//   reduce     the entry <name>_reduce adds the splits in a fixed order (common/split_sum.cuh).
 //
 // Accumulator layout (wgmma_mainloop.cuh): acc[j*4 + 2*i + e] <-> row 16*warp + lane/4 + 8*i, column
 // 8*j + 2*(lane%4) + e of the warpgroup's 64 rows.
@@ -88,7 +88,7 @@ __device__ __forceinline__ void store_wgrad_partials(const float (&acc)[kBN / 2]
 }  // namespace sm90
 }  // namespace cuconv
 
-// dw = the splits of ws added in split order (common/split_sum.cuh): the <name>_reduce entry of a form.
+// dw = the splits of ws added in a fixed order (common/split_sum.cuh): the <name>_reduce entry of a form.
 #define CUCONV_WGRAD_REDUCE_ENTRY                                                                                  \
   extern "C" __global__ void __launch_bounds__(256) CUCONV_CAT(CUCONV_KERNEL_NAME, _reduce)(                       \
       const float* __restrict__ ws, elem_t* __restrict__ dw, long long count, int splits) {                        \

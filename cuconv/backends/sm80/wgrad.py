@@ -5,7 +5,7 @@ layout both operands are stored in, so the kernel (kernels_cu/sm80/conv2d_wgrad_
 with ``ldmatrix.trans`` (dy through the linear loader, x through the transposed im2col loader). A
 weight gradient has few output tiles and a long reduction, so the pixels are split across CTAs
 (:func:`choose_splits`: whole waves of CTAs); each split writes fp32 partial sums to a workspace (a
-:mod:`cuconv.scratch` buffer), and a second launch adds them in split order and casts. Same bits on every run.
+:mod:`cuconv.scratch` buffer), and a second launch adds them in an order fixed by the split count and casts. Same bits on every run.
 
 CuPy is imported only inside functions.
 """
@@ -170,7 +170,8 @@ class WgradLaunch:
         self._grid = (n_tiles, m_tiles, p.groups * self.splits.count)
         self._geometry = _geometry(p, self.splits, m_tiles, n_tiles)
         null = np.uint64(0)
-        blocks = max(1, min(-(-self.count // 256), 8 * max(device.sm_count, 1)))
+        # split_sum.cuh gives a long sum up to 16 threads (runs of splits): CTAs for 16 threads per 4 elements
+        blocks = max(1, min(-(-self.count * 4 // 256), 8 * max(device.sm_count, 1)))
         self._reduce = PackedLaunch(reduce_fn, blocks, 256, 0, (null, null, np.int64(self.count),
                                                                 np.int32(self.splits.count)), slots=(0, 1))
         self._main = self._pack((null, null, null, self._geometry), slots=(0, 1, 2))
@@ -191,7 +192,7 @@ class WgradLaunch:
         v, sp = self.variant, self.splits
         loads = "TMA boxes from a producer warp, " if v.tma else ""
         return (f"{v.name}: tile {v.bm}x{v.bn}x{v.bk}, {loads}{sp.tiles} output tile(s) x {sp.count} split(s) of "
-                f"{sp.length} pixels, fp32 partial sums ({4 * sp.count * self.count} bytes) added in split order")
+                f"{sp.length} pixels, fp32 partial sums ({4 * sp.count * self.count} bytes) added in a fixed order")
 
     def __call__(self, x, dy, dw) -> None:
         ws = scratch("weight-gradient partial sums", (self.splits.count * self.count,), np.float32)

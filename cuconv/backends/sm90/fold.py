@@ -22,6 +22,8 @@ stem 164 against 442 us.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from ...launch import RowKernel
@@ -31,7 +33,7 @@ from ...registry import register
 from ...scratch import scratch
 from .kernel import RewritingKernel, Sm90TmaKernel
 
-__all__ = ["Sm90FoldKernel", "FoldPlan", "FoldWidth", "UnfoldChannels", "fold_width_problem", "FOLD_SOURCE"]
+__all__ = ["Sm90FoldKernel", "FoldPlan", "FoldWidth", "DenseFoldWidth", "UnfoldChannels", "fold_width_problem", "FOLD_SOURCE"]
 
 FOLD_SOURCE = "layout/fold_width.cu"
 _ARGS_FIELDS = [("rows", np.int64), ("src_row_stride", np.int64)] + [(n, np.int32) for n in (
@@ -43,14 +45,16 @@ _BLOCK = 64
 COMPILE_VARIANTS = [(FOLD_SOURCE, {}, arch) for arch in ("sm_80", "sm_90a")]
 
 
-def fold_width_problem(problem, tap_channels: int, dtype: str, layout: str):
-    """The problem after the width fold: x ``(N, H, Q, S * tap_channels)`` under an ``R x 1`` filter, stride
-    and dilation along H only, no padding along W (the fold applied it), the same output, in ``layout``
-    (the output's and the residual's; x and w reach a plan channels-last whatever it is)."""
+def fold_width_problem(problem, tap_channels: int, dtype: str, layout: str, channels: Optional[int] = None):
+    """The problem after the width fold: x ``(N, H, Q, S * tap_channels)`` (or ``channels`` in all: the dense
+    fold's ``Cf``) under an ``R x 1`` filter, stride and dilation along H only, no padding along W (the fold
+    applied it), the same output, in ``layout`` (the output's and the residual's; x and w reach a plan
+    channels-last whatever it is)."""
     from ...problem import ConvProblem
     (R, S), (H, _) = problem.filter_spatial, problem.in_spatial
     return ConvProblem.create(nd=2, batch=problem.batch, in_spatial=(H, problem.out_spatial[1]),
-                              channels=S * tap_channels, out_channels=problem.out_channels, filter_spatial=(R, 1),
+                              channels=channels or S * tap_channels, out_channels=problem.out_channels,
+                              filter_spatial=(R, 1),
                               stride=(problem.stride[0], 1), dilation=(problem.dilation[0], 1),
                               padding=((problem.pad_lo[0], problem.pad_hi[0]), (0, 0)), groups=1, dtype=dtype,
                               layout=layout, epilogue=problem.epilogue)
@@ -66,6 +70,21 @@ class FoldWidth(RowKernel):
         super().__init__(device_index, dict(rows=rows, src_row_stride=c, C=c, Cp=padded_channels(c), taps=taps,
                                             stride=stride, dil=dil, pad=pad, src_w=src_w, dst_w=dst_w),
                          rows * taps * (padded_channels(c) // 8), c % 8 == 0)
+
+
+class DenseFoldWidth(RowKernel):
+    """One dense fold geometry on one GPU (``fold_width_dense``): ``rows`` destination rows of ``Cf`` 16-bit
+    values, the ``taps`` x ``C`` channels side by side, then zeros."""
+
+    source, function = FOLD_SOURCE, "fold_width_dense"
+    fields = [("rows", np.int64), ("src_row_stride", np.int64)] + [(n, np.int32) for n in (
+        "C", "Cf", "taps", "stride", "dil", "pad", "src_w", "dst_w")]
+
+    def __init__(self, device_index: int, rows: int, c: int, taps: int, stride: int, dil: int, pad: int,
+                 src_w: int, dst_w: int):
+        cf = padded_channels(taps * c)
+        super().__init__(device_index, dict(rows=rows, src_row_stride=c, C=c, Cf=cf, taps=taps, stride=stride,
+                                            dil=dil, pad=pad, src_w=src_w, dst_w=dst_w), rows * (cf // 8), False)
 
 
 class UnfoldChannels(RowKernel):

@@ -1,7 +1,7 @@
 """``sm90_wgrad``: the conv2d weight gradient on Hopper with wgmma (fp16 / bf16, NHWC).
 
 The same GEMM as :mod:`cuconv.backends.sm80.wgrad` (``dw = dy^T @ im2col(x)``, the reduction over
-the output pixels, split across CTAs and added in split order), with the tiles staged in wgmma's
+the output pixels, split across CTAs and added in a fixed order), with the tiles staged in wgmma's
 MN-major layout and multiplied by ``wgmma`` with both operands transposed
 (kernels_cu/sm90/conv_wgrad_sm90.cu). It takes 16-byte copies only: channel counts (per group) that
 are multiples of 8 and 16-byte aligned operands; :func:`declines` says otherwise, and the sm80
@@ -34,7 +34,7 @@ from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
 __all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tma_declines", "TmaWgradLaunch",
-           "launch_for", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "FoldedWidth", "COMPILE_VARIANTS"]
+           "launch_for", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_wgrad_sm90.cu"
 TMA_SOURCE = "sm90/conv_wgrad_tma_sm90.cu"
@@ -171,13 +171,14 @@ def fold_declined(p: ConvProblem) -> Optional[str]:
     from ...models.fold import padded_channels
     if p.nd != 2 or p.groups != 1 or p.channels % 8 == 0:
         return "the width fold is for conv2d with groups 1 and channels not a multiple of 8"
-    S, cp_ = p.filter_spatial[1], padded_channels(p.channels)
-    if S * cp_ > 64:
-        return f"the width fold's {S} columns x {cp_} channels fill more than one 64-channel block"
+    S = p.filter_spatial[1]
+    cf = padded_channels(S * p.channels)
+    if cf > 64:
+        return f"the width fold's {S} columns x {p.channels} channels fill more than one 64-channel block"
     if p.gemm_m < FOLD_MIN_PIXELS:
         return (f"the width fold pays from {FOLD_MIN_PIXELS} output pixels (this gradient sums over "
                 f"{p.gemm_m})")
-    fold_bytes = p.batch * p.in_spatial[0] * p.out_spatial[1] * S * cp_ * p.itemsize
+    fold_bytes = p.batch * p.in_spatial[0] * p.out_spatial[1] * cf * p.itemsize
     if fold_bytes > FOLD_MAX_BYTES:
         return f"the width-folded x would take {fold_bytes} bytes, over {FOLD_MAX_BYTES}"
     return None
@@ -185,44 +186,45 @@ def fold_declined(p: ConvProblem) -> Optional[str]:
 
 def folded_width(p: ConvProblem) -> Optional[ConvProblem]:
     """The problem :class:`FoldedWidth` computes in place of ``p``, or None (:func:`fold_declined` says
-    why): where only ``p``'s channel count (not a multiple of 8: an RGB stem, a 4-channel latent) keeps
-    this kernel from it, the width fold of the forward kernel (:mod:`cuconv.backends.sm90.fold`) makes it
-    one of ``S * Cp`` channels under an ``R x 1`` filter (``Cp``: C rounded up to 8) with the same output,
-    so the same dy. Groups 1, conv2d, at least :data:`FOLD_MIN_PIXELS` output pixels, the filter's
-    columns filling at most one 64-channel block (``S * Cp <= 64``) and the folded x at most
-    :data:`FOLD_MAX_BYTES`."""
+    why). Where only ``p``'s channel count (not a multiple of 8: an RGB stem, a 4-channel latent) keeps
+    this kernel from it, the dense width fold (``fold_width_dense``: each output column's ``S`` input
+    columns side by side, ``Cf = S * C`` rounded up to 8 channels) makes it a convolution under an
+    ``R x 1`` filter with the same output, so the same dy. Groups 1, conv2d, at least
+    :data:`FOLD_MIN_PIXELS` output pixels, ``Cf <= 64`` and the folded x at most :data:`FOLD_MAX_BYTES`."""
     from ...models.fold import padded_channels
     from .fold import fold_width_problem
     if fold_declined(p) is not None:
         return None
-    return fold_width_problem(p, padded_channels(p.channels), p.dtype, p.layout)
+    cf = padded_channels(p.filter_spatial[1] * p.channels)
+    return fold_width_problem(p, p.channels, p.dtype, p.layout, channels=cf)
 
 
 class FoldedWidth:
     """The weight gradient of a few-channel ``p`` computed as that of its width-folded problem
-    (:func:`folded_width`): x folded into a scratch buffer (``kernels_cu/layout/fold_width.cu``), the
-    kernel's ``(K, R, 1, S * Cp)`` gradient into another, whose ``K * R * S`` rows of ``Cp`` channels
-    give their first C to dw (``dw[k, r, s, c] = dw'[k, r, 0, s * Cp + c]``, ``unfold_channels``)."""
+    (:func:`folded_width`): x folded into a scratch buffer (``fold_width_dense`` of
+    ``kernels_cu/layout/fold_width.cu``), the kernel's ``(K, R, 1, Cf)`` gradient into another, whose
+    ``K * R`` rows give their first ``S * C`` values to dw (``dw[k, r, s, c] = dw'[k, r, 0, s * C + c]``,
+    ``unfold_channels``)."""
 
     def __init__(self, inner: WgradLaunch, p: ConvProblem, folded: ConvProblem, device):
-        from ...models.fold import padded_channels
-        from .fold import FoldWidth, UnfoldChannels
+        from .fold import DenseFoldWidth, UnfoldChannels
         self.inner, self.p, self.folded = inner, p, folded
         self.variant, self.splits = inner.variant, inner.splits
         (H, W), (R, S), Q, C = p.in_spatial, p.filter_spatial, p.out_spatial[1], p.channels
-        self.cp = padded_channels(C)
-        self._fold = FoldWidth(device.index, p.batch * H * Q, C, S, p.stride[1], p.dilation[1], p.pad_lo[1], W, Q)
-        self._unfold = UnfoldChannels(device.index, p.out_channels * R * S, C, self.cp)
-        self._dwf_shape = (p.out_channels, R, 1, S * self.cp)
+        self.cf = folded.channels
+        self._fold = DenseFoldWidth(device.index, p.batch * H * Q, C, S, p.stride[1], p.dilation[1], p.pad_lo[1],
+                                    W, Q)
+        self._unfold = UnfoldChannels(device.index, p.out_channels * R, S * C, self.cf)
+        self._dwf_shape = (p.out_channels, R, 1, self.cf)
 
     @property
     def name(self) -> str:
         return self.inner.name
 
     def describe(self) -> str:
-        S, R = self.p.filter_spatial[1], self.p.filter_spatial[0]
-        return (f"x width-folded ({S} columns x {self.cp} channels per output column, under a {R}x1 filter; "
-                f"the first {self.p.channels} channels of each column block kept): {self.inner.describe()}")
+        (R, S), C = self.p.filter_spatial, self.p.channels
+        return (f"x width-folded ({S} columns x {C} channels side by side, {self.cf} per output column, under a "
+                f"{R}x1 filter): {self.inner.describe()}")
 
     def __call__(self, x, dy, dw) -> None:
         xf = scratch("weight-gradient folded x", self.folded.x_shape, x.dtype)
@@ -255,13 +257,22 @@ def tma_tile_for(p: ConvProblem):
 def tile_for(p: ConvProblem):
     """``(bm, bn)``: 256 x 128 where there are 256+ filters per group (each tile's copies feed twice the
     multiply-adds of a 128 x 128 tile); 64 x 128 (one warpgroup, two CTAs per SM) for 64 or fewer
-    filters over 384+ columns (a 128-row tile would be half empty: ResNet-50's 3x3 64 -> 64 at 56x56,
-    N=32, 39.8 us against 46.6 on an H200; its width-folded 7x7 stem, 392 columns, 148 against 187);
-    else 128 x 128 (with few columns the 64-row tile's twice as many splits cost more than its empty
-    rows: the 1x1 64 -> 64 layer 29.2 us against 23.9)."""
+    filters over 512+ columns (a 128-row tile would be half empty: ResNet-50's 3x3 64 -> 64 at 56x56,
+    N=32, 39.8 us against 46.6 on an H200); else 128 x 128 (with few columns the 64-row tile's twice as
+    many splits cost more than its empty rows: the 1x1 64 -> 64 layer 29.2 us against 23.9). A
+    width-folded problem takes its own (:func:`folded_tile`)."""
     if p.gemm_n >= 256:
         return 256, 128
-    return (64, 128) if p.gemm_n <= 64 and p.gemm_k >= 384 else (128, 128)
+    return (64, 128) if p.gemm_n <= 64 and p.gemm_k >= 512 else (128, 128)
+
+
+def folded_tile(folded: ConvProblem) -> Optional[int]:
+    """The tile height of a width-folded problem (:func:`folded_width`): 64 rows for 64 or fewer filters,
+    else :func:`tile_for`'s. Its columns are few (``R * Cf``) and its pixels many, and the 64-row tile
+    beats the half-empty 128-row one there (H200, bf16, fold + kernel + reduce: ResNet-50's 7x7 stem,
+    N=32, 111-113 us against 120-122; YOLOv8s' 3x3 stem, N=16 at 640x640, 195 against 217;
+    docs/tuning.md#T-wgrad-fold)."""
+    return 64 if folded.gemm_n <= 64 else None
 
 
 def _compile_variants():
