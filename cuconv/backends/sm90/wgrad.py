@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections import OrderedDict
 from typing import Optional
 
@@ -158,8 +157,8 @@ class PaddedFilters:
         dw[...] = dw8[:self.K]
 
 
-#: The largest folded copy of x (bytes) :func:`folded_width` makes: a few-channel image of width S * Cp / C
-#: times x's size.
+#: The largest folded copy of x (bytes) :func:`folded_width` makes: about Cf / C = S times x's size (at W
+#: stride 1).
 FOLD_MAX_BYTES = 1 << 30
 #: The fewest output pixels (the GEMM's reduction, N * P * Q) :func:`folded_width` folds: below them the
 #: fold's two extra launches cost more than sm80_wgrad's 2-byte copies (docs/tuning.md#T-wgrad-fold).
