@@ -344,6 +344,53 @@ def test_wgrad_kernel_splits_deterministically(cp):
     assert rel_error(a, want) <= TOLERANCE["bfloat16"]
 
 
+def _split_order_sum(ws: np.ndarray) -> np.ndarray:
+    """common/split_sum.cuh's order in float32: G runs of ceil(splits / G) consecutive splits (G = 1 below
+    16 splits, doubling while there are 16 G or more, at most 16), each summed from zero in split order,
+    then the runs' sums in run order."""
+    splits = ws.shape[0]
+    g = 1
+    while g < 16 and splits >= 16 * g:
+        g *= 2
+    length = -(-splits // g)
+    runs = []
+    for r in range(g):
+        run = np.zeros(ws.shape[1], dtype=np.float32)
+        for s in range(r * length, min(splits, (r + 1) * length)):
+            run = (run + ws[s]).astype(np.float32)
+        runs.append(run)
+    total = runs[0]
+    for run in runs[1:]:
+        total = (total + run).astype(np.float32)
+    return total
+
+
+@pytest.mark.parametrize("K,C,hw,N", [(64, 64, 56, 32), (512, 512, 64, 1), (24, 16, 9, 3), (32, 3, 224, 32),
+                                     (5, 3, 224, 32)])
+def test_split_reduce_adds_in_its_documented_order(cp, K, C, hw, N):
+    """The weight gradient's reduce launch on random partial sums equals, bit for bit, the float32 sum in
+    the order common/split_sum.cuh documents (runs of consecutive splits for long sums), rounded to bf16:
+    the order is fixed by the split count alone. Problems with few and with many splits (the RGB stem's
+    fold), element counts with 16-byte quads and an odd one (5 filters of 3 channels on sm80_wgrad)."""
+    from cuconv.backends.sm80 import wgrad as w80
+    from cuconv.backends.sm90 import wgrad as w90
+    from cuconv.device import device_of
+    x = cp.zeros((N, hw, hw, C), dtype=ml_dtypes.bfloat16)
+    p = cuconv.grad._forward_problem(2, x.shape, (K, 3, 3, C), "bfloat16", "NHWC", 1, 1, 1, 1, None)
+    dev = device_of(x)
+    pf = w90.folded_width(p) if C % 8 else None
+    q = pf if pf is not None and w90.declines(pf, dev) is None else p
+    launch = (w90.launch_for(q, dev, w90.variant(q)) if w90.declines(q, dev) is None
+              else w80.launch_for(q, dev, w80.sm80_variant(q)))
+    count, splits = launch.count, launch.splits.count
+    rng = np.random.default_rng(splits)
+    ws_host = rng.standard_normal((splits, count)).astype(np.float32)
+    ws, dw = cp.asarray(ws_host), cp.empty(count, dtype=ml_dtypes.bfloat16)
+    launch._reduce(ws.data.ptr, dw.data.ptr)
+    want = _split_order_sum(ws_host).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(dw.get().view(np.uint16), want.view(np.uint16)), (splits, count)
+
+
 def test_wgrad_kernel_nchw_and_bias_grad(cp):
     rng = np.random.default_rng(4)
     x = rng.standard_normal((3, 16, 11, 13)).astype(np.float16)     # NCHW
