@@ -744,6 +744,12 @@ def _wgrad_choice(p, device, x_align: int, dy_align: int, kernel):
     reasons = {"sm90_wgrad": w90.declines(p, device, x_align, dy_align), "sm80_wgrad": w80.declines(p, device)}
     launches = {"sm90_wgrad": lambda: w90.launch_for(p, device, w90.variant(p)),
                 "sm80_wgrad": lambda: w80.launch_for(p, device, w80.sm80_variant(p, x_align, dy_align))}
+    px = w90.exchanged_roles(p) if reasons["sm90_wgrad"] is not None and kernel != "sm80_wgrad" else None
+    if px is not None:  # dy as the input, x as the output gradient, on sm90_wgrad (its own choice of form)
+        inner = _wgrad_choice(px, device, dy_align, x_align, "sm90_wgrad")[0]
+        if inner is not None:
+            reasons["sm90_wgrad"] = None
+            launches["sm90_wgrad"] = lambda: w90.ExchangedRoles(inner, p, px)
     p8 = w90.padded_filters(p) if reasons["sm90_wgrad"] is not None else None
     if p8 is not None and w90.declines(p8, device, x_align, 0) is None:  # the padded dy is a new buffer
         reasons["sm90_wgrad"] = None

@@ -17,6 +17,7 @@ import itertools
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cuconv
 from cuconv import grad
@@ -302,3 +303,33 @@ def test_sm90_wgrad_pads_a_few_filters_to_eight():
     assert w90.padded_filters(problem(128, 12)) is None      # 8 or more: sm80_wgrad copies 8 bytes
     assert w90.padded_filters(problem(128, 6, groups=2)) is None
     assert w90.padded_filters(problem(3, 5)) is None         # 3 channels: not a kernel the padding reaches
+
+
+@settings(max_examples=60, deadline=None)
+@given(C=st.sampled_from([8, 16]), K=st.integers(1, 7), R=st.integers(1, 4), S=st.integers(1, 4),
+       dil=st.tuples(st.integers(1, 2), st.integers(1, 2)), pads=st.tuples(*[st.integers(0, 3)] * 4),
+       H=st.integers(6, 14), W=st.integers(6, 14), N=st.integers(1, 2), seed=st.integers(0, 2**31 - 1))
+def test_the_exchanged_weight_gradient_is_the_original(C, K, R, S, dil, pads, H, W, N, seed):
+    """A stride-1 weight gradient with few filters equals that of the convolution taking dy as its input and
+    giving x's shape under the flipped filter (:func:`cuconv.backends.sm90.wgrad.exchanged_roles`), flipped
+    back with its channel axes exchanged (float64, CPU); None exactly where a padding would be negative."""
+    from cuconv.backends.sm90.wgrad import exchanged_roles
+    from cuconv.problem import ConvProblem
+    padding = ((pads[0], pads[1]), (pads[2], pads[3]))
+    try:
+        p = ConvProblem.create(nd=2, batch=N, in_spatial=(H, W), channels=C, out_channels=K, filter_spatial=(R, S),
+                               stride=1, dilation=dil, padding=padding, groups=1, dtype="bfloat16", layout="NHWC")
+    except ValueError:
+        return  # no output
+    q = exchanged_roles(p)
+    feasible = all(a <= (f - 1) * d and b <= (f - 1) * d
+                   for f, d, (a, b) in zip((R, S), dil, padding))
+    assert (q is not None) == feasible
+    if q is None:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, H, W, C))
+    dy = rng.standard_normal(p.out_shape)
+    want = cuconv.conv2d_weight_grad(x, dy, (K, R, S, C), dilation=dil, padding=padding)
+    got = cuconv.conv2d_weight_grad(dy, x, q.w_shape, dilation=q.dilation, padding=tuple(zip(q.pad_lo, q.pad_hi)))
+    np.testing.assert_allclose(np.moveaxis(got[:, ::-1, ::-1, :], (0, 3), (3, 0)), want, rtol=1e-10, atol=1e-10)

@@ -344,6 +344,46 @@ def test_wgrad_kernel_splits_deterministically(cp):
     assert rel_error(a, want) <= TOLERANCE["bfloat16"]
 
 
+@needs_hopper
+@settings(max_examples=30)
+@given(K=st.sampled_from([1, 3, 4, 7, 12]), C=st.sampled_from([8, 16, 64]), R=st.integers(1, 3), S=st.integers(1, 3),
+       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)), H=st.integers(5, 30), W=st.integers(5, 30),
+       N=st.sampled_from([1, 3]), dtype=st.sampled_from(["bfloat16", "float16"]), data=st.data())
+def test_few_filters_exchange_roles_on_sm90_wgrad(cp, K, C, R, S, dilation, H, W, N, dtype, data):
+    """A stride-1 weight gradient with a filter count that is not a multiple of 8 runs as the weight gradient
+    of the convolution taking dy as its input (its few channels width-folded; the fold's size threshold
+    lifted so that small images take it), flipped back with the channel axes exchanged: twice (the second
+    call replays), against the float64 reference."""
+    from unittest import mock
+    from cuconv.backends.sm90 import wgrad as w90
+    padding = tuple((data.draw(st.integers(0, (f - 1) * d)), data.draw(st.integers(0, (f - 1) * d)))
+                    for f, d in zip((R, S), dilation))
+    kw = dict(padding=padding, dilation=dilation)
+    rng = np.random.default_rng(13)
+    dt = DTYPES[dtype]
+    x = rng.standard_normal((N, H, W, C)).astype(dt)
+    try:
+        p = cuconv.grad._forward_problem(2, x.shape, (K, R, S, C), dtype, "NHWC", 1, padding, dilation, 1, None)
+    except ValueError:
+        return  # no output pixel
+    dy = rng.standard_normal(p.out_shape).astype(dt)
+    want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), (K, R, S, C), **kw)
+    xg, dyg = cp.asarray(x), cp.asarray(dy)
+    cuconv.grad._wgrad_choice.cache_clear()
+    cuconv.grad._WGRAD_CALLS.clear()
+    try:
+        with mock.patch.object(w90, "FOLD_MIN_PIXELS", 0):
+            e = cuconv.explain_weight_grad(xg, dyg, (K, R, S, C), **kw)
+            assert e.kernel == "sm90_wgrad" and "roles exchanged" in e.detail, e.detail
+            for _ in range(2):
+                got = cuconv.conv2d_weight_grad(xg, dyg, (K, R, S, C), **kw)
+                assert got.dtype == dt and got.shape == (K, R, S, C)
+                assert rel_error(got, want) <= TOLERANCE[dtype]
+    finally:
+        cuconv.grad._wgrad_choice.cache_clear()
+        cuconv.grad._WGRAD_CALLS.clear()
+
+
 def _split_order_sum(ws: np.ndarray) -> np.ndarray:
     """common/split_sum.cuh's order in float32: G runs of ceil(splits / G) consecutive splits (G = 1 below
     16 splits, doubling while there are 16 G or more, at most 16), each summed from zero in split order,

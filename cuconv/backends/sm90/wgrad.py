@@ -33,7 +33,8 @@ from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
 __all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tma_declines", "TmaWgradLaunch",
-           "launch_for", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth", "COMPILE_VARIANTS"]
+           "launch_for", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth", "exchanged_roles",
+           "ExchangedRoles", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_wgrad_sm90.cu"
 TMA_SOURCE = "sm90/conv_wgrad_tma_sm90.cu"
@@ -231,6 +232,53 @@ class FoldedWidth:
         dwf = scratch("weight-gradient folded dw", self._dwf_shape, dw.dtype)
         self.inner(xf, dy, dwf)
         self._unfold(dwf, dw)
+
+
+def exchanged_roles(p: ConvProblem) -> Optional[ConvProblem]:
+    """The problem :class:`ExchangedRoles` computes in place of ``p``, or None: where ``p`` has stride 1,
+    groups 1, channels a multiple of 8 and a filter count that is not (a decoder's RGB or latent output), the
+    weight gradient of the convolution that takes dy as its input and gives x's shape, under the same
+    filter flipped (dilation d, padding ``(F - 1) d - pad`` per side), holds ``p``'s with the two channel
+    axes exchanged: ``dw[k, r, s, c] = dw'[c, R-1-r, S-1-s, k]``. Its reduction reads x once as its
+    output gradient, where ``p``'s reads x through the im2col once per filter tap; its few input channels
+    (``p``'s filters) take the width fold. None where a padding would be negative."""
+    if (p.nd != 2 or p.groups != 1 or p.out_channels % 8 == 0 or p.channels % 8
+            or any(st != 1 for st in p.stride)):
+        return None
+    lo = [(f - 1) * d - a for f, d, a in zip(p.filter_spatial, p.dilation, p.pad_lo)]
+    hi = [(f - 1) * d - b for f, d, b in zip(p.filter_spatial, p.dilation, p.pad_hi)]
+    if min(lo + hi) < 0:
+        return None
+    q = ConvProblem.create(nd=2, batch=p.batch, in_spatial=p.out_spatial, channels=p.out_channels,
+                           out_channels=p.channels, filter_spatial=p.filter_spatial, stride=1, dilation=p.dilation,
+                           padding=tuple(zip(lo, hi)), groups=1, dtype=p.dtype, layout=p.layout)
+    return q if q.out_spatial == p.in_spatial else None
+
+
+class ExchangedRoles:
+    """The weight gradient of ``p`` computed as that of :func:`exchanged_roles`'s problem: ``inner(dy, x,
+    dw')`` into a scratch ``(C, R, S, K)``, then dw = dw' flipped with its channel axes exchanged (one
+    launch of ``kernels_cu/layout/flip_filter.cu``, the input gradient's filter flip)."""
+
+    def __init__(self, inner, p: ConvProblem, exchanged: ConvProblem):
+        from ...layout import flip_taps
+        self.inner, self.p, self.exchanged = inner, p, exchanged
+        self.variant, self.splits = inner.variant, inner.splits
+        self._flips = flip_taps(p.filter_spatial, (slice(None, None, -1),) * p.nd)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def describe(self) -> str:
+        return (f"roles exchanged (dy as the input, x as the output gradient, the filter flipped and its "
+                f"channel axes exchanged after): {self.inner.describe()}")
+
+    def __call__(self, x, dy, dw) -> None:
+        from ...layout import flip_filter_launch
+        dwx = scratch("weight-gradient exchanged dw", self.exchanged.w_shape, dw.dtype)
+        self.inner(dy, x, dwx)
+        flip_filter_launch(dwx, 1, self._flips)(dwx.data.ptr, dw.data.ptr)
 
 
 @functools.lru_cache(maxsize=256)
