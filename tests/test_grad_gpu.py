@@ -285,6 +285,28 @@ def test_few_filters_pad_to_eight_on_sm90_wgrad(cp, K, C):
         assert got.shape == (K, 3, 3, C) and rel_error(got, want) <= TOLERANCE["bfloat16"]
 
 
+def _twice_with_the_fold_lifted(xg, dyg, w_shape, kw, want, dtype, says):
+    """Two weight-gradient calls (the second replays) under the width fold with its size threshold lifted,
+    each against ``want``; the explanation names sm90_wgrad and ``says`` (when given). The choice caches
+    are cleared before and after: choices under the lifted threshold are not the automatic ones."""
+    from unittest import mock
+    from cuconv.backends.sm90 import wgrad as w90
+    cuconv.grad._wgrad_choice.cache_clear()
+    cuconv.grad._WGRAD_CALLS.clear()
+    try:
+        with mock.patch.object(w90, "FOLD_MIN_PIXELS", 0):
+            e = cuconv.explain_weight_grad(xg, dyg, w_shape, **kw)
+            if says:
+                assert e.kernel == "sm90_wgrad" and says in e.detail, e.detail
+            for _ in range(2):
+                got = cuconv.conv2d_weight_grad(xg, dyg, w_shape, **kw)
+                assert got.dtype == DTYPES[dtype] and got.shape == tuple(w_shape)
+                assert rel_error(got, want) <= TOLERANCE[dtype]
+    finally:
+        cuconv.grad._wgrad_choice.cache_clear()
+        cuconv.grad._WGRAD_CALLS.clear()
+
+
 @needs_hopper
 @settings(max_examples=30)
 @given(C=st.integers(1, 7), K=st.sampled_from([8, 16, 64]), R=st.integers(1, 7), S=st.integers(1, 7),
@@ -296,8 +318,6 @@ def test_few_channels_fold_the_width_on_sm90_wgrad(cp, C, K, R, S, stride, dilat
     (S columns x 8 channels) where the fold fits one 64-channel block, twice (the second call replays),
     against the float64 reference. The fold's size threshold is lifted so that small images take it; one
     large stem runs under the automatic rule (test_weight_grad_explanation_names_the_kernel_that_runs)."""
-    from unittest import mock
-    from cuconv.backends.sm90 import wgrad as w90
     kw = dict(stride=stride, padding=pad, dilation=dilation)
     rng = np.random.default_rng(11)
     dt = DTYPES[dtype]
@@ -305,21 +325,8 @@ def test_few_channels_fold_the_width_on_sm90_wgrad(cp, C, K, R, S, stride, dilat
     p = cuconv.grad._forward_problem(2, x.shape, (K, R, S, C), dtype, "NHWC", stride, pad, dilation, 1, None)
     dy = rng.standard_normal(p.out_shape).astype(dt)
     want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), (K, R, S, C), **kw)
-    xg, dyg = cp.asarray(x), cp.asarray(dy)
-    cuconv.grad._wgrad_choice.cache_clear()
-    cuconv.grad._WGRAD_CALLS.clear()
-    try:
-        with mock.patch.object(w90, "FOLD_MIN_PIXELS", 0):
-            e = cuconv.explain_weight_grad(xg, dyg, (K, R, S, C), **kw)
-            if S * 8 <= 64:
-                assert e.kernel == "sm90_wgrad" and "width-folded" in e.detail, e.detail
-            for _ in range(2):
-                got = cuconv.conv2d_weight_grad(xg, dyg, (K, R, S, C), **kw)
-                assert got.dtype == dt and got.shape == (K, R, S, C)
-                assert rel_error(got, want) <= TOLERANCE[dtype]
-    finally:  # the choices made under the lifted threshold are not the automatic ones
-        cuconv.grad._wgrad_choice.cache_clear()
-        cuconv.grad._WGRAD_CALLS.clear()
+    _twice_with_the_fold_lifted(cp.asarray(x), cp.asarray(dy), (K, R, S, C), kw, want, dtype,
+                                "width-folded" if S * 8 <= 64 else None)
 
 
 def test_wgrad_kernel_splits_deterministically(cp):
@@ -354,34 +361,18 @@ def test_few_filters_exchange_roles_on_sm90_wgrad(cp, K, C, R, S, dilation, H, W
     of the convolution taking dy as its input (its few channels width-folded; the fold's size threshold
     lifted so that small images take it), flipped back with the channel axes exchanged: twice (the second
     call replays), against the float64 reference."""
-    from unittest import mock
-    from cuconv.backends.sm90 import wgrad as w90
     padding = tuple((data.draw(st.integers(0, (f - 1) * d)), data.draw(st.integers(0, (f - 1) * d)))
                     for f, d in zip((R, S), dilation))
     kw = dict(padding=padding, dilation=dilation)
     rng = np.random.default_rng(13)
-    dt = DTYPES[dtype]
-    x = rng.standard_normal((N, H, W, C)).astype(dt)
+    x = rng.standard_normal((N, H, W, C)).astype(DTYPES[dtype])
     try:
         p = cuconv.grad._forward_problem(2, x.shape, (K, R, S, C), dtype, "NHWC", 1, padding, dilation, 1, None)
     except ValueError:
         return  # no output pixel
-    dy = rng.standard_normal(p.out_shape).astype(dt)
+    dy = rng.standard_normal(p.out_shape).astype(DTYPES[dtype])
     want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), (K, R, S, C), **kw)
-    xg, dyg = cp.asarray(x), cp.asarray(dy)
-    cuconv.grad._wgrad_choice.cache_clear()
-    cuconv.grad._WGRAD_CALLS.clear()
-    try:
-        with mock.patch.object(w90, "FOLD_MIN_PIXELS", 0):
-            e = cuconv.explain_weight_grad(xg, dyg, (K, R, S, C), **kw)
-            assert e.kernel == "sm90_wgrad" and "roles exchanged" in e.detail, e.detail
-            for _ in range(2):
-                got = cuconv.conv2d_weight_grad(xg, dyg, (K, R, S, C), **kw)
-                assert got.dtype == dt and got.shape == (K, R, S, C)
-                assert rel_error(got, want) <= TOLERANCE[dtype]
-    finally:
-        cuconv.grad._wgrad_choice.cache_clear()
-        cuconv.grad._WGRAD_CALLS.clear()
+    _twice_with_the_fold_lifted(cp.asarray(x), cp.asarray(dy), (K, R, S, C), kw, want, dtype, "roles exchanged")
 
 
 def _split_order_sum(ws: np.ndarray) -> np.ndarray:
