@@ -271,8 +271,10 @@ class ExchangedRoles:
         return self.inner.name
 
     def describe(self) -> str:
-        return (f"roles exchanged (dy as the input, x as the output gradient, the filter flipped and its "
-                f"channel axes exchanged after): {self.inner.describe()}")
+        q = self.exchanged
+        return (f"roles exchanged (dy as the input, x as the output gradient, the result flipped and its "
+                f"channel axes exchanged); the exchanged problem, {q.channels} channels -> {q.out_channels} "
+                f"filters: {self.inner.describe()}")
 
     def __call__(self, x, dy, dw) -> None:
         from ...layout import flip_filter_launch
