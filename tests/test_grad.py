@@ -333,3 +333,35 @@ def test_the_exchanged_weight_gradient_is_the_original(C, K, R, S, dil, pads, H,
     want = cuconv.conv2d_weight_grad(x, dy, (K, R, S, C), dilation=dil, padding=padding)
     got = cuconv.conv2d_weight_grad(dy, x, q.w_shape, dilation=q.dilation, padding=tuple(zip(q.pad_lo, q.pad_hi)))
     np.testing.assert_allclose(np.moveaxis(got[:, ::-1, ::-1, :], (0, 3), (3, 0)), want, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(C=st.sampled_from([8, 16]), K=st.integers(1, 7), R=st.integers(1, 3), S=st.integers(1, 3),
+       dil=st.tuples(st.integers(1, 2), st.integers(1, 2)), H=st.integers(6, 12), W=st.integers(6, 12),
+       seed=st.integers(0, 2**31 - 1))
+def test_exchanged_then_folded_weight_gradient_is_the_original(C, K, R, S, dil, H, W, seed):
+    """What sm90_wgrad computes for a few-filter, stride-1 weight gradient, step by step on the CPU
+    (float64): the roles exchanged (:func:`exchanged_roles`), the exchanged problem's input (dy) densely
+    width-folded (:func:`folded_width`, ``fold_x_dense``), the folded gradient unfolded (``unfold_w_dense``),
+    then flipped with its channel axes exchanged: the original weight gradient."""
+    from unittest import mock
+    from cuconv.backends.sm90 import wgrad as w90
+    from cuconv.models.fold import fold_x_dense, unfold_w_dense
+    from cuconv.problem import ConvProblem
+    padding = tuple(((f - 1) * d // 2, (f - 1) * d - (f - 1) * d // 2) for f, d in zip((R, S), dil))  # "same"
+    p = ConvProblem.create(nd=2, batch=2, in_spatial=(H, W), channels=C, out_channels=K, filter_spatial=(R, S),
+                           stride=1, dilation=dil, padding=padding, groups=1, dtype="bfloat16", layout="NHWC")
+    q = w90.exchanged_roles(p)
+    with mock.patch.object(w90, "FOLD_MIN_PIXELS", 0):
+        qf = w90.folded_width(q)
+    assert q is not None and qf is not None
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, H, W, C))
+    dy = rng.standard_normal(p.out_shape)
+    want = cuconv.conv2d_weight_grad(x, dy, (K, R, S, C), dilation=dil, padding=padding)
+    dyf = fold_x_dense(dy, S, 1, dil[1], q.pad_lo[1], W)
+    assert dyf.shape == qf.x_shape
+    dwf = cuconv.conv2d_weight_grad(dyf, x, qf.w_shape, stride=qf.stride, dilation=qf.dilation,
+                                    padding=tuple(zip(qf.pad_lo, qf.pad_hi)))
+    dwx = unfold_w_dense(dwf, S, K)                                    # (C, R, S, K)
+    np.testing.assert_allclose(np.moveaxis(dwx[:, ::-1, ::-1, :], (0, 3), (3, 0)), want, rtol=1e-10, atol=1e-10)
