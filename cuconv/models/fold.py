@@ -9,13 +9,16 @@ padding ``((ph_lo, ph_hi), (pw_lo, pw_hi))``) equals the convolution of
 
 with an ``R x 1`` filter, stride ``(sh, 1)``, dilation ``(dh, 1)``, padding ``((ph_lo, ph_hi), (0, 0))``:
 the same output ``(N, P, Q, K)``. ``Cp`` is ``C`` rounded up to a multiple of 8.
+
+The dense fold (:func:`fold_x_dense`, :func:`unfold_w_dense`; the weight gradient's) puts the ``S * C``
+channels side by side and pads once, to ``Cf = ceil8(S * C)``; the same output follows.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["padded_channels", "fold_rows", "fold_x", "fold_w", "unfold_w", "fold_x_dense", "unfold_w_dense"]
+__all__ = ["padded_channels", "fold_rows", "fold_x", "fold_w", "fold_x_dense", "unfold_w_dense"]
 
 
 def padded_channels(c: int) -> int:
@@ -50,7 +53,6 @@ def fold_w(w):
     return fold_rows(w.reshape(k * r, s, c), s, 0, 1, 0, 1).reshape(k, r, 1, -1)
 
 
-
 def fold_x_dense(x, filter_width: int, stride_w: int, dilation_w: int, pad_w_lo: int, out_w: int):
     """``x (N, H, W, C)`` folded without padding each tap (``fold_width_dense``): ``(N, H, out_w, Cf)``,
     element ``s * C + c`` of column ``q`` being ``x[..., q * stride_w - pad_w_lo + s * dilation_w, c]``
@@ -70,11 +72,3 @@ def unfold_w_dense(wf, filter_width: int, channels: int):
     NumPy or CuPy): the weight gradient of the densely folded convolution unfolds into the original's."""
     k, r = wf.shape[:2]
     return wf[..., :filter_width * channels].reshape(k, r, filter_width, channels)
-
-
-def unfold_w(wf, channels: int):
-    """``fold_w``'s inverse: ``wf (K, R, 1, S * Cp)`` -> ``(K, R, S, channels)`` as a view (NumPy or CuPy);
-    the weight gradient of the folded convolution unfolds into the original's the same way."""
-    k, r, _, sc = wf.shape
-    cp = padded_channels(channels)
-    return wf.reshape(k, r, sc // cp, cp)[..., :channels]

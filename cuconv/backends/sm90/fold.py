@@ -88,8 +88,8 @@ class DenseFoldWidth(RowKernel):
 
 
 class UnfoldChannels(RowKernel):
-    """``rows`` rows of ``Cp`` 16-bit values -> their first ``C`` each (a folded weight's channel padding
-    dropped: ``unfold_w`` of :mod:`cuconv.models.fold` as one launch)."""
+    """``rows`` rows of ``Cp`` 16-bit values -> their first ``C`` each (a densely folded weight's row padding
+    dropped: ``unfold_w_dense`` of :mod:`cuconv.models.fold` as one launch)."""
 
     source, function = FOLD_SOURCE, "unfold_channels"
     fields = [("rows", np.int64), ("C", np.int32), ("Cp", np.int32)]
