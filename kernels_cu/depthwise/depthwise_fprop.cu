@@ -30,9 +30,11 @@
 //      threads write consecutive channel vectors of one pixel.
 //
 // Compile-time (host: cuconv.backends.depthwise.variants): dtype, S, SW (stride along W), DW
-// (dilation along W), R, VEC (channels per thread: 4), VIN (channels per input copy), QT, MULT1,
-// MIN_BLOCKS (the __launch_bounds__ occupancy: 3, or 2 where 80 registers would spill)
-// (multiplier 1: vector reads of the input window). Everything else is run-time (DwGeometry).
+// (dilation along W), R, VEC (channels per thread: 4), VIN (channels per input copy), QT, MULT1
+// (multiplier 1: vector reads of the input window), MIN_BLOCKS (the __launch_bounds__ occupancy: 3,
+// or 2 where 80 registers would spill), CB (output channels per chunk) and CIN (the tile's channels
+// per pixel), so that the multiply-adds' shared-memory loads take immediate offsets (CB = CIN = 0
+// leaves both to DwGeometry). Everything else is run-time (DwGeometry).
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
@@ -67,6 +69,12 @@
 #ifndef DW_MIN_BLOCKS
 #define DW_MIN_BLOCKS 3  // CTAs of 256 threads per SM the registers must allow (3: <= 80 registers)
 #endif
+#ifndef DW_CB
+#define DW_CB 0  // output channels per chunk (VEC * cv), fixed at compile time; 0: run-time
+#endif
+#ifndef DW_CIN
+#define DW_CIN 0  // input channels per tile pixel (DW_CB / multiplier), fixed at compile time; 0: run-time
+#endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME depthwise_fprop
 #endif
@@ -92,6 +100,11 @@ struct DwGeometry {
   FastDivisor div_tq, div_tp, div_o, div_n;  // the work item's: by tiles_q, tiles_p, O, N
 };
 
+// The chunk's output channels and the tile's channels per pixel: compile-time constants where the
+// variant fixes them (the shared-memory loads of the multiply-adds then take immediate offsets).
+__device__ __forceinline__ int chunk_channels(const DwGeometry& g) { return DW_CB ? DW_CB : VEC * g.cv; }
+__device__ __forceinline__ int tile_channels(const DwGeometry& g) { return DW_CIN ? DW_CIN : g.cin; }
+
 // The VEC input values thread `cv` multiplies at one tile position (`px`: that pixel's channels).
 __device__ __forceinline__ void load_inputs(const elem_t* px, int cv, int mult, float (&f)[VEC]) {
 #if DW_MULT1
@@ -107,18 +120,20 @@ __device__ __forceinline__ void load_inputs(const elem_t* px, int cv, int mult, 
 // at a time, each widened once and multiplied into every output it reaches (q * SW + s * DW == j).
 __device__ __forceinline__ void accumulate_slice(float (&acc)[QT][VEC], const elem_t* sx, const float* sw,
                                                  const DwGeometry& g, int t, int cv, int row, int qg) {
-  const int cb = VEC * g.cv;
+  const int cb = chunk_channels(g), cin = tile_channels(g);
   const float* wt = sw + t * R * S * cb + cv * VEC;
+  const elem_t* src0 = sx + (row * g.stride_h * g.in_cols + qg * QT * SW) * cin;
+  const int row_step = g.dil_h * g.in_cols * cin;  // elements from one filter row's input row to the next
 #pragma unroll(R <= 5 ? R : 1)  // a 7-row filter's rows one at a time: their loads would not fit the registers
   for (int r = 0; r < R; ++r) {
-    const elem_t* src = sx + ((row * g.stride_h + r * g.dil_h) * g.in_cols + qg * QT * SW) * g.cin;
+    const elem_t* src = src0 + r * row_step;
     float wr[S][VEC];
 #pragma unroll
     for (int s = 0; s < S; ++s) load_weights(wt + (r * S + s) * cb, wr[s]);
 #pragma unroll
     for (int j = 0; j < WIN; ++j) {
       float xv[VEC];
-      load_inputs(src + j * g.cin, cv, g.mult, xv);
+      load_inputs(src + j * cin, cv, g.mult, xv);
 #pragma unroll
       for (int s = 0; s < S; ++s) {
         const int q = (j - s * DWL) / SW;  // compile-time after unrolling
@@ -228,18 +243,19 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, DW_MIN_BLOCKS)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
                    const elem_t* residual, elem_t* out, DwGeometry g, EpilogueParams ep) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int cb = VEC * g.cv;
+  const int cb = chunk_channels(g);
   const int taps = g.T * R * S;
   float* sw = reinterpret_cast<float*>(smem);
   const int taps_bytes = (taps * cb * 4 + 15) & ~15;
-  const int tile_bytes = (g.in_rows * g.in_cols * g.cin * (int)sizeof(elem_t) + 15) & ~15;
+  const int tile_bytes = (g.in_rows * g.in_cols * tile_channels(g) * (int)sizeof(elem_t) + 15) & ~15;
   elem_t* const sx0 = reinterpret_cast<elem_t*>(smem + taps_bytes);  // buffer b: sx0 + b * tile_elems
   const int tile_elems = tile_bytes / (int)sizeof(elem_t);
   const int64_t total = (int64_t)((g.K + cb - 1) / cb) * g.N * g.O * g.tiles_p * g.tiles_q;
   const int begin = (int)(total * blockIdx.x / gridDim.x), end = (int)(total * (blockIdx.x + 1) / gridDim.x);
 
-  const int cv = threadIdx.x % g.cv;
-  const int pg = threadIdx.x / g.cv;
+  const int ncv = cb / VEC;  // channel vectors per chunk
+  const int cv = threadIdx.x % ncv;
+  const int pg = threadIdx.x / ncv;
   const int qg = pg % g.tqg, row = pg / g.tqg;
 
   // The CTA's first slice in flight before the loop; then each slice starts the next one's copies.

@@ -2,9 +2,11 @@
 
 A pure function of the problem: :func:`dw_config` picks the channel vector, the CTA's channel chunk
 and output tile, and checks that the tile fits shared memory; :func:`dw_variant` names the compiled
-variant and its ``-D`` defines. Only what sizes register arrays or unrolls the window loop is
-compile-time (dtype, R, S, stride and dilation along W, the vector widths, QT, multiplier 1 or not),
-so a network's depthwise layers share a few variants (MobileNetV2: two, 3x3 stride 1 and 2).
+variant and its ``-D`` defines. What sizes register arrays or unrolls the window loop is compile-time
+(dtype, R, S, stride and dilation along W, the vector widths, QT, multiplier 1 or not), and so are the
+channel chunk and the tile's channels per pixel: the shared-memory loads of the multiply-adds then
+take immediate offsets (docs/tuning.md#T-dw-static-chunk). A network's depthwise layers share a few
+variants (MobileNetV2: five, 3x3 stride 1 and 2 over chunks of 32, 48 and 64 channels).
 """
 
 from __future__ import annotations
@@ -229,9 +231,10 @@ def dw_variant(p: ConvProblem, cfg: DwConfig):
     mult1 = int(cfg.mult == 1)
     blocks = min_blocks(p.dtype, cfg.qt)
     name = (f"depthwise_fprop_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_sw{sw}dw{dw}_v{cfg.vec}i{cfg.vin}_q{cfg.qt}_b{blocks}"
-            + ("" if mult1 else "_mult"))
+            f"_c{cfg.cb}" + ("" if mult1 else f"_m{cfg.mult}"))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DW_R=R, DW_S=S, DW_SW=sw, DW_DW=dw, DW_VEC=cfg.vec,
-                   DW_VIN=cfg.vin, DW_QT=cfg.qt, DW_MULT1=mult1, DW_MIN_BLOCKS=blocks, CUCONV_KERNEL_NAME=name)
+                   DW_VIN=cfg.vin, DW_QT=cfg.qt, DW_MULT1=mult1, DW_MIN_BLOCKS=blocks, DW_CB=cfg.cb, DW_CIN=cfg.cin,
+                   CUCONV_KERNEL_NAME=name)
     return name, defines
 
 
