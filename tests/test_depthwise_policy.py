@@ -70,6 +70,8 @@ def test_config_invariants(case):
     _check_invariants(p, cfg)
     name, defines = dw_variant(p, cfg)
     assert defines["CUCONV_KERNEL_NAME"] == name and defines["DW_VEC"] == cfg.vec
+    # the chunk and the tile's channels per pixel are compile-time, so the name tells variants apart by them
+    assert (defines["DW_CB"], defines["DW_CIN"]) == (cfg.cb, cfg.cin) and f"_c{cfg.cb}" in name
     geo = dw_geometry(p, cfg)
     assert geo.dtype.itemsize == 4 * len(DW_FIELDS) and int(geo["cin"]) == cfg.cin
 
