@@ -33,8 +33,8 @@
 // (dilation along W), R, VEC (channels per thread: 4), VIN (channels per input copy), QT, MULT1
 // (multiplier 1: vector reads of the input window), MIN_BLOCKS (the __launch_bounds__ occupancy: 3,
 // or 2 where 80 registers would spill), CB (output channels per chunk) and CIN (the tile's channels
-// per pixel), so that the multiply-adds' shared-memory loads take immediate offsets (CB = CIN = 0
-// leaves both to DwGeometry). Everything else is run-time (DwGeometry).
+// per pixel), so that the multiply-adds' shared-memory loads take immediate offsets. Everything else
+// is run-time (DwGeometry).
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
@@ -70,10 +70,10 @@
 #define DW_MIN_BLOCKS 3  // CTAs of 256 threads per SM the registers must allow (3: <= 80 registers)
 #endif
 #ifndef DW_CB
-#define DW_CB 0  // output channels per chunk (VEC * cv), fixed at compile time; 0: run-time
+#define DW_CB 64  // output channels per chunk (VEC x the chunk's channel vectors)
 #endif
 #ifndef DW_CIN
-#define DW_CIN 0  // input channels per tile pixel (DW_CB / multiplier), fixed at compile time; 0: run-time
+#define DW_CIN DW_CB  // input channels per tile pixel (DW_CB / multiplier)
 #endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME depthwise_fprop
@@ -83,6 +83,7 @@ namespace cuconv {
 namespace dw {
 
 constexpr int R = DW_R, S = DW_S, SW = DW_SW, DWL = DW_DW, VEC = DW_VEC, QT = DW_QT;
+constexpr int CB = DW_CB, CIN = DW_CIN;  // the chunk's output channels, the tile's channels per pixel
 constexpr int WIN = (QT - 1) * SW + (S - 1) * DWL + 1;  // input columns one thread reads per filter row
 constexpr int MAX_THREADS = 256;                       // CV channel vectors x pixel groups
 
@@ -100,11 +101,6 @@ struct DwGeometry {
   FastDivisor div_tq, div_tp, div_o, div_n;  // the work item's: by tiles_q, tiles_p, O, N
 };
 
-// The chunk's output channels and the tile's channels per pixel: compile-time constants where the
-// variant fixes them (the shared-memory loads of the multiply-adds then take immediate offsets).
-__device__ __forceinline__ int chunk_channels(const DwGeometry& g) { return DW_CB ? DW_CB : VEC * g.cv; }
-__device__ __forceinline__ int tile_channels(const DwGeometry& g) { return DW_CIN ? DW_CIN : g.cin; }
-
 // The VEC input values thread `cv` multiplies at one tile position (`px`: that pixel's channels).
 __device__ __forceinline__ void load_inputs(const elem_t* px, int cv, int mult, float (&f)[VEC]) {
 #if DW_MULT1
@@ -120,20 +116,19 @@ __device__ __forceinline__ void load_inputs(const elem_t* px, int cv, int mult, 
 // at a time, each widened once and multiplied into every output it reaches (q * SW + s * DW == j).
 __device__ __forceinline__ void accumulate_slice(float (&acc)[QT][VEC], const elem_t* sx, const float* sw,
                                                  const DwGeometry& g, int t, int cv, int row, int qg) {
-  const int cb = chunk_channels(g), cin = tile_channels(g);
-  const float* wt = sw + t * R * S * cb + cv * VEC;
-  const elem_t* src0 = sx + (row * g.stride_h * g.in_cols + qg * QT * SW) * cin;
-  const int row_step = g.dil_h * g.in_cols * cin;  // elements from one filter row's input row to the next
+  const float* wt = sw + t * R * S * CB + cv * VEC;
+  const elem_t* src0 = sx + (row * g.stride_h * g.in_cols + qg * QT * SW) * CIN;
+  const int row_step = g.dil_h * g.in_cols * CIN;  // elements from one filter row's input row to the next
 #pragma unroll(R <= 5 ? R : 1)  // a 7-row filter's rows one at a time: their loads would not fit the registers
   for (int r = 0; r < R; ++r) {
     const elem_t* src = src0 + r * row_step;
     float wr[S][VEC];
 #pragma unroll
-    for (int s = 0; s < S; ++s) load_weights(wt + (r * S + s) * cb, wr[s]);
+    for (int s = 0; s < S; ++s) load_weights(wt + (r * S + s) * CB, wr[s]);
 #pragma unroll
     for (int j = 0; j < WIN; ++j) {
       float xv[VEC];
-      load_inputs(src + j * cin, cv, g.mult, xv);
+      load_inputs(src + j * CIN, cv, g.mult, xv);
 #pragma unroll
       for (int s = 0; s < S; ++s) {
         const int q = (j - s * DWL) / SW;  // compile-time after unrolling
@@ -243,17 +238,16 @@ extern "C" __global__ void __launch_bounds__(MAX_THREADS, DW_MIN_BLOCKS)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
                    const elem_t* residual, elem_t* out, DwGeometry g, EpilogueParams ep) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int cb = chunk_channels(g);
   const int taps = g.T * R * S;
   float* sw = reinterpret_cast<float*>(smem);
-  const int taps_bytes = (taps * cb * 4 + 15) & ~15;
-  const int tile_bytes = (g.in_rows * g.in_cols * tile_channels(g) * (int)sizeof(elem_t) + 15) & ~15;
+  const int taps_bytes = (taps * CB * 4 + 15) & ~15;
+  const int tile_bytes = (g.in_rows * g.in_cols * CIN * (int)sizeof(elem_t) + 15) & ~15;
   elem_t* const sx0 = reinterpret_cast<elem_t*>(smem + taps_bytes);  // buffer b: sx0 + b * tile_elems
   const int tile_elems = tile_bytes / (int)sizeof(elem_t);
-  const int64_t total = (int64_t)((g.K + cb - 1) / cb) * g.N * g.O * g.tiles_p * g.tiles_q;
+  const int64_t total = (int64_t)((g.K + CB - 1) / CB) * g.N * g.O * g.tiles_p * g.tiles_q;
   const int begin = (int)(total * blockIdx.x / gridDim.x), end = (int)(total * (blockIdx.x + 1) / gridDim.x);
 
-  const int ncv = cb / VEC;  // channel vectors per chunk
+  constexpr int ncv = CB / VEC;  // channel vectors per chunk
   const int cv = threadIdx.x % ncv;
   const int pg = threadIdx.x / ncv;
   const int qg = pg % g.tqg, row = pg / g.tqg;
@@ -268,10 +262,10 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
 #pragma unroll 1
   for (int item = begin; item < end; ++item) {
     const Item head = decode_item(g, item);
-    // 1. Filter taps of channels k0 .. k0 + cb - 1 -> sw[tap][k - k0] (zero past K).
+    // 1. Filter taps of channels k0 .. k0 + CB - 1 -> sw[tap][k - k0] (zero past K).
     if (head.chunk != taps_chunk) {
       __syncthreads();  // every thread is done with the previous chunk's taps
-      load_taps(sw, w, g, head.chunk * cb, cb, taps);
+      load_taps(sw, w, g, head.chunk * CB, CB, taps);
       taps_chunk = head.chunk;
     }
     float acc[QT][VEC];
@@ -297,7 +291,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     // 4. Epilogue (the item decoded again: its coordinates need not live through the slices' loop).
     const Item it = decode_item(g, item);
     const int p = it.p0 + row;
-    const int k = it.chunk * cb + cv * VEC;
+    const int k = it.chunk * CB + cv * VEC;
     if (p >= g.P || k >= g.K) continue;
     const int64_t row_base = (((int64_t)it.n * g.O + it.o) * g.P + p) * g.Q;
     const int q_first = it.q0 + qg * QT;
