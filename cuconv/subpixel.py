@@ -43,7 +43,7 @@ from .problem import cached_fields_hash, fields_state
 from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stacked_filter_shape", "stacked_filter_launch", "stacked_bias",
-           "unstack_launch", "stack", "unstack", "stack_args", "MAX_WASTE", "MAX_STRIDE",
+           "unstack_launch", "stack", "unstack", "gather_launch", "repeat_index", "stack_args", "MAX_WASTE", "MAX_STRIDE",
            "scatter_offsets", "filter_is_w", "phase_taps", "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"
@@ -223,13 +223,13 @@ def stacked_bias(sp: Subpixel, bias, xp, purpose: Optional[str] = None):
         return np.tile(bias, sp.phases)
     n = sp.phases * bias.shape[0]
     out = scratch(purpose, (n,), bias.dtype) if purpose else xp.empty((n,), dtype=bias.dtype)
-    index = _repeat_index(bias.data.device_id, bias.shape[0], sp.phases)
-    _gather_launch(bias.data.device_id, bias.itemsize, n)(bias.data.ptr, index.data.ptr, out.data.ptr)
+    index = repeat_index(bias.data.device_id, bias.shape[0], sp.phases)
+    gather_launch(bias.data.device_id, bias.itemsize, n)(bias.data.ptr, index.data.ptr, out.data.ptr)
     return out
 
 
 @functools.lru_cache(maxsize=64)
-def _repeat_index(device_id: int, C: int, P: int):
+def repeat_index(device_id: int, C: int, P: int):
     """``0 .. C-1`` repeated ``P`` times, int32, on the GPU (once per size and device)."""
     import cupy as cp
     with cp.cuda.Device(device_id):
@@ -258,7 +258,9 @@ def _filter_launch(device_id: int, itemsize: int, K: int, C: int, F: int, P: int
 
 
 @functools.lru_cache(maxsize=64)
-def _gather_launch(device_id: int, itemsize: int, count: int) -> PackedLaunch:
+def gather_launch(device_id: int, itemsize: int, count: int) -> PackedLaunch:
+    """The packed launch of kernels_cu/layout/gather_index.cu moving ``count`` elements of ``itemsize`` bytes,
+    run as ``launch(src_ptr, index_ptr, dst_ptr)`` (``dst[i] = src[index[i]]``, zero where ``index[i] < 0``)."""
     from .compiler import load_cuda_function
     from .device import gpu_info
     fn = load_cuda_function(GATHER_SOURCE, gpu_info(device_id), {}, f"gather_index_b{itemsize}")

@@ -39,6 +39,13 @@ from .variants import b_mn_fits, phase_out_fits
 __all__ = ["scatter_plan", "direct_filter", "flipped_view", "stacked_view"]
 
 
+def _unpacked(plan):
+    """``plan``, or for a width-packed plan (:mod:`.wpack`) the Hopper plan of the same convolution unpacked:
+    the input-gradient variants store and read the convolution's own columns and filter."""
+    from .wpack import WPackPlan
+    return plan.unpacked() if isinstance(plan, WPackPlan) else plan
+
+
 def _declines(plan) -> Optional[str]:
     """Why ``plan`` has no input-gradient variant (another kernel, a float32, channels-first or MN-major
     variant, a residual, ``alpha == 0``, CTA pairs), or None."""
@@ -62,6 +69,7 @@ def scatter_plan(plan, channels: int, extent, stride, offsets) -> Tuple[Optional
     ``stride * u + offsets[ph]`` (per axis) of the input gradient of spatial ``extent``, where that is
     inside it; or ``(None, why not)``. The stacked-phase convolution (:func:`cuconv.subpixel.scatter_offsets`)
     and one phase of the phase split (its origin) both take this form."""
+    plan = _unpacked(plan)
     why = _declines(plan)
     if why:
         return None, why
@@ -91,6 +99,7 @@ def direct_filter(plan, mn: MnFilter) -> Tuple[Optional[Sm90Plan], str]:
     """``(plan, why)``: a copy of ``plan`` (the Hopper plan of an input gradient's convolution, possibly
     storing phases) whose filter operand is read MN-major from the forward weight as ``mn`` says
     (:func:`flipped_view`, :func:`stacked_view`); or ``(None, why not)``."""
+    plan = _unpacked(plan)
     why = _declines(plan)
     if why:
         return None, why

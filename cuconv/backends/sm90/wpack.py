@@ -1,0 +1,201 @@
+"""Few channels on Hopper: ``sm90_wpack`` (conv2d) and ``conv3d_native_wpack`` (conv3d), neighbouring pixels
+packed into the channels, then the wgmma kernel.
+
+The Hopper kernel reads each filter tap in 64-channel blocks and writes tiles at least 64 output channels
+wide. A layer of ``C = 32`` (or 16) channels fills half (a quarter) of every block, and one of ``K = 32``
+outputs half of every tile. Seen as ``g = 64 / C`` pixels of ``C`` channels per pixel of 64 (and ``go``
+output pixels per packed output pixel), a contiguous channels-last x, output and residual are the same
+bytes; only the filter changes (model and proof: :mod:`cuconv.models.wpack`)::
+
+    x   (N, [D,] H, W, C)      as  x'   (N, [D,] H, W / g, g C)          no copy
+    out (N, [D,] P, Q, K)      as  out' (N, [D,] P, Q / go, go K)        no copy
+    w   (K, [T,] R, S, C)  --gather-->  w' (go K, [T,] R, S', g C)       one launch per call, a few KiB
+    bias (K,)              --gather-->  bias' (go K,)                    (when go > 1)
+
+The filter is gathered on every call (weights may change between calls) through a table made once per
+geometry (kernels_cu/layout/gather_index.cu). The kernel plans a problem whose packed form leaves at most
+:data:`MAX_WORK_RATIO` of the tensor-core work (:func:`cuconv.models.wpack.work_ratio`) and whose filter is
+wider than one column: a 1x1 layer reads each pixel once and is bound by memory, which packing does not
+change (docs/tuning.md T-wpack).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ...models.wpack import BLOCK_CHANNELS, WPack, pack_filter_index, work_ratio, wpack_geometry
+from ...plan import SIXTEEN_BIT, Declined, Plan
+from ...problem import ConvProblem
+from ...registry import register
+from ...scratch import scratch
+from ...subpixel import GATHER_SOURCE, gather_launch, repeat_index
+from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
+
+__all__ = ["Sm90WPackKernel", "Sm90WPackConv3d", "WPackPlan", "wpack_problem", "MAX_WORK_RATIO"]
+
+#: The most tensor-core work (packed over direct) the automatic choice accepts (docs/tuning.md T-wpack).
+MAX_WORK_RATIO = 0.75
+
+
+def wpack_problem(problem: ConvProblem, pack: WPack) -> ConvProblem:
+    """The packed convolution of ``problem``: the last spatial axis in groups of ``pack.g`` input and
+    ``pack.go`` output pixels, everything else as it is."""
+    lead = problem.nd - 1
+    return ConvProblem.create(
+        nd=problem.nd, batch=problem.batch, in_spatial=(*problem.in_spatial[:lead], pack.in_w),
+        channels=pack.g * problem.channels, out_channels=pack.go * problem.out_channels,
+        filter_spatial=(*problem.filter_spatial[:lead], pack.taps), stride=(*problem.stride[:lead], pack.stride),
+        dilation=(*problem.dilation[:lead], 1),
+        padding=tuple(zip(problem.pad_lo[:lead], problem.pad_hi[:lead])) + ((pack.pad_lo, pack.pad_hi),),
+        groups=1, dtype=problem.dtype, layout=problem.layout, epilogue=problem.epilogue,
+        precision=problem.precision)
+
+
+def _axis(problem: ConvProblem):
+    """The last spatial axis: (W, Q, S, stride, dilation, padding in front)."""
+    return (problem.in_spatial[-1], problem.out_spatial[-1], problem.filter_spatial[-1], problem.stride[-1],
+            problem.dilation[-1], problem.pad_lo[-1])
+
+
+def _why_no_pack(problem: ConvProblem) -> str:
+    """Why :func:`cuconv.models.wpack.wpack_geometry` found no packing of ``problem``."""
+    W, Q, S, sw, dw, pl = _axis(problem)
+    C = problem.channels
+    if C % 8 or BLOCK_CHANNELS % C or C >= BLOCK_CHANNELS:
+        return (f"C={C}: packing needs a multiple of 8 that divides {BLOCK_CHANNELS // 2} (two or more pixels per "
+                f"{BLOCK_CHANNELS}-channel block)")
+    g = BLOCK_CHANNELS // C
+    go = g // np.gcd(g, sw)
+    if W % g:
+        return f"W={W} is not a multiple of {g}: a group of {g} pixels would run into the next row"
+    if Q % go:
+        return f"the output's {Q} columns are not a multiple of {go}: a packed output pixel would run into the next row"
+    return f"the packed filter of {g}-pixel groups cannot end at the output's last column without negative padding"
+
+
+class Sm90WPackKernel(RewritingKernel):
+    """conv2d of 16-bit data with 8-32 channels on Hopper: pixels packed into 64 channels, then the wgmma kernel."""
+
+    name = "sm90_wpack"
+    backend = "cuda"
+    priority = 101  # asked before sm90_tma (100), which runs the same problem unpacked
+    spatial_dims = (2,)
+    precisions = SIXTEEN_BIT
+
+    def __init__(self, inner=None):
+        super().__init__(inner or Sm90TmaKernel())
+
+    def rewrite_plan(self, problem, device, overrides):
+        if problem.layout not in ("NHWC", "NDHWC"):
+            return Declined(f"{problem.layout} output: a packed output pixel is several columns of the "
+                            f"channels-last output, which {self.inner.name} writes channels-first directly")
+        W, Q, S, sw, dw, pl = _axis(problem)
+        if S == 1:
+            return Declined("a one-column filter reads each pixel once: the layer is bound by memory, which "
+                            "packing does not change")
+        pack = wpack_geometry(W, Q, S, sw, dw, pl, problem.channels)
+        if pack is None:
+            return Declined(_why_no_pack(problem))
+        ratio = work_ratio(pack, problem.channels, problem.out_channels, S)
+        if ratio > MAX_WORK_RATIO:
+            return Declined(f"packing {pack.g} pixels leaves {ratio:.2f} of the tensor-core work (the zero taps "
+                            f"of the packed filter), more than {MAX_WORK_RATIO}")
+        direct, sms = self.inner.make_plan(problem, device, overrides), device.sm_count or 132
+        if direct and direct.cfg.num_units <= sms:
+            return Declined(f"unpacked, its {direct.cfg.num_units} tiles fit one wave of {sms} SMs: "
+                            f"packing makes the tiles fewer, not shorter, and adds the filter gather")
+        inner_problem = wpack_problem(problem, pack)
+        inner = self.inner.make_plan(inner_problem, device, overrides)
+        if not inner:
+            return Declined(f"the packed convolution ({inner_problem.describe()}): {inner.reason}")
+        return WPackPlan(self, problem, device, inner, pack, ratio, overrides,
+                         f"C={problem.channels}: {pack.g} neighbouring pixels packed into one of "
+                         f"{pack.g * problem.channels} channels fill the Hopper kernel's {BLOCK_CHANNELS}-channel "
+                         f"blocks ({ratio:.2f} of the unpacked tensor-core work)")
+
+
+class Sm90WPackConv3d(Sm90WPackKernel):
+    """conv3d's "native" strategy with pixels packed along W (see :class:`Sm90WPackKernel`)."""
+
+    name = "conv3d_native_wpack"
+    priority = 96  # asked before conv3d_native (95)
+    spatial_dims = (3,)
+    strategy = "native"
+
+    def __init__(self):
+        super().__init__(Sm90TmaConv3d())
+
+
+class WPackPlan(Plan):
+    """Gather the packed filter (and bias), then the Hopper plan of the packed problem on x and out as they are."""
+
+    def __init__(self, kernel, problem, device, inner, pack: WPack, ratio: float, overrides, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.inner, self.pack, self.ratio = inner, pack, ratio
+        self._overrides = overrides
+        W, _, S, sw, dw, pl = _axis(problem)
+        lead = int(np.prod(problem.filter_spatial[:-1]))
+        self._table_key = (pack, problem.out_channels, lead, S, problem.channels, sw, dw, pl)
+        self._gathers = None  # per (filter, bias) itemsize: the launches and their tables, made on the first run
+        if inner.problem.out_shape[1:-1] != (*problem.out_shape[1:-2], pack.out_w):
+            raise AssertionError(f"packed output {inner.problem.out_shape} is not {problem.out_shape} seen in groups "
+                                 f"of {pack.go}")  # pragma: no cover - wpack_geometry guarantees it
+
+    def describe(self) -> str:
+        p, pk = self.problem, self.pack
+        outputs = (f", {pk.go} output pixels of {p.out_channels} channels as one of {pk.go * p.out_channels}"
+                   if pk.go > 1 else "")
+        return (f"width pack: {pk.g} pixels of {p.channels} channels as one of {pk.g * p.channels}{outputs} "
+                f"(filter gathered to {pk.taps} taps along W, stride {pk.stride}; {self.ratio:.2f} of the unpacked "
+                f"tensor-core work), then {self.inner.describe()}")
+
+    def compile_jobs(self):
+        return self.inner.compile_jobs() + ((GATHER_SOURCE, {}),)
+
+    def unpacked(self):
+        """The plan of the same convolution on the inner kernel, unpacked (for the input-gradient variants,
+        which store and read the convolution's own columns); this plan where the inner kernel declines."""
+        plan = self.kernel.inner.make_plan(self.problem, self.device, self._overrides)
+        return plan if plan else self
+
+    def _gather_launches(self, w_itemsize: int, b_itemsize: int):
+        """``(filter launch, filter table, bias launch, bias table)`` on the plan's GPU (the bias pair None when
+        the bias is not repeated), kept per itemsize pair."""
+        key = (w_itemsize, b_itemsize)
+        if self._gathers is None or self._gathers[0] != key:
+            dev, pk, K = self.device.index, self.pack, self.problem.out_channels
+            w_count = int(np.prod(self.inner.problem.w_shape))
+            bias = ((gather_launch(dev, b_itemsize, pk.go * K), repeat_index(dev, K, pk.go))
+                    if b_itemsize and pk.go > 1 else (None, None))
+            self._gathers = (key, (gather_launch(dev, w_itemsize, w_count), _filter_table(dev, *self._table_key),
+                                   *bias))
+        return self._gathers[1]
+
+    def run(self, x, w, bias, residual, out):
+        if not w.flags.c_contiguous:
+            import cupy as cp
+            w = cp.ascontiguousarray(w)
+        w_launch, w_table, b_launch, b_table = self._gather_launches(w.itemsize, 0 if bias is None else bias.itemsize)
+        wp = scratch("wpack w", self.inner.problem.w_shape, w.dtype)
+        w_launch(w.data.ptr, w_table.data.ptr, wp.data.ptr)
+        if b_launch is not None:
+            bp = scratch("wpack bias", (self.pack.go * self.problem.out_channels,), bias.dtype)
+            b_launch(bias.data.ptr, b_table.data.ptr, bp.data.ptr)
+            bias = bp
+        self.inner.run(x, wp, bias, residual, out)
+
+
+@functools.lru_cache(maxsize=64)
+def _filter_table(device_id: int, pack: WPack, K: int, lead: int, S: int, C: int, sw: int, dw: int, pl: int):
+    """The packed filter's gather table (:func:`cuconv.models.wpack.pack_filter_index`, the leading filter axes
+    (T, R) as one of ``lead`` taps) on the GPU, once per geometry and device."""
+    import cupy as cp
+    index = pack_filter_index(pack, K, lead, S, C, sw, dw, pl)
+    with cp.cuda.Device(device_id):
+        return cp.asarray(index.reshape(-1))
+
+
+register(Sm90WPackKernel())
+register(Sm90WPackConv3d())
