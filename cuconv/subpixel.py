@@ -43,7 +43,7 @@ from .problem import cached_fields_hash, fields_state
 from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stacked_filter_shape", "stacked_filter_launch", "stacked_bias",
-           "unstack_launch", "stack", "unstack", "gather_launch", "repeat_index", "stack_args", "MAX_WASTE", "MAX_STRIDE",
+           "unstack_launch", "stack", "unstack", "gather_launch", "gather_pair_launch", "repeat_index", "stack_args", "MAX_WASTE", "MAX_STRIDE",
            "scatter_offsets", "filter_is_w", "phase_taps", "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"
@@ -267,6 +267,19 @@ def gather_launch(device_id: int, itemsize: int, count: int) -> PackedLaunch:
     blocks = max(1, min(-(-count // 256), 65535))
     return PackedLaunch(fn, blocks, 256, 0, (np.uint64(0), np.uint64(0), np.uint64(0), np.int64(count)),
                         slots=(0, 1, 2))
+
+
+@functools.lru_cache(maxsize=64)
+def gather_pair_launch(device_id: int, count0: int, count1: int) -> PackedLaunch:
+    """Two gathers of 2-byte elements in one launch (``gather_index_pair_b2``), run as
+    ``launch(src0, index0, dst0, src1, index1, dst1)``: ``count0`` elements of the first, ``count1`` of the second."""
+    from .compiler import load_cuda_function
+    from .device import gpu_info
+    fn = load_cuda_function(GATHER_SOURCE, gpu_info(device_id), {}, "gather_index_pair_b2")
+    blocks = max(1, min(-(-(count0 + count1) // 256), 65535))
+    ptr = np.uint64(0)
+    return PackedLaunch(fn, blocks, 256, 0, (ptr, ptr, ptr, np.int64(count0), ptr, ptr, ptr, np.int64(count1)),
+                        slots=(0, 1, 2, 4, 5, 6))
 
 
 def scatter_offsets(sp: Subpixel) -> Tuple[Tuple[int, ...], ...]:

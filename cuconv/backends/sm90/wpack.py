@@ -12,11 +12,13 @@ bytes; only the filter changes (model and proof: :mod:`cuconv.models.wpack`)::
     w   (K, [T,] R, S, C)  --gather-->  w' (go K, [T,] R, S', g C)       one launch per call, a few KiB
     bias (K,)              --gather-->  bias' (go K,)                    (when go > 1)
 
-The filter is gathered on every call (weights may change between calls) through a table made once per
-geometry (kernels_cu/layout/gather_index.cu). The kernel plans a problem whose packed form leaves at most
-:data:`MAX_WORK_RATIO` of the tensor-core work (:func:`cuconv.models.wpack.work_ratio`) and whose filter is
-wider than one column: a 1x1 layer reads each pixel once and is bound by memory, which packing does not
-change (docs/tuning.md T-wpack).
+The filter is gathered on every call (weights may change between calls), with the repeated bias in the same
+launch, through a table made once per geometry (kernels_cu/layout/gather_index.cu). The automatic choice
+packs a problem whose packed form leaves at most :data:`MAX_WORK_RATIO` of the tensor-core work
+(:func:`cuconv.models.wpack.work_ratio`), whose unpacked tiles fill at least :data:`MIN_WAVES` waves of the
+GPU (a shorter layer runs at the host's pace, and the gather is one launch more), and whose filter is wider
+than one column (a 1x1 layer reads each pixel once and is bound by memory, which packing does not change).
+The evidence is docs/tuning.md T-wpack.
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ from ...plan import SIXTEEN_BIT, Declined, Plan
 from ...problem import ConvProblem
 from ...registry import register
 from ...scratch import scratch
-from ...subpixel import GATHER_SOURCE, gather_launch, repeat_index
+from ...subpixel import GATHER_SOURCE, gather_launch, gather_pair_launch, repeat_index
 from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
 
-__all__ = ["Sm90WPackKernel", "Sm90WPackConv3d", "WPackPlan", "wpack_problem", "MAX_WORK_RATIO"]
+__all__ = ["Sm90WPackKernel", "Sm90WPackConv3d", "WPackPlan", "wpack_problem", "MAX_WORK_RATIO", "MIN_WAVES"]
 
 #: The most tensor-core work (packed over direct) the automatic choice accepts (docs/tuning.md T-wpack).
 MAX_WORK_RATIO = 0.75
+#: The fewest waves of unpacked tiles the automatic choice packs (docs/tuning.md T-wpack).
+MIN_WAVES = 8
 
 
 def wpack_problem(problem: ConvProblem, pack: WPack) -> ConvProblem:
@@ -103,9 +107,9 @@ class Sm90WPackKernel(RewritingKernel):
             return Declined(f"packing {pack.g} pixels leaves {ratio:.2f} of the tensor-core work (the zero taps "
                             f"of the packed filter), more than {MAX_WORK_RATIO}")
         direct, sms = self.inner.make_plan(problem, device, overrides), device.sm_count or 132
-        if direct and direct.cfg.num_units <= sms:
-            return Declined(f"unpacked, its {direct.cfg.num_units} tiles fit one wave of {sms} SMs: "
-                            f"packing makes the tiles fewer, not shorter, and adds the filter gather")
+        if direct and direct.cfg.num_units < MIN_WAVES * sms:
+            return Declined(f"unpacked, its {direct.cfg.num_units} tiles are fewer than {MIN_WAVES} waves of {sms} "
+                            f"SMs: a layer this short runs at about the host's pace, to which packing adds a launch")
         inner_problem = wpack_problem(problem, pack)
         inner = self.inner.make_plan(inner_problem, device, overrides)
         if not inner:
@@ -138,7 +142,7 @@ class WPackPlan(Plan):
         W, _, S, sw, dw, pl = _axis(problem)
         lead = int(np.prod(problem.filter_spatial[:-1]))
         self._table_key = (pack, problem.out_channels, lead, S, problem.channels, sw, dw, pl)
-        self._gathers = None  # per (filter, bias) itemsize: the launches and their tables, made on the first run
+        self._gathers = None  # (with a bias, (launch, tables)): made on the first run (:meth:`_gathers_for`)
         if inner.problem.out_shape[1:-1] != (*problem.out_shape[1:-2], pack.out_w):
             raise AssertionError(f"packed output {inner.problem.out_shape} is not {problem.out_shape} seen in groups "
                                  f"of {pack.go}")  # pragma: no cover - wpack_geometry guarantees it
@@ -160,30 +164,30 @@ class WPackPlan(Plan):
         plan = self.kernel.inner.make_plan(self.problem, self.device, self._overrides)
         return plan if plan else self
 
-    def _gather_launches(self, w_itemsize: int, b_itemsize: int):
-        """``(filter launch, filter table, bias launch, bias table)`` on the plan's GPU (the bias pair None when
-        the bias is not repeated), kept per itemsize pair."""
-        key = (w_itemsize, b_itemsize)
-        if self._gathers is None or self._gathers[0] != key:
+    def _gathers_for(self, with_bias: bool):
+        """``(launch, filter table, bias table)`` on the plan's GPU: the filter gather, or the filter and the
+        repeated bias in one launch (``bias table`` None without), made on the first run of each kind."""
+        if self._gathers is None or self._gathers[0] != with_bias:
             dev, pk, K = self.device.index, self.pack, self.problem.out_channels
             w_count = int(np.prod(self.inner.problem.w_shape))
-            bias = ((gather_launch(dev, b_itemsize, pk.go * K), repeat_index(dev, K, pk.go))
-                    if b_itemsize and pk.go > 1 else (None, None))
-            self._gathers = (key, (gather_launch(dev, w_itemsize, w_count), _filter_table(dev, *self._table_key),
-                                   *bias))
+            launch = gather_pair_launch(dev, w_count, pk.go * K) if with_bias else gather_launch(dev, 2, w_count)
+            self._gathers = (with_bias, (launch, _filter_table(dev, *self._table_key),
+                                         repeat_index(dev, K, pk.go) if with_bias else None))
         return self._gathers[1]
 
     def run(self, x, w, bias, residual, out):
         if not w.flags.c_contiguous:
             import cupy as cp
             w = cp.ascontiguousarray(w)
-        w_launch, w_table, b_launch, b_table = self._gather_launches(w.itemsize, 0 if bias is None else bias.itemsize)
+        repeat = bias is not None and self.pack.go > 1
+        launch, w_table, b_table = self._gathers_for(repeat)
         wp = scratch("wpack w", self.inner.problem.w_shape, w.dtype)
-        w_launch(w.data.ptr, w_table.data.ptr, wp.data.ptr)
-        if b_launch is not None:
+        if repeat:
             bp = scratch("wpack bias", (self.pack.go * self.problem.out_channels,), bias.dtype)
-            b_launch(bias.data.ptr, b_table.data.ptr, bp.data.ptr)
+            launch(w.data.ptr, w_table.data.ptr, wp.data.ptr, bias.data.ptr, b_table.data.ptr, bp.data.ptr)
             bias = bp
+        else:
+            launch(w.data.ptr, w_table.data.ptr, wp.data.ptr)
         self.inner.run(x, wp, bias, residual, out)
 
 
