@@ -104,13 +104,14 @@ def test_tile_width_choice(m, n, bn):
 
 @pytest.mark.parametrize("m,n,bn16,bn_tf32", [
     (32 * 56 * 56, 256, 256, 128),    # ResNet-50 1x1 64->256: tf32 products favour the finer waves
-    (32 * 14 * 14, 1024, 256, 128),   # 1x1 256->1024: 196 tiles of 256 are 1.5 waves, 392 of 128 three
+    (32 * 14 * 14, 1024, 128, 128),   # 1x1 256->1024: 196 tiles of 256 are 1.5 waves, 392 of 128 three
     (32 * 7 * 7, 512, 96, 128),       # 3x3 512 at 7x7: 96 pads N, 128 does not
     (32 * 56 * 56, 64, 64, 64),
     (32 * 56 * 56, 144, 160, 160),    # 160 pads 144 less than 128 does (one tile instead of two)
 ])
 def test_tf32_tile_width(m, n, bn16, bn_tf32):
-    """tf32 (docs/tuning.md T-tf32-bn): BN at most 128; 96 / 160 / 192 only where they pad N less."""
+    """tf32 (docs/tuning.md T-tf32-bn): BN at most 128; 96 / 160 / 192 only where they pad N less. 16-bit
+    products take 128 over the rule's 256 where the finer waves pay (docs/tuning.md T-bn-256-waves)."""
     assert choose_tile_config(m, n, 132, cluster=1).block_n == bn16
     assert choose_tile_config(m, n, 132, cluster=1, tf32=True).block_n == bn_tf32
 
@@ -146,7 +147,7 @@ def test_tall_tile_rule(m, n, bm, stages):
     (64 * 14 * 14, 256, 16, True, 192, 4),    # ... with a residual (C ring of 192-row chunks: 4 slots)
     (64 * 28 * 28, 128, 18, False, 128, 6),   # 262 tiles of 192 = 2 waves vs 392 of 128 = 3: a tie keeps 128
     (64 * 7 * 7, 512, 72, False, 128, 6),     # one wave either way: 1.5 times the work per tile would cost
-    (64 * 14 * 14, 512, 16, False, 128, 4),   # BN = 256: too wide for 160-register consumers
+    (64 * 28 * 28, 512, 16, False, 128, 4),   # BN = 256: too wide for 160-register consumers
 ])
 def test_mid_tile_rule(m, n, k_iters_, res, bm, stages):
     cfg = choose_tile_config(m, n, 132, cluster=1, k_iters=k_iters_, loads_residual=res)

@@ -369,8 +369,9 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     """The tile configuration of a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles take ``k_iters`` reduction
     steps. Pure; every keyword left None is chosen automatically.
 
-    * BN: :func:`_bn_rule`, replaced by 96, 160 or 192 where :func:`_modelled_cost` predicts at least 12%
-      less time (less padding or a fuller last wave); ``block_n`` forces it.
+    * BN: :func:`_bn_rule`, replaced by 96, 160 or 192 (or 128 where the rule says 256) where
+      :func:`_modelled_cost` predicts at least 12% less time (less padding or a fuller last wave:
+      docs/tuning.md T-bn-cost, T-bn-256-waves); ``block_n`` forces it.
     * ``tf32`` (float32 operands multiplied as tf32): :func:`_tf32_bn` instead.
     * Height: :func:`_auto_block_m`; ``block_m`` forces it where the variant exists (:func:`bm_fits`).
     * ``cluster`` = 2: pairs of CTAs multicasting the filter tile, when there are two row tiles.
@@ -397,8 +398,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     if bn is None and tf32:
         bn = _tf32_bn(m_tiles, gemm_n, sm_count)
     elif bn is None:
-        bn = _cheaper_bn(m_tiles, gemm_n, sm_count, _bn_rule(m_tiles, gemm_n, sm_count),
-                         [b for b in STAGES if b not in _BASE_BN])
+        rule = _bn_rule(m_tiles, gemm_n, sm_count)
+        bn = _cheaper_bn(m_tiles, gemm_n, sm_count, rule, [b for b in STAGES if b not in _BASE_BN or (b, rule) == (128, 256)])
     use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry, k_iters) if halo is None else halo)
     if use_halo and halo is None and loads_residual:
         if _narrow_halo_res_pays(auto_bn, bn, gemm_n, bm, cl):
