@@ -147,6 +147,18 @@ def test_dispatch_declines_with_a_reason(kw, kernel, why):
     assert why in ex.declined["sm90_wpack"], ex.declined["sm90_wpack"]
 
 
+def test_input_gradient_variants_take_the_unpacked_plan():
+    """A stride-1 input gradient of a 32-channel layer is a forward convolution the pack takes; its MN-major
+    filter variant (and the phase-storing one) are built on the unpacked Hopper plan of the same problem."""
+    from cuconv.backends.sm90.kernel import Sm90Plan
+    from cuconv.backends.sm90.phase_scatter import direct_filter, flipped_view
+    p = _p(32, 32, 3)
+    plan, ex = dispatch.select(p, H100)
+    assert ex.kernel == "sm90_wpack"
+    got, why = direct_filter(plan, flipped_view((32, 3, 3, 32), ((2, 1, 3), (2, 1, 3))))
+    assert isinstance(got, Sm90Plan) and got.problem == p and got.mn_filter is not None, why
+
+
 def test_not_on_ampere():
     _, ex = dispatch.select(_p(32, 32, 3), A100)
     assert ex.kernel != "sm90_wpack" and "Hopper" in ex.declined["sm90_wpack"]
