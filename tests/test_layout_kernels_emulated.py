@@ -80,6 +80,11 @@ extern "C" void run_gather(int itemsize, const void* src, const int32_t* index, 
   else if (itemsize == 4) { RUN(gather_index_b4((const uint32_t*)src, index, (uint32_t*)dst, count)) }
   else { RUN(gather_index_b8((const unsigned long long*)src, index, (unsigned long long*)dst, count)) }
 }
+extern "C" void run_gather_pair(const uint16_t* src0, const int32_t* index0, uint16_t* dst0, long long count0,
+                                const uint16_t* src1, const int32_t* index1, uint16_t* dst1, long long count1,
+                                unsigned grid, unsigned block) {
+  RUN(gather_index_pair_b2(src0, index0, dst0, count0, src1, index1, dst1, count1))
+}
 extern "C" void run_scatter(int fill, int word, const void* z, void* y, const cuconv::layout::ScatterArgs* a,
                             unsigned grid, unsigned block) {
   if (fill) {
@@ -102,6 +107,7 @@ def lib(tmp_path_factory):
     L.run_fold.argtypes = [P, P, P, U, U]
     L.run_stack.argtypes = [ctypes.c_int, ctypes.c_int, P, P, P, U, U]
     L.run_gather.argtypes = [ctypes.c_int, P, P, P, ctypes.c_longlong, U, U]
+    L.run_gather_pair.argtypes = [P, P, P, ctypes.c_longlong, P, P, P, ctypes.c_longlong, U, U]
     L.run_scatter.argtypes = [ctypes.c_int, ctypes.c_int, P, P, P, U, U]
     return L
 
@@ -189,6 +195,28 @@ def test_gather_index_kernel_is_the_numpy_gather(lib, dtype):
     lib.run_gather(w.itemsize, _ptr(w), _ptr(index), _ptr(got), got.size, 7, 256)
     np.testing.assert_array_equal(got, want)
     assert (index < 0).any() and (got[index < 0] == 0).all()
+
+
+@pytest.mark.parametrize("C,K,S,sw,dw,pl,W", [(32, 32, 3, 1, 1, 1, 160), (32, 64, 3, 2, 1, 1, 320),
+                                              (16, 24, 5, 1, 2, 4, 64), (8, 8, 3, 3, 1, 0, 48)])
+def test_pair_gather_writes_the_packed_filter_and_bias(lib, C, K, S, sw, dw, pl, W):
+    """``gather_index_pair_b2`` run as ``sm90_wpack`` runs it (its tables, the launch shape of
+    :func:`cuconv.subpixel.gather_pair_launch`) writes :func:`cuconv.models.wpack.pack_filter` and the
+    repeated bias, every element (the zeros included)."""
+    from cuconv.models.wpack import pack_bias, pack_filter, pack_filter_index, wpack_geometry
+    Q = (W + 2 * pl - (S - 1) * dw - 1) // sw + 1
+    pack = wpack_geometry(W, Q, S, sw, dw, pl, C)
+    rng = np.random.default_rng(C + K)
+    w = rng.standard_normal((K, 2, S, C)).astype(np.float16)
+    b = rng.standard_normal(K).astype(np.float16)
+    index = pack_filter_index(pack, K, 2, S, C, sw, dw, pl).reshape(-1)
+    b_index = np.tile(np.arange(K, dtype=np.int32), pack.go)
+    wp = np.full(index.size, 5, np.float16)
+    bp = np.full(b_index.size, 5, np.float16)
+    blocks = max(1, min(-(-(wp.size + bp.size) // 256), 65535))
+    lib.run_gather_pair(_ptr(w), _ptr(index), _ptr(wp), wp.size, _ptr(b), _ptr(b_index), _ptr(bp), bp.size, blocks, 256)
+    np.testing.assert_array_equal(wp.reshape(pack.go * K, 2, pack.taps, pack.g * C), pack_filter(w, pack, sw, dw, pl))
+    np.testing.assert_array_equal(bp, pack_bias(b, pack))
 
 
 @settings(max_examples=60, deadline=None)
