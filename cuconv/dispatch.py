@@ -2,7 +2,8 @@
 
 Each registered kernel (:mod:`cuconv.registry`), highest priority first, answers
 ``plan(problem, device, overrides)`` with a :class:`~cuconv.plan.Plan` or a
-:class:`~cuconv.plan.Declined`; the first plan runs. :func:`select` memoises the outcome per
+:class:`~cuconv.plan.Declined`; the first plan that its kernel does not pass over
+(:meth:`~cuconv.plan.Kernel.passes_over`) runs. :func:`select` memoises the outcome per
 (problem, device, forced kernel, strategy, overrides): one memo of plans, so a repeated call costs a
 dictionary lookup. :func:`cuconv.explain` returns the whole conversation
 (:class:`Explanation`), so a fallback is never silent.
@@ -139,6 +140,8 @@ def _select_uncached(problem: ConvProblem, device: DeviceInfo, forced: Optional[
         answer = k.plan(problem, device, overrides)
         if not answer:
             declined[k.name] = answer.reason
+        elif (why := k.passes_over(answer)) is not None:
+            declined[k.name] = f"runs it, but the automatic choice passes it over: {why} (kernel={k.name!r} forces it)"
         elif chosen is None:
             chosen = answer
         else:

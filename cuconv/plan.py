@@ -10,13 +10,15 @@ Adding a kernel: subclass :class:`Kernel`, set ``name``, ``backend``, ``priority
 ``spatial_dims`` and ``precisions`` (the (dtype, precision) pairs it computes as promised),
 implement :meth:`Kernel.make_plan` returning your :class:`Plan` subclass (with
 :meth:`Plan.describe` and :meth:`Plan.run`), and register an instance with
-:func:`cuconv.registry.register` in a module that ``cuconv/backends/__init__.py`` imports.
+:func:`cuconv.registry.register` in a module that ``cuconv/backends/__init__.py`` imports. A kernel that
+can run a problem but is not the better choice for it everywhere (a rewrite that pays only on large
+layers) says so in :meth:`Kernel.passes_over`: the automatic choice moves on, ``kernel=`` still runs it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import FrozenSet, Tuple, Union
+from typing import FrozenSet, Optional, Tuple, Union
 
 from .device import DeviceInfo
 from .overrides import Overrides
@@ -137,6 +139,12 @@ class Kernel:
     def make_plan(self, problem: ConvProblem, device: DeviceInfo, overrides: Overrides) -> Union[Plan, Declined]:
         """The kernel-specific part of :meth:`plan` (device kind and rank already checked)."""
         raise NotImplementedError
+
+    def passes_over(self, plan: Plan) -> Optional[str]:
+        """Why the automatic choice should leave ``plan`` (one of this kernel's) to a kernel of lower
+        priority although it runs correctly, or None to take it; a call that forces the kernel
+        (``kernel=``) runs it regardless. The default takes every plan."""
+        return None
 
     def __repr__(self) -> str:
         return f"<cuconv kernel {self.name} ({self.backend})>"

@@ -147,6 +147,16 @@ def test_dispatch_declines_with_a_reason(kw, kernel, why):
     assert why in ex.declined["sm90_wpack"], ex.declined["sm90_wpack"]
 
 
+@pytest.mark.parametrize("kw", [dict(c=32, k=32, f=1), dict(c=32, k=64, f=3), dict(c=32, k=32, f=3, h=96, w=96)])
+def test_what_the_automatic_choice_passes_over_runs_when_forced(kw):
+    """The pay-off rules are the automatic choice's (``passes_over``): forced, the kernel packs the problem."""
+    p = _p(**kw)
+    _, ex = dispatch.select(p, H100)
+    assert ex.kernel == "sm90_tma" and "passes it over" in ex.declined["sm90_wpack"]
+    plan, forced = dispatch.select(p, H100, forced="sm90_wpack")
+    assert forced.forced and plan.kernel.name == "sm90_wpack" and plan.inner.problem.channels == 64
+
+
 def test_input_gradient_variants_take_the_unpacked_plan():
     """A stride-1 input gradient of a 32-channel layer is a forward convolution the pack takes; its MN-major
     filter variant (and the phase-storing one) are built on the unpacked Hopper plan of the same problem."""

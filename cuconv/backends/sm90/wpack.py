@@ -13,8 +13,9 @@ bytes; only the filter changes (model and proof: :mod:`cuconv.models.wpack`)::
     bias (K,)              --gather-->  bias' (go K,)                    (when go > 1)
 
 The filter is gathered on every call (weights may change between calls), with the repeated bias in the same
-launch, through a table made once per geometry (kernels_cu/layout/gather_index.cu). The automatic choice
-packs a problem whose packed form leaves at most :data:`MAX_WORK_RATIO` of the tensor-core work
+launch, through a table made once per geometry (kernels_cu/layout/gather_index.cu). The kernel plans every
+problem whose W axis packs; the automatic choice passes it over (:meth:`Sm90WPackKernel.passes_over`; a
+call with ``kernel="sm90_wpack"`` runs it regardless) except on a problem whose packed form leaves at most :data:`MAX_WORK_RATIO` of the tensor-core work
 (:func:`cuconv.models.wpack.work_ratio`), whose unpacked tiles fill at least :data:`MIN_WAVES` waves of the
 GPU (a shorter layer runs at the host's pace, and the gather is one launch more), and whose filter is wider
 than one column (a 1x1 layer reads each pixel once and is bound by memory, which packing does not change).
@@ -24,6 +25,7 @@ The evidence is docs/tuning.md T-wpack.
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import numpy as np
 
@@ -96,28 +98,35 @@ class Sm90WPackKernel(RewritingKernel):
             return Declined(f"{problem.layout} output: a packed output pixel is several columns of the "
                             f"channels-last output, which {self.inner.name} writes channels-first directly")
         W, Q, S, sw, dw, pl = _axis(problem)
-        if S == 1:
-            return Declined("a one-column filter reads each pixel once: the layer is bound by memory, which "
-                            "packing does not change")
         pack = wpack_geometry(W, Q, S, sw, dw, pl, problem.channels)
         if pack is None:
             return Declined(_why_no_pack(problem))
-        ratio = work_ratio(pack, problem.channels, problem.out_channels, S)
-        if ratio > MAX_WORK_RATIO:
-            return Declined(f"packing {pack.g} pixels leaves {ratio:.2f} of the tensor-core work (the zero taps "
-                            f"of the packed filter), more than {MAX_WORK_RATIO}")
-        direct, sms = self.inner.make_plan(problem, device, overrides), device.sm_count or 132
-        if direct and direct.cfg.num_units < MIN_WAVES * sms:
-            return Declined(f"unpacked, its {direct.cfg.num_units} tiles are fewer than {MIN_WAVES} waves of {sms} "
-                            f"SMs: a layer this short runs at about the host's pace, to which packing adds a launch")
         inner_problem = wpack_problem(problem, pack)
         inner = self.inner.make_plan(inner_problem, device, overrides)
         if not inner:
             return Declined(f"the packed convolution ({inner_problem.describe()}): {inner.reason}")
+        direct = self.inner.make_plan(problem, device, overrides)
+        ratio = work_ratio(pack, problem.channels, problem.out_channels, S)
         return WPackPlan(self, problem, device, inner, pack, ratio, overrides,
                          f"C={problem.channels}: {pack.g} neighbouring pixels packed into one of "
                          f"{pack.g * problem.channels} channels fill the Hopper kernel's {BLOCK_CHANNELS}-channel "
-                         f"blocks ({ratio:.2f} of the unpacked tensor-core work)")
+                         f"blocks ({ratio:.2f} of the unpacked tensor-core work)",
+                         direct.cfg.num_units if direct else None)
+
+    def passes_over(self, plan):
+        """The automatic choice packs only where it pays (module docstring): a filter wider than one column,
+        at most :data:`MAX_WORK_RATIO` of the tensor-core work, at least :data:`MIN_WAVES` waves of tiles."""
+        if plan.problem.filter_spatial[-1] == 1:
+            return ("a one-column filter reads each pixel once: the layer is bound by memory, which packing "
+                    "does not change")
+        if plan.ratio > MAX_WORK_RATIO:
+            return (f"packing {plan.pack.g} pixels leaves {plan.ratio:.2f} of the tensor-core work (the zero taps "
+                    f"of the packed filter), more than {MAX_WORK_RATIO}")
+        sms = plan.device.sm_count or 132
+        if plan.direct_units is not None and plan.direct_units < MIN_WAVES * sms:
+            return (f"unpacked, its {plan.direct_units} tiles are fewer than {MIN_WAVES} waves of {sms} SMs: a "
+                    f"layer this short runs at about the host's pace, to which packing adds a launch")
+        return None
 
 
 class Sm90WPackConv3d(Sm90WPackKernel):
@@ -135,9 +144,12 @@ class Sm90WPackConv3d(Sm90WPackKernel):
 class WPackPlan(Plan):
     """Gather the packed filter (and bias), then the Hopper plan of the packed problem on x and out as they are."""
 
-    def __init__(self, kernel, problem, device, inner, pack: WPack, ratio: float, overrides, reason: str):
+    def __init__(self, kernel, problem, device, inner, pack: WPack, ratio: float, overrides, reason: str,
+                 direct_units: Optional[int] = None):
         super().__init__(kernel, problem, device, reason)
         self.inner, self.pack, self.ratio = inner, pack, ratio
+        #: Tiles (units) of the unpacked Hopper plan of the problem, None where that kernel declines it.
+        self.direct_units = direct_units
         self._overrides = overrides
         W, _, S, sw, dw, pl = _axis(problem)
         lead = int(np.prod(problem.filter_spatial[:-1]))
