@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
-__all__ = ["WPack", "wpack_geometry", "pack_filter_index", "pack_filter", "pack_bias", "work_ratio",
+__all__ = ["WPack", "wpack_or_reason", "wpack_geometry", "pack_filter_index", "pack_filter", "pack_bias", "work_ratio",
            "BLOCK_CHANNELS"]
 
 #: The packed pixel's channels: one 64-channel block of the Hopper kernel's reduction.
@@ -57,23 +57,32 @@ def _filter_axis(S: int, dw: int, sw: int, pl: int, g: int, go: int):
     return (-pl) // g, (sw * (go - 1) - pl + (S - 1) * dw) // g
 
 
-def wpack_geometry(W: int, Q: int, S: int, sw: int, dw: int, pl: int, C: int) -> Optional[WPack]:
+def wpack_or_reason(W: int, Q: int, S: int, sw: int, dw: int, pl: int, C: int) -> Union[WPack, str]:
     """The packing of a W axis of ``W`` input / ``Q`` output columns and ``C`` channels under an ``S``-tap filter
-    (stride ``sw``, dilation ``dw``, padding ``pl`` in front), or None where none exists: ``C`` must divide
+    (stride ``sw``, dilation ``dw``, padding ``pl`` in front), or why none exists: ``C`` must divide
     :data:`BLOCK_CHANNELS` at least twice over and be a multiple of 8, ``W`` a multiple of ``g`` and ``Q`` of
     ``go``, and the packed convolution must end exactly at ``Q / go`` columns without negative padding."""
     if C % 8 or BLOCK_CHANNELS % C or C >= BLOCK_CHANNELS:
-        return None
+        return (f"C={C}: packing needs a multiple of 8 that divides {BLOCK_CHANNELS // 2} (two or more pixels per "
+                f"{BLOCK_CHANNELS}-channel block)")
     g = BLOCK_CHANNELS // C
     go = g // math.gcd(g, sw)
-    if W % g or Q % go:
-        return None
+    if W % g:
+        return f"W={W} is not a multiple of {g}: a group of {g} pixels would run into the next row"
+    if Q % go:
+        return f"the output's {Q} columns are not a multiple of {go}: a packed output pixel would run into the next row"
     lo, hi = _filter_axis(S, dw, sw, pl, g, go)
     taps, stride, w_in, q_out = hi - lo + 1, sw * go // g, W // g, Q // go
     pad_hi = max(0, (q_out - 1) * stride + taps - w_in + lo)
     if (w_in - lo + pad_hi - taps) // stride + 1 != q_out:
-        return None
+        return f"the packed filter of {g}-pixel groups cannot end at the output's last column without negative padding"
     return WPack(g=g, go=go, taps=taps, stride=stride, pad_lo=-lo, pad_hi=pad_hi, in_w=w_in, out_w=q_out)
+
+
+def wpack_geometry(W: int, Q: int, S: int, sw: int, dw: int, pl: int, C: int) -> Optional[WPack]:
+    """:func:`wpack_or_reason`'s packing, or None where none exists."""
+    pack = wpack_or_reason(W, Q, S, sw, dw, pl, C)
+    return pack if isinstance(pack, WPack) else None
 
 
 def pack_filter_index(pack: WPack, K: int, R: int, S: int, C: int, sw: int, dw: int, pl: int) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...models.wpack import BLOCK_CHANNELS, WPack, pack_filter_index, work_ratio, wpack_geometry
+from ...models.wpack import BLOCK_CHANNELS, WPack, pack_filter_index, work_ratio, wpack_or_reason
 from ...plan import SIXTEEN_BIT, Declined, Plan
 from ...problem import ConvProblem
 from ...registry import register
@@ -65,22 +65,6 @@ def _axis(problem: ConvProblem):
             problem.dilation[-1], problem.pad_lo[-1])
 
 
-def _why_no_pack(problem: ConvProblem) -> str:
-    """Why :func:`cuconv.models.wpack.wpack_geometry` found no packing of ``problem``."""
-    W, Q, S, sw, dw, pl = _axis(problem)
-    C = problem.channels
-    if C % 8 or BLOCK_CHANNELS % C or C >= BLOCK_CHANNELS:
-        return (f"C={C}: packing needs a multiple of 8 that divides {BLOCK_CHANNELS // 2} (two or more pixels per "
-                f"{BLOCK_CHANNELS}-channel block)")
-    g = BLOCK_CHANNELS // C
-    go = g // np.gcd(g, sw)
-    if W % g:
-        return f"W={W} is not a multiple of {g}: a group of {g} pixels would run into the next row"
-    if Q % go:
-        return f"the output's {Q} columns are not a multiple of {go}: a packed output pixel would run into the next row"
-    return f"the packed filter of {g}-pixel groups cannot end at the output's last column without negative padding"
-
-
 class Sm90WPackKernel(RewritingKernel):
     """conv2d of 16-bit data with 8-32 channels on Hopper: pixels packed into 64 channels, then the wgmma kernel."""
 
@@ -98,9 +82,9 @@ class Sm90WPackKernel(RewritingKernel):
             return Declined(f"{problem.layout} output: a packed output pixel is several columns of the "
                             f"channels-last output, which {self.inner.name} writes channels-first directly")
         W, Q, S, sw, dw, pl = _axis(problem)
-        pack = wpack_geometry(W, Q, S, sw, dw, pl, problem.channels)
-        if pack is None:
-            return Declined(_why_no_pack(problem))
+        pack = wpack_or_reason(W, Q, S, sw, dw, pl, problem.channels)
+        if isinstance(pack, str):
+            return Declined(pack)
         inner_problem = wpack_problem(problem, pack)
         inner = self.inner.make_plan(inner_problem, device, overrides)
         if not inner:
@@ -157,7 +141,7 @@ class WPackPlan(Plan):
         self._gathers = None  # (with a bias, (launch, tables)): made on the first run (:meth:`_gathers_for`)
         if inner.problem.out_shape[1:-1] != (*problem.out_shape[1:-2], pack.out_w):
             raise AssertionError(f"packed output {inner.problem.out_shape} is not {problem.out_shape} seen in groups "
-                                 f"of {pack.go}")  # pragma: no cover - wpack_geometry guarantees it
+                                 f"of {pack.go}")  # pragma: no cover - wpack_or_reason guarantees it
 
     def describe(self) -> str:
         p, pk = self.problem, self.pack
