@@ -91,11 +91,11 @@ class Sm90WPackKernel(RewritingKernel):
             return Declined(f"the packed convolution ({inner_problem.describe()}): {inner.reason}")
         direct = self.inner.make_plan(problem, device, overrides)
         ratio = work_ratio(pack, problem.channels, problem.out_channels, S)
-        return WPackPlan(self, problem, device, inner, pack, ratio, overrides,
+        return WPackPlan(self, problem, device, inner, pack, ratio,
                          f"C={problem.channels}: {pack.g} neighbouring pixels packed into one of "
                          f"{pack.g * problem.channels} channels fill the Hopper kernel's {BLOCK_CHANNELS}-channel "
                          f"blocks ({ratio:.2f} of the unpacked tensor-core work)",
-                         direct.cfg.num_units if direct else None)
+                         direct if direct else None)
 
     def passes_over(self, plan):
         """The automatic choice packs only where it pays (module docstring): a filter wider than one column,
@@ -128,13 +128,11 @@ class Sm90WPackConv3d(Sm90WPackKernel):
 class WPackPlan(Plan):
     """Gather the packed filter (and bias), then the Hopper plan of the packed problem on x and out as they are."""
 
-    def __init__(self, kernel, problem, device, inner, pack: WPack, ratio: float, overrides, reason: str,
-                 direct_units: Optional[int] = None):
+    def __init__(self, kernel, problem, device, inner, pack: WPack, ratio: float, reason: str, direct=None):
         super().__init__(kernel, problem, device, reason)
         self.inner, self.pack, self.ratio = inner, pack, ratio
-        #: Tiles (units) of the unpacked Hopper plan of the problem, None where that kernel declines it.
-        self.direct_units = direct_units
-        self._overrides = overrides
+        #: The inner kernel's plan of the problem unpacked, None where that kernel declines it.
+        self.direct = direct
         W, _, S, sw, dw, pl = _axis(problem)
         lead = int(np.prod(problem.filter_spatial[:-1]))
         self._table_key = (pack, problem.out_channels, lead, S, problem.channels, sw, dw, pl)
@@ -154,11 +152,16 @@ class WPackPlan(Plan):
     def compile_jobs(self):
         return self.inner.compile_jobs() + ((GATHER_SOURCE, {}),)
 
+    @property
+    def direct_units(self) -> Optional[int]:
+        """Tiles (units) of the unpacked plan, None where the inner kernel declines the problem unpacked."""
+        return None if self.direct is None else self.direct.cfg.num_units
+
     def unpacked(self):
         """The plan of the same convolution on the inner kernel, unpacked (for the input-gradient variants,
-        which store and read the convolution's own columns); this plan where the inner kernel declines."""
-        plan = self.kernel.inner.make_plan(self.problem, self.device, self._overrides)
-        return plan if plan else self
+        which store and read the convolution's own columns; they copy it before changing it); this plan
+        where the inner kernel declines."""
+        return self if self.direct is None else self.direct
 
     def _gathers_for(self, with_bias: bool):
         """``(launch, filter table, bias table)`` on the plan's GPU: the filter gather, or the filter and the
