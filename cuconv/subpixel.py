@@ -43,7 +43,8 @@ from .problem import cached_fields_hash, fields_state
 from .scratch import scratch
 
 __all__ = ["Subpixel", "geometry", "stacked_filter", "stacked_filter_shape", "stacked_filter_launch", "stacked_bias",
-           "unstack_launch", "stack", "unstack", "gather_launch", "gather_pair_launch", "repeat_index", "stack_args", "MAX_WASTE", "MAX_STRIDE",
+           "unstack_launch", "stack", "unstack", "gather_launch", "gather_pair_launch", "repeat_index", "stack_args",
+           "MAX_WASTE", "MAX_STRIDE",
            "scatter_offsets", "filter_is_w", "phase_taps", "STACK_SOURCE", "GATHER_SOURCE", "FILTER_SOURCE", "COMPILE_VARIANTS"]
 
 STACK_SOURCE = "layout/phase_stack.cu"

@@ -9,8 +9,9 @@ Modules, in the order a call uses them: :mod:`.tiles` (the pure tile policy), :m
 (the kernels' plans and launches), :mod:`.params` (the parameter struct), :mod:`.tensormap`
 (TMA descriptors, cuda-bindings), :mod:`.variants` (compiled variants and the CI compile list),
 :mod:`.split_precision` (float32 data: the split into bf16 parts, then the kernel's float32-output
-variant), :mod:`.tf32` (float32 data as tf32), :mod:`.fold` (the width fold), :mod:`.wpack` (the width pack). Device code: kernels_cu/sm90/, kernels_cu/precision/ and
-kernels_cu/layout/fold_width.cu.
+variant), :mod:`.tf32` (float32 data as tf32), :mod:`.fold` (the width fold), :mod:`.wpack` (the width
+pack). Device code: kernels_cu/sm90/, kernels_cu/precision/, kernels_cu/layout/fold_width.cu and
+kernels_cu/layout/gather_index.cu.
 """
 
 from .kernel import Sm90Plan, Sm90TmaConv3d, Sm90TmaKernel  # noqa: F401  (registers the kernels)

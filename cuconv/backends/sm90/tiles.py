@@ -399,7 +399,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         bn = _tf32_bn(m_tiles, gemm_n, sm_count)
     elif bn is None:
         rule = _bn_rule(m_tiles, gemm_n, sm_count)
-        bn = _cheaper_bn(m_tiles, gemm_n, sm_count, rule, [b for b in STAGES if b not in _BASE_BN or (b, rule) == (128, 256)])
+        candidates = [b for b in STAGES if b not in _BASE_BN or (b, rule) == (128, 256)]
+        bn = _cheaper_bn(m_tiles, gemm_n, sm_count, rule, candidates)
     use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry, k_iters) if halo is None else halo)
     if use_halo and halo is None and loads_residual:
         if _narrow_halo_res_pays(auto_bn, bn, gemm_n, bm, cl):

@@ -15,10 +15,11 @@ bytes; only the filter changes (model and proof: :mod:`cuconv.models.wpack`)::
 The filter is gathered on every call (weights may change between calls), with the repeated bias in the same
 launch, through a table made once per geometry (kernels_cu/layout/gather_index.cu). The kernel plans every
 problem whose W axis packs; the automatic choice passes it over (:meth:`Sm90WPackKernel.passes_over`; a
-call with ``kernel="sm90_wpack"`` runs it regardless) except on a problem whose packed form leaves at most :data:`MAX_WORK_RATIO` of the tensor-core work
-(:func:`cuconv.models.wpack.work_ratio`), whose unpacked tiles fill at least :data:`MIN_WAVES` waves of the
-GPU (a shorter layer runs at the host's pace, and the gather is one launch more), and whose filter is wider
-than one column (a 1x1 layer reads each pixel once and is bound by memory, which packing does not change).
+call with ``kernel="sm90_wpack"`` runs it regardless) except on a problem whose packed form leaves at most
+:data:`MAX_WORK_RATIO` of the tensor-core work (:func:`cuconv.models.wpack.work_ratio`), whose unpacked
+tiles fill at least :data:`MIN_WAVES` waves of the GPU (a shorter layer runs at the host's pace, and the
+gather is one launch more), and whose filter is wider than one column (a 1x1 layer reads each pixel once
+and is bound by memory, which packing does not change).
 The evidence is docs/tuning.md T-wpack.
 """
 
