@@ -134,9 +134,6 @@ class WPackPlan(Plan):
         self.inner, self.pack, self.ratio = inner, pack, ratio
         #: The inner kernel's plan of the problem unpacked, None where that kernel declines it.
         self.direct = direct
-        W, _, S, sw, dw, pl = _axis(problem)
-        lead = int(np.prod(problem.filter_spatial[:-1]))
-        self._table_key = (pack, problem.out_channels, lead, S, problem.channels, sw, dw, pl)
         self._gathers = None  # (with a bias, (launch, tables)): made on the first run (:meth:`_gathers_for`)
         if inner.problem.out_shape[1:-1] != (*problem.out_shape[1:-2], pack.out_w):
             raise AssertionError(f"packed output {inner.problem.out_shape} is not {problem.out_shape} seen in groups "
@@ -168,10 +165,12 @@ class WPackPlan(Plan):
         """``(launch, filter table, bias table)`` on the plan's GPU: the filter gather, or the filter and the
         repeated bias in one launch (``bias table`` None without), made on the first run of each kind."""
         if self._gathers is None or self._gathers[0] != with_bias:
-            dev, pk, K = self.device.index, self.pack, self.problem.out_channels
+            p, dev, pk = self.problem, self.device.index, self.pack
+            K, (_, _, S, sw, dw, pl) = p.out_channels, _axis(p)
             w_count = int(np.prod(self.inner.problem.w_shape))
             launch = gather_pair_launch(dev, w_count, pk.go * K) if with_bias else gather_launch(dev, 2, w_count)
-            self._gathers = (with_bias, (launch, _filter_table(dev, *self._table_key),
+            table = _filter_table(dev, pk, K, int(np.prod(p.filter_spatial[:-1])), S, p.channels, sw, dw, pl)
+            self._gathers = (with_bias, (launch, table,
                                          repeat_index(dev, K, pk.go) if with_bias else None))
         return self._gathers[1]
 
