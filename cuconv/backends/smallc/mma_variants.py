@@ -1,0 +1,155 @@
+"""The tensor-core few-channel kernel's tile policy and compiled variants (kernels_cu/smallc/smallc_mma.cu).
+
+A pure function of the problem: :func:`mma_config` picks the channel chunk (BN), the output tile's
+shape (TP x TQ = 128 pixels) and checks that the filter and the input tile fit shared memory;
+:func:`mma_variant` names the compiled variant and its ``-D`` defines. Compile-time: dtype, C, R, S,
+stride and dilation along W, the tile shape, BN, the epilogue's access width and the input copy width,
+so a network's stem is one variant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from ...launch import dtype_code
+from ...problem import ConvProblem
+from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
+from .variants import MAX_C
+
+__all__ = ["MmaConfig", "mma_config", "mma_variant", "mma_declined", "MMA_SOURCE", "MAX_TERMS", "SMEM_LIMIT",
+           "THREADS", "BM"]
+
+MMA_SOURCE = "smallc/smallc_mma.cu"
+#: Reduction terms (C x R x S) of one filter depth slice at most: the k16 steps are unrolled, and the
+#: input tile of a wider window outgrows shared memory (a 16x16 stride-16 patch embedding, 768 terms,
+#: is a GEMM over a transposed input, not a stem).
+MAX_TERMS = 256
+#: Shared memory one CTA may use (bytes): the filter, the offset table and one input tile.
+SMEM_LIMIT = 96 * 1024
+#: Threads per CTA: four warps of 32 output pixels (``THREADS`` of the kernel).
+THREADS = 128
+#: Output pixels per CTA tile (TP x TQ).
+BM = 128
+#: Output channels per CTA at most (eight n8 fragments per warp).
+MAX_BN = 64
+_TILE_COLS = (8, 16, 32, 64, 128)
+_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16"}
+
+
+@dataclass(frozen=True)
+class MmaConfig:
+    """One launch shape of the tensor-core few-channel kernel (field meanings: the kernel's ``MmaGeometry``)."""
+
+    bn: int         # output channels per CTA (whole n8 fragments)
+    ev: int         # channels per epilogue access (2 when K is even)
+    vin: int        # input channels per copy into shared memory
+    tp: int         # output rows per tile
+    tq: int         # output columns per tile
+    in_rows: int    # the input tile (halo included), all C channels
+    in_cols: int
+    tiles_p: int
+    tiles_q: int
+    chunks: int
+    kp: int         # reduction terms per filter depth slice, padded to whole k16 steps
+    smem: int       # dynamic shared memory (bytes)
+    threads: int = THREADS
+
+    @property
+    def vec(self) -> int:
+        """Channels per access of out, bias and residual (``aligned_operands``)."""
+        return self.ev
+
+    def tiles(self, p: ConvProblem) -> int:
+        """CTAs of the 1-D grid: chunks x images x output depth x tiles per plane."""
+        return p.batch * (p.out_spatial[0] if p.nd == 3 else 1) * self.tiles_p * self.tiles_q * self.chunks
+
+
+def mma_declined(p: ConvProblem) -> Optional[str]:
+    """Why the tensor-core few-channel kernel cannot take ``p``, or None: dense, fp16 / bf16, at most
+    :data:`~cuconv.backends.smallc.variants.MAX_C` input channels and :data:`MAX_TERMS` reduction terms
+    per filter depth slice."""
+    if p.groups != 1:
+        return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
+    if p.dtype not in _DTYPE_TAG:
+        return f"{p.dtype}: the kernel multiplies fp16 or bf16 on tensor cores"
+    if p.channels > MAX_C:
+        return f"C = {p.channels}: the kernel is for at most {MAX_C} input channels (stems)"
+    _, R, S, _, _, _ = problem_axes(p)
+    terms = p.channels * R * S
+    if terms > MAX_TERMS:
+        return f"{terms} reduction terms per filter slice (C x R x S): above the kernel's {MAX_TERMS}"
+    return index_range_declined(p) or plane_offsets_declined(p)
+
+
+def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig, str]:
+    """The launch shape for ``p``, or the reason there is none.
+
+    BN: the output channels in the fewest chunks of at most 64, each a whole number of n8 fragments.
+    Tile: the 128-pixel shape (TQ of 8-128 columns) with the least output padding plus input-tile
+    reads (halo included, counted per output channel of the chunk)."""
+    T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
+    C, K, esize = p.channels, p.out_channels, p.itemsize
+    chunks = -(-K // MAX_BN)
+    bn = -(-(-(-K // chunks)) // 8) * 8
+    kp = -(-(C * R * S) // 16) * 16
+    ev = 2 if K % 2 == 0 else 1
+    vin = pow2_divisor(C, 16 // esize) if C * esize >= 4 else 1
+
+    def extent(tp_, tq_):
+        return (tp_ - 1) * sh + (R - 1) * dh + 1, (tq_ - 1) * sw + (S - 1) * dw + 1
+
+    best = None
+    for tq in _TILE_COLS:
+        tp = BM // tq
+        rows, cols = extent(tp, tq)
+        cost = -(-P // tp) * -(-Q // tq) * (rows * cols * C / bn + BM)
+        if best is None or cost < best[0]:
+            best = (cost, tp, tq)
+    _, tp, tq = best
+    in_rows, in_cols = extent(tp, tq)
+    filt = -(-T * bn * (kp + 8) * 2 // 16) * 16
+    smem = filt + kp * 4 + in_rows * in_cols * C * esize
+    if smem > smem_limit:
+        return (f"the filter ({T} slices) and the {in_rows}x{in_cols} input tile need {smem} bytes of shared "
+                f"memory, over the {smem_limit} the kernel uses")
+    cfg = MmaConfig(bn=bn, ev=ev, vin=vin, tp=tp, tq=tq, in_rows=in_rows, in_cols=in_cols, tiles_p=-(-P // tp),
+                    tiles_q=-(-Q // tq), chunks=chunks, kp=kp, smem=smem)
+    if cfg.tiles(p) >= 2**31:
+        return f"{cfg.tiles(p)} CTAs: over the 2**31 - 1 of a 1-D grid"
+    return cfg
+
+
+def mma_variant(p: ConvProblem, cfg: MmaConfig):
+    """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
+    _, R, S, (_, sw), (_, dw), _ = problem_axes(p)
+    name = (f"smallc_mma_{_DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
+            f"_e{cfg.ev}_i{cfg.vin}")
+    defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
+                   SC_VIN=cfg.vin, MM_TP=cfg.tp, MM_TQ=cfg.tq, MM_BN=cfg.bn, MM_EV=cfg.ev, CUCONV_KERNEL_NAME=name)
+    return name, defines
+
+
+def _catalog():
+    """Problems whose variants CI compiles: the networks' stems (7x7 and 3x3 RGB, 4x4 stride 4, a latent's
+    3x3 of 4 channels) in both dtypes, an odd K, a 5x5 of one channel and a conv3d."""
+    def stem(c, hw, f, s, k, dtype="bfloat16", nd=2, pad=None):
+        return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=k,
+                                  filter_spatial=(f,) * nd, stride=s, dilation=1,
+                                  padding=f // 2 if pad is None else pad, groups=1, dtype=dtype,
+                                  layout="NHWC" if nd == 2 else "NDHWC")
+    out = {}
+    for dtype in ("float16", "bfloat16"):
+        out[f"7x7_s2_rgb_{dtype}"] = stem(3, 64, 7, 2, 64, dtype)
+        out[f"3x3_s2_rgb_{dtype}"] = stem(3, 64, 3, 2, 32, dtype)
+    out.update(s4_rgb=stem(3, 64, 4, 4, 96, pad=0), c4_3x3=stem(4, 32, 3, 1, 320), narrow_k3=stem(3, 16, 7, 1, 3),
+               c1_5x5=stem(1, 32, 5, 1, 32), c2_conv3d=stem(2, 12, 3, 1, 16, nd=3))
+    return out
+
+
+#: Named few-channel problems covering the compiled variants (tests/test_smallc_mma.py).
+CATALOG = _catalog()
+#: Every (source, defines, arch) of :data:`CATALOG`, for the CPU compile test (tests/test_compile.py).
+COMPILE_VARIANTS = [(MMA_SOURCE, mma_variant(p, mma_config(p))[1], arch) for p in CATALOG.values()
+                    for arch in ("sm_80", "sm_90a")]

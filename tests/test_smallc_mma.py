@@ -1,0 +1,143 @@
+"""The tensor-core few-channel kernel (``smallc_mma``): its policy and dispatch on the CPU, its results on
+the GPU.
+
+CPU: :func:`mma_config` keeps its invariants (a 128-pixel tile within shared memory, whole n8 fragments
+covering K), the dispatcher picks the kernel for long-window stems (a 7x7 RGB stem) on sm_80+, leaves
+the short windows to ``smallc_direct`` and says why it declines the rest; every catalog variant
+compiles without spills (tests/test_compile.py compiles them too).
+GPU (gpu-marked): drawn few-channel convolutions (C 1-8, filters up to 7x7, K 1-160, strides,
+dilations, asymmetric padding, fp16 / bf16, NHWC / NCHW, conv2d and conv3d, the whole epilogue) run
+forced onto the kernel with a NaN-poisoned output, or written in place over the residual; the 7x7
+stem runs at full size, chosen automatically.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import assume
+from hypothesis import strategies as st
+
+import cuconv
+from cuconv import dispatch
+from cuconv.backends.smallc.mma import SmallcMmaKernel
+from cuconv.backends.smallc.mma_variants import (BM, CATALOG, MMA_SOURCE, SMEM_LIMIT, mma_config, mma_declined,
+                                                 mma_variant)
+from cuconv.backends.smallc.params import MMA_FIELDS, mma_geometry
+from cuconv.overrides import Overrides
+from cuconv.problem import output_size
+
+from conftest import assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
+from geometry import A100, H100, Case, Setting, draw_epilogue, problem2d, problem3d, run_property
+
+KERNEL = "smallc_mma"
+
+
+# ------------------------------------------------------------------------------------------ CPU
+@pytest.mark.parametrize("key", sorted(CATALOG))
+def test_config_invariants(key):
+    p = CATALOG[key]
+    cfg = mma_config(p)
+    assert cfg.tp * cfg.tq == BM and cfg.smem <= SMEM_LIMIT
+    assert cfg.bn % 8 == 0 and cfg.bn <= 64 and cfg.chunks * cfg.bn >= p.out_channels
+    assert (cfg.chunks - 1) * cfg.bn < p.out_channels  # no empty chunk
+    assert p.channels % cfg.vin == 0 and p.out_channels % cfg.ev == 0
+    assert cfg.kp % 16 == 0 and cfg.kp >= p.channels * p.filter_spatial[-1] * p.filter_spatial[-2]
+    P, Q = p.out_spatial[-2:]
+    assert cfg.tiles_p * cfg.tp >= P and cfg.tiles_q * cfg.tq >= Q
+    geo = mma_geometry(p, cfg)
+    assert len(geo.dtype.names) == len(MMA_FIELDS) and int(geo["in_rows"]) == cfg.in_rows
+
+
+def test_dispatch_takes_long_windows_and_leaves_short_ones():
+    resnet_stem = problem2d(N=32, H=224, W=224, C=3, K=64, R=7, S=7, stride=2, padding=3)
+    for dtype in ("bfloat16", "float16"):
+        for dev in (H100, A100):
+            p = problem2d(N=32, H=224, W=224, C=3, K=64, R=7, S=7, stride=2, padding=3, dtype=dtype)
+            plan, why = dispatch.select(p, dev)
+            assert why.kernel == KERNEL and "147 terms" in why.reason, str(why)
+    # a 3x3 RGB stem (27 terms) stays on the fp32 direct kernel, which lists this one below it
+    plan, why = dispatch.select(problem2d(N=32, H=224, W=224, C=3, K=32, stride=2, padding=1), H100)
+    assert why.kernel == "smallc_direct", str(why)
+    k = SmallcMmaKernel()
+    assert "float32" in k.plan(problem2d(C=3, K=64, R=7, S=7, dtype="float32"), H100, Overrides()).reason
+    assert "at most 8 input channels" in k.plan(problem2d(C=16), H100, Overrides()).reason
+    assert "grouped" in k.plan(problem2d(C=4, K=4, groups=2), H100, Overrides()).reason
+    assert "768 reduction terms" in mma_declined(problem2d(H=64, W=64, C=3, K=768, R=16, S=16, stride=16,
+                                                           padding=0))
+    assert dispatch.select(resnet_stem, H100)[0].describe().startswith(KERNEL)
+
+
+def test_conv3d_plans_and_big_filters_decline():
+    assert dispatch.select(problem3d(C=2, K=16, T=3, R=5, S=5), H100, strategy="native")[1].kernel == KERNEL
+    # seven filter slices of 160 terms x 64 channels outgrow shared memory
+    big = problem3d(D=16, H=32, W=32, C=3, K=64, T=7, R=7, S=7, padding=3)
+    assert "shared memory" in mma_config(big)
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("key", sorted(CATALOG))
+def test_compiles_without_spills(key, arch):
+    p = CATALOG[key]
+    assert_compiles_without_spills(MMA_SOURCE, arch, *mma_variant(p, mma_config(p)))
+
+
+# ------------------------------------------------------------------------------------------ GPU
+@st.composite
+def mma_cases(draw, nd=2, max_spatial=24, epilogue=True):
+    """A dense convolution the kernel takes: C 1-8 (1-3 for conv3d), filters up to 7 a side (3 for
+    conv3d), K 1-160, strides 1-4, dilations 1-2, asymmetric padding, fp16 / bf16."""
+    layouts = ("NHWC", "NCHW") if nd == 2 else ("NDHWC", "NCDHW")
+    c = draw(st.integers(1, 8 if nd == 2 else 3))
+    k = draw(st.sampled_from([1, 3, 4, 8, 16, 24, 32, 48, 64, 72, 96, 160]))
+    spatial = tuple(draw(st.integers(1, max_spatial if nd == 2 else max(4, max_spatial // 2))) for _ in range(nd))
+    filt = tuple(draw(st.integers(1, 7 if nd == 2 else 3)) for _ in range(nd))
+    stride = tuple(draw(st.integers(1, 4)) for _ in range(nd))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    padding = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(nd))
+    for n, f, s, d, (lo, hi) in zip(spatial, filt, stride, dilation, padding):
+        assume(output_size(n, f, s, d, lo, hi) >= 1)
+    assume(c * filt[-1] * filt[-2] <= 256)
+    ep = draw_epilogue(draw) if epilogue else {}
+    return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=c, out_channels=k, filt=filt,
+                stride=stride, dilation=dilation, padding=padding, groups=1,
+                dtype=draw(st.sampled_from(("float16", "bfloat16"))), layout=draw(st.sampled_from(layouts)),
+                epilogue=ep, seed=draw(st.integers(0, 2**31 - 1)))
+
+
+@pytest.fixture(scope="module")
+def cp():
+    return cupy_for_sm80(KERNEL)
+
+
+SETTINGS = [
+    Setting("2d", mma_cases(nd=2), max_examples=60),
+    Setting("2d_wide", mma_cases(nd=2, max_spatial=90, epilogue=False), max_examples=15),
+    Setting("2d_in_place", mma_cases(nd=2), in_place=True, max_examples=20),
+    Setting("3d", mma_cases(nd=3, max_spatial=12), max_examples=25),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.id)
+def test_drawn(cp, setting):
+    run_property(cp, KERNEL, setting)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("c, hw, filt, stride, k", [
+    (3, 224, 7, 2, 64),    # ResNet-50 / ResNeXt stem
+    (3, 96, 7, 1, 3),      # a narrow 7x7 output
+    (1, 128, 5, 1, 32),    # one channel, 5x5
+])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_long_window_stems(cp, c, hw, filt, stride, k, dtype):
+    rng = np.random.default_rng(c + hw + k)
+    x = random_array(rng, (2, hw, hw, c), dtype)
+    w = random_array(rng, (k, filt, filt, c), dtype, scale=1.0 / filt)
+    b = random_array(rng, (k,), dtype)
+    kw = dict(stride=stride, padding=filt // 2, activation="relu")
+    ref = cuconv.reference.conv2d(x, w, b, **kw)
+    e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
+    if c * filt * filt > 64:
+        assert e.kernel == KERNEL, str(e)
+    assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), kernel=KERNEL, **kw), ref, dtype)
