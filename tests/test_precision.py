@@ -229,6 +229,7 @@ DESIGN = {
     "generic_gpu": (H100, dict(), EVERY_PRECISION),
     "depthwise_direct": (A100, dict(C=48, K=48, groups=48), SIXTEEN_BIT | FLOAT32_FFMA),
     "smallc_direct": (A100, dict(C=3, K=32), SIXTEEN_BIT | FLOAT32_FFMA),
+    "smallc_mma": (A100, dict(C=3, K=64, R=7, S=7), SIXTEEN_BIT),
     "narrowk_direct": (A100, dict(C=64, K=3), FLOAT32_FFMA),
     "cdna3_depthwise": (MI300, dict(C=48, K=48, groups=48), SIXTEEN_BIT | FLOAT32_FFMA),
     "sm90_tma": (H100, dict(C=64, K=64), SIXTEEN_BIT),

@@ -43,7 +43,8 @@ def test_config_invariants(key):
 
 
 def test_dispatch_takes_stems_and_declines_the_rest():
-    stem = problem2d(N=32, H=224, W=224, C=3, K=32, stride=2, padding=1)
+    # float32 stems (16-bit ones go to smallc_mma, tests/test_smallc_mma.py)
+    stem = problem2d(N=32, H=224, W=224, C=3, K=32, stride=2, padding=1, dtype="float32")
     for dev in (H100, A100):
         plan, why = dispatch.select(stem, dev)
         assert why.kernel == KERNEL and "few input channels" in why.reason, str(why)
@@ -120,5 +121,6 @@ def test_network_stems(cp, c, hw, filt, stride, k, dtype):
     kw = dict(stride=stride, padding=0 if filt == stride else filt // 2, activation="silu")
     ref = cuconv.reference.conv2d(x, w, b, **kw)
     e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
-    assert e.kernel == KERNEL, str(e)
-    assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw), ref, dtype)
+    # 16-bit stems of 16 terms or more run on tensor cores (smallc_mma) unless forced here
+    assert e.kernel == (KERNEL if dtype == "float32" or c * filt * filt < 16 else "smallc_mma"), str(e)
+    assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), kernel=KERNEL, **kw), ref, dtype)

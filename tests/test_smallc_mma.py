@@ -54,9 +54,15 @@ def test_dispatch_takes_long_windows_and_leaves_short_ones():
             p = problem2d(N=32, H=224, W=224, C=3, K=64, R=7, S=7, stride=2, padding=3, dtype=dtype)
             plan, why = dispatch.select(p, dev)
             assert why.kernel == KERNEL and "147 terms" in why.reason, str(why)
-    # a 3x3 RGB stem (27 terms) stays on the fp32 direct kernel, which lists this one below it
+    # a 3x3 RGB stem (27 terms) too; a 1x1 of 4 channels, conv3d and float32 stay on smallc_direct
     plan, why = dispatch.select(problem2d(N=32, H=224, W=224, C=3, K=32, stride=2, padding=1), H100)
-    assert why.kernel == "smallc_direct", str(why)
+    assert why.kernel == KERNEL, str(why)
+    for p, reason in ((problem2d(H=64, W=64, C=4, K=4, R=1, S=1, padding=0), "less than one k16 step"),
+                      (problem3d(C=2, K=16), "conv3d")):
+        plan, why = dispatch.select(p, H100, strategy="native" if p.nd == 3 else None)
+        assert why.kernel == "smallc_direct", str(why)
+        assert reason in why.declined[KERNEL], str(why)
+    assert dispatch.select(problem2d(C=3, K=64, R=7, S=7, dtype="float32"), H100)[1].kernel != KERNEL
     k = SmallcMmaKernel()
     assert "float32" in k.plan(problem2d(C=3, K=64, R=7, S=7, dtype="float32"), H100, Overrides()).reason
     assert "at most 8 input channels" in k.plan(problem2d(C=16), H100, Overrides()).reason
@@ -67,7 +73,7 @@ def test_dispatch_takes_long_windows_and_leaves_short_ones():
 
 
 def test_conv3d_plans_and_big_filters_decline():
-    assert dispatch.select(problem3d(C=2, K=16, T=3, R=5, S=5), H100, strategy="native")[1].kernel == KERNEL
+    assert dispatch.select(problem3d(C=2, K=16, T=3, R=5, S=5), H100, strategy="native", forced=KERNEL)[1].kernel == KERNEL
     # seven filter slices of 160 terms x 64 channels outgrow shared memory
     big = problem3d(D=16, H=32, W=32, C=3, K=64, T=7, R=7, S=7, padding=3)
     assert "shared memory" in mma_config(big)
@@ -83,16 +89,21 @@ def test_compiles_without_spills(key, arch):
 
 # ------------------------------------------------------------------------------------------ GPU
 @st.composite
-def mma_cases(draw, nd=2, max_spatial=24, epilogue=True):
+def mma_cases(draw, nd=2, max_spatial=24, epilogue=True, odd_pairs=False):
     """A dense convolution the kernel takes: C 1-8 (1-3 for conv3d), filters up to 7 a side (3 for
-    conv3d), K 1-160, strides 1-4, dilations 1-2, asymmetric padding, fp16 / bf16."""
+    conv3d), K 1-160, strides 1-4, dilations 1-2, asymmetric padding, fp16 / bf16. ``odd_pairs``: odd C
+    read as pairs of terms (even W stride, W dilation 1), the widths of both parities."""
     layouts = ("NHWC", "NCHW") if nd == 2 else ("NDHWC", "NCDHW")
-    c = draw(st.integers(1, 8 if nd == 2 else 3))
+    c = draw(st.sampled_from([1, 3, 5, 7]) if odd_pairs else st.integers(1, 8 if nd == 2 else 3))
     k = draw(st.sampled_from([1, 3, 4, 8, 16, 24, 32, 48, 64, 72, 96, 160]))
     spatial = tuple(draw(st.integers(1, max_spatial if nd == 2 else max(4, max_spatial // 2))) for _ in range(nd))
     filt = tuple(draw(st.integers(1, 7 if nd == 2 else 3)) for _ in range(nd))
     stride = tuple(draw(st.integers(1, 4)) for _ in range(nd))
     dilation = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    if odd_pairs:
+        spatial = spatial[:-1] + (draw(st.integers(8, max_spatial)),)
+        stride = stride[:-1] + (draw(st.sampled_from([2, 4])),)
+        dilation = dilation[:-1] + (1,)
     padding = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(nd))
     for n, f, s, d, (lo, hi) in zip(spatial, filt, stride, dilation, padding):
         assume(output_size(n, f, s, d, lo, hi) >= 1)
@@ -112,6 +123,7 @@ def cp():
 SETTINGS = [
     Setting("2d", mma_cases(nd=2), max_examples=60),
     Setting("2d_wide", mma_cases(nd=2, max_spatial=90, epilogue=False), max_examples=15),
+    Setting("2d_odd_pairs", mma_cases(nd=2, max_spatial=40, odd_pairs=True), max_examples=40),
     Setting("2d_in_place", mma_cases(nd=2), in_place=True, max_examples=20),
     Setting("3d", mma_cases(nd=3, max_spatial=12), max_examples=25),
 ]
@@ -138,6 +150,5 @@ def test_long_window_stems(cp, c, hw, filt, stride, k, dtype):
     kw = dict(stride=stride, padding=filt // 2, activation="relu")
     ref = cuconv.reference.conv2d(x, w, b, **kw)
     e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
-    if c * filt * filt > 64:
-        assert e.kernel == KERNEL, str(e)
+    assert e.kernel == KERNEL, str(e)
     assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), kernel=KERNEL, **kw), ref, dtype)

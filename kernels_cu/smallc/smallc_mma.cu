@@ -1,34 +1,51 @@
 // cuconv: dense convolution with few input channels and a long window (a 7x7 RGB stem: 147 terms per
 // output), 2-D and 3-D, channels-last, fp16 / bf16, on tensor cores (mma.sync m16n8k16) with the
-// im2col built from a halo tile in shared memory (the `smallc_mma` kernel; host:
+// im2col read from a halo tile in shared memory (the `smallc_mma` kernel; host:
 // cuconv.backends.smallc.mma).
 //
-// The implicit GEMM kernels cannot read a pixel of 3 channels as a 16-byte row; the fp32 direct kernel
-// (smallc_fprop.cu) spends C*R*S multiply-adds per output, too many for a 7x7 window. Here the
-// reduction kk = (r, s, c) of the filter's (R, S, C) order is read straight from the input tile:
-//   A[m][kk] = tile[base(m) + off(kk)],  base(m) = (row(m) * stride_h * IN_COLS + col(m) * SW) * C,
-//                                        off(kk) = (r * dil_h * IN_COLS + s * DW) * C + c,
-// so one table of KP offsets (shared memory) and four pixel bases per thread (registers) address every
-// A element, and no im2col is ever written.
+// The implicit GEMM kernels cannot read a pixel of 3 channels as a 16-byte row, and the fp32 direct
+// kernel (smallc_fprop.cu) spends C*R*S multiply-adds per output, too many for a 7x7 window. Here an
+// output pixel's im2col row is read straight from the input tile, stored [row][col][c] with an even
+// row stride ROWST (COLS_ST columns: one spare when IN_COLS * C is odd). The reduction runs over
+// filter rows r, each a run of KRUN terms j = s * C + c of the filter's (S, C) order, KRUN = S * C
+// rounded up to even:
+//   A[m][kk] = tile[base(m) + off(kk)],  base(m) = row(m) * stride_h * ROWST + col(m) * SW * C,
+//                                        off(r * KRUN + j) = r * dil_h * ROWST + s * DW * C + c;
+//   the spare term j = S * C of an odd run reads the next element of the tile against a zero weight.
+// With dilation 1 along W a run is S*C consecutive elements, so where SW * C is even (every base even)
+// and DW == 1 or C is even, each pair of terms (kk even, kk + 1) is one aligned 32-bit word: PAIRS,
+// one shared-memory read per A register. Otherwise (PAIRS = 0) each term is read on its
+// own. One table of offsets (shared memory) and four pixel bases per thread (registers) address every
+// A element; no im2col is ever written. Padding terms (kk >= R * KRUN) read the window's first element
+// (or its pair) against zero weights: finite data adds exactly zero.
 //
-// CTA: an output tile of TP rows x TQ columns (BM = TP * TQ = 128 pixels) x BN output channels of one
-// (image, output depth slice), 4 warps of 32 pixels (two m16 fragments) x BN channels (BN / 8 n8
-// fragments). Grid: one dimension, (chunk of BN channels, n, o, tile row, tile column), fastest last.
-//   1. The chunk's filter goes to shared memory as elem_t [t][BN][KPS] (reduction contiguous, zero past
-//      C*R*S and past K; KPS = KP + 8 makes the B fragment reads conflict-free), and the offset table.
-//   2. Per filter depth t whose input slice lies in the image: the input tile with its halo, all C
-//      channels (depthwise/halo_tile.cuh: cp.async or 2-byte copies, zero-filled padding).
-//   3. Per k16 step: B fragments of the BN channels (32-bit reads), then per m16 fragment eight 16-bit
-//      reads of A and BN / 8 mma.sync. The padding terms (kk >= C*R*S) read offset 0, the pixel's own
-//      first window element, against zero weights: they add exactly zero to finite data.
-//   4. Epilogue act(alpha * acc + bias + beta * residual) (depthwise/direct_epilogue.cuh) straight from
-//      the fragments: each thread owns pairs of neighbouring channels of two pixels per n8 fragment
-//      (EV = 2 channels per access when K is even, else 1).
+// The input tile's copy (one per tile and filter depth slice, depthwise/halo_tile.cuh) starts before
+// the CTA multiplies the current tile, into a second buffer: cp.async of 4-16 bytes for even C runs
+// while the tensor cores work; the 2-byte copies of odd C go through registers and wait for their
+// loads. A zeroed word follows each buffer's tile (TAIL).
+//
+// CTA: 4 warps, an output tile of TP rows x TQ columns (BM = TP * TQ = 128 pixels: 32 per warp, two
+// m16 fragments) x BN output channels (BN / 8 n8 fragments) of one (image, output depth slice). The
+// grid is persistent: a CTA takes tiles blockIdx.x, + gridDim.x, ... of (chunk of BN channels, n, o,
+// tile row, tile column), fastest last, and loads its chunk's filter once (again only when a later
+// tile is in another chunk).
+//   1. The chunk's filter goes to shared memory as elem_t [t][BN][KPS] (reduction contiguous, zero
+//      past the terms and past K; KPS = KP + 8 makes the B reads (ldmatrix) conflict-free), with the
+//      offset table.
+//   2. Per filter depth t whose input slice lies in the image: wait for its input tile (halo
+//      included, all C channels, zero-filled padding), then start the copy of the next one (the next
+//      slice, or the first slice of the CTA's next tile) into the other buffer.
+//   3. Per k16 step: B fragments by ldmatrix, then per m16 fragment four 32-bit (PAIRS) or eight
+//      16-bit reads of A and BN / 8 mma.sync.
+//   4. Epilogue act(alpha * acc + bias + beta * residual) (depthwise/direct_epilogue.cuh): each warp
+//      stages 16 of its pixels at a time as fp32 in its own shared memory and writes EV-channel
+//      vectors, consecutive lanes along a pixel's channels, then along the tile row.
 //
 // Compile-time (host: cuconv.backends.smallc.mma_variants): dtype, C, R, S, SW (stride along W), DW
 // (dilation along W), TP, TQ, BN, EV and VIN (channels per input copy). Everything else is run-time
 // (MmaGeometry).
 #include "common/types.cuh"
+#include "common/smem.cuh"
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
 #include "sm80/ptx_sm80.cuh"
@@ -64,7 +81,7 @@
 #define MM_BN 64
 #endif
 #ifndef MM_EV
-#define MM_EV 2
+#define MM_EV 8
 #endif
 #ifndef MM_MIN_BLOCKS
 #define MM_MIN_BLOCKS 4
@@ -82,16 +99,22 @@ using dw::TileOrigin;
 
 constexpr int C = SC_C, R = SC_R, S = SC_S, SW = SC_SW, DWL = SC_DW;
 constexpr int TP = MM_TP, TQ = MM_TQ, BM = TP * TQ, BN = MM_BN, EV = MM_EV;
-constexpr int KRED = R * S * C;             // reduction terms of one filter depth slice
-constexpr int KP = (KRED + 15) / 16 * 16;   // padded to whole k16 steps
-constexpr int KPS = KP + 8;                 // row stride of the filter in shared memory (elements)
+constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;  // input tile columns
+constexpr int COLS_ST = IN_COLS + ((IN_COLS * C) & 1);      // stored columns: an even row stride
+constexpr int ROWST = COLS_ST * C;                          // row stride of the input tile (elements)
+constexpr int KRUN = (S * C + 1) / 2 * 2;                   // terms of one filter row, padded to even
+constexpr int KTERMS = R * KRUN;                            // terms of one filter depth slice
+constexpr int KP = (KTERMS + 15) / 16 * 16;                 // padded to whole k16 steps
+constexpr int KPS = KP + 8;                                 // row stride of the filter in shared memory
 constexpr int KSTEPS = KP / 16;
 constexpr int NFRAG = BN / 8;
-constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;  // input tile columns
-constexpr int THREADS = 128;                // 4 warps x 32 pixels
+constexpr bool PAIRS = (SW * C) % 2 == 0 && (DWL == 1 || C % 2 == 0);
+constexpr int OFFS = PAIRS ? KP / 2 : KP;                   // offset table entries (pairs or terms)
+constexpr int SLD = BN + ((BN % 32 == 0 || BN % 32 == 16) ? 8 : 0);  // staged row stride (floats)
+constexpr int THREADS = 128;                                // 4 warps x 32 pixels
 static_assert(BM == 32 * (THREADS / 32), "the CTA tile is 4 warps of 32 pixels");
 static_assert(BN % 8 == 0 && BN <= 64, "BN: whole n8 fragments, at most 64 channels");
-static_assert(EV == 1 || EV == 2, "EV: one or two channels per epilogue access");
+static_assert(BN % EV == 0 && (EV == 1 || EV == 2 || EV == 4 || EV == 8), "EV: 1, 2, 4 or 8 channels");
 
 // The run-time geometry (cuconv.backends.smallc.params.mma_geometry builds it; same field order).
 struct MmaGeometry {
@@ -100,42 +123,106 @@ struct MmaGeometry {
   int stride_d, stride_h, dil_d, dil_h;
   int pad_d, pad_h, pad_w;        // padding before each dim
   int tiles_p, tiles_q;           // tiles per output plane
-  int in_rows;                    // input tile rows (columns: IN_COLS)
-  FastDivisor div_upp, div_cols;  // the loader's divisions: by C / VIN (copy units per pixel), by IN_COLS
+  int tiles;                      // tiles of the whole problem: chunks x N x O x tiles_p x tiles_q
+  int in_rows;                    // input tile rows
+  FastDivisor div_upp, div_cols;  // the loader's divisions: by C / VIN (copy units per pixel), by COLS_ST
 };
 
-__device__ __forceinline__ uint32_t pack_bits(uint16_t lo, uint16_t hi) {
-  return (uint32_t)lo | ((uint32_t)hi << 16);
+// Shared-memory bytes of the filter slices (16-byte aligned), of one input tile buffer (16-byte
+// aligned, a zeroed word after the tile included).
+__device__ __forceinline__ int filter_bytes(int T) { return (T * BN * KPS * 2 + 15) & ~15; }
+__device__ __forceinline__ int tile_buffer_bytes(int in_rows) { return (in_rows * ROWST * 2 + 4 + 15) & ~15; }
+
+// The chunk's filter (w: [K][T][R][S][C]) -> sw[t][k - k0][r * KRUN + s * C + c], zero elsewhere.
+__device__ __forceinline__ void load_filter(uint16_t* sw, const elem_t* w, const MmaGeometry& g, int k0) {
+  const uint16_t* wu = reinterpret_cast<const uint16_t*>(w);
+  const int total = g.T * BN * KP;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < total; i += THREADS) {
+    const int kk = i % KP, rest = i / KP;
+    const int nn = rest % BN, t = rest / BN;
+    const int k = k0 + nn, r = kk / KRUN, j = kk - r * KRUN;
+    uint16_t v = 0;
+    if (r < R && j < S * C && k < g.K) v = wu[((int64_t)k * g.T + t) * (R * S * C) + r * S * C + j];
+    sw[(t * BN + nn) * KPS + kk] = v;
+  }
 }
 
-// The epilogue of this thread's fragments: per m16 fragment f and n8 fragment j, channels
-// k0 + 8j + 2(lane % 4) + {0, 1} of tile pixels m and m + 8 (m = 32 warp + 16 f + lane / 4).
+// The offset of term kk in the input tile, relative to a pixel's base (padding terms: the window's
+// first element). Under PAIRS the table holds even terms only: a pair ending at the spare term j =
+// S * C reads the element after the run (the next pixel or row, the row's spare element, or after the
+// tile's last row a zeroed word: TAIL).
+__device__ __forceinline__ int term_offset(int kk, int dil_h) {
+  const int r = kk / KRUN, j = kk - r * KRUN;
+  if (r >= R || j >= S * C) return 0;
+  const int s = j / C, c = j - s * C;
+  return r * dil_h * ROWST + s * DWL * C + c;
+}
+
+// The epilogue of this warp's 32 pixels, 16 at a time through its staging rows `st` (16 x SLD floats).
 template <int ACT>
-__device__ __forceinline__ void store_tile(const float (&acc)[2][NFRAG][4], const elem_t* bias,
+__device__ __forceinline__ void store_tile(const float (&acc)[2][NFRAG][4], float* st, const elem_t* bias,
                                            const elem_t* residual, elem_t* out, const MmaGeometry& g,
                                            const EpilogueParams& ep, int n, int o, int p0, int q0, int k0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gq = lane >> 2, c0 = (lane & 3) * 2;
+  constexpr int VPP = BN / EV;  // vectors per pixel
 #pragma unroll
   for (int f = 0; f < 2; ++f) {
+    __syncwarp();  // the previous half's reads are done
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = warp * 32 + f * 16 + h * 8 + (lane >> 2);
-      const int p = p0 + m / TQ, q = q0 + m % TQ;
-      if (p >= g.P || q >= g.Q) continue;
-      const int64_t row_base = (((int64_t)n * g.O + o) * g.P + p) * g.Q;
-#pragma unroll
-      for (int j = 0; j < NFRAG; ++j) {
-        const int k = k0 + j * 8 + (lane & 3) * 2;
-#pragma unroll
-        for (int e = 0; e < 2; e += EV) {
-          if (k + e >= g.K) break;
-          float v[1][EV];
-          v[0][0] = acc[f][j][2 * h + e];
-          if constexpr (EV == 2) v[0][1] = acc[f][j][2 * h + 1];
-          store_outputs<ACT, 1, EV>(v, bias, residual, out, g, ep, row_base, q, k + e);
-        }
-      }
+    for (int j = 0; j < NFRAG; ++j) {
+      *reinterpret_cast<float2*>(st + gq * SLD + j * 8 + c0) = make_float2(acc[f][j][0], acc[f][j][1]);
+      *reinterpret_cast<float2*>(st + (gq + 8) * SLD + j * 8 + c0) = make_float2(acc[f][j][2], acc[f][j][3]);
     }
+    __syncwarp();
+#pragma unroll 2
+    for (int idx = lane; idx < 16 * VPP; idx += 32) {
+      const int px = idx / VPP, cv = idx - px * VPP;
+      const int m = warp * 32 + f * 16 + px;
+      const int p = p0 + m / TQ, q = q0 + m % TQ, k = k0 + cv * EV;
+      if (p >= g.P || q >= g.Q || k >= g.K) continue;
+      float v[1][EV];
+#pragma unroll
+      for (int e = 0; e < EV; ++e) v[0][e] = st[px * SLD + cv * EV + e];
+      store_outputs<ACT, 1, EV>(v, bias, residual, out, g, ep, (((int64_t)n * g.O + o) * g.P + p) * g.Q, q, k);
+    }
+  }
+}
+
+// Tile copies: where the input tile of (tile, slice t) of the problem comes from.
+struct TileSource {
+  const elem_t* plane;  // x at (n, d): the input plane of the slice
+  int h0, w0;           // the tile's top-left input pixel (may be negative: padding)
+};
+
+__device__ __forceinline__ TileSource tile_source(const elem_t* x, const MmaGeometry& g, int tile, int t) {
+  int b = tile / g.tiles_q;
+  const int tile_p = b % g.tiles_p; b /= g.tiles_p;
+  const int o = b % g.O; b /= g.O;
+  const int n = b % g.N;
+  const int d = o * g.stride_d - g.pad_d + t * g.dil_d;
+  TileSource src;
+  src.plane = x + ((int64_t)n * g.D + d) * ((int64_t)g.H * g.W * C);
+  src.h0 = tile_p * TP * g.stride_h - g.pad_h;
+  src.w0 = (tile - tile / g.tiles_q * g.tiles_q) * TQ * SW - g.pad_w;
+  return src;
+}
+
+// Whether filter slice t of tile `tile` reads the image (not a depth padding slice).
+__device__ __forceinline__ bool slice_in_image(const MmaGeometry& g, int tile, int t) {
+  const int o = tile / (g.tiles_q * g.tiles_p) % g.O;
+  return (unsigned)(o * g.stride_d - g.pad_d + t * g.dil_d) < (unsigned)g.D;
+}
+
+// The next (tile, t) of this CTA after (tile, t) whose slice reads the image: tile >= g.tiles when none.
+__device__ __forceinline__ void next_slice(const MmaGeometry& g, int& tile, int& t) {
+  ++t;
+  while (tile < g.tiles) {
+    for (; t < g.T; ++t)
+      if (slice_in_image(g, tile, t)) return;
+    tile += gridDim.x;
+    t = 0;
   }
 }
 
@@ -149,114 +236,149 @@ extern "C" __global__ void __launch_bounds__(THREADS, MM_MIN_BLOCKS)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
                    const elem_t* residual, elem_t* out, MmaGeometry g, EpilogueParams ep) {
   extern __shared__ __align__(16) unsigned char smem[];
-  uint16_t* sw = reinterpret_cast<uint16_t*>(smem);                                  // [T][BN][KPS]
-  const int sw_bytes = (g.T * BN * KPS * 2 + 15) & ~15;
-  int* offtab = reinterpret_cast<int*>(smem + sw_bytes);                             // [KP]
-  elem_t* sx = reinterpret_cast<elem_t*>(smem + sw_bytes + KP * 4);                  // [in_rows][IN_COLS][C]
-  const uint16_t* sxu = reinterpret_cast<const uint16_t*>(sx);
-
-  int b = blockIdx.x;
-  const int tile_q = b % g.tiles_q; b /= g.tiles_q;
-  const int tile_p = b % g.tiles_p; b /= g.tiles_p;
-  const int o = b % g.O; b /= g.O;
-  const int n = b % g.N;
-  const int k0 = (b / g.N) * BN;
-  const int p0 = tile_p * TP, q0 = tile_q * TQ;
-
-  // 1. The filter of channels k0 .. k0 + BN - 1 (w: [K][T][R][S][C]) -> sw[t][k - k0][kk], zero past
-  //    KRED and K; and the offset of each reduction term in the input tile.
-  {
-    const uint16_t* wu = reinterpret_cast<const uint16_t*>(w);
-    const int total = g.T * BN * KP;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < total; i += THREADS) {
-      const int kk = i % KP, rest = i / KP;
-      const int nn = rest % BN, t = rest / BN;
-      const int k = k0 + nn;
-      uint16_t v = 0;
-      if (kk < KRED && k < g.K) v = wu[((int64_t)k * g.T + t) * KRED + kk];
-      sw[(t * BN + nn) * KPS + kk] = v;
-    }
-    for (int kk = threadIdx.x; kk < KP; kk += THREADS) {
-      int off = 0;
-      if (kk < KRED) {
-        const int c = kk % C, s = (kk / C) % S, r = kk / (C * S);
-        off = (r * g.dil_h * IN_COLS + s * DWL) * C + c;
-      }
-      offtab[kk] = off;
-    }
-  }
+  uint16_t* sw = reinterpret_cast<uint16_t*>(smem);                     // [T][BN][KPS]
+  const int f_bytes = filter_bytes(g.T);
+  int* offtab = reinterpret_cast<int*>(smem + f_bytes);                 // [OFFS]
+  unsigned char* tiles = smem + f_bytes + OFFS * 4;                     // two buffers [in_rows][ROWST]
+  const int buf_bytes = tile_buffer_bytes(g.in_rows);
+  float* stage = reinterpret_cast<float*>(tiles + 2 * buf_bytes);      // [4 warps][16][SLD]
+  const int tile_bytes = g.in_rows * ROWST * 2;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c0 = (lane & 3) * 2;
-  int base[2][2];  // [m16 fragment][rows lane/4, lane/4 + 8]: the pixel's window origin in the tile
-#pragma unroll
-  for (int f = 0; f < 2; ++f)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = warp * 32 + f * 16 + h * 8 + (lane >> 2);
-      base[f][h] = ((m / TQ) * g.stride_h * IN_COLS + (m % TQ) * SW) * C;
-    }
-  float acc[2][NFRAG][4];
-#pragma unroll
-  for (int f = 0; f < 2; ++f)
-#pragma unroll
-    for (int j = 0; j < NFRAG; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[f][j][e] = 0.f;
 
-  TileOrigin org;
-  org.h0 = p0 * g.stride_h - g.pad_h;
-  org.w0 = q0 * SW - g.pad_w;
-  org.c_lo = 0;
-  org.rows = g.in_rows;
-  org.cols = IN_COLS;
-  org.cin = C;
-  const int64_t slice = (int64_t)g.H * g.W * C;  // elements of one input depth slice
-  const elem_t* image = x + (int64_t)n * g.D * slice;
-  const int d0 = o * g.stride_d - g.pad_d;
-#pragma unroll 1
-  for (int t = 0; t < g.T; ++t) {
-    const int d = d0 + t * g.dil_d;
-    if ((unsigned)d >= (unsigned)g.D) continue;  // a padding slice: the same for the whole CTA
-    org.plane = image + d * slice;
-    __syncthreads();  // the previous slice is consumed
-    // 2. The input tile with its halo.
-    load_input_tile<SC_VIN>(sx, org, g.H, g.W, C, g.div_upp, g.div_cols);
+  // Once per CTA: the offset table (byte offsets of term pairs under PAIRS, else element offsets of
+  // terms) and the zeroed word after each tile buffer (TAIL).
+  for (int i = threadIdx.x; i < OFFS; i += THREADS)
+    offtab[i] = PAIRS ? term_offset(2 * i, g.dil_h) * 2 : term_offset(i, g.dil_h);
+  if (threadIdx.x < 2) *reinterpret_cast<uint32_t*>(tiles + threadIdx.x * buf_bytes + tile_bytes) = 0u;
+  // This thread's ldmatrix address of the B fragments (lane -> n row, k half), relative to a slice.
+  const uint32_t b_lane =
+      smem_u32(sw) + (uint32_t)((((lane >> 4) * 8 + (lane & 7)) * KPS + ((lane >> 3) & 1) * 8) * 2);
+
+  // Start the copy of input tile (tile, t) into buffer `buf`.
+  auto start_copy = [&](int tile, int t, int buf) {
+    const TileSource src = tile_source(x, g, tile, t);
+    unsigned char* dst = tiles + buf * buf_bytes;
+    TileOrigin org;
+    org.plane = src.plane;
+    org.h0 = src.h0;
+    org.w0 = src.w0;
+    org.c_lo = 0;
+    org.rows = g.in_rows;
+    org.cols = COLS_ST;
+    org.cin = C;
+    load_input_tile<SC_VIN>(reinterpret_cast<elem_t*>(dst), org, g.H, g.W, C, g.div_upp, g.div_cols);
     sm80::cp_async_commit();
-    sm80::cp_async_wait<0>();
-    __syncthreads();  // the tile (and, the first time, the filter and the offsets) is visible
-    // 3. The k16 steps.
-    const uint16_t* swt = sw + t * BN * KPS + (lane >> 2) * KPS + c0;
-#pragma unroll 2  // a whole unroll keeps every step's loads in flight: spills at 128 registers
-    for (int ks = 0; ks < KSTEPS; ++ks) {
-      const int2 oa = *reinterpret_cast<const int2*>(offtab + ks * 16 + c0);
-      const int2 ob = *reinterpret_cast<const int2*>(offtab + ks * 16 + c0 + 8);
-      uint32_t bf[NFRAG][2];
+  };
+
+  // The copy in flight: (next_tile, next_t) into buffer `buf` (none when next_tile >= g.tiles).
+  int next_tile = blockIdx.x, next_t = -1;
+  next_slice(g, next_tile, next_t);
+  int buf = 0;
+  if (next_tile < g.tiles) start_copy(next_tile, next_t, buf);
+
+  int k0_loaded = -1;
+#pragma unroll 1
+  for (int tile = blockIdx.x; tile < g.tiles; tile += gridDim.x) {
+    int b = tile;
+    const int tile_q = b % g.tiles_q; b /= g.tiles_q;
+    const int tile_p = b % g.tiles_p; b /= g.tiles_p;
+    const int o = b % g.O; b /= g.O;
+    const int n = b % g.N;
+    const int k0 = (b / g.N) * BN;
+    const int p0 = tile_p * TP, q0 = tile_q * TQ;
+
+    if (k0 != k0_loaded) {  // 1. this chunk's filter
+      __syncthreads();      // every warp is done with the previous chunk's
+      load_filter(sw, w, g, k0);
+      k0_loaded = k0;
+    }
+
+    int base[2][2];  // [m16 fragment][rows lane/4, lane/4 + 8]: the pixel's window origin (bytes)
 #pragma unroll
-      for (int j = 0; j < NFRAG; ++j) {
-        const uint16_t* row = swt + j * 8 * KPS + ks * 16;
-        bf[j][0] = *reinterpret_cast<const uint32_t*>(row);
-        bf[j][1] = *reinterpret_cast<const uint32_t*>(row + 8);
+    for (int f = 0; f < 2; ++f)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = warp * 32 + f * 16 + h * 8 + (lane >> 2);
+        base[f][h] = ((m / TQ) * g.stride_h * ROWST + (m % TQ) * SW * C) * 2;
       }
+    float acc[2][NFRAG][4];
 #pragma unroll
-      for (int f = 0; f < 2; ++f) {
-        uint32_t a[4];
-        a[0] = pack_bits(sxu[base[f][0] + oa.x], sxu[base[f][0] + oa.y]);
-        a[1] = pack_bits(sxu[base[f][1] + oa.x], sxu[base[f][1] + oa.y]);
-        a[2] = pack_bits(sxu[base[f][0] + ob.x], sxu[base[f][0] + ob.y]);
-        a[3] = pack_bits(sxu[base[f][1] + ob.x], sxu[base[f][1] + ob.y]);
+    for (int f = 0; f < 2; ++f)
 #pragma unroll
-        for (int j = 0; j < NFRAG; ++j) sm80::mma_16816<elem_t>(acc[f][j], a, bf[j]);
+      for (int j = 0; j < NFRAG; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[f][j][e] = 0.f;
+
+#pragma unroll 1
+    while (next_tile == tile) {  // the slices of this tile that read the image
+      const int t = next_t;
+      // 2. Wait for this slice's tile; once every thread has it (and is done with the other buffer),
+      //    start the next copy there.
+      sm80::cp_async_wait<0>();
+      __syncthreads();
+      const unsigned char* sxb = tiles + buf * buf_bytes;
+      next_slice(g, next_tile, next_t);
+      buf ^= 1;
+      if (next_tile < g.tiles) start_copy(next_tile, next_t, buf);
+      // 3. The k16 steps.
+      const uint32_t b_slice = b_lane + (uint32_t)(t * BN * KPS * 2);
+#pragma unroll 2  // a whole unroll keeps every step's loads in flight: spills at 128 registers
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        uint32_t bf[NFRAG][2];
+#pragma unroll
+        for (int jj = 0; jj < NFRAG / 2; ++jj) {
+          uint32_t r4[4];
+          sm80::ldmatrix_x4(r4, b_slice + (uint32_t)((jj * 16 * KPS + ks * 16) * 2));
+          bf[2 * jj][0] = r4[0]; bf[2 * jj][1] = r4[1]; bf[2 * jj + 1][0] = r4[2]; bf[2 * jj + 1][1] = r4[3];
+        }
+        if constexpr (NFRAG % 2) {  // the last n8 fragment alone (lanes 0-15 give its addresses)
+          uint32_t r2[2];
+          asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                       : "=r"(r2[0]), "=r"(r2[1])
+                       : "r"(b_slice + (uint32_t)(((NFRAG - 1) * 8 * KPS + ks * 16) * 2)));
+          bf[NFRAG - 1][0] = r2[0]; bf[NFRAG - 1][1] = r2[1];
+        }
+        uint32_t a[2][4];
+        if constexpr (PAIRS) {
+          const int oa = offtab[ks * 8 + (lane & 3)], ob = offtab[ks * 8 + 4 + (lane & 3)];  // bytes
+#pragma unroll
+          for (int f = 0; f < 2; ++f) {
+            const unsigned char* r0 = sxb + base[f][0];
+            const unsigned char* r1 = sxb + base[f][1];
+            a[f][0] = *reinterpret_cast<const uint32_t*>(r0 + oa);
+            a[f][1] = *reinterpret_cast<const uint32_t*>(r1 + oa);
+            a[f][2] = *reinterpret_cast<const uint32_t*>(r0 + ob);
+            a[f][3] = *reinterpret_cast<const uint32_t*>(r1 + ob);
+          }
+        } else {
+          const int2 oa = *reinterpret_cast<const int2*>(offtab + ks * 16 + c0);
+          const int2 ob = *reinterpret_cast<const int2*>(offtab + ks * 16 + c0 + 8);
+#pragma unroll
+          for (int f = 0; f < 2; ++f) {
+            const uint16_t* r0 = reinterpret_cast<const uint16_t*>(sxb + base[f][0]);
+            const uint16_t* r1 = reinterpret_cast<const uint16_t*>(sxb + base[f][1]);
+            a[f][0] = (uint32_t)r0[oa.x] | ((uint32_t)r0[oa.y] << 16);
+            a[f][1] = (uint32_t)r1[oa.x] | ((uint32_t)r1[oa.y] << 16);
+            a[f][2] = (uint32_t)r0[ob.x] | ((uint32_t)r0[ob.y] << 16);
+            a[f][3] = (uint32_t)r1[ob.x] | ((uint32_t)r1[ob.y] << 16);
+          }
+        }
+#pragma unroll
+        for (int f = 0; f < 2; ++f)
+#pragma unroll
+          for (int j = 0; j < NFRAG; ++j) sm80::mma_16816<elem_t>(acc[f][j], a[f], bf[j]);
       }
     }
-  }
 
-  // 4. Epilogue.
-  switch (ep.activation) {
-    case ACT_RELU: store_tile<ACT_RELU>(acc, bias, residual, out, g, ep, n, o, p0, q0, k0); break;
-    case ACT_SILU: store_tile<ACT_SILU>(acc, bias, residual, out, g, ep, n, o, p0, q0, k0); break;
-    case ACT_GELU: store_tile<ACT_GELU>(acc, bias, residual, out, g, ep, n, o, p0, q0, k0); break;
-    default: store_tile<ACT_NONE>(acc, bias, residual, out, g, ep, n, o, p0, q0, k0); break;
+    // 4. Epilogue (warp-private staging: no CTA-wide barrier).
+    float* st = stage + warp * 16 * SLD;
+    switch (ep.activation) {
+      case ACT_RELU: store_tile<ACT_RELU>(acc, st, bias, residual, out, g, ep, n, o, p0, q0, k0); break;
+      case ACT_SILU: store_tile<ACT_SILU>(acc, st, bias, residual, out, g, ep, n, o, p0, q0, k0); break;
+      case ACT_GELU: store_tile<ACT_GELU>(acc, st, bias, residual, out, g, ep, n, o, p0, q0, k0); break;
+      default: store_tile<ACT_NONE>(acc, st, bias, residual, out, g, ep, n, o, p0, q0, k0); break;
+    }
   }
 }

@@ -7,19 +7,25 @@ to 64) and its 3-channel pixels too narrow for the implicit GEMM loaders (16-byt
 reads every A fragment of mma.sync straight from it through a table of per-term offsets: the im2col
 is never written (docs/architecture.md, "Few input channels").
 
-A plan holds the tile shape (:func:`.mma_variants.mma_config`), and after its first run the loaded
-function and the launch's packed arguments (:class:`cuconv.launch.PackedLaunch`).
+The grid is persistent: each CTA loads its chunk's filter once and takes output tiles in turn. A plan
+holds the tile shape (:func:`.mma_variants.mma_config`), and after its first run the loaded function and the launch's packed arguments (:class:`cuconv.launch.PackedLaunch`).
 """
 
 from __future__ import annotations
 
+from ...launch import resident_blocks
+from ...plan import SIXTEEN_BIT
 from ...registry import register
 from ..depthwise.kernel import DirectKernel, DirectPlan
 from ..depthwise.variants import problem_axes
 from .mma_variants import MMA_SOURCE, MmaConfig, mma_config, mma_declined, mma_variant
 from .params import mma_geometry
 
-__all__ = ["SmallcMmaKernel", "SmallcMmaPlan"]
+__all__ = ["SmallcMmaKernel", "SmallcMmaPlan", "MIN_TERMS"]
+
+#: Reduction terms per output (C x R x S) below which the automatic choice leaves a problem to
+#: ``smallc_direct`` (:meth:`SmallcMmaKernel.passes_over`).
+MIN_TERMS = 16
 
 
 class SmallcMmaKernel(DirectKernel):
@@ -27,15 +33,31 @@ class SmallcMmaKernel(DirectKernel):
     offset table, mma.sync with fp32 accumulators."""
 
     name = "smallc_mma"
-    #: Below ``smallc_direct`` (112), which keeps the short windows (up to 64 terms) it runs faster;
-    #: above the implicit GEMM kernels, which pad C (sm80_igemm) or decline it (sm90_tma).
-    priority = 109
+    #: Above ``smallc_direct`` (112), which keeps float32 (this kernel declines it) and the problems
+    #: :meth:`passes_over` leaves, and above the implicit GEMM kernels, which pad C (sm80_igemm) or
+    #: decline it (sm90_tma). Evidence: docs/tuning.md#T-smallc-mma.
+    priority = 113
+    #: fp16 / bf16 operands on the tensor cores, fp32 accumulators.
+    precisions = SIXTEEN_BIT
 
     def declined(self, problem):
         return mma_declined(problem)
 
     def config(self, problem):
         return mma_config(problem)
+
+    def passes_over(self, plan):
+        """The automatic choice leaves to ``smallc_direct`` the windows of fewer than :data:`MIN_TERMS`
+        terms (a 1x1 or 2x1 filter over a few channels: one k16 step, mostly padding) and conv3d,
+        where the two kernels have not been measured against each other."""
+        p = plan.problem
+        _, R, S, _, _, _ = problem_axes(p)
+        if p.channels * R * S < MIN_TERMS:
+            return (f"{p.channels * R * S} terms per output fill less than one k16 step: the fp32 multiply-adds "
+                    f"of smallc_direct cost less than its padding")
+        if p.nd == 3:
+            return "conv3d: smallc_direct is the measured choice there (docs/tuning.md#T-smallc-mma)"
+        return None
 
     def plan_for(self, problem, device, cfg):
         _, R, S, _, _, _ = problem_axes(problem)
@@ -58,15 +80,18 @@ class SmallcMmaPlan(DirectPlan):
         T = problem_axes(p)[0]
         depth = f", {T} filter slices in turn" if p.nd == 3 else ""
         return (f"{self.name}: CTA tile {c.tp}x{c.tq} output pixels x {c.bn} channels ({c.threads} threads, "
-                f"mma.sync m16n8k16 over {c.kp // 16} k16 steps), input tile {c.in_rows}x{c.in_cols}x{p.channels} "
-                f"with halo in shared memory ({c.smem} bytes with the filter, copies of {c.vin} channels){depth}, "
-                f"grid {c.chunks} chunks x {c.tiles_p}x{c.tiles_q} tiles per plane")
+                f"mma.sync m16n8k16 over {c.kp // 16} k16 steps, A read as {'pairs' if c.pairs else 'single terms'}), input tile {c.in_rows}x{c.in_cols}x{p.channels} "
+                f"with halo in shared memory, two buffers ({c.smem} bytes with the filter, "
+                f"copies of {c.vin} channels){depth}, "
+                f"{c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} per plane) over a persistent grid")
 
     def geometry(self):
         return mma_geometry(self.problem, self.cfg)
 
     def launch_grid(self, fn) -> int:
-        return self.cfg.tiles(self.problem)  # one CTA per tile
+        """The persistent grid: as many CTAs as the GPU runs at once, or one per tile when fewer."""
+        per_sm = resident_blocks(fn, self.cfg.threads, self.cfg.smem)
+        return min(self.cfg.tiles(self.problem), per_sm * self.device.sm_count)
 
 
 register(SmallcMmaKernel())

@@ -9,7 +9,6 @@ so a network's stem is one variant.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -18,7 +17,7 @@ from ...problem import ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 from .variants import MAX_C
 
-__all__ = ["MmaConfig", "mma_config", "mma_variant", "mma_declined", "MMA_SOURCE", "MAX_TERMS", "SMEM_LIMIT",
+__all__ = ["MmaConfig", "mma_config", "mma_terms", "mma_variant", "mma_declined", "MMA_SOURCE", "MAX_TERMS", "SMEM_LIMIT",
            "THREADS", "BM"]
 
 MMA_SOURCE = "smallc/smallc_mma.cu"
@@ -43,16 +42,17 @@ class MmaConfig:
     """One launch shape of the tensor-core few-channel kernel (field meanings: the kernel's ``MmaGeometry``)."""
 
     bn: int         # output channels per CTA (whole n8 fragments)
-    ev: int         # channels per epilogue access (2 when K is even)
+    ev: int         # channels per epilogue access: the largest power of two up to 8 dividing K
     vin: int        # input channels per copy into shared memory
     tp: int         # output rows per tile
     tq: int         # output columns per tile
     in_rows: int    # the input tile (halo included), all C channels
-    in_cols: int
+    in_cols: int    # stored columns: one spare when the tile's row of elements is odd
     tiles_p: int
     tiles_q: int
     chunks: int
     kp: int         # reduction terms per filter depth slice, padded to whole k16 steps
+    pairs: bool     # A read as 32-bit pairs of terms (PAIRS of the kernel)
     smem: int       # dynamic shared memory (bytes)
     threads: int = THREADS
 
@@ -62,18 +62,16 @@ class MmaConfig:
         return self.ev
 
     def tiles(self, p: ConvProblem) -> int:
-        """CTAs of the 1-D grid: chunks x images x output depth x tiles per plane."""
+        """Output tiles: chunks x images x output depth x tiles per plane (the persistent grid's work)."""
         return p.batch * (p.out_spatial[0] if p.nd == 3 else 1) * self.tiles_p * self.tiles_q * self.chunks
 
 
 def mma_declined(p: ConvProblem) -> Optional[str]:
-    """Why the tensor-core few-channel kernel cannot take ``p``, or None: dense, fp16 / bf16, at most
+    """Why the tensor-core few-channel kernel cannot take ``p``, or None: dense, at most
     :data:`~cuconv.backends.smallc.variants.MAX_C` input channels and :data:`MAX_TERMS` reduction terms
     per filter depth slice."""
     if p.groups != 1:
         return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
-    if p.dtype not in _DTYPE_TAG:
-        return f"{p.dtype}: the kernel multiplies fp16 or bf16 on tensor cores"
     if p.channels > MAX_C:
         return f"C = {p.channels}: the kernel is for at most {MAX_C} input channels (stems)"
     _, R, S, _, _, _ = problem_axes(p)
@@ -83,18 +81,27 @@ def mma_declined(p: ConvProblem) -> Optional[str]:
     return index_range_declined(p) or plane_offsets_declined(p)
 
 
+def mma_terms(p: ConvProblem) -> int:
+    """Reduction terms of one filter depth slice as the kernel lays them out: R runs of S x C terms,
+    each padded to an even count (KTERMS of the kernel)."""
+    _, R, S, _, _, _ = problem_axes(p)
+    return R * (-(-(S * p.channels) // 2) * 2)
+
+
 def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig, str]:
     """The launch shape for ``p``, or the reason there is none.
 
-    BN: the output channels in the fewest chunks of at most 64, each a whole number of n8 fragments.
-    Tile: the 128-pixel shape (TQ of 8-128 columns) with the least output padding plus input-tile
-    reads (halo included, counted per output channel of the chunk)."""
+    BN: the output channels in the fewest chunks of at most 64, each a whole number of n8 fragments;
+    EV: the largest power of two up to 8 dividing K. Tile: the 128-pixel shape (TQ of 8-128 columns)
+    with the least output padding plus input-tile reads (halo included, counted per output channel of
+    the chunk). Shared memory (the kernel's layout): the filter slices, the offset table, two input
+    tile buffers (an even row stride, a zeroed tail word) and four warps' staging rows."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     C, K, esize = p.channels, p.out_channels, p.itemsize
     chunks = -(-K // MAX_BN)
     bn = -(-(-(-K // chunks)) // 8) * 8
-    kp = -(-(C * R * S) // 16) * 16
-    ev = 2 if K % 2 == 0 else 1
+    kp = -(-mma_terms(p) // 16) * 16
+    pairs = (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
     vin = pow2_divisor(C, 16 // esize) if C * esize >= 4 else 1
 
     def extent(tp_, tq_):
@@ -109,25 +116,37 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
             best = (cost, tp, tq)
     _, tp, tq = best
     in_rows, in_cols = extent(tp, tq)
-    filt = -(-T * bn * (kp + 8) * 2 // 16) * 16
-    smem = filt + kp * 4 + in_rows * in_cols * C * esize
+    cols_st = in_cols + (in_cols * C) % 2
+    rowst = cols_st * C
+    sld = bn + (8 if bn % 32 in (0, 16) else 0)
+    smem = (-(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4
+            + 2 * (-(-(in_rows * rowst * esize + 4) // 16) * 16) + 4 * 16 * sld * 4)
     if smem > smem_limit:
         return (f"the filter ({T} slices) and the {in_rows}x{in_cols} input tile need {smem} bytes of shared "
                 f"memory, over the {smem_limit} the kernel uses")
-    cfg = MmaConfig(bn=bn, ev=ev, vin=vin, tp=tp, tq=tq, in_rows=in_rows, in_cols=in_cols, tiles_p=-(-P // tp),
-                    tiles_q=-(-Q // tq), chunks=chunks, kp=kp, smem=smem)
+    cfg = MmaConfig(bn=bn, ev=pow2_divisor(K, 8), vin=vin, tp=tp, tq=tq, in_rows=in_rows, in_cols=cols_st,
+                    tiles_p=-(-P // tp), tiles_q=-(-Q // tq), chunks=chunks, kp=kp, pairs=pairs, smem=smem)
     if cfg.tiles(p) >= 2**31:
-        return f"{cfg.tiles(p)} CTAs: over the 2**31 - 1 of a 1-D grid"
+        return f"{cfg.tiles(p)} tiles: over the kernel's 32-bit tile index"
     return cfg
+
+
+def min_blocks(bn: int, pairs: bool) -> int:
+    """CTAs per SM the kernel's registers must allow (``__launch_bounds__``): 4 (128 registers) for up to
+    16 channels, or 32 read as pairs; else 3, where the accumulators and a step's loads in flight need
+    more than 128 registers on sm_80 and sm_90 without spilling."""
+    return 4 if bn <= 16 or (bn <= 32 and pairs) else 3
 
 
 def mma_variant(p: ConvProblem, cfg: MmaConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     _, R, S, (_, sw), (_, dw), _ = problem_axes(p)
+    blocks = min_blocks(cfg.bn, cfg.pairs)
     name = (f"smallc_mma_{_DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
-            f"_e{cfg.ev}_i{cfg.vin}")
+            f"_e{cfg.ev}_i{cfg.vin}_b{blocks}")
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
-                   SC_VIN=cfg.vin, MM_TP=cfg.tp, MM_TQ=cfg.tq, MM_BN=cfg.bn, MM_EV=cfg.ev, CUCONV_KERNEL_NAME=name)
+                   SC_VIN=cfg.vin, MM_TP=cfg.tp, MM_TQ=cfg.tq, MM_BN=cfg.bn, MM_EV=cfg.ev, MM_MIN_BLOCKS=blocks,
+                   CUCONV_KERNEL_NAME=name)
     return name, defines
 
 

@@ -33,7 +33,7 @@ def sc_geometry(p: ConvProblem, cfg: ScConfig) -> np.void:
 #: ``MmaGeometry``'s members in declaration order (32-bit ints, then the loader's two fast divisors).
 MMA_FIELDS = [(n, np.int32) for n in (
     "N", "D", "H", "W", "K", "O", "P", "Q", "T", "stride_d", "stride_h", "dil_d", "dil_h",
-    "pad_d", "pad_h", "pad_w", "tiles_p", "tiles_q", "in_rows")] + divisor_fields("div_upp", "div_cols")
+    "pad_d", "pad_h", "pad_w", "tiles_p", "tiles_q", "tiles", "in_rows")] + divisor_fields("div_upp", "div_cols")
 
 
 def mma_geometry(p: ConvProblem, cfg: MmaConfig) -> np.void:
@@ -43,4 +43,4 @@ def mma_geometry(p: ConvProblem, cfg: MmaConfig) -> np.void:
         N=p.batch, D=g.D, H=g.H, W=g.W, K=p.out_channels, O=g.O, P=g.P, Q=g.Q, T=g.T,
         stride_d=g.stride[0], stride_h=g.stride[1], dil_d=g.dilation[0], dil_h=g.dilation[1],
         pad_d=g.pad[0], pad_h=g.pad[1], pad_w=g.pad[2], tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q,
-        in_rows=cfg.in_rows, **divisor_values(div_upp=p.channels // cfg.vin, div_cols=cfg.in_cols)))
+        tiles=cfg.tiles(p), in_rows=cfg.in_rows, **divisor_values(div_upp=p.channels // cfg.vin, div_cols=cfg.in_cols)))
