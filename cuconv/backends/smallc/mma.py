@@ -20,6 +20,7 @@ from ..depthwise.kernel import DirectKernel, DirectPlan
 from ..depthwise.variants import problem_axes
 from .mma_variants import MMA_SOURCE, MmaConfig, mma_config, mma_declined, mma_variant
 from .params import mma_geometry
+from .variants import smallc_declined
 
 __all__ = ["SmallcMmaKernel", "SmallcMmaPlan", "MIN_TERMS"]
 
@@ -48,15 +49,17 @@ class SmallcMmaKernel(DirectKernel):
 
     def passes_over(self, plan):
         """The automatic choice leaves to ``smallc_direct`` the windows of fewer than :data:`MIN_TERMS`
-        terms (a 1x1 or 2x1 filter over a few channels: one k16 step, mostly padding) and conv3d,
-        where the two kernels have not been measured against each other."""
+        terms (a 1x1 or 2x1 filter over a few channels: one k16 step, mostly padding) and the conv3d
+        problems it takes, whose filter slices this kernel multiplies one tile copy at a time
+        (docs/tuning.md#T-smallc-mma)."""
         p = plan.problem
         _, R, S, _, _, _ = problem_axes(p)
         if p.channels * R * S < MIN_TERMS:
             return (f"{p.channels * R * S} terms per output fill less than one k16 step: the fp32 multiply-adds "
                     f"of smallc_direct cost less than its padding")
-        if p.nd == 3:
-            return "conv3d: smallc_direct is the measured choice there (docs/tuning.md#T-smallc-mma)"
+        if p.nd == 3 and not smallc_declined(p):
+            return ("a conv3d within smallc_direct's reach: its fp32 multiply-adds run it faster than one tile "
+                    "copy per filter slice here")
         return None
 
     def plan_for(self, problem, device, cfg):
