@@ -73,7 +73,8 @@ def test_dispatch_takes_long_windows_and_leaves_short_ones():
 
 
 def test_conv3d_plans_and_big_filters_decline():
-    assert dispatch.select(problem3d(C=2, K=16, T=3, R=5, S=5), H100, strategy="native", forced=KERNEL)[1].kernel == KERNEL
+    p = problem3d(C=2, K=16, T=3, R=5, S=5)
+    assert dispatch.select(p, H100, strategy="native", forced=KERNEL)[1].kernel == KERNEL
     # seven filter slices of 160 terms x 64 channels outgrow shared memory
     big = problem3d(D=16, H=32, W=32, C=3, K=64, T=7, R=7, S=7, padding=3)
     assert "shared memory" in mma_config(big)

@@ -8,7 +8,8 @@ reads every A fragment of mma.sync straight from it through a table of per-term 
 is never written (docs/architecture.md, "Few input channels").
 
 The grid is persistent: each CTA loads its chunk's filter once and takes output tiles in turn. A plan
-holds the tile shape (:func:`.mma_variants.mma_config`), and after its first run the loaded function and the launch's packed arguments (:class:`cuconv.launch.PackedLaunch`).
+holds the tile shape (:func:`.mma_variants.mma_config`), and after its first run the loaded function
+and the launch's packed arguments (:class:`cuconv.launch.PackedLaunch`).
 """
 
 from __future__ import annotations
@@ -82,11 +83,12 @@ class SmallcMmaPlan(DirectPlan):
         c, p = self.cfg, self.problem
         T = problem_axes(p)[0]
         depth = f", {T} filter slices in turn" if p.nd == 3 else ""
+        reads = "pairs of terms" if c.pairs else "single terms"
         return (f"{self.name}: CTA tile {c.tp}x{c.tq} output pixels x {c.bn} channels ({c.threads} threads, "
-                f"mma.sync m16n8k16 over {c.kp // 16} k16 steps, A read as {'pairs' if c.pairs else 'single terms'}), input tile {c.in_rows}x{c.in_cols}x{p.channels} "
-                f"with halo in shared memory, two buffers ({c.smem} bytes with the filter, "
-                f"copies of {c.vin} channels){depth}, "
-                f"{c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} per plane) over a persistent grid")
+                f"mma.sync m16n8k16 over {c.kp // 16} k16 steps, A read as {reads}), input tile "
+                f"{c.in_rows}x{c.in_cols}x{p.channels} with halo in shared memory, two buffers ({c.smem} bytes with "
+                f"the filter, copies of {c.vin} channels){depth}, {c.tiles(p)} tiles ({c.chunks} chunks x "
+                f"{c.tiles_p}x{c.tiles_q} per plane) over a persistent grid")
 
     def geometry(self):
         return mma_geometry(self.problem, self.cfg)

@@ -17,8 +17,8 @@ from ...problem import ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 from .variants import MAX_C
 
-__all__ = ["MmaConfig", "mma_config", "mma_terms", "mma_variant", "mma_declined", "MMA_SOURCE", "MAX_TERMS", "SMEM_LIMIT",
-           "THREADS", "BM"]
+__all__ = ["MmaConfig", "mma_config", "mma_terms", "mma_variant", "mma_declined", "min_blocks", "MMA_SOURCE",
+           "MAX_TERMS", "SMEM_LIMIT", "THREADS", "BM"]
 
 MMA_SOURCE = "smallc/smallc_mma.cu"
 #: Reduction terms (C x R x S) of one filter depth slice at most: the k16 steps are unrolled, and the
