@@ -2,9 +2,10 @@
 the GPU.
 
 CPU: :func:`mma_config` keeps its invariants (a 128-pixel tile within shared memory, whole n8 fragments
-covering K), the dispatcher picks the kernel for long-window stems (a 7x7 RGB stem) on sm_80+, leaves
-the short windows to ``smallc_direct`` and says why it declines the rest; every catalog variant
-compiles without spills (tests/test_compile.py compiles them too).
+covering K); the kernel's A addressing, run through its NumPy model (cuconv.models.smallc_mma) on
+drawn problems, is the convolution; the dispatcher picks the kernel for 16-bit stems on sm_80+, leaves
+the shortest windows and some conv3d problems to ``smallc_direct`` and says why it declines the rest;
+every catalog variant compiles without spills (tests/test_compile.py compiles them too).
 GPU (gpu-marked): drawn few-channel convolutions (C 1-8, filters up to 7x7, K 1-160, strides,
 dilations, asymmetric padding, fp16 / bf16, NHWC / NCHW, conv2d and conv3d, the whole epilogue) run
 forced onto the kernel with a NaN-poisoned output, or written in place over the residual; the 7x7
@@ -13,7 +14,7 @@ stem runs at full size, chosen automatically.
 
 import numpy as np
 import pytest
-from hypothesis import assume
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cuconv
@@ -22,6 +23,8 @@ from cuconv.backends.smallc.mma import SmallcMmaKernel
 from cuconv.backends.smallc.mma_variants import (BM, CATALOG, MMA_SOURCE, SMEM_LIMIT, mma_config, mma_declined,
                                                  mma_variant)
 from cuconv.backends.smallc.params import MMA_FIELDS, mma_geometry
+from cuconv.models.smallc_mma import layout, pixel_bases, term_offsets, tile_conv
+from cuconv.problem import ConvProblem
 from cuconv.overrides import Overrides
 from cuconv.problem import output_size
 
@@ -114,6 +117,53 @@ def mma_cases(draw, nd=2, max_spatial=24, epilogue=True, odd_pairs=False):
                 stride=stride, dilation=dilation, padding=padding, groups=1,
                 dtype=draw(st.sampled_from(("float16", "bfloat16"))), layout=draw(st.sampled_from(layouts)),
                 epilogue=ep, seed=draw(st.integers(0, 2**31 - 1)))
+
+
+def _problem(case: Case) -> ConvProblem:
+    return ConvProblem.create(nd=case.nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+                              out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
+                              dilation=case.dilation, padding=case.padding, groups=1, dtype=case.dtype,
+                              layout="NHWC" if case.nd == 2 else "NDHWC")
+
+
+@settings(max_examples=120, deadline=None)
+@given(case=st.one_of(mma_cases(nd=2, max_spatial=20, epilogue=False),
+                      mma_cases(nd=2, max_spatial=30, epilogue=False, odd_pairs=True),
+                      mma_cases(nd=3, max_spatial=10, epilogue=False)))
+def test_model_addressing_is_the_convolution(case):
+    """The kernel's A addressing (pixel bases + term offsets into the tile buffer, pairs of terms,
+    spare and padding terms against zero weights), run on the CPU through cuconv.models.smallc_mma
+    with the host's tile shapes, is the convolution; every read stays in the tile buffer (its tail
+    word included) and every pair read is 32-bit aligned."""
+    p = _problem(case)
+    cfg = mma_config(p)
+    assume(not isinstance(cfg, str))
+    rng = np.random.default_rng(case.seed)
+    x = rng.standard_normal((p.batch, *p.in_spatial, p.channels)).astype(np.float32)
+    w = rng.standard_normal((p.out_channels, *p.filter_spatial, p.channels)).astype(np.float32)
+    conv = cuconv.reference.conv2d if p.nd == 2 else cuconv.reference.conv3d
+    want = conv(x.astype(np.float64), w.astype(np.float64), stride=case.stride, padding=case.padding,
+                dilation=case.dilation)
+    np.testing.assert_allclose(tile_conv(x, w, p, cfg), want, rtol=1e-4, atol=1e-4)
+    lay = layout(p, cfg)
+    assert lay.pairs == cfg.pairs and lay.kp == cfg.kp and lay.cols_st == cfg.in_cols
+    reads = pixel_bases(lay, p.stride[-2])[:, None] + term_offsets(lay, p.dilation[-2])[None, :]
+    assert reads.min() >= 0 and reads.max() < cfg.in_rows * lay.rowst + 2
+    if lay.pairs:
+        assert (reads[:, 0::2] % 2 == 0).all()
+
+
+@pytest.mark.parametrize("key", sorted(CATALOG))
+def test_model_runs_the_catalog(key):
+    """The catalog's variants (the networks' stems among them) through the model, against the reference."""
+    p = CATALOG[key]
+    rng = np.random.default_rng(len(key))
+    x = rng.standard_normal((p.batch, *p.in_spatial, p.channels)).astype(np.float32)
+    w = rng.standard_normal((p.out_channels, *p.filter_spatial, p.channels)).astype(np.float32)
+    conv = cuconv.reference.conv2d if p.nd == 2 else cuconv.reference.conv3d
+    pad = tuple(zip(p.pad_lo, p.pad_hi))
+    want = conv(x.astype(np.float64), w.astype(np.float64), stride=p.stride, padding=pad, dilation=p.dilation)
+    np.testing.assert_allclose(tile_conv(x, w, p, mma_config(p)), want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,9 @@
 * :mod:`.tma`    -- one TMA im2col box load, and the descriptor parameters of a convolution;
 * :mod:`.loader` -- the software loader's three sub-paths (pointwise / uniform / per-lane);
 * :mod:`.halo`   -- the Hopper kernel's halo tiles (one window per channel block, shifted per tap).
+
+Models of single kernels are imported from their modules: :mod:`.depthwise`, :mod:`.fold`,
+:mod:`.wpack`, :mod:`.smallc_mma` (the tensor-core few-channel kernel's A addressing).
 """
 
 from .halo import halo_tap_rows, halo_window

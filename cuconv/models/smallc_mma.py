@@ -1,0 +1,151 @@
+"""NumPy model of the tensor-core few-channel kernel's addressing (kernels_cu/smallc/smallc_mma.cu).
+
+The kernel never writes an im2col: the A element of output pixel m and reduction term kk is read from
+the input tile in shared memory at ``base(m) + off(kk)``. This module computes those two tables as
+the kernel does, for the tile shape the host picks (:func:`cuconv.backends.smallc.mma_variants.mma_config`):
+
+* :func:`layout` -- the tile's row stride (``ROWST``: an even number of elements, one spare column when
+  ``IN_COLS * C`` is odd), the run of terms per filter row (``KRUN``: ``S * C`` rounded up to even)
+  and the padded reduction (``KP``);
+* :func:`term_offsets` -- the element each term reads, relative to a pixel's base: under ``PAIRS``
+  an odd term is read with the term before it as one 32-bit word, so it reads that term's element
+  + 1 (the spare term of an odd run reads the element after the window);
+* :func:`pixel_bases` -- the window origin of each of the tile's 128 pixels;
+* :func:`filter_matrix` -- B as the kernel keeps it: ``[K][KP]``, zero for the spare and padding terms.
+
+:func:`tile_conv` composes them over every tile and filter depth slice into the whole convolution
+(fp32 sums, no epilogue), which the CPU tests compare with :func:`cuconv.reference.conv_reference`;
+they also check that every pair read is 32-bit aligned and that every read stays in the tile buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..problem import ConvProblem
+
+__all__ = ["MmaLayout", "layout", "term_offsets", "pixel_bases", "filter_matrix", "input_tile", "tile_conv"]
+
+
+@dataclass(frozen=True)
+class MmaLayout:
+    """The compile-time shape of one variant (the constants of smallc_mma.cu)."""
+
+    C: int
+    R: int
+    S: int
+    SW: int
+    DW: int
+    TP: int
+    TQ: int
+    in_cols: int    # IN_COLS: columns the tile's pixels reach
+    cols_st: int    # COLS_ST: stored columns
+    rowst: int      # ROWST: row stride in elements
+    krun: int       # KRUN: terms of one filter row
+    kp: int         # KP: terms of one depth slice, padded to whole k16 steps
+    pairs: bool     # PAIRS: A read as 32-bit pairs of terms
+
+
+def _axes(p: ConvProblem):
+    lead = 3 - p.nd
+    D, H, W = (1,) * lead + tuple(p.in_spatial)
+    O, P, Q = (1,) * lead + tuple(p.out_spatial)
+    T, R, S = (1,) * lead + tuple(p.filter_spatial)
+    sd, sh, sw = (1,) * lead + tuple(p.stride)
+    dd, dh, dw = (1,) * lead + tuple(p.dilation)
+    pd, ph, pw = (0,) * lead + tuple(p.pad_lo)
+    return D, H, W, O, P, Q, T, R, S, sd, sh, sw, dd, dh, dw, pd, ph, pw
+
+
+def layout(p: ConvProblem, cfg) -> MmaLayout:
+    """The kernel's constants for ``p`` launched with ``cfg`` (an :class:`~cuconv.backends.smallc.mma_variants.MmaConfig`)."""
+    _, _, _, _, _, _, _, R, S, _, _, sw, _, _, dw, _, _, _ = _axes(p)
+    C = p.channels
+    in_cols = (cfg.tq - 1) * sw + (S - 1) * dw + 1
+    cols_st = in_cols + (in_cols * C) % 2
+    krun = -(-(S * C) // 2) * 2
+    kp = -(-(R * krun) // 16) * 16
+    pairs = (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
+    return MmaLayout(C=C, R=R, S=S, SW=sw, DW=dw, TP=cfg.tp, TQ=cfg.tq, in_cols=in_cols, cols_st=cols_st,
+                     rowst=cols_st * C, krun=krun, kp=kp, pairs=pairs)
+
+
+def _term(lay: MmaLayout, kk: int, dil_h: int) -> int:
+    """``term_offset`` of the kernel: term kk's element relative to a pixel's base (0 for the spare and
+    padding terms)."""
+    r, j = divmod(kk, lay.krun)
+    if r >= lay.R or j >= lay.S * lay.C:
+        return 0
+    s, c = divmod(j, lay.C)
+    return r * dil_h * lay.rowst + s * lay.DW * lay.C + c
+
+
+def term_offsets(lay: MmaLayout, dil_h: int) -> np.ndarray:
+    """The element each of the ``KP`` terms reads, relative to a pixel's base: under PAIRS an odd term
+    reads the element after its even partner's (one 32-bit word), else its own offset."""
+    offs = np.array([_term(lay, kk, dil_h) for kk in range(lay.kp)], dtype=np.int64)
+    if lay.pairs:
+        offs[1::2] = offs[0::2] + 1
+    return offs
+
+
+def pixel_bases(lay: MmaLayout, stride_h: int) -> np.ndarray:
+    """The window origin (element index in the tile) of each tile pixel m = row * TQ + col."""
+    m = np.arange(lay.TP * lay.TQ)
+    return (m // lay.TQ) * stride_h * lay.rowst + (m % lay.TQ) * lay.SW * lay.C
+
+
+def filter_matrix(w_slice: np.ndarray, lay: MmaLayout) -> np.ndarray:
+    """B of one filter depth slice, ``[K][KP]`` float32: ``w_slice`` is ``(K, R, S, C)``; term
+    ``r * KRUN + s * C + c`` holds ``w[k, r, s, c]``, the spare and padding terms zero."""
+    K = w_slice.shape[0]
+    b = np.zeros((K, lay.kp), dtype=np.float32)
+    run = w_slice.reshape(K, lay.R, lay.S * lay.C).astype(np.float32)
+    for r in range(lay.R):
+        b[:, r * lay.krun:r * lay.krun + lay.S * lay.C] = run[:, r]
+    return b
+
+
+def input_tile(x5: np.ndarray, p: ConvProblem, lay: MmaLayout, in_rows: int, n: int, d: int, tile_p: int,
+               tile_q: int) -> np.ndarray:
+    """The tile buffer the kernel multiplies from, flat: ``in_rows`` rows of ``COLS_ST`` pixels x C
+    channels (zeros outside the image), then the zeroed tail word (two elements)."""
+    _, H, W, _, _, _, _, _, _, _, sh, sw, _, _, _, _, ph, pw = _axes(p)
+    h0, w0 = tile_p * lay.TP * sh - ph, tile_q * lay.TQ * sw - pw
+    tile = np.zeros((in_rows, lay.cols_st, lay.C), dtype=np.float32)
+    rows, cols = np.arange(in_rows) + h0, np.arange(lay.cols_st) + w0
+    rv, cv = (rows >= 0) & (rows < H), (cols >= 0) & (cols < W)
+    tile[np.ix_(rv, cv)] = x5[n, d][np.ix_(rows[rv], cols[cv])]
+    return np.concatenate([tile.reshape(-1), np.zeros(2, dtype=np.float32)])
+
+
+def tile_conv(x: np.ndarray, w: np.ndarray, p: ConvProblem, cfg) -> np.ndarray:
+    """The convolution (no epilogue) as the kernel computes it: per tile and filter depth slice,
+    ``A = tile[bases[:, None] + offsets[None, :]]`` times ``filter_matrix``; ``x`` NHWC / NDHWC, ``w``
+    ``(K, [T,] R, S, C)``; float32 result of the output's shape."""
+    D, H, W, O, P, Q, T, R, S, sd, sh, sw, dd, dh, dw, pd, ph, pw = _axes(p)
+    lay = layout(p, cfg)
+    K = p.out_channels
+    x5 = (x if p.nd == 3 else x[:, None]).astype(np.float32)
+    w5 = w.reshape(K, T, R, S, p.channels)
+    offs, bases = term_offsets(lay, dh), pixel_bases(lay, sh)
+    filters = [filter_matrix(w5[:, t], lay) for t in range(T)]
+    out = np.zeros((p.batch, O, P, Q, K), dtype=np.float32)
+    for n in range(p.batch):
+        for o in range(O):
+            for tile_p in range(cfg.tiles_p):
+                for tile_q in range(cfg.tiles_q):
+                    acc = np.zeros((lay.TP * lay.TQ, K), dtype=np.float32)
+                    for t in range(T):
+                        d = o * sd - pd + t * dd
+                        if not 0 <= d < D:
+                            continue
+                        buf = input_tile(x5, p, lay, cfg.in_rows, n, d, tile_p, tile_q)
+                        acc += buf[bases[:, None] + offs[None, :]] @ filters[t].T
+                    m = np.arange(lay.TP * lay.TQ)
+                    pp, qq = tile_p * lay.TP + m // lay.TQ, tile_q * lay.TQ + m % lay.TQ
+                    keep = (pp < P) & (qq < Q)
+                    out[n, o, pp[keep], qq[keep]] = acc[keep]
+    return out if p.nd == 3 else out[:, 0]
