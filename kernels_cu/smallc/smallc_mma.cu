@@ -11,13 +11,15 @@
 // rounded up to even:
 //   A[m][kk] = tile[base(m) + off(kk)],  base(m) = row(m) * stride_h * ROWST + col(m) * SW * C,
 //                                        off(r * KRUN + j) = r * dil_h * ROWST + s * DW * C + c;
-//   the spare term j = S * C of an odd run reads the next element of the tile against a zero weight.
+//   the spare term j = S * C of an odd run reads, against a zero weight, the element after the run
+//   under PAIRS (below), else the window's first element.
 // With dilation 1 along W a run is S*C consecutive elements, so where SW * C is even (every base even)
 // and DW == 1 or C is even, each pair of terms (kk even, kk + 1) is one aligned 32-bit word: PAIRS,
 // one shared-memory read per A register. Otherwise (PAIRS = 0) each term is read on its
 // own. One table of offsets (shared memory) and four pixel bases per thread (registers) address every
 // A element; no im2col is ever written. Padding terms (kk >= R * KRUN) read the window's first element
-// (or its pair) against zero weights: finite data adds exactly zero.
+// against zero weights. Finite data adds exactly zero; an Inf or NaN read by a spare term (the element
+// after a window row) turns that output into NaN although it is outside its window (README, weak spots).
 //
 // The input tile's copy (one per tile and filter depth slice, depthwise/halo_tile.cuh) starts before
 // the CTA multiplies the current tile, into a second buffer: cp.async of 4-16 bytes for even C runs
