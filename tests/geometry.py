@@ -196,12 +196,15 @@ def narrowk_takes(case: Case) -> bool:
     """Whether ``narrowk_direct`` (few output channels, float32 only, first in the automatic choice for
     them) serves the case: its own rule, ``nk_declined``, on the case's problem."""
     from cuconv.backends.narrowk.variants import nk_declined
-    from cuconv.problem import ConvProblem
-    p = ConvProblem.create(nd=case.nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
-                           out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
-                           dilation=case.dilation, padding=case.padding, groups=case.groups, dtype=case.dtype,
-                           layout="NHWC" if case.nd == 2 else "NDHWC")
-    return case.dtype == "float32" and nk_declined(p) is None
+    return case.dtype == "float32" and nk_declined(case_problem(case)) is None
+
+
+def case_problem(case: Case) -> ConvProblem:
+    """The channels-last :class:`~cuconv.problem.ConvProblem` of a case (its layout aside)."""
+    return ConvProblem.create(nd=case.nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
+                              out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
+                              dilation=case.dilation, padding=case.padding, groups=case.groups, dtype=case.dtype,
+                              layout="NHWC" if case.nd == 2 else "NDHWC")
 
 
 def with_residual(case: Case) -> Case:

@@ -24,12 +24,11 @@ from cuconv.backends.smallc.mma_variants import (BM, CATALOG, MMA_SOURCE, SMEM_L
                                                  mma_variant)
 from cuconv.backends.smallc.params import MMA_FIELDS, mma_geometry
 from cuconv.models.smallc_mma import layout, pixel_bases, term_offsets, tile_conv
-from cuconv.problem import ConvProblem
 from cuconv.overrides import Overrides
 from cuconv.problem import output_size
 
 from conftest import assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
-from geometry import A100, H100, Case, Setting, draw_epilogue, problem2d, problem3d, run_property
+from geometry import A100, H100, Case, Setting, case_problem, draw_epilogue, problem2d, problem3d, run_property
 
 KERNEL = "smallc_mma"
 
@@ -119,13 +118,6 @@ def mma_cases(draw, nd=2, max_spatial=24, epilogue=True, odd_pairs=False):
                 epilogue=ep, seed=draw(st.integers(0, 2**31 - 1)))
 
 
-def _problem(case: Case) -> ConvProblem:
-    return ConvProblem.create(nd=case.nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
-                              out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
-                              dilation=case.dilation, padding=case.padding, groups=1, dtype=case.dtype,
-                              layout="NHWC" if case.nd == 2 else "NDHWC")
-
-
 @settings(max_examples=120, deadline=None)
 @given(case=st.one_of(mma_cases(nd=2, max_spatial=20, epilogue=False),
                       mma_cases(nd=2, max_spatial=30, epilogue=False, odd_pairs=True),
@@ -135,7 +127,7 @@ def test_model_addressing_is_the_convolution(case):
     spare and padding terms against zero weights), run on the CPU through cuconv.models.smallc_mma
     with the host's tile shapes, is the convolution; every read stays in the tile buffer (its tail
     word included) and every pair read is 32-bit aligned."""
-    p = _problem(case)
+    p = case_problem(case)
     cfg = mma_config(p)
     assume(not isinstance(cfg, str))
     rng = np.random.default_rng(case.seed)

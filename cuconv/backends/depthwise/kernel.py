@@ -105,8 +105,14 @@ class DirectPlan(Plan):
         raise NotImplementedError
 
     def launch_grid(self, fn) -> int:
-        """CTAs of the launch of the loaded function ``fn`` (set by each subclass)."""
-        raise NotImplementedError
+        """CTAs of the launch of the loaded function ``fn``: by default the persistent grid (:meth:`grid`)
+        with as many CTAs per SM as the driver's occupancy allows; a kernel with one CTA per tile says so."""
+        return self.grid(resident_blocks(fn, self.cfg.threads, self.cfg.smem))
+
+    def grid(self, per_sm: int) -> int:
+        """CTAs of the persistent grid: as many as the GPU runs at once (``per_sm`` on each SM), or one
+        per work item (output tile) when there are fewer (docs/tuning.md#T-dw-persistent)."""
+        return min(self.cfg.tiles(self.problem), per_sm * self.device.sm_count)
 
     def _build(self) -> PackedLaunch:
         """The loaded function and the launch's packed arguments: five pointer slots (x, w, bias, residual,
@@ -149,14 +155,6 @@ class DepthwisePlan(DirectPlan):
 
     def geometry(self):
         return dw_geometry(self.problem, self.cfg)
-
-    def launch_grid(self, fn) -> int:
-        return self.grid(resident_blocks(fn, self.cfg.threads, self.cfg.smem))
-
-    def grid(self, per_sm: int) -> int:
-        """CTAs of the persistent grid: as many as the GPU runs at once (``per_sm`` on each SM), or one
-        per work item (output tile) when there are fewer (docs/tuning.md#T-dw-persistent)."""
-        return min(self.cfg.tiles(self.problem), per_sm * self.device.sm_count)
 
 
 def aligned_operands(problem, cfg: DwConfig, x, bias, residual, out):

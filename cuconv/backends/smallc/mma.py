@@ -14,7 +14,6 @@ and the launch's packed arguments (:class:`cuconv.launch.PackedLaunch`).
 
 from __future__ import annotations
 
-from ...launch import resident_blocks
 from ...plan import SIXTEEN_BIT
 from ...registry import register
 from ..depthwise.kernel import DirectKernel, DirectPlan
@@ -92,11 +91,6 @@ class SmallcMmaPlan(DirectPlan):
 
     def geometry(self):
         return mma_geometry(self.problem, self.cfg)
-
-    def launch_grid(self, fn) -> int:
-        """The persistent grid: as many CTAs as the GPU runs at once, or one per tile when fewer."""
-        per_sm = resident_blocks(fn, self.cfg.threads, self.cfg.smem)
-        return min(self.cfg.tiles(self.problem), per_sm * self.device.sm_count)
 
 
 register(SmallcMmaKernel())

@@ -15,7 +15,7 @@ from typing import Optional, Union
 from ...launch import dtype_code
 from ...problem import ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
-from .variants import MAX_C
+from .variants import DTYPE_TAG, few_channels_declined
 
 __all__ = ["MmaConfig", "mma_config", "mma_terms", "mma_variant", "mma_declined", "min_blocks", "MMA_SOURCE",
            "MAX_TERMS", "SMEM_LIMIT", "THREADS", "BM"]
@@ -34,7 +34,6 @@ BM = 128
 #: Output channels per CTA at most (eight n8 fragments per warp).
 MAX_BN = 64
 _TILE_COLS = (8, 16, 32, 64, 128)
-_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -70,10 +69,9 @@ def mma_declined(p: ConvProblem) -> Optional[str]:
     """Why the tensor-core few-channel kernel cannot take ``p``, or None: dense, at most
     :data:`~cuconv.backends.smallc.variants.MAX_C` input channels and :data:`MAX_TERMS` reduction terms
     per filter depth slice."""
-    if p.groups != 1:
-        return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
-    if p.channels > MAX_C:
-        return f"C = {p.channels}: the kernel is for at most {MAX_C} input channels (stems)"
+    why = few_channels_declined(p)
+    if why:
+        return why
     _, R, S, _, _, _ = problem_axes(p)
     terms = p.channels * R * S
     if terms > MAX_TERMS:
@@ -142,7 +140,7 @@ def mma_variant(p: ConvProblem, cfg: MmaConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     _, R, S, (_, sw), (_, dw), _ = problem_axes(p)
     blocks = min_blocks(cfg.bn, cfg.pairs)
-    name = (f"smallc_mma_{_DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
+    name = (f"smallc_mma_{DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
             f"_e{cfg.ev}_i{cfg.vin}_b{blocks}")
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
                    SC_VIN=cfg.vin, MM_TP=cfg.tp, MM_TQ=cfg.tq, MM_BN=cfg.bn, MM_EV=cfg.ev, MM_MIN_BLOCKS=blocks,

@@ -1,5 +1,6 @@
 """The few-channel kernels' run-time parameter structs: ``ScGeometry`` of kernels_cu/smallc/smallc_fprop.cu,
-``MmaGeometry`` of kernels_cu/smallc/smallc_mma.cu."""
+``MmaGeometry`` of kernels_cu/smallc/smallc_mma.cu. Both start with the problem's extents (:data:`EXTENTS`)
+and end with the halo loader's two fast divisors."""
 
 from __future__ import annotations
 
@@ -10,37 +11,39 @@ from ...problem import ConvProblem
 from .mma_variants import MmaConfig
 from .variants import ScConfig
 
-__all__ = ["sc_geometry", "SC_FIELDS", "mma_geometry", "MMA_FIELDS"]
+__all__ = ["sc_geometry", "SC_FIELDS", "mma_geometry", "MMA_FIELDS", "EXTENTS"]
+
+#: The members both structs start with: extents, strides, dilations and padding in front (32-bit ints).
+EXTENTS = ("N", "D", "H", "W", "K", "O", "P", "Q", "T", "stride_d", "stride_h", "dil_d", "dil_h",
+           "pad_d", "pad_h", "pad_w")
 
 #: ``ScGeometry``'s members in declaration order (32-bit ints, then the loader's two fast divisors).
-SC_FIELDS = [(n, np.int32) for n in (
-    "N", "D", "H", "W", "K", "O", "P", "Q", "T", "stride_d", "stride_h", "dil_d", "dil_h",
-    "pad_d", "pad_h", "pad_w", "kg", "tp", "tqg", "tiles_p", "tiles_q", "in_rows", "in_cols")] + \
+SC_FIELDS = [(n, np.int32) for n in EXTENTS + ("kg", "tp", "tqg", "tiles_p", "tiles_q", "in_rows", "in_cols")] + \
+    divisor_fields("div_upp", "div_cols")
+
+#: ``MmaGeometry``'s members in declaration order (32-bit ints, then the loader's two fast divisors).
+MMA_FIELDS = [(n, np.int32) for n in EXTENTS + ("tiles_p", "tiles_q", "tiles", "in_rows")] + \
     divisor_fields("div_upp", "div_cols")
 
 
-def sc_geometry(p: ConvProblem, cfg: ScConfig) -> np.void:
-    """The struct for ``p`` launched with ``cfg`` (a conv2d is a conv3d of depth 1)."""
+def _struct(fields, p: ConvProblem, cfg, **tile) -> np.void:
+    """``fields`` filled from ``p`` (:data:`EXTENTS`; a conv2d is a conv3d of depth 1), the tile members
+    ``tile`` and the loader's divisors (by C / VIN copy units per pixel, by the tile's stored columns)."""
     g = geometry3d(p)
-    return c_struct(SC_FIELDS, dict(
+    return c_struct(fields, dict(
         N=p.batch, D=g.D, H=g.H, W=g.W, K=p.out_channels, O=g.O, P=g.P, Q=g.Q, T=g.T,
         stride_d=g.stride[0], stride_h=g.stride[1], dil_d=g.dilation[0], dil_h=g.dilation[1],
-        pad_d=g.pad[0], pad_h=g.pad[1], pad_w=g.pad[2], kg=cfg.kg, tp=cfg.tp, tqg=cfg.tqg,
-        tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q, in_rows=cfg.in_rows, in_cols=cfg.in_cols,
+        pad_d=g.pad[0], pad_h=g.pad[1], pad_w=g.pad[2], **tile,
         **divisor_values(div_upp=p.channels // cfg.vin, div_cols=cfg.in_cols)))
 
 
-#: ``MmaGeometry``'s members in declaration order (32-bit ints, then the loader's two fast divisors).
-MMA_FIELDS = [(n, np.int32) for n in (
-    "N", "D", "H", "W", "K", "O", "P", "Q", "T", "stride_d", "stride_h", "dil_d", "dil_h",
-    "pad_d", "pad_h", "pad_w", "tiles_p", "tiles_q", "tiles", "in_rows")] + divisor_fields("div_upp", "div_cols")
+def sc_geometry(p: ConvProblem, cfg: ScConfig) -> np.void:
+    """The ``ScGeometry`` struct for ``p`` launched with ``cfg``."""
+    return _struct(SC_FIELDS, p, cfg, kg=cfg.kg, tp=cfg.tp, tqg=cfg.tqg, tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q,
+                   in_rows=cfg.in_rows, in_cols=cfg.in_cols)
 
 
 def mma_geometry(p: ConvProblem, cfg: MmaConfig) -> np.void:
-    """The struct for ``p`` launched with ``cfg`` on the tensor-core kernel (a conv2d is a conv3d of depth 1)."""
-    g = geometry3d(p)
-    return c_struct(MMA_FIELDS, dict(
-        N=p.batch, D=g.D, H=g.H, W=g.W, K=p.out_channels, O=g.O, P=g.P, Q=g.Q, T=g.T,
-        stride_d=g.stride[0], stride_h=g.stride[1], dil_d=g.dilation[0], dil_h=g.dilation[1],
-        pad_d=g.pad[0], pad_h=g.pad[1], pad_w=g.pad[2], tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q,
-        tiles=cfg.tiles(p), in_rows=cfg.in_rows, **divisor_values(div_upp=p.channels // cfg.vin, div_cols=cfg.in_cols)))
+    """The ``MmaGeometry`` struct for ``p`` launched with ``cfg`` on the tensor-core kernel."""
+    return _struct(MMA_FIELDS, p, cfg, tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q, tiles=cfg.tiles(p),
+                   in_rows=cfg.in_rows)

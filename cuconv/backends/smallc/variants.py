@@ -17,8 +17,8 @@ from ...launch import dtype_code
 from ...problem import ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 
-__all__ = ["ScConfig", "sc_config", "sc_variant", "smallc_declined", "max_taps", "SC_SOURCE", "MAX_C", "MAX_TAPS",
-           "MAX_TAPS_F32"]
+__all__ = ["ScConfig", "sc_config", "sc_variant", "smallc_declined", "few_channels_declined", "max_taps", "SC_SOURCE",
+           "MAX_C", "MAX_TAPS", "MAX_TAPS_F32"]
 
 SC_SOURCE = "smallc/smallc_fprop.cu"
 #: Input channels the kernel takes at most (each one is an unrolled pass over the window).
@@ -36,7 +36,8 @@ SMEM_LIMIT = 96 * 1024
 MAX_THREADS = 256
 _MAX_KG = 8             # channel groups per CTA: chunks of up to 64 output channels
 _MAX_TILE_COLS = 64     # output columns per tile
-_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+#: A dtype's tag in compiled variant names (both few-channel kernels).
+DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
 @dataclass(frozen=True)
@@ -84,13 +85,22 @@ def max_taps(dtype: str, precision: str) -> int:
     return MAX_TAPS_F32 if (dtype, precision) == ("float32", "float32") else MAX_TAPS
 
 
-def smallc_declined(p: ConvProblem) -> Optional[str]:
-    """Why the few-channel kernel cannot take ``p``, or None: dense (one group), at most
-    :data:`MAX_C` input channels and :func:`max_taps` multiply-adds per output."""
+def few_channels_declined(p: ConvProblem) -> Optional[str]:
+    """Why ``p`` is not a dense convolution of few input channels (one group, at most :data:`MAX_C`
+    channels), the problems both few-channel kernels are for, or None."""
     if p.groups != 1:
         return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
     if p.channels > MAX_C:
         return f"C = {p.channels}: the kernel is for at most {MAX_C} input channels (stems)"
+    return None
+
+
+def smallc_declined(p: ConvProblem) -> Optional[str]:
+    """Why the few-channel kernel cannot take ``p``, or None: dense (one group), at most
+    :data:`MAX_C` input channels and :func:`max_taps` multiply-adds per output."""
+    why = few_channels_declined(p)
+    if why:
+        return why
     taps = p.channels * math.prod(p.filter_spatial)
     limit = max_taps(p.dtype, p.precision)
     if taps > limit:
@@ -169,7 +179,7 @@ def min_blocks(dtype: str, px: int) -> int:
 def sc_variant(p: ConvProblem, cfg: ScConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     T, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
-    name = (f"smallc_fprop_{_DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_k{cfg.kv}_p{cfg.px}"
+    name = (f"smallc_fprop_{DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_k{cfg.kv}_p{cfg.px}"
             f"_i{cfg.vin}_b{min_blocks(p.dtype, cfg.px)}")
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
                    SC_KV=cfg.kv, SC_PX=cfg.px, SC_VIN=cfg.vin, SC_MAX_THREADS=MAX_THREADS, SC_MIN_BLOCKS=min_blocks(p.dtype, cfg.px),
