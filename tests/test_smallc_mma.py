@@ -145,6 +145,24 @@ def test_model_addressing_is_the_convolution(case):
         assert (reads[:, 0::2] % 2 == 0).all()
 
 
+@pytest.mark.parametrize("key", ["7x7_s2_rgb_bfloat16", "3x3_s2_rgb_bfloat16", "c1_5x5", "narrow_k3"])
+def test_model_keeps_non_finite_inputs_in_their_windows(key):
+    """With the A values of unweighted terms masked, an Inf or NaN of x reaches exactly the outputs the
+    reference gives as non-finite (checked on the model; the GPU test below checks the kernel)."""
+    p = CATALOG[key]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((p.batch, *p.in_spatial, p.channels)).astype(np.float32)
+    w = rng.standard_normal((p.out_channels, *p.filter_spatial, p.channels)).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, 6, replace=False)] = [np.inf, -np.inf, np.nan, np.inf, np.nan, -np.inf]
+    pad = tuple(zip(p.pad_lo, p.pad_hi))
+    with np.errstate(invalid="ignore"):
+        want = cuconv.reference.conv2d(x.astype(np.float64), w.astype(np.float64), stride=p.stride, padding=pad,
+                                       dilation=p.dilation)
+        got = tile_conv(x, w, p, mma_config(p))
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+
+
 @pytest.mark.parametrize("key", sorted(CATALOG))
 def test_model_runs_the_catalog(key):
     """The catalog's variants (the networks' stems among them) through the model, against the reference."""
@@ -195,3 +213,23 @@ def test_long_window_stems(cp, c, hw, filt, stride, k, dtype):
     e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
     assert e.kernel == KERNEL, str(e)
     assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), kernel=KERNEL, **kw), ref, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("c, filt, stride", [(3, 7, 2), (3, 3, 2), (1, 5, 1), (3, 7, 1)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_non_finite_inputs_stay_in_their_windows(cp, c, filt, stride, dtype):
+    """Inf and NaN in x make non-finite exactly the outputs the reference does (the spare and padding
+    terms' A values are masked), and leave the others equal to the reference."""
+    rng = np.random.default_rng(c * filt + stride)
+    x = random_array(rng, (2, 40, 48, c), dtype)
+    w = random_array(rng, (32, filt, filt, c), dtype, scale=1.0 / filt)
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, 8, replace=False)] = [np.inf, -np.inf, np.nan, np.inf, np.nan, -np.inf, np.inf, np.nan]
+    kw = dict(stride=stride, padding=filt // 2)
+    with np.errstate(invalid="ignore"):
+        ref = cuconv.reference.conv2d(x, w, **kw)
+    got = cp.asnumpy(cuconv.conv2d(cp.asarray(x), cp.asarray(w), kernel=KERNEL, **kw)).astype(np.float64)
+    finite = np.isfinite(np.asarray(ref, dtype=np.float64))
+    np.testing.assert_array_equal(np.isfinite(got), finite)
+    assert_close(np.where(finite, got, 0).astype(np.float32).astype(x.dtype), np.where(finite, ref, 0), dtype)

@@ -11,7 +11,9 @@ the kernel does, for the tile shape the host picks (:func:`cuconv.backends.small
   an odd term is read with the term before it as one 32-bit word, so it reads that term's element
   + 1 (the spare term of an odd run reads the element after the window);
 * :func:`pixel_bases` -- the window origin of each of the tile's 128 pixels;
-* :func:`filter_matrix` -- B as the kernel keeps it: ``[K][KP]``, zero for the spare and padding terms.
+* :func:`filter_matrix` -- B as the kernel keeps it: ``[K][KP]``, zero for the spare and padding terms;
+* :func:`weighted_terms` -- which terms carry a weight: the kernel masks the A values of the others
+  to zero too, so that an Inf or NaN the tile holds there reaches no output.
 
 :func:`tile_conv` composes them over every tile and filter depth slice into the whole convolution
 (fp32 sums, no epilogue), which the CPU tests compare with :func:`cuconv.reference.conv_reference`;
@@ -26,7 +28,8 @@ import numpy as np
 
 from ..problem import ConvProblem
 
-__all__ = ["MmaLayout", "layout", "term_offsets", "pixel_bases", "filter_matrix", "input_tile", "tile_conv"]
+__all__ = ["MmaLayout", "layout", "term_offsets", "pixel_bases", "filter_matrix", "weighted_terms", "input_tile",
+           "tile_conv"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,12 @@ def term_offsets(lay: MmaLayout, dil_h: int) -> np.ndarray:
     return offs
 
 
+def weighted_terms(lay: MmaLayout) -> np.ndarray:
+    """``[KP]`` bools: term kk is a filter term (not the spare term of an odd run, not padding)."""
+    r, j = np.divmod(np.arange(lay.kp), lay.krun)
+    return (r < lay.R) & (j < lay.S * lay.C)
+
+
 def pixel_bases(lay: MmaLayout, stride_h: int) -> np.ndarray:
     """The window origin (element index in the tile) of each tile pixel m = row * TQ + col."""
     m = np.arange(lay.TP * lay.TQ)
@@ -130,7 +139,7 @@ def tile_conv(x: np.ndarray, w: np.ndarray, p: ConvProblem, cfg) -> np.ndarray:
     K = p.out_channels
     x5 = (x if p.nd == 3 else x[:, None]).astype(np.float32)
     w5 = w.reshape(K, T, R, S, p.channels)
-    offs, bases = term_offsets(lay, dh), pixel_bases(lay, sh)
+    offs, bases, weighted = term_offsets(lay, dh), pixel_bases(lay, sh), weighted_terms(lay)
     filters = [filter_matrix(w5[:, t], lay) for t in range(T)]
     out = np.zeros((p.batch, O, P, Q, K), dtype=np.float32)
     for n in range(p.batch):
@@ -143,7 +152,9 @@ def tile_conv(x: np.ndarray, w: np.ndarray, p: ConvProblem, cfg) -> np.ndarray:
                         if not 0 <= d < D:
                             continue
                         buf = input_tile(x5, p, lay, cfg.in_rows, n, d, tile_p, tile_q)
-                        acc += buf[bases[:, None] + offs[None, :]] @ filters[t].T
+                        a = np.where(weighted[None, :], buf[bases[:, None] + offs[None, :]], np.float32(0))
+                        with np.errstate(invalid="ignore"):
+                            acc += a @ filters[t].T
                     m = np.arange(lay.TP * lay.TQ)
                     pp, qq = tile_p * lay.TP + m // lay.TQ, tile_q * lay.TQ + m % lay.TQ
                     keep = (pp < P) & (qq < Q)

@@ -17,9 +17,9 @@
 // and DW == 1 or C is even, each pair of terms (kk even, kk + 1) is one aligned 32-bit word: PAIRS,
 // one shared-memory read per A register. Otherwise (PAIRS = 0) each term is read on its
 // own. One table of offsets (shared memory) and four pixel bases per thread (registers) address every
-// A element; no im2col is ever written. Padding terms (kk >= R * KRUN) read the window's first element
-// against zero weights. Finite data adds exactly zero; an Inf or NaN read by a spare term (the element
-// after a window row) turns that output into NaN although it is outside its window (README, weak spots).
+// A element; no im2col is ever written. The spare and padding terms (kk >= R * KRUN) carry zero
+// weights, and the A values they read are masked to zero as well (the offset table's codes), so an Inf
+// or NaN in x reaches only the outputs whose windows hold it, as in the reference.
 //
 // The input tile's copy (one per tile and filter depth slice, depthwise/halo_tile.cuh) starts before
 // the CTA multiplies the current tile, into a second buffer: cp.async of 4-16 bytes for even C runs
@@ -161,6 +161,29 @@ __device__ __forceinline__ int term_offset(int kk, int dil_h) {
   return r * dil_h * ROWST + s * DWL * C + c;
 }
 
+// Whether term kk carries a weight (a real filter term, not the spare term of an odd run nor
+// padding past R * KRUN).
+__device__ __forceinline__ bool term_weighted(int kk) {
+  const int r = kk / KRUN, j = kk - r * KRUN;
+  return r < R && j < S * C;
+}
+
+// PAIRS: the code in the two low bits of a pair's byte offset (a multiple of 4) says which halves carry
+// weights: 0 both, 1 the low one only (the high one is a spare term), 2 neither (padding). The A
+// register is masked to those halves, so a term without weight contributes an exact zero whatever
+// the tile holds there (an Inf or NaN of x included).
+__device__ __forceinline__ int pair_code(int kk) {
+  return term_weighted(kk) ? (term_weighted(kk + 1) ? 0 : 1) : 2;
+}
+__device__ __forceinline__ uint32_t pair_mask(int entry) {
+  return (entry & 2) ? 0u : (0xFFFFFFFFu >> ((entry & 1) * 16));
+}
+
+// Without PAIRS: a term's element offset, or -1 for a term without weight (read as zero).
+__device__ __forceinline__ int term_entry(int kk, int dil_h) {
+  return term_weighted(kk) ? term_offset(kk, dil_h) : -1;
+}
+
 // The epilogue of this warp's 32 pixels, 16 at a time through its staging rows `st` (16 x SLD floats).
 template <int ACT>
 __device__ __forceinline__ void store_tile(const float (&acc)[2][NFRAG][4], float* st, const elem_t* bias,
@@ -252,7 +275,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   // Once per CTA: the offset table (byte offsets of term pairs under PAIRS, else element offsets of
   // terms) and the zeroed word after each tile buffer (TAIL).
   for (int i = threadIdx.x; i < OFFS; i += THREADS)
-    offtab[i] = PAIRS ? term_offset(2 * i, g.dil_h) * 2 : term_offset(i, g.dil_h);
+    offtab[i] = PAIRS ? term_offset(2 * i, g.dil_h) * 2 | pair_code(2 * i) : term_entry(i, g.dil_h);
   if (threadIdx.x < 2) *reinterpret_cast<uint32_t*>(tiles + threadIdx.x * buf_bytes + tile_bytes) = 0u;
   // This thread's ldmatrix address of the B fragments (lane -> n row, k half), relative to a slice.
   const uint32_t b_lane =
@@ -344,27 +367,33 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
         }
         uint32_t a[2][4];
         if constexpr (PAIRS) {
-          const int oa = offtab[ks * 8 + (lane & 3)], ob = offtab[ks * 8 + 4 + (lane & 3)];  // bytes
+          const int ea = offtab[ks * 8 + (lane & 3)], eb = offtab[ks * 8 + 4 + (lane & 3)];
+          const int oa = ea & ~3, ob = eb & ~3;  // byte offsets of the pairs
+          const uint32_t ma = pair_mask(ea), mb = pair_mask(eb);
 #pragma unroll
           for (int f = 0; f < 2; ++f) {
             const unsigned char* r0 = sxb + base[f][0];
             const unsigned char* r1 = sxb + base[f][1];
-            a[f][0] = *reinterpret_cast<const uint32_t*>(r0 + oa);
-            a[f][1] = *reinterpret_cast<const uint32_t*>(r1 + oa);
-            a[f][2] = *reinterpret_cast<const uint32_t*>(r0 + ob);
-            a[f][3] = *reinterpret_cast<const uint32_t*>(r1 + ob);
+            a[f][0] = *reinterpret_cast<const uint32_t*>(r0 + oa) & ma;
+            a[f][1] = *reinterpret_cast<const uint32_t*>(r1 + oa) & ma;
+            a[f][2] = *reinterpret_cast<const uint32_t*>(r0 + ob) & mb;
+            a[f][3] = *reinterpret_cast<const uint32_t*>(r1 + ob) & mb;
           }
         } else {
-          const int2 oa = *reinterpret_cast<const int2*>(offtab + ks * 16 + c0);
-          const int2 ob = *reinterpret_cast<const int2*>(offtab + ks * 16 + c0 + 8);
+          const int2 ea = *reinterpret_cast<const int2*>(offtab + ks * 16 + c0);
+          const int2 eb = *reinterpret_cast<const int2*>(offtab + ks * 16 + c0 + 8);
+          // a term entry below zero carries no weight: read the window's first element, keep zero
+          const int2 oa = make_int2(max(ea.x, 0), max(ea.y, 0)), ob = make_int2(max(eb.x, 0), max(eb.y, 0));
+          const uint32_t ma = (ea.x < 0 ? 0u : 0xFFFFu) | (ea.y < 0 ? 0u : 0xFFFF0000u);
+          const uint32_t mb = (eb.x < 0 ? 0u : 0xFFFFu) | (eb.y < 0 ? 0u : 0xFFFF0000u);
 #pragma unroll
           for (int f = 0; f < 2; ++f) {
             const uint16_t* r0 = reinterpret_cast<const uint16_t*>(sxb + base[f][0]);
             const uint16_t* r1 = reinterpret_cast<const uint16_t*>(sxb + base[f][1]);
-            a[f][0] = (uint32_t)r0[oa.x] | ((uint32_t)r0[oa.y] << 16);
-            a[f][1] = (uint32_t)r1[oa.x] | ((uint32_t)r1[oa.y] << 16);
-            a[f][2] = (uint32_t)r0[ob.x] | ((uint32_t)r0[ob.y] << 16);
-            a[f][3] = (uint32_t)r1[ob.x] | ((uint32_t)r1[ob.y] << 16);
+            a[f][0] = ((uint32_t)r0[oa.x] | ((uint32_t)r0[oa.y] << 16)) & ma;
+            a[f][1] = ((uint32_t)r1[oa.x] | ((uint32_t)r1[oa.y] << 16)) & ma;
+            a[f][2] = ((uint32_t)r0[ob.x] | ((uint32_t)r0[ob.y] << 16)) & mb;
+            a[f][3] = ((uint32_t)r1[ob.x] | ((uint32_t)r1[ob.y] << 16)) & mb;
           }
         }
 #pragma unroll
