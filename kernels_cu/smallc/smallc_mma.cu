@@ -128,7 +128,26 @@ struct MmaGeometry {
   int tiles;                      // tiles of the whole problem: chunks x N x O x tiles_p x tiles_q
   int in_rows;                    // input tile rows
   FastDivisor div_upp, div_cols;  // the loader's divisions: by C / VIN (copy units per pixel), by COLS_ST
+  FastDivisor div_tq, div_tp, div_o, div_n;  // a tile index's divisions: by tiles_q, tiles_p, O, N
 };
+
+// A tile index as (chunk, n, o, tile row, tile column), tile column fastest.
+struct TileCoords {
+  int chunk, n, o, tile_p, tile_q;
+};
+__device__ __forceinline__ TileCoords tile_coords(const MmaGeometry& g, int tile) {
+  TileCoords c;
+  uint32_t b = (uint32_t)tile, q = fast_div(b, g.div_tq);
+  c.tile_q = (int)(b - q * (uint32_t)g.tiles_q);
+  b = q; q = fast_div(b, g.div_tp);
+  c.tile_p = (int)(b - q * (uint32_t)g.tiles_p);
+  b = q; q = fast_div(b, g.div_o);
+  c.o = (int)(b - q * (uint32_t)g.O);
+  b = q; q = fast_div(b, g.div_n);
+  c.n = (int)(b - q * (uint32_t)g.N);
+  c.chunk = (int)q;
+  return c;
+}
 
 // Shared-memory bytes of the filter slices (16-byte aligned), of one input tile buffer (16-byte
 // aligned, a zeroed word after the tile included).
@@ -222,21 +241,18 @@ struct TileSource {
 };
 
 __device__ __forceinline__ TileSource tile_source(const elem_t* x, const MmaGeometry& g, int tile, int t) {
-  int b = tile / g.tiles_q;
-  const int tile_p = b % g.tiles_p; b /= g.tiles_p;
-  const int o = b % g.O; b /= g.O;
-  const int n = b % g.N;
-  const int d = o * g.stride_d - g.pad_d + t * g.dil_d;
+  const TileCoords c = tile_coords(g, tile);
+  const int d = c.o * g.stride_d - g.pad_d + t * g.dil_d;
   TileSource src;
-  src.plane = x + ((int64_t)n * g.D + d) * ((int64_t)g.H * g.W * C);
-  src.h0 = tile_p * TP * g.stride_h - g.pad_h;
-  src.w0 = (tile - tile / g.tiles_q * g.tiles_q) * TQ * SW - g.pad_w;
+  src.plane = x + ((int64_t)c.n * g.D + d) * ((int64_t)g.H * g.W * C);
+  src.h0 = c.tile_p * TP * g.stride_h - g.pad_h;
+  src.w0 = c.tile_q * TQ * SW - g.pad_w;
   return src;
 }
 
 // Whether filter slice t of tile `tile` reads the image (not a depth padding slice).
 __device__ __forceinline__ bool slice_in_image(const MmaGeometry& g, int tile, int t) {
-  const int o = tile / (g.tiles_q * g.tiles_p) % g.O;
+  const int o = tile_coords(g, tile).o;
   return (unsigned)(o * g.stride_d - g.pad_d + t * g.dil_d) < (unsigned)g.D;
 }
 
@@ -306,13 +322,10 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   int k0_loaded = -1;
 #pragma unroll 1
   for (int tile = blockIdx.x; tile < g.tiles; tile += gridDim.x) {
-    int b = tile;
-    const int tile_q = b % g.tiles_q; b /= g.tiles_q;
-    const int tile_p = b % g.tiles_p; b /= g.tiles_p;
-    const int o = b % g.O; b /= g.O;
-    const int n = b % g.N;
-    const int k0 = (b / g.N) * BN;
-    const int p0 = tile_p * TP, q0 = tile_q * TQ;
+    const TileCoords tc = tile_coords(g, tile);
+    const int n = tc.n, o = tc.o;
+    const int k0 = tc.chunk * BN;
+    const int p0 = tc.tile_p * TP, q0 = tc.tile_q * TQ;
 
     if (k0 != k0_loaded) {  // 1. this chunk's filter
       __syncthreads();      // every warp is done with the previous chunk's

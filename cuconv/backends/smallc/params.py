@@ -1,6 +1,6 @@
 """The few-channel kernels' run-time parameter structs: ``ScGeometry`` of kernels_cu/smallc/smallc_fprop.cu,
 ``MmaGeometry`` of kernels_cu/smallc/smallc_mma.cu. Both start with the problem's extents (:data:`EXTENTS`)
-and end with the halo loader's two fast divisors."""
+and go on with the halo loader's two fast divisors (``MmaGeometry`` then with the tile index's four)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ EXTENTS = ("N", "D", "H", "W", "K", "O", "P", "Q", "T", "stride_d", "stride_h", 
 SC_FIELDS = [(n, np.int32) for n in EXTENTS + ("kg", "tp", "tqg", "tiles_p", "tiles_q", "in_rows", "in_cols")] + \
     divisor_fields("div_upp", "div_cols")
 
-#: ``MmaGeometry``'s members in declaration order (32-bit ints, then the loader's two fast divisors).
+#: ``MmaGeometry``'s members in declaration order (32-bit ints, the loader's two fast divisors, then the
+#: tile index's four).
 MMA_FIELDS = [(n, np.int32) for n in EXTENTS + ("tiles_p", "tiles_q", "tiles", "in_rows")] + \
-    divisor_fields("div_upp", "div_cols")
+    divisor_fields("div_upp", "div_cols", "div_tq", "div_tp", "div_o", "div_n")
 
 
 def _struct(fields, p: ConvProblem, cfg, **tile) -> np.void:
@@ -44,6 +45,9 @@ def sc_geometry(p: ConvProblem, cfg: ScConfig) -> np.void:
 
 
 def mma_geometry(p: ConvProblem, cfg: MmaConfig) -> np.void:
-    """The ``MmaGeometry`` struct for ``p`` launched with ``cfg`` on the tensor-core kernel."""
+    """The ``MmaGeometry`` struct for ``p`` launched with ``cfg`` on the tensor-core kernel, with the
+    tile index's divisors (by the tile columns and rows per plane, by O and by N)."""
+    g = geometry3d(p)
     return _struct(MMA_FIELDS, p, cfg, tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q, tiles=cfg.tiles(p),
-                   in_rows=cfg.in_rows)
+                   in_rows=cfg.in_rows,
+                   **divisor_values(div_tq=cfg.tiles_q, div_tp=cfg.tiles_p, div_o=g.O, div_n=p.batch))
