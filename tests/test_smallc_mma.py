@@ -112,10 +112,27 @@ def mma_cases(draw, nd=2, max_spatial=24, epilogue=True, odd_pairs=False):
         assume(output_size(n, f, s, d, lo, hi) >= 1)
     assume(c * filt[-1] * filt[-2] <= 256)
     ep = draw_epilogue(draw) if epilogue else {}
-    return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=c, out_channels=k, filt=filt,
+    case = Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=c, out_channels=k, filt=filt,
                 stride=stride, dilation=dilation, padding=padding, groups=1,
                 dtype=draw(st.sampled_from(("float16", "bfloat16"))), layout=draw(st.sampled_from(layouts)),
                 epilogue=ep, seed=draw(st.integers(0, 2**31 - 1)))
+    # Stride 4 with a long window and 6-8 channels can need a larger input tile than any 128-pixel shape
+    # fits in shared memory: the kernel declines those (test_tile_shape_is_one_that_fits).
+    assume(not isinstance(mma_config(case_problem(case)), str))
+    return case
+
+
+def test_tile_shape_is_one_that_fits():
+    """Where the cheapest tile shape's input tile is over the shared-memory limit, the next cheapest that
+    fits is chosen; the kernel declines, naming the smallest need, only where no shape fits."""
+    p = problem2d(N=1, H=200, W=200, C=6, K=64, R=6, S=5, stride=4, padding=3, dtype="float16")
+    cheapest = mma_config(p, smem_limit=2 * SMEM_LIMIT)
+    cfg = mma_config(p)
+    assert cheapest.smem > SMEM_LIMIT >= cfg.smem and (cfg.tp, cfg.tq) != (cheapest.tp, cheapest.tq)
+    wide = problem2d(N=3, H=54, W=52, C=8, K=160, R=4, S=5, stride=4, padding=((1, 0), (3, 1)), dtype="float16")
+    why = mma_config(wide)
+    assert isinstance(why, str) and "input tile need" in why and f"over the {SMEM_LIMIT}" in why
+    assert mma_config(wide, smem_limit=2 * SMEM_LIMIT).smem <= 2 * SMEM_LIMIT
 
 
 @settings(max_examples=120, deadline=None)

@@ -92,8 +92,9 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
     BN: the output channels in the fewest chunks of at most 64, each a whole number of n8 fragments;
     EV: the largest power of two up to 8 dividing K. Tile: the 128-pixel shape (TQ of 8-128 columns)
     with the least output padding plus input-tile reads (halo included, counted per output channel of
-    the chunk). Shared memory (the kernel's layout): the filter slices, the offset table, two input
-    tile buffers (an even row stride, a zeroed tail word) and four warps' staging rows."""
+    the chunk) among the shapes whose shared memory fits. Shared memory (the kernel's layout): the filter
+    slices, the offset table, two input tile buffers (an even row stride, a zeroed tail word) and four
+    warps' staging rows."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     C, K, esize = p.channels, p.out_channels, p.itemsize
     chunks = -(-K // MAX_BN)
@@ -105,23 +106,32 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
     def extent(tp_, tq_):
         return (tp_ - 1) * sh + (R - 1) * dh + 1, (tq_ - 1) * sw + (S - 1) * dw + 1
 
-    best = None
+    def layout(tp_, tq_):
+        """Input tile rows, stored columns (even words per row) and the kernel's shared-memory bytes."""
+        rows, cols = extent(tp_, tq_)
+        cols_st = cols + (cols * C) % 2
+        sld = bn + (8 if bn % 32 in (0, 16) else 0)
+        smem = (-(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4
+                + 2 * (-(-(rows * cols_st * C * esize + 4) // 16) * 16) + 4 * 16 * sld * 4)
+        return rows, cols_st, smem
+
+    best, smallest = None, None
     for tq in _TILE_COLS:
         tp = BM // tq
         rows, cols = extent(tp, tq)
+        in_rows, cols_st, smem = layout(tp, tq)
+        if smallest is None or smem < smallest[0]:
+            smallest = (smem, in_rows, cols)
+        if smem > smem_limit:
+            continue
         cost = -(-P // tp) * -(-Q // tq) * (rows * cols * C / bn + BM)
         if best is None or cost < best[0]:
-            best = (cost, tp, tq)
-    _, tp, tq = best
-    in_rows, in_cols = extent(tp, tq)
-    cols_st = in_cols + (in_cols * C) % 2
-    rowst = cols_st * C
-    sld = bn + (8 if bn % 32 in (0, 16) else 0)
-    smem = (-(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4
-            + 2 * (-(-(in_rows * rowst * esize + 4) // 16) * 16) + 4 * 16 * sld * 4)
-    if smem > smem_limit:
-        return (f"the filter ({T} slices) and the {in_rows}x{in_cols} input tile need {smem} bytes of shared "
+            best = (cost, tp, tq, in_rows, cols_st, smem)
+    if best is None:
+        smem, rows, cols = smallest
+        return (f"the filter ({T} slices) and the {rows}x{cols} input tile need {smem} bytes of shared "
                 f"memory, over the {smem_limit} the kernel uses")
+    _, tp, tq, in_rows, cols_st, smem = best
     cfg = MmaConfig(bn=bn, ev=pow2_divisor(K, 8), vin=vin, tp=tp, tq=tq, in_rows=in_rows, in_cols=cols_st,
                     tiles_p=-(-P // tp), tiles_q=-(-Q // tq), chunks=chunks, kp=kp, pairs=pairs, smem=smem)
     if cfg.tiles(p) >= 2**31:
