@@ -47,7 +47,7 @@ PROBLEMS = {
     "conv3d_bf16": problem3d(C=64, K=64),
     "conv3d_temporal_pad": problem3d(C=32, K=32, padding=1, dtype="float16"),
 }
-KERNEL_NAMES = ["cpu", "generic_gpu", "sm90_tma", "sm90_bf16x3", "conv3d_native_bf16x3", "sm90_tf32", "conv3d_native_tf32", "conv3d_native", "conv3d_qslice", "sm80_igemm", "sm80_tf32", "sm90_fold", "sm90_wpack", "conv3d_native_wpack", "depthwise_direct", "smallc_mma",
+KERNEL_NAMES = ["cpu", "generic_gpu", "sm90_tma", "sm90_bf16x3", "conv3d_native_bf16x3", "sm90_tf32", "conv3d_native_tf32", "conv3d_native", "conv3d_qslice", "sm80_igemm", "sm80_tf32", "sm90_fold", "sm90_wpack", "conv3d_native_wpack", "sm90_grouped", "conv3d_grouped", "depthwise_direct", "smallc_mma",
                 "smallc_direct", "narrowk_direct",
                 "cdna3_depthwise",
                 "cdna3_igemm"]
@@ -82,8 +82,9 @@ def test_every_kernel_plans_or_declines_with_a_reason(problem, device):
 @pytest.mark.parametrize("device", list(DEVICES), ids=list(DEVICES))
 @pytest.mark.parametrize("problem", list(PROBLEMS), ids=list(PROBLEMS))
 def test_select_explains_every_kernel(problem, device):
-    """The chosen plan is the first (highest priority) that plans the problem; every higher kernel is
-    listed as declined with its reason, every lower one that would plan it as not needed."""
+    """The chosen plan is the first (highest priority) that plans the problem and does not pass it over;
+    every higher kernel is listed as declined with its reason (or why it passes the problem over), every
+    lower one that would plan it as not needed."""
     p, dev = PROBLEMS[problem], DEVICES[device]
     answers = {k.name: k.plan(p, dev, Overrides()) for k in cuconv.kernels()}
     if not any(answers.values()):  # on a HIP device only cdna3_igemm exists (conv2d, fp16/bf16, even C/groups)
@@ -95,10 +96,14 @@ def test_select_explains_every_kernel(problem, device):
     plan, e = dispatch.select(p, dev)
     assert e.plan is plan and e.kernel == plan.kernel.name and e.detail == plan.describe() and e.reason == plan.reason
     assert e.problem == p and e.device == dev and not e.forced and e.overrides == current_overrides()
-    first = next(name for name, a in answers.items() if a)
+    kernels = {k.name: k for k in cuconv.kernels()}
+    passed = {name for name, a in answers.items() if a and kernels[name].passes_over(a) is not None}
+    first = next(name for name, a in answers.items() if a and name not in passed)
     assert e.kernel == first
-    assert e.declined == {name: a.reason for name, a in answers.items() if not a}
-    assert set(e.skipped) == {name for name, a in answers.items() if a and name != first}
+    assert {n: r for n, r in e.declined.items() if n not in passed} == {
+        name: a.reason for name, a in answers.items() if not a}
+    assert all("passes it over" in e.declined[n] for n in passed)
+    assert set(e.skipped) == {name for name, a in answers.items() if a and name != first and name not in passed}
     text = str(e)
     assert f"runs: {e.kernel} [{e.detail}]" in text and all(f"declined {n}: " in text for n in e.declined)
 

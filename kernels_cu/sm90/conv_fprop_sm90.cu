@@ -271,6 +271,10 @@ struct Sm90ConvParams {
   // zeros (sm90/mn_filter_loader.cuh; docs/tuning.md T-direct-filter).
   const int* b_taps;
   int b_cols;
+  // Grouped convolutions (sm90_grouped; 0 for a dense one): output channel n reads x's channels from
+  // (n / a_kg) * a_cg on, the reduction's c_blocks blocks of them. A group of a_kg filters over a_cg
+  // channels, or a 64-channel block of smaller groups against their block-diagonal filter (a_kg = a_cg = 64).
+  int a_kg, a_cg;
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
@@ -348,6 +352,7 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
     const int m0 = sched.m_tile(t) * cfg::BM;
     const int n0 = sched.n_tile(t) * cfg::BN;
+    const int c0 = sm90::grouped_c0(g, n0);
     // The tile's first output pixel (n, z, p, q) -> its window origin in the input.
     const int n_img = (int)cuconv::fast_div((uint32_t)m0, g.opq_div);
     int rem = m0 - n_img * opq;
@@ -389,10 +394,10 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
       sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
       sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
 #if SM90_NDIM == 3
-      sm90::tma_load_im2col_5d(a_dst, tmap_x, full, (cb < g.a_wrap ? cb : cb - g.a_wrap) * cfg::BK, w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
+      sm90::tma_load_im2col_5d(a_dst, tmap_x, full, c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * cfg::BK, w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
                                (uint16_t)(r * g.dil_h), (uint16_t)(ft * g.dil_d));
 #else
-      sm90::tma_load_im2col_4d(a_dst, tmap_x, full, (cb < g.a_wrap ? cb : cb - g.a_wrap) * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
+      sm90::tma_load_im2col_4d(a_dst, tmap_x, full, c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
                                (uint16_t)(r * g.dil_h));
 #endif
 #if SM90_B_MN

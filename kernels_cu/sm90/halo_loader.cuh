@@ -51,6 +51,7 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
     const HaloTile ht = halo_tile<ROWS>(sched.m_tile(t), g);
     const int n0 = sched.n_tile(t) * BN;
+    const int c0 = grouped_c0(g, n0);
     const int w0 = ht.x0 - g.pad_w;
     const int h0 = ht.y0 - g.pad_h;
     const int d_base = ht.z * g.stride_d - g.pad_d;
@@ -63,7 +64,7 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
         const uint32_t a_full = a_full_bar + 8 * aring.stage;
         mbar_wait(a_empty_bar + 8 * aring.stage, aring.phase ^ 1u);
         mbar_arrive_expect_tx(a_full, g.halo_tx);
-        tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK, w0, h0,
+        tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK, w0, h0,
                          d_base + ft * g.dil_d, ht.n_img);
         aring.advance();
 #pragma unroll 1

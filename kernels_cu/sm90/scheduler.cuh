@@ -100,5 +100,13 @@ __device__ __forceinline__ HaloTile halo_tile(int m_tile, const Params& p) {
   return h;
 }
 
+// The first channel of x that the reduction of a tile whose output channels start at n0 reads: 0 for
+// a dense convolution; for a grouped one (Sm90ConvParams.a_kg / a_cg) the first channel of n0's group,
+// or of its 64-channel block of groups.
+template <typename Params>
+__device__ __forceinline__ int grouped_c0(const Params& g, int n0) {
+  return g.a_kg ? (n0 / g.a_kg) * g.a_cg : 0;
+}
+
 }  // namespace sm90
 }  // namespace cuconv

@@ -165,7 +165,17 @@ class Sm90Plan(Plan):
         #: (:class:`.params.MnFilter`; :mod:`.phase_scatter`, ``direct_filter``), or None (``w`` is the
         #: convolution's own filter, read K-major).
         self.mn_filter = None
+        #: ``(a_kg, a_cg)`` of a grouped convolution run as dense tiles (:mod:`.grouped`): output channel n
+        #: reads x from channel ``(n // a_kg) * a_cg`` on; ``(0, 0)`` for a dense one.
+        self.groups = (0, 0)
         self._overrides = overrides
+        self.reset_launches()
+
+    def read_groups(self, x_channels: int, a_kg: int, a_cg: int) -> None:
+        """Make this plan of one tile's dense problem run a grouped convolution (:mod:`.grouped`): x holds
+        ``x_channels`` channels, and output channel n's reduction reads them from ``(n // a_kg) * a_cg`` on."""
+        self._x_problem = dataclasses.replace(self.problem, channels=x_channels)
+        self.groups = (a_kg, a_cg)
         self.reset_launches()
 
     @property
@@ -328,7 +338,7 @@ class Sm90Plan(Plan):
             taps_ptr = self._tap_table.data.ptr
         args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr,
                 kernel_params(problem, cfg, res_ptr, self.x_channels, self.phase_scatter, table_ptr,
-                              self.mn_filter, taps_ptr),
+                              self.mn_filter, taps_ptr, self.groups),
                 epilogue_params(problem.epilogue), np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
         launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slots=(3,))  # slot 3: the output pointer
         launch.workspace = (partials, flags)  # lives as long as the launch record

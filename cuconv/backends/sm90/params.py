@@ -74,21 +74,24 @@ PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     ("residual", "u8"), ("ph_table", "u8")] + [
     (n, "i4") for n in ("ph_channels", "ph_ext0", "ph_ext1", "ph_ext2", "ph_s0", "ph_s1", "ph_s2")] + [
     (n, "u4") for n, _ in divisor_fields("ph_channels_div")] + [
-    ("b_taps", "u8"), ("b_cols", "i4")]
+    ("b_taps", "u8"), ("b_cols", "i4"), ("a_kg", "i4"), ("a_cg", "i4")]
 
 _FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
 
 
 def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int = 0,
                   phases: Optional[PhaseScatter] = None, phase_table_ptr: int = 0,
-                  mn_filter: Optional[MnFilter] = None, tap_table_ptr: int = 0) -> np.void:
+                  mn_filter: Optional[MnFilter] = None, tap_table_ptr: int = 0,
+                  groups: Tuple[int, int] = (0, 0)) -> np.void:
     """The ``Sm90ConvParams`` value of ``problem`` run with ``cfg`` (``residual``: the address of a
     residual the consumers read, in a channels-first or float32-output variant; 0 otherwise).
     ``x_channels``: the channels x holds, when fewer than the reduction's (a multiple of 64: the
     reduction's channel blocks past them read x's from the first again); 0 for ``problem.channels``.
     ``phases``: where the phase-scattering epilogue stores (zeros without it), its offsets at the device
     address ``phase_table_ptr``. ``mn_filter``: how the MN-major variant reads the filter (zeros without
-    it), its table at the device address ``tap_table_ptr``."""
+    it), its table at the device address ``tap_table_ptr``. ``groups``: ``(a_kg, a_cg)`` of a grouped
+    convolution (output channel ``n`` reads x from channel ``(n // a_kg) * a_cg`` on; :mod:`.grouped`), or
+    ``(0, 0)``."""
     g = geometry3d(problem)
     halo_w, halo_h = halo_window(problem, cfg)
     x_tiles, y_tiles = -(-g.Q // 64), -(-g.P // cfg.tile_rows)
@@ -105,6 +108,7 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
                                x_tiles_div=x_tiles, y_tiles_div=y_tiles, o_div=g.O))
     vals.update(_phase_values(phases, phase_table_ptr))
     vals.update(b_taps=tap_table_ptr if mn_filter else 0, b_cols=mn_filter.cols if mn_filter else 0)
+    vals.update(a_kg=groups[0], a_cg=groups[1])
     return c_struct(_FIELDS, vals)
 
 

@@ -1,0 +1,191 @@
+"""Grouped convolutions on Hopper: ``sm90_grouped``, each tile of output channels a dense convolution over
+its group's channels on the wgmma kernel.
+
+The Hopper kernel walks the reduction in 64-channel blocks of x. For a grouped convolution the tile whose
+output channels start at ``n0`` reads x from channel ``(n0 // a_kg) * a_cg`` on (``Sm90ConvParams.a_kg``,
+``a_cg``; the model and proof: :mod:`cuconv.models.grouped`):
+
+* **Wide groups** (``Kg`` a multiple of 64, ``Cg`` a multiple of 8): a tile lies in one group and reduces
+  over its ``Cg`` channels; the filter is the weight as it is.
+* **Narrow groups** (``Cg == Kg`` dividing 64, at least :data:`MIN_GROUP_CHANNELS`; ResNeXt's 4-32): a
+  tile of 64 output channels holds ``64 / Cg`` whole groups, which read exactly the 64 channels of the same
+  block. A pre-pass (kernels_cu/layout/blockdiag_filter.cu) writes the block-diagonal filter
+  ``(K, taps, 64)`` into a scratch buffer on every call (weights may change between calls), and the
+  block runs as a dense 64-channel convolution. Its zeros cost ``64 / Cg`` times the grouped
+  multiplications; x is read once per tile either way, and the layers stay memory-bound.
+
+The automatic choice takes wide groups everywhere and narrow ones on large outputs (:meth:`passes_over`).
+Tiles are 64 output channels wide; every other choice (halo tiles, height, split reductions, the
+epilogue, channels-first output) is the dense kernel's. Data flow of one call::
+
+    w (K, R, S, Cg)  --blockdiag_filter (narrow groups)-->  w' (K, R, S, 64) scratch
+    x (N, H, W, C), w' --sm90_tma kernel, tile n0 reading x's channels [c0, c0 + 64)-->  out (N, P, Q, K)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ...launch import RowKernel
+from ...plan import SIXTEEN_BIT, Declined, Kernel, Plan
+from ...registry import register
+from ...scratch import scratch
+from .kernel import Sm90TmaConv3d, Sm90TmaKernel, not_hopper
+
+__all__ = ["Sm90GroupedKernel", "Sm90GroupedConv3d", "GroupedPlan", "BlockDiagFilter", "grouped_form",
+           "BLOCKDIAG_SOURCE", "MIN_GROUP_CHANNELS", "SMALL_M", "SMALL_M_STRIDE1"]
+
+BLOCKDIAG_SOURCE = "layout/blockdiag_filter.cu"
+#: Narrow groups of fewer channels than this are left to the other kernels: the block-diagonal filter's
+#: zeros would be more than 16 times the grouped work (depthwise layers have kernels of their own).
+MIN_GROUP_CHANNELS = 4
+#: Output channels per tile: one 64-channel block of narrow groups, or a part of one wide group.
+TILE_N = 64
+#: Narrow groups on fewer output pixels than this (any stride), or than :data:`SMALL_M_STRIDE1` at stride 1,
+#: are left to ``sm80_igemm`` by the automatic choice (docs/tuning.md#T-sm90-grouped).
+SMALL_M = 16384
+SMALL_M_STRIDE1 = 65536
+
+#: What CI compiles (tests/test_compile.py).
+COMPILE_VARIANTS = [(BLOCKDIAG_SOURCE, {}, arch) for arch in ("sm_80", "sm_90a")]
+
+
+def grouped_form(problem):
+    """``(a_kg, a_cg, reduction channels)`` of a grouped problem on the Hopper kernel, or the reason it
+    has none: wide groups read their own ``Cg`` channels, narrow ones their 64-channel block."""
+    cg, kg = problem.channels // problem.groups, problem.out_channels // problem.groups
+    if kg % TILE_N == 0:
+        if cg % 8:
+            return f"{cg} channels per group: wide groups need a multiple of 8 (16-byte TMA rows)"
+        return kg, cg, cg
+    if cg != kg:
+        return (f"{cg} channels and {kg} filters per group: narrow groups need as many filters as channels "
+                f"(or a multiple of {TILE_N} filters per group)")
+    if TILE_N % cg:
+        return f"{cg} channels per group: narrow groups must divide {TILE_N}"
+    if cg < MIN_GROUP_CHANNELS:
+        return (f"{cg} channel(s) per group: the block-diagonal filter would multiply {TILE_N // cg} times the "
+                f"grouped work (fewer than {MIN_GROUP_CHANNELS} channels per group are left to the direct kernels)")
+    return TILE_N, TILE_N, TILE_N
+
+
+class BlockDiagFilter(RowKernel):
+    """The block-diagonal filter of narrow groups on one GPU: ``rows`` = K x taps rows of ``Cg`` weights ->
+    rows of 64 channels."""
+
+    source, function = BLOCKDIAG_SOURCE, "blockdiag_filter"
+    fields = [("rows", np.int64), ("taps", np.int32), ("Cg", np.int32), ("vec_loads", np.int32)]
+
+    def __init__(self, device_index: int, rows: int, taps: int, cg: int):
+        super().__init__(device_index, dict(rows=rows, taps=taps, Cg=cg), rows * 8, cg % 8 == 0)
+
+
+class Sm90GroupedKernel(Kernel):
+    """Grouped conv2d of 16-bit data on Hopper: each 64-filter tile a dense convolution over its group's
+    channels (narrow groups against the block-diagonal filter) on the wgmma kernel."""
+
+    name = "sm90_grouped"
+    backend = "cuda"
+    priority = 90
+    spatial_dims = (2,)
+    precisions = SIXTEEN_BIT
+    inner_kernel = Sm90TmaKernel
+
+    def __init__(self):
+        self.inner = self.inner_kernel()
+
+    def make_plan(self, problem, device, overrides):
+        if not device.is_hopper:
+            return not_hopper(device)
+        if problem.groups == 1:
+            return Declined("a dense convolution (groups == 1): sm90_tma's")
+        form = grouped_form(problem)
+        if isinstance(form, str):
+            return Declined(form)
+        a_kg, a_cg, cr = form
+        if problem.channels % 8 or problem.out_channels % 8:
+            return Declined(f"C={problem.channels}, K={problem.out_channels}: both must be multiples of 8 "
+                            f"(16-byte TMA rows)")
+        block = dataclasses.replace(problem, channels=cr, groups=1)
+        inner = self.inner.make_plan(block, device, dataclasses.replace(overrides, block_n=TILE_N))
+        if not inner:
+            return Declined(f"the per-tile dense convolution ({cr} channels): {inner.reason}")
+        inner.read_groups(problem.channels, a_kg, a_cg)
+        narrow = cr == TILE_N and problem.channels // problem.groups < TILE_N
+        cg = problem.channels // problem.groups
+        how = (f"{TILE_N // cg} groups of {cg} per 64-channel block against the block-diagonal filter"
+               if narrow else f"groups of {problem.out_channels // problem.groups} filters over {cg} channels")
+        return GroupedPlan(self, problem, device, inner, narrow,
+                           f"grouped convolution as dense tiles on the Hopper kernel ({how})")
+
+
+    def passes_over(self, plan):
+        """Narrow groups on small outputs go to ``sm80_igemm``: each 64-filter tile reads its block of x once
+        per tap from L2, and on fewer than :data:`SMALL_M` output pixels (:data:`SMALL_M_STRIDE1` at stride
+        1, where sm80's grouped path is at its best) that costs as much as the block-diagonal mma.sync path
+        or more (docs/tuning.md#T-sm90-grouped). Wide groups are always taken."""
+        p = plan.problem
+        if not plan.narrow:
+            return None
+        stride1 = all(s == 1 for s in p.stride)
+        limit = SMALL_M_STRIDE1 if stride1 else SMALL_M
+        if p.gemm_m < limit:
+            return (f"{p.gemm_m} output pixels (fewer than {limit}{' at stride 1' if stride1 else ''}): "
+                    f"sm80_igemm runs narrow groups as fast on layers this small")
+        return None
+
+
+class Sm90GroupedConv3d(Sm90GroupedKernel):
+    """The same for grouped conv3d (the "native" strategy)."""
+
+    name = "conv3d_grouped"
+    priority = 85
+    spatial_dims = (3,)
+    strategy = "native"
+    inner_kernel = Sm90TmaConv3d
+
+    def passes_over(self, plan):
+        """Taken whatever its size: sm80_igemm serves conv2d only (the other conv3d kernels of grouped
+        layers are the generic ones)."""
+        return None
+
+
+class GroupedPlan(Plan):
+    """Narrow groups: the block-diagonal filter into a scratch buffer, then the Hopper plan of the per-block
+    dense problem reading x's block of each tile. Wide groups: the Hopper plan alone."""
+
+    def __init__(self, kernel, problem, device, inner, narrow: bool, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.inner = inner
+        self.narrow = narrow
+        self.writes_channels_first = inner.writes_channels_first
+        k, cg = problem.out_channels, problem.channels // problem.groups
+        self._taps = math.prod(problem.filter_spatial)
+        self._filter = BlockDiagFilter(device.index, k * self._taps, self._taps, cg) if narrow else None
+
+    def describe(self) -> str:
+        p = self.problem
+        cg = p.channels // p.groups
+        first = (f"blockdiag_filter: {TILE_N // cg} groups of {cg} per 64-channel block as one dense 64 x 64 "
+                 f"filter per tap, then " if self.narrow else
+                 f"{p.groups} groups of {p.out_channels // p.groups} filters over {cg} channels, ")
+        return first + f"each 64-filter tile over its channels of x: {self.inner.describe()}"
+
+    def compile_jobs(self):
+        return self.inner.compile_jobs() + (((BLOCKDIAG_SOURCE, {}),) if self.narrow else ())
+
+    def run(self, x, w, bias, residual, out):
+        import cupy as cp
+        x, w = (a if a.flags.c_contiguous else cp.ascontiguousarray(a) for a in (x, w))
+        if self.narrow:
+            wb = scratch("sm90 block-diagonal filter", self.inner.problem.w_shape, "uint16")
+            self._filter(w, wb)
+            w = wb
+        self.inner.run(x, w, bias, residual, out)
+
+
+register(Sm90GroupedKernel())
+register(Sm90GroupedConv3d())
