@@ -129,9 +129,9 @@ def test_hopper_prefers_sm90_and_sm80_serves_what_it_declines():
     """On a Hopper the sm80 kernel is asked after sm90_tma and serves what sm90_tma declines."""
     plan, e = dispatch.select(_problem(64, 64, (3, 3), 1), H100)
     assert plan.kernel.name == "sm90_tma" and "sm80_igemm" in e.skipped
-    plan, e = dispatch.select(_problem(128, 128, (3, 3), 1, groups=32), H100)
-    assert plan.kernel.name == "sm80_igemm" and "groups=32" in e.declined["sm90_tma"]
-    assert "output pixels" in e.declined["sm90_grouped"]  # a small grouped layer (tests/test_sm90_grouped.py)
+    plan, e = dispatch.select(_problem(128, 128, (3, 3), 1, groups=64), H100)  # 2 channels per group
+    assert plan.kernel.name == "sm80_igemm" and "groups=64" in e.declined["sm90_tma"]
+    assert "2 channel(s) per group" in e.declined["sm90_grouped"]
 
 
 def test_forcing_a_subpath_never_shows_a_stale_explanation():

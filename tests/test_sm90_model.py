@@ -135,7 +135,7 @@ def _kernel_struct_fields(name: str) -> list:
     body = src[src.index(f"struct {name} {{"):]
     body = body[:body.index("};")]
     out = []
-    for m in re.finditer(r"^\s*(?:long long|int|cuconv::FastDivisor|const void\*|const int4\*|const int\*)\s+([^;]+);", body, re.M):
+    for m in re.finditer(r"^\s*(?:long long|int|cuconv::FastDivisor|const void\*|const int4\*|const int\*|const uint16_t\*|uint16_t\*|unsigned long long\*)\s+([^;]+);", body, re.M):
         names = [n.strip() for n in m.group(1).split(",")]
         fast = "FastDivisor" in m.group(0)
         for n in names:

@@ -1,5 +1,5 @@
 """NumPy model of grouped convolutions on the Hopper kernel (:mod:`cuconv.backends.sm90.grouped`): the
-block-diagonal filter (kernels_cu/layout/blockdiag_filter.cu) and the channels each output tile reads.
+block-diagonal filter (kernels_cu/sm90/blockdiag_prologue.cuh) and the channels each output tile reads.
 
 A grouped convolution with ``Cg`` input channels and ``Kg`` filters per group runs as a dense one per
 tile column: the tile whose output channels start at ``n0`` reduces over x's channels

@@ -69,6 +69,7 @@
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
 #include "common/types.cuh"
+#include "sm90/blockdiag_prologue.cuh"
 #include "sm90/budget.cuh"
 #include "sm90/epilogue.cuh"
 #include "sm90/epilogue_load.cuh"
@@ -275,6 +276,13 @@ struct Sm90ConvParams {
   // (n / a_kg) * a_cg on, the reduction's c_blocks blocks of them. A group of a_kg filters over a_cg
   // channels, or a 64-channel block of smaller groups against their block-diagonal filter (a_kg = a_cg = 64).
   int a_kg, a_cg;
+  // Narrow groups (bd_src non-null): the grid first writes the block-diagonal filter (bd_rows = K * taps
+  // rows of bd_cg weights from bd_src) into bd_dst, the buffer tmap_w maps, and meets on the counter
+  // bd_sync (sm90/blockdiag_prologue.cuh).
+  const uint16_t* bd_src;
+  uint16_t* bd_dst;
+  unsigned long long* bd_sync;
+  int bd_rows, bd_taps, bd_cg;
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
@@ -636,6 +644,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cfg::PRODUCER_REGS));
+    if (g.bd_src != nullptr) sm90::write_blockdiag_filter(g);  // narrow groups: the filter the TMA reads
     if (warp == 0) {
       if (lane == 0) {
         if constexpr (cfg::HALO) {

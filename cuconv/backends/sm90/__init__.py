@@ -12,7 +12,7 @@ Modules, in the order a call uses them: :mod:`.tiles` (the pure tile policy), :m
 :mod:`.split_precision` (float32 data: the split into bf16 parts, then the kernel's float32-output
 variant), :mod:`.tf32` (float32 data as tf32), :mod:`.fold` (the width fold), :mod:`.wpack` (the width
 pack), :mod:`.grouped` (grouped convolutions). Device code: kernels_cu/sm90/, kernels_cu/precision/,
-kernels_cu/layout/fold_width.cu, kernels_cu/layout/gather_index.cu and kernels_cu/layout/blockdiag_filter.cu.
+kernels_cu/layout/fold_width.cu and kernels_cu/layout/gather_index.cu.
 """
 
 from .kernel import Sm90Plan, Sm90TmaConv3d, Sm90TmaKernel  # noqa: F401  (registers the kernels)

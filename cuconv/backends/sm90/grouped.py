@@ -9,17 +9,16 @@ output channels start at ``n0`` reads x from channel ``(n0 // a_kg) * a_cg`` on 
   over its ``Cg`` channels; the filter is the weight as it is.
 * **Narrow groups** (``Cg == Kg`` dividing 64, at least :data:`MIN_GROUP_CHANNELS`; ResNeXt's 4-32): a
   tile of 64 output channels holds ``64 / Cg`` whole groups, which read exactly the 64 channels of the same
-  block. A pre-pass (kernels_cu/layout/blockdiag_filter.cu) writes the block-diagonal filter
-  ``(K, taps, 64)`` into a scratch buffer on every call (weights may change between calls), and the
-  block runs as a dense 64-channel convolution. Its zeros cost ``64 / Cg`` times the grouped
-  multiplications; x is read once per tile either way, and the layers stay memory-bound.
+  block. The kernel's grid first writes the block-diagonal filter ``(K, taps, 64)`` into a scratch buffer
+  (kernels_cu/sm90/blockdiag_prologue.cuh; on every call, as weights may change between calls) and meets
+  at a grid barrier; the block then runs as a dense 64-channel convolution, in the same launch. Its zeros
+  cost ``64 / Cg`` times the grouped multiplications, which the tensor cores absorb.
 
-The automatic choice takes wide groups everywhere and narrow ones on large outputs (:meth:`passes_over`).
 Tiles are 64 output channels wide; every other choice (halo tiles, height, split reductions, the
 epilogue, channels-first output) is the dense kernel's. Data flow of one call::
 
-    w (K, R, S, Cg)  --blockdiag_filter (narrow groups)-->  w' (K, R, S, 64) scratch
-    x (N, H, W, C), w' --sm90_tma kernel, tile n0 reading x's channels [c0, c0 + 64)-->  out (N, P, Q, K)
+    w (K, R, S, Cg)  --the kernel's grid, then a grid barrier (narrow groups)-->  w' (K, R, S, 64) scratch
+    x (N, H, W, C), w' --the same launch: tile n0 reading x's channels [c0, c0 + 64)-->  out (N, P, Q, K)
 """
 
 from __future__ import annotations
@@ -29,28 +28,17 @@ import math
 
 import numpy as np
 
-from ...launch import RowKernel
 from ...plan import SIXTEEN_BIT, Declined, Kernel, Plan
 from ...registry import register
-from ...scratch import scratch
 from .kernel import Sm90TmaConv3d, Sm90TmaKernel, not_hopper
 
-__all__ = ["Sm90GroupedKernel", "Sm90GroupedConv3d", "GroupedPlan", "BlockDiagFilter", "grouped_form",
-           "BLOCKDIAG_SOURCE", "MIN_GROUP_CHANNELS", "SMALL_M", "SMALL_M_STRIDE1"]
+__all__ = ["Sm90GroupedKernel", "Sm90GroupedConv3d", "GroupedPlan", "grouped_form", "MIN_GROUP_CHANNELS"]
 
-BLOCKDIAG_SOURCE = "layout/blockdiag_filter.cu"
 #: Narrow groups of fewer channels than this are left to the other kernels: the block-diagonal filter's
 #: zeros would be more than 16 times the grouped work (depthwise layers have kernels of their own).
 MIN_GROUP_CHANNELS = 4
 #: Output channels per tile: one 64-channel block of narrow groups, or a part of one wide group.
 TILE_N = 64
-#: Narrow groups on fewer output pixels than this (any stride), or than :data:`SMALL_M_STRIDE1` at stride 1,
-#: are left to ``sm80_igemm`` by the automatic choice (docs/tuning.md#T-sm90-grouped).
-SMALL_M = 16384
-SMALL_M_STRIDE1 = 65536
-
-#: What CI compiles (tests/test_compile.py).
-COMPILE_VARIANTS = [(BLOCKDIAG_SOURCE, {}, arch) for arch in ("sm_80", "sm_90a")]
 
 
 def grouped_form(problem):
@@ -70,17 +58,6 @@ def grouped_form(problem):
         return (f"{cg} channel(s) per group: the block-diagonal filter would multiply {TILE_N // cg} times the "
                 f"grouped work (fewer than {MIN_GROUP_CHANNELS} channels per group are left to the direct kernels)")
     return TILE_N, TILE_N, TILE_N
-
-
-class BlockDiagFilter(RowKernel):
-    """The block-diagonal filter of narrow groups on one GPU: ``rows`` = K x taps rows of ``Cg`` weights ->
-    rows of 64 channels."""
-
-    source, function = BLOCKDIAG_SOURCE, "blockdiag_filter"
-    fields = [("rows", np.int64), ("taps", np.int32), ("Cg", np.int32), ("vec_loads", np.int32)]
-
-    def __init__(self, device_index: int, rows: int, taps: int, cg: int):
-        super().__init__(device_index, dict(rows=rows, taps=taps, Cg=cg), rows * 8, cg % 8 == 0)
 
 
 class Sm90GroupedKernel(Kernel):
@@ -106,6 +83,9 @@ class Sm90GroupedKernel(Kernel):
         if isinstance(form, str):
             return Declined(form)
         a_kg, a_cg, cr = form
+        taps = math.prod(problem.filter_spatial)
+        if problem.out_channels * taps * 8 >= 2**31:
+            return Declined(f"{problem.out_channels} x {taps} filter rows: over the filter writer's 32-bit index")
         if problem.channels % 8 or problem.out_channels % 8:
             return Declined(f"C={problem.channels}, K={problem.out_channels}: both must be multiples of 8 "
                             f"(16-byte TMA rows)")
@@ -113,29 +93,13 @@ class Sm90GroupedKernel(Kernel):
         inner = self.inner.make_plan(block, device, dataclasses.replace(overrides, block_n=TILE_N))
         if not inner:
             return Declined(f"the per-tile dense convolution ({cr} channels): {inner.reason}")
-        inner.read_groups(problem.channels, a_kg, a_cg)
-        narrow = cr == TILE_N and problem.channels // problem.groups < TILE_N
         cg = problem.channels // problem.groups
+        narrow = cr == TILE_N and cg < TILE_N
+        inner.read_groups(problem.channels, a_kg, a_cg, (taps, cg) if narrow else None)
         how = (f"{TILE_N // cg} groups of {cg} per 64-channel block against the block-diagonal filter"
                if narrow else f"groups of {problem.out_channels // problem.groups} filters over {cg} channels")
         return GroupedPlan(self, problem, device, inner, narrow,
                            f"grouped convolution as dense tiles on the Hopper kernel ({how})")
-
-
-    def passes_over(self, plan):
-        """Narrow groups on small outputs go to ``sm80_igemm``: each 64-filter tile reads its block of x once
-        per tap from L2, and on fewer than :data:`SMALL_M` output pixels (:data:`SMALL_M_STRIDE1` at stride
-        1, where sm80's grouped path is at its best) that costs as much as the block-diagonal mma.sync path
-        or more (docs/tuning.md#T-sm90-grouped). Wide groups are always taken."""
-        p = plan.problem
-        if not plan.narrow:
-            return None
-        stride1 = all(s == 1 for s in p.stride)
-        limit = SMALL_M_STRIDE1 if stride1 else SMALL_M
-        if p.gemm_m < limit:
-            return (f"{p.gemm_m} output pixels (fewer than {limit}{' at stride 1' if stride1 else ''}): "
-                    f"sm80_igemm runs narrow groups as fast on layers this small")
-        return None
 
 
 class Sm90GroupedConv3d(Sm90GroupedKernel):
@@ -147,43 +111,29 @@ class Sm90GroupedConv3d(Sm90GroupedKernel):
     strategy = "native"
     inner_kernel = Sm90TmaConv3d
 
-    def passes_over(self, plan):
-        """Taken whatever its size: sm80_igemm serves conv2d only (the other conv3d kernels of grouped
-        layers are the generic ones)."""
-        return None
-
 
 class GroupedPlan(Plan):
-    """Narrow groups: the block-diagonal filter into a scratch buffer, then the Hopper plan of the per-block
-    dense problem reading x's block of each tile. Wide groups: the Hopper plan alone."""
+    """The Hopper plan of one tile's dense problem, reading each tile's channels of x (and, for narrow
+    groups, writing the block-diagonal filter from ``w`` first, in the same launch)."""
 
     def __init__(self, kernel, problem, device, inner, narrow: bool, reason: str):
         super().__init__(kernel, problem, device, reason)
         self.inner = inner
         self.narrow = narrow
         self.writes_channels_first = inner.writes_channels_first
-        k, cg = problem.out_channels, problem.channels // problem.groups
-        self._taps = math.prod(problem.filter_spatial)
-        self._filter = BlockDiagFilter(device.index, k * self._taps, self._taps, cg) if narrow else None
 
     def describe(self) -> str:
         p = self.problem
         cg = p.channels // p.groups
-        first = (f"blockdiag_filter: {TILE_N // cg} groups of {cg} per 64-channel block as one dense 64 x 64 "
-                 f"filter per tap, then " if self.narrow else
+        first = (f"{TILE_N // cg} groups of {cg} per 64-channel block as one dense 64 x 64 filter per tap (written "
+                 f"by the grid before a grid barrier, then read by TMA), " if self.narrow else
                  f"{p.groups} groups of {p.out_channels // p.groups} filters over {cg} channels, ")
         return first + f"each 64-filter tile over its channels of x: {self.inner.describe()}"
 
     def compile_jobs(self):
-        return self.inner.compile_jobs() + (((BLOCKDIAG_SOURCE, {}),) if self.narrow else ())
+        return self.inner.compile_jobs()
 
     def run(self, x, w, bias, residual, out):
-        import cupy as cp
-        x, w = (a if a.flags.c_contiguous else cp.ascontiguousarray(a) for a in (x, w))
-        if self.narrow:
-            wb = scratch("sm90 block-diagonal filter", self.inner.problem.w_shape, "uint16")
-            self._filter(w, wb)
-            w = wb
         self.inner.run(x, w, bias, residual, out)
 
 

@@ -26,7 +26,7 @@ from ...launch import PackedLaunch, epilogue_params
 from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from ...scratch import scratch
-from .params import MnFilter, kernel_params, phase_table, tap_table, zero_block
+from .params import BlockDiag, MnFilter, kernel_params, phase_table, tap_table, zero_block
 from .tensormap import (cuda_driver, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w, encode_tiled_c,
                         encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
 from .tiles import BLOCK_K, HALO_A_STAGES, TileConfig, halo_why_not, halo_window, tile_config
@@ -168,14 +168,20 @@ class Sm90Plan(Plan):
         #: ``(a_kg, a_cg)`` of a grouped convolution run as dense tiles (:mod:`.grouped`): output channel n
         #: reads x from channel ``(n // a_kg) * a_cg`` on; ``(0, 0)`` for a dense one.
         self.groups = (0, 0)
+        #: Narrow groups: ``(taps, Cg)`` of the weight ``run`` gets, whose block-diagonal filter the kernel's
+        #: grid writes into a scratch buffer before it reads it (:mod:`.grouped`); None otherwise.
+        self.blockdiag = None
         self._overrides = overrides
         self.reset_launches()
 
-    def read_groups(self, x_channels: int, a_kg: int, a_cg: int) -> None:
+    def read_groups(self, x_channels: int, a_kg: int, a_cg: int, blockdiag=None) -> None:
         """Make this plan of one tile's dense problem run a grouped convolution (:mod:`.grouped`): x holds
-        ``x_channels`` channels, and output channel n's reduction reads them from ``(n // a_kg) * a_cg`` on."""
+        ``x_channels`` channels, and output channel n's reduction reads them from ``(n // a_kg) * a_cg`` on.
+        ``blockdiag``: ``(taps, Cg)`` where ``run``'s ``w`` is the grouped weight and the kernel writes its
+        block-diagonal filter first."""
         self._x_problem = dataclasses.replace(self.problem, channels=x_channels)
         self.groups = (a_kg, a_cg)
+        self.blockdiag = blockdiag
         self.reset_launches()
 
     @property
@@ -321,10 +327,20 @@ class Sm90Plan(Plan):
             tmap_x = encode_halo_x(xp_, xa.data.ptr, *halo_window(problem, cfg))
         else:
             tmap_x = encode_im2col_x(xp_, xa.data.ptr, tma_box_params(xp_, pixels_per_column=cfg.block_m))
+        bd, bd_buffers = None, ()
+        if self.blockdiag is not None:  # the filter the kernel writes from wa, and its grid barrier's counter
+            taps, cg = self.blockdiag
+            import cupy as cp
+            dst = scratch("sm90 block-diagonal filter", problem.w_shape, "uint16")
+            sync = cp.zeros((1,), dtype=np.uint64)
+            bd = BlockDiag(wa.data.ptr, dst.data.ptr, sync.data.ptr, problem.out_channels * taps, taps, cg)
+            bd_buffers, wa_tma = (dst, sync), dst
+        else:
+            wa_tma = wa
         if self.b_mn:
             tmap_w = encode_mn_w(problem, wa.data.ptr, self.mn_filter, BLOCK_K)
         else:
-            tmap_w = encode_tiled_w(problem, wa.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
+            tmap_w = encode_tiled_w(problem, wa_tma.data.ptr, cfg.block_n // cfg.cluster, BLOCK_K)  # one CTA's share
         bias_ptr = np.uint64(ba.data.ptr if ba is not None else xa.data.ptr)  # unread without a bias
         partials, flags = _split_workspace(cfg)
         res_ptr = ra.data.ptr if (res and direct) else 0
@@ -338,10 +354,10 @@ class Sm90Plan(Plan):
             taps_ptr = self._tap_table.data.ptr
         args = (tmap_x, tmap_w, tmap_c, np.uint64(0), bias_ptr,
                 kernel_params(problem, cfg, res_ptr, self.x_channels, self.phase_scatter, table_ptr,
-                              self.mn_filter, taps_ptr, self.groups),
+                              self.mn_filter, taps_ptr, self.groups, bd),
                 epilogue_params(problem.epilogue), np.uint64(partials.data.ptr), np.uint64(flags.data.ptr))
         launch = PackedLaunch(fn, grid_ctas, cfg.threads, smem, args, slots=(3,))  # slot 3: the output pointer
-        launch.workspace = (partials, flags)  # lives as long as the launch record
+        launch.workspace = (partials, flags) + bd_buffers  # live as long as the launch record
         return launch, cacheable, (xa, wa, ra, ba)
 
 

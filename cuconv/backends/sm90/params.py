@@ -14,7 +14,7 @@ import numpy as np
 from ...launch import c_struct, divisor_fields, divisor_values, geometry3d
 from .tiles import TileConfig, c_blocks, halo_window, last_k16
 
-__all__ = ["PARAM_FIELDS", "PhaseScatter", "MnFilter", "phase_table", "tap_table", "zero_block", "kernel_params"]
+__all__ = ["PARAM_FIELDS", "PhaseScatter", "MnFilter", "BlockDiag", "phase_table", "tap_table", "zero_block", "kernel_params"]
 
 
 class PhaseScatter(NamedTuple):
@@ -40,6 +40,20 @@ class MnFilter(NamedTuple):
     taps: int
     cols: int
     table: Tuple[int, ...]
+
+
+class BlockDiag(NamedTuple):
+    """The block-diagonal filter of narrow groups that the kernel's grid writes before reading it
+    (kernels_cu/sm90/blockdiag_prologue.cuh): the weight's address ``src`` (``rows`` = K x ``taps`` rows of
+    ``cg`` weights), the buffer ``dst`` its filter descriptor maps (rows of 64 channels), and the grid
+    barrier's 64-bit counter ``sync`` (zero when the launch record is made)."""
+
+    src: int
+    dst: int
+    sync: int
+    rows: int
+    taps: int
+    cg: int
 
 
 @functools.lru_cache(maxsize=256)
@@ -74,7 +88,8 @@ PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     ("residual", "u8"), ("ph_table", "u8")] + [
     (n, "i4") for n in ("ph_channels", "ph_ext0", "ph_ext1", "ph_ext2", "ph_s0", "ph_s1", "ph_s2")] + [
     (n, "u4") for n, _ in divisor_fields("ph_channels_div")] + [
-    ("b_taps", "u8"), ("b_cols", "i4"), ("a_kg", "i4"), ("a_cg", "i4")]
+    ("b_taps", "u8"), ("b_cols", "i4"), ("a_kg", "i4"), ("a_cg", "i4"), ("bd_src", "u8"), ("bd_dst", "u8"),
+    ("bd_sync", "u8"), ("bd_rows", "i4"), ("bd_taps", "i4"), ("bd_cg", "i4")]
 
 _FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
 
@@ -82,7 +97,7 @@ _FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
 def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int = 0,
                   phases: Optional[PhaseScatter] = None, phase_table_ptr: int = 0,
                   mn_filter: Optional[MnFilter] = None, tap_table_ptr: int = 0,
-                  groups: Tuple[int, int] = (0, 0)) -> np.void:
+                  groups: Tuple[int, int] = (0, 0), blockdiag: Optional[BlockDiag] = None) -> np.void:
     """The ``Sm90ConvParams`` value of ``problem`` run with ``cfg`` (``residual``: the address of a
     residual the consumers read, in a channels-first or float32-output variant; 0 otherwise).
     ``x_channels``: the channels x holds, when fewer than the reduction's (a multiple of 64: the
@@ -91,7 +106,8 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
     address ``phase_table_ptr``. ``mn_filter``: how the MN-major variant reads the filter (zeros without
     it), its table at the device address ``tap_table_ptr``. ``groups``: ``(a_kg, a_cg)`` of a grouped
     convolution (output channel ``n`` reads x from channel ``(n // a_kg) * a_cg`` on; :mod:`.grouped`), or
-    ``(0, 0)``."""
+    ``(0, 0)``. ``blockdiag``: where the grid writes the block-diagonal filter of narrow groups before it
+    reads it (:class:`BlockDiag`), or None."""
     g = geometry3d(problem)
     halo_w, halo_h = halo_window(problem, cfg)
     x_tiles, y_tiles = -(-g.Q // 64), -(-g.P // cfg.tile_rows)
@@ -109,6 +125,8 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
     vals.update(_phase_values(phases, phase_table_ptr))
     vals.update(b_taps=tap_table_ptr if mn_filter else 0, b_cols=mn_filter.cols if mn_filter else 0)
     vals.update(a_kg=groups[0], a_cg=groups[1])
+    bd = blockdiag or BlockDiag(0, 0, 0, 0, 0, 0)
+    vals.update(bd_src=bd.src, bd_dst=bd.dst, bd_sync=bd.sync, bd_rows=bd.rows, bd_taps=bd.taps, bd_cg=bd.cg)
     return c_struct(_FIELDS, vals)
 
 
