@@ -14,9 +14,9 @@
 // store). Where Cg is a multiple of 8 those eight lie wholly inside or outside the group's run and are
 // read as 16 bytes; otherwise in pairs. Then the grid meets at a barrier: thread 0 of each CTA publishes
 // its warpgroup's stores (named barrier 1, gpu-scope fence, one atomic add on a 64-bit counter) and
-// waits, with acquire loads, until every CTA of this launch has arrived. The counter only grows: launch L's arrivals take it from
-// L * gridDim.x to (L + 1) * gridDim.x, so an arrival's target is the next multiple of gridDim.x and
-// no reset is needed (one counter per launch record: one grid size, one stream). Every CTA of the
+// waits, with acquire loads, until every CTA of this launch has arrived. The counter only grows: launch
+// L's arrivals take it from L * gridDim.x to (L + 1) * gridDim.x, so an arrival's target is the next
+// multiple of gridDim.x and no reset is needed (one counter per launch record: one grid size, one stream). Every CTA of the
 // persistent grid is resident at once (the split tail relies on the same). A proxy fence then orders the
 // filter's generic stores before the TMA (async proxy) loads of it.
 #pragma once

@@ -9,10 +9,11 @@ output channels start at ``n0`` reads x from channel ``(n0 // a_kg) * a_cg`` on 
   over its ``Cg`` channels; the filter is the weight as it is.
 * **Narrow groups** (``Cg == Kg`` dividing 64, at least :data:`MIN_GROUP_CHANNELS`; ResNeXt's 4-32): a
   tile of 64 output channels holds ``64 / Cg`` whole groups, which read exactly the 64 channels of the same
-  block. The kernel's grid first writes the block-diagonal filter ``(K, taps, 64)`` into a scratch buffer
-  (kernels_cu/sm90/blockdiag_prologue.cuh; on every call, as weights may change between calls) and meets
-  at a grid barrier; the block then runs as a dense 64-channel convolution, in the same launch. Its zeros
-  cost ``64 / Cg`` times the grouped multiplications, which the tensor cores absorb.
+  block. The producer warpgroups of the kernel's grid first write the block-diagonal filter
+  ``(K, taps, 64)`` into a scratch buffer (kernels_cu/sm90/blockdiag_prologue.cuh; on every call, as
+  weights may change between calls) and meet at a grid barrier; the block then runs as a dense 64-channel
+  convolution, in the same launch. Its zeros cost ``64 / Cg`` times the grouped multiplications, which the
+  tensor cores absorb.
 
 Tiles are 64 output channels wide; every other choice (halo tiles, height, split reductions, the
 epilogue, channels-first output) is the dense kernel's. Data flow of one call::
