@@ -644,7 +644,11 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cfg::PRODUCER_REGS));
-    if (g.bd_src != nullptr) sm90::write_blockdiag_filter(g);  // narrow groups: the filter the TMA reads
+#if !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32)
+    // Narrow groups: the filter the TMA reads. Only the variants sm90_grouped runs (16-bit output, its own
+    // filter K-major) hold it: in the phase-storing ones it costs the consumers' registers (spills).
+    if (g.bd_src != nullptr) sm90::write_blockdiag_filter(g);
+#endif
     if (warp == 0) {
       if (lane == 0) {
         if constexpr (cfg::HALO) {
