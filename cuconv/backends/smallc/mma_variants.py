@@ -106,27 +106,23 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
     def extent(tp_, tq_):
         return (tp_ - 1) * sh + (R - 1) * dh + 1, (tq_ - 1) * sw + (S - 1) * dw + 1
 
-    def layout(tp_, tq_):
-        """Input tile rows, stored columns (even words per row) and the kernel's shared-memory bytes."""
-        rows, cols = extent(tp_, tq_)
-        cols_st = cols + (cols * C) % 2
-        sld = bn + (8 if bn % 32 in (0, 16) else 0)
-        smem = (-(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4
-                + 2 * (-(-(rows * cols_st * C * esize + 4) // 16) * 16) + 4 * 16 * sld * 4)
-        return rows, cols_st, smem
+    # Shared memory besides the input tiles: the filter slices, the offset table, four warps' staging rows.
+    sld = bn + (8 if bn % 32 in (0, 16) else 0)
+    fixed = -(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4 + 4 * 16 * sld * 4
 
     best, smallest = None, None
     for tq in _TILE_COLS:
         tp = BM // tq
         rows, cols = extent(tp, tq)
-        in_rows, cols_st, smem = layout(tp, tq)
+        cols_st = cols + (cols * C) % 2  # stored columns: an even number of words per row
+        smem = fixed + 2 * (-(-(rows * cols_st * C * esize + 4) // 16) * 16)  # two buffers, a zeroed tail word
         if smallest is None or smem < smallest[0]:
-            smallest = (smem, in_rows, cols)
+            smallest = (smem, rows, cols)
         if smem > smem_limit:
             continue
         cost = -(-P // tp) * -(-Q // tq) * (rows * cols * C / bn + BM)
         if best is None or cost < best[0]:
-            best = (cost, tp, tq, in_rows, cols_st, smem)
+            best = (cost, tp, tq, rows, cols_st, smem)
     if best is None:
         smem, rows, cols = smallest
         return (f"the filter ({T} slices) and the {rows}x{cols} input tile need {smem} bytes of shared "
