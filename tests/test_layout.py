@@ -181,6 +181,27 @@ def test_nchw_in_place_residual_and_views(cp, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_nchw_out_and_residual_at_odd_element_offsets(cp, dtype):
+    """out and the residual start 2 bytes past an 8-byte boundary, on planes of a multiple of 4 pixels
+    (where the channels-first epilogue otherwise stores 8-byte groups of pixels)."""
+    rng = np.random.default_rng(4)
+    xh = random_array(rng, (2, 32, 12, 12), dtype)
+    wh = random_array(rng, (64, 32, 1, 1), dtype, scale=0.25)
+    rh = random_array(rng, (2, 64, 12, 12), dtype)
+    size = rh.size
+    out = cp.zeros(size + 1, dtype=rh.dtype)[1:].reshape(rh.shape)
+    res = cp.zeros(size + 3, dtype=rh.dtype)[3:].reshape(rh.shape)
+    res[...] = cp.asarray(rh)
+    ref = cuconv.reference.conv2d(xh, wh, layout="NCHW", residual=rh, beta=-1.0, activation="relu")
+    got = cuconv.conv2d(cp.asarray(xh), cp.asarray(wh), layout="NCHW", residual=res, beta=-1.0, activation="relu",
+                        out=out)
+    assert got is out
+    assert_close(got, ref, dtype)
+    assert np.array_equal(cp.asnumpy(res).view(np.uint8), rh.view(np.uint8))
+
+
+@pytest.mark.gpu
 def test_nchw_repeated_calls_and_plans_use_fresh_weights(cp):
     """The weights are moved on every call: new values at the same address give new results."""
     rng = np.random.default_rng(5)
@@ -209,6 +230,18 @@ def test_hopper_plan_writes_channels_first_and_explain_says_so():
     assert not nhwc.writes_channels_first and "_nchw" not in nhwc.describe()
 
 
+def test_explain_names_the_channels_first_store_pattern():
+    """8-byte stores of 4 pixels where the output plane (and, on halo tiles, the row) is a multiple of 4."""
+    from cuconv.backends.sm90.kernel import nchw_store_pattern
+    def pattern(H, W, halo=False):
+        return nchw_store_pattern(dataclasses.replace(problem2d(N=2, H=H, W=W, C=64, K=64), layout="NCHW"), halo)
+    assert pattern(16, 16).startswith("8-byte stores") and "16-bit stores only for an out or residual view" in pattern(16, 16)
+    assert pattern(14, 14).startswith("8-byte stores")           # 196 pixels, im2col tiles: every warp
+    assert "its 49 pixels are not a multiple of 4" in pattern(7, 7)
+    assert "rows of 14 pixels" in pattern(14, 14, halo=True)     # halo rows start at y * 14
+    assert pattern(10, 36, halo=True).startswith("8-byte stores") and "rows of" not in pattern(10, 36, halo=True)
+
+
 def _nchw(case):
     return dataclasses.replace(case, layout="NCHW")
 
@@ -228,6 +261,14 @@ HOPPER_NCHW = {
                       "_halo_pp_nchw"),
     "fp16_odd_plane": (_nchw(case2d(N=3, H=7, W=7, C=64, K=136, dtype="float16", ep=dict(residual=True))),
                        dict(split=False), "_nchw"),
+    # planes of a multiple of 4 pixels: the rows store pattern (8-byte accesses of 4 pixels per channel)
+    "rows_partial_columns": (_nchw(case2d(N=2, H=12, W=12, C=64, K=72, ep=dict(bias=True, residual=True, beta=0.5,
+                                                                               activation="gelu"))),
+                             dict(split=False), "_nchw"),
+    "rows_14x14_fp16": (_nchw(case2d(N=3, H=14, W=14, C=32, K=128, dtype="float16",
+                                     ep=dict(bias=True, residual=True, beta=-0.5))), dict(split=False), "_nchw"),
+    "rows_halo": (_nchw(case2d(N=2, H=10, W=36, C=32, K=64, ep=dict(residual=True, activation="silu"))),
+                  dict(halo=True), "_halo_nchw"),
 }
 
 

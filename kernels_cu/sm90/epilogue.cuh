@@ -266,17 +266,140 @@ __device__ __forceinline__ uint16_t ld_global_b16_if(bool pred, const void* ptr)
 }
 
 // The channels-first epilogue (SM90_NCHW_OUT): out and the residual are (N, K, O*P*Q), element
-// (m, k) of the GEMM at (m / OPQ) * K * OPQ + k * OPQ + m % OPQ. For one accumulator register the
-// eight row-lanes of a column hold eight consecutive output pixels, so a warp's 16-bit store covers
-// 16 contiguous bytes in each of four channel planes, and the thread's second row (8 pixels further)
-// the next 16: the 32-byte sectors fill in L2 before they are written back. The residual is read
-// from global memory at the same addresses, each element by the thread that then writes it (so
-// `out` may be the residual), not through the epilogue-load warp: a TMA box of C would be
-// channel-major here, and a row tile may cross an image boundary.
+// (m, k) of the GEMM at (m / OPQ) * K * OPQ + k * OPQ + m % OPQ. The residual is read from global
+// memory at the same addresses, each element by the thread that then writes it (so `out` may be the
+// residual), not through the epilogue-load warp: a TMA box of C would be channel-major here, and a
+// row tile may cross an image boundary.
+//
+// Two store patterns, chosen per warp (a uniform branch):
+// - rows (consumer_epilogue_nchw_rows): a 4 x 4 transpose of each 8-column block over lane bits 2
+//   and 3 hands every thread four consecutive output pixels of one channel, one 8-byte access; a warp
+//   access covers 16 pixels (32 contiguous bytes, a whole sector) in each of 8 channel planes. It
+//   needs the warp's 16 rows to start on a multiple of 4 pixels, OPQ a multiple of 4 (a 4-pixel group
+//   never crosses an image), the row limit a multiple of 4 (or all 16 rows), and 8-byte aligned
+//   pointers.
+// - pairs (consumer_epilogue_nchw_pairs): the accumulator layout as it is, 16-bit accesses; for one
+//   register the eight row-lanes of a column hold eight consecutive pixels, so a warp access covers
+//   16 bytes (half a sector) in each of four channel planes. Used where the rows pattern does not
+//   apply (OPQ odd: 7x7 images; halo tiles of rows whose width is not a multiple of 4).
+// The rows pattern makes a quarter of the pairs pattern's store instructions and half its sector
+// writes: memory-bound layers with wide outputs are bound by the L2's write requests in the pairs
+// pattern.
+
+// The row transpose of one 8-column block's 16-bit results (a 4 x 4 transpose over lane bits 2 and 3
+// and the thread's four values). Lane 4 r + t, r = 4 a + b, enters with w[i] = its (row r + 8 i,
+// columns 2 t, 2 t + 1) pair, as the accumulator layout holds them, and leaves with w[h] = (rows
+// j0 + 2 h, j0 + 2 h + 1) of column 2 t + (b & 1), j0 = 8 (b >> 1) + 4 a: four consecutive pixels of
+// one channel. Two butterfly stages: across lane bit 3 the whole words swap (row halves i), across
+// lane bit 2 the 16-bit halves (columns e), two per shuffle. The transpose is its own inverse: the
+// same call takes a residual loaded in the rows order back to the accumulator layout.
+__device__ __forceinline__ void rows_transpose16(uint32_t (&w)[2], int lane) {
+  const bool high3 = (lane & 8) != 0;
+  const uint32_t got3 = __shfl_xor_sync(0xffffffffu, high3 ? w[0] : w[1], 8);
+  w[0] = high3 ? got3 : w[0];
+  w[1] = high3 ? w[1] : got3;
+  const bool high2 = (lane & 4) != 0;
+  // the low lane keeps the low halves (column 2 t) and sends the high ones; the high lane the reverse
+  const uint32_t got2 = __shfl_xor_sync(0xffffffffu, __byte_perm(w[0], w[1], high2 ? 0x5410u : 0x7632u), 4);
+  w[0] = __byte_perm(w[0], got2, high2 ? 0x3254u : 0x5410u);
+  w[1] = __byte_perm(w[1], got2, high2 ? 0x3276u : 0x7610u);
+}
+
+__device__ __forceinline__ void st_global_v2_if(bool pred, void* ptr, uint32_t a, uint32_t b) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\t@p st.global.v2.b32 [%0], {%1, %2};\n\t}" ::"l"(ptr),
+               "r"(a), "r"(b), "r"((int)pred)
+               : "memory");
+}
+
+// Predicated loads for the rows pattern: volatile (the optimiser would otherwise sink each load to
+// its block, behind the stores before it), without a memory clobber. Safe for the residual even when
+// it is `out`: each element is loaded by the thread that stores it, before its store.
+__device__ __forceinline__ uint2 ld_global_v2_if(bool pred, const void* ptr) {
+  uint32_t a, b;
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %3, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+      "@p ld.global.v2.b32 {%0, %1}, [%2];\n\t}"
+      : "=r"(a), "=r"(b)
+      : "l"(ptr), "r"((int)pred));
+  return make_uint2(a, b);
+}
+
+__device__ __forceinline__ uint32_t ld_global_b32_if(bool pred, const void* ptr) {
+  uint32_t a;
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\tmov.b32 %0, 0;\n\t@p ld.global.b32 %0, [%1];\n\t}"
+      : "=r"(a)
+      : "l"(ptr), "r"((int)pred));
+  return a;
+}
+
+// The rows pattern: the epilogue terms are applied in the accumulator layout (the bias pair of the
+// thread's two columns; the residual loaded in the rows order and transposed back), the results
+// packed to 16 bits and transposed (rows_transpose16), then one 8-byte store per block and thread.
+// m_base: the warp's first row; limit: the rows stored from it (a multiple of 4, or >= 16).
+template <typename T, int BN, int ACT, bool RES>
+__device__ __forceinline__ void consumer_epilogue_nchw_rows(const float (&acc)[BN / 2], long long m_base, int limit,
+                                                            int n0, int K, long long opq, T* out, const T* bias,
+                                                            const T* residual, const EpilogueParams& ep) {
+  const int lane = threadIdx.x % 32;
+  const int b = (lane >> 2) & 3;
+  const int j0 = 8 * (b >> 1) + 4 * (lane >> 4);  // this thread's first row of the warp's 16 (rows order)
+  const long long m = m_base + j0;
+  // (m / OPQ) * K * OPQ + m % OPQ + (n0 + column) * OPQ, the column that of the rows order
+  const long long at0 = m + (m / opq) * (long long)(K - 1) * opq + (long long)(n0 + 2 * (lane & 3) + (b & 1)) * opq;
+  const bool rows_ok = j0 < limit;
+  const int cols_store = K - n0 - 2 * (lane & 3) - (b & 1);  // a block at offset o is stored when o < cols_store
+  const int cols_acc = K - n0 - 2 * (lane & 3);              // ... its accumulator-layout pair exists when o < cols_acc
+  const T* const bias_at = bias + n0 + 2 * (lane & 3);
+  // Groups of four blocks: the group's bias words and residual vectors are loaded first. ptxas keeps
+  // a load after every store before it (it cannot tell that they do not overlap), so a load in each
+  // block would leave one block's chain (load, math, two shuffles, store) waiting on the one before.
+  static_assert(BN % 32 == 0, "whole groups of four 8-column blocks");
+#pragma unroll
+  for (int g0 = 0; g0 < BN / 8; g0 += 4) {
+    bool ok[4];
+    long long at[4];
+    uint32_t bp[4];
+    uint2 cv[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int blk = g0 + q;
+      ok[q] = rows_ok && 8 * blk < cols_store;
+      at[q] = at0 + (long long)(8 * blk) * opq;
+      bp[q] = ld_global_b32_if(ep.has_bias && 8 * blk < cols_acc, bias_at + 8 * blk);
+      if constexpr (RES) cv[q] = ld_global_v2_if(ok[q], residual + at[q]);
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int blk = g0 + q;
+      const float b0 = lo_to_float<T>(bp[q]), b1 = hi_to_float<T>(bp[q]);
+      uint32_t c[2] = {0u, 0u};
+      if constexpr (RES) {
+        c[0] = cv[q].x;
+        c[1] = cv[q].y;
+        rows_transpose16(c, lane);  // back to the accumulator layout: c[i] = (row r + 8 i, columns 2 t, 2 t + 1)
+      }
+      uint32_t w[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float v0 = ep.alpha * acc[4 * blk + 2 * i] + b0;
+        float v1 = ep.alpha * acc[4 * blk + 2 * i + 1] + b1;
+        if constexpr (RES) {
+          v0 += ep.beta * lo_to_float<T>(c[i]);
+          v1 += ep.beta * hi_to_float<T>(c[i]);
+        }
+        w[i] = pack2<T>(activate(v0, ACT), activate(v1, ACT));
+      }
+      rows_transpose16(w, lane);
+      st_global_v2_if(ok[q], out + at[q], w[0], w[1]);
+    }
+  }
+}
+
+// The pairs pattern: each thread stores its accumulator values where they are, two 16-bit accesses
+// per register pair (rows past row_limit are not stored).
 template <typename T, int BN, int ACT>
-__device__ __forceinline__ void consumer_epilogue_nchw(const float (&acc)[BN / 2], long long m_row, int row_limit,
-                                                       int n0, int K, long long opq, T* out, const T* bias,
-                                                       const T* residual, const EpilogueParams& ep, int col_lane) {
+__device__ __forceinline__ void consumer_epilogue_nchw_pairs(const float (&acc)[BN / 2], long long m_row, int row_limit,
+                                                             int n0, int K, long long opq, T* out, const T* bias,
+                                                             const T* residual, const EpilogueParams& ep, int col_lane) {
   long long base[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -315,6 +438,27 @@ __device__ __forceinline__ void consumer_epilogue_nchw(const float (&acc)[BN / 2
         st_global_b16_if(ok, out + at + opq, from_float<T>(activate(v1, ACT)).bits);
       }
     }
+  }
+}
+
+// m_row / row_limit: this thread's first row and how many of its rows (0, 8 further) are stored, as
+// in consumer_epilogue; the warp's first row is m_row - lane / 4 and its row limit lane 0's.
+template <typename T, int BN, int ACT>
+__device__ __forceinline__ void consumer_epilogue_nchw(const float (&acc)[BN / 2], long long m_row, int row_limit,
+                                                       int n0, int K, long long opq, T* out, const T* bias,
+                                                       const T* residual, const EpilogueParams& ep, int col_lane) {
+  const int lane = threadIdx.x % 32;
+  const long long m_base = m_row - (lane >> 2);
+  const int limit = __shfl_sync(0xffffffffu, row_limit, 0);
+  const unsigned long long ptrs = reinterpret_cast<unsigned long long>(out) |
+                                  (ep.has_residual ? reinterpret_cast<unsigned long long>(residual) : 0ull);
+  const bool rows = ((m_base | opq) & 3) == 0 && (limit >= 16 || (limit & 3) == 0) && (ptrs & 7) == 0;
+  if (rows && ep.has_residual) {
+    consumer_epilogue_nchw_rows<T, BN, ACT, true>(acc, m_base, limit, n0, K, opq, out, bias, residual, ep);
+  } else if (rows) {
+    consumer_epilogue_nchw_rows<T, BN, ACT, false>(acc, m_base, limit, n0, K, opq, out, bias, residual, ep);
+  } else {
+    consumer_epilogue_nchw_pairs<T, BN, ACT>(acc, m_row, row_limit, n0, K, opq, out, bias, residual, ep, col_lane);
   }
 }
 

@@ -85,6 +85,20 @@ class Sm90TmaKernel(Kernel):
                         out_f32=out_f32 or tf32 or xsplit, x_channels=x_channels, tf32=tf32, xsplit=xsplit)
 
 
+def nchw_store_pattern(problem, halo: bool) -> str:
+    """How the channels-first epilogue stores (``explain``): 8-byte stores of 4 pixels of a channel where
+    every warp's rows can (``consumer_epilogue_nchw`` decides per warp, from the same facts), else 16-bit
+    stores."""
+    plane = int(np.prod(problem.out_spatial))
+    if plane % 4:
+        return f"16-bit stores along each channel plane: its {plane} pixels are not a multiple of 4"
+    q = problem.out_spatial[-1]
+    if halo and q % 4:
+        return (f"8-byte stores of 4 pixels per channel where a warp's output rows start on a multiple of 4, "
+                f"16-bit stores elsewhere: rows of {q} pixels")
+    return "8-byte stores of 4 pixels per channel; 16-bit stores only for an out or residual view not 8-byte aligned"
+
+
 def _without_residual_ring(problem):
     """``problem`` as the tile policy sees a variant whose consumers read the residual themselves (no C
     ring in shared memory, no epilogue-load warp)."""
@@ -239,7 +253,7 @@ class Sm90Plan(Plan):
         if f32:
             stores = "epilogue stores float32 (8-byte stores)" + (", reads the float32 residual there" if res else "")
         elif nchw:
-            stores = "epilogue stores channels-first (16-bit stores along each channel plane)" + (
+            stores = f"epilogue stores channels-first ({nchw_store_pattern(problem, cfg.halo)})" + (
                 ", reads the residual there" if res else "")
         elif self.phase_scatter is not None:
             stores = "epilogue stores each 32-column group at its phase's positions in the input gradient"
