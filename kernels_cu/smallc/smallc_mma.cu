@@ -41,10 +41,12 @@
 //      16-bit reads of A and BN / 8 mma.sync.
 //   4. Epilogue act(alpha * acc + bias + beta * residual) (depthwise/direct_epilogue.cuh): each warp
 //      stages 16 of its pixels at a time as fp32 in its own shared memory and writes EV-channel
-//      vectors, consecutive lanes along a pixel's channels, then along the tile row.
+//      vectors, consecutive lanes along a pixel's channels, then along the tile row. With MM_NCHW the
+//      output (and the residual) is channels-first instead: consecutive lanes along a channel's pixels,
+//      16-bit stores (the layout's caller then moves no result).
 //
 // Compile-time (host: cuconv.backends.smallc.mma_variants): dtype, C, R, S, SW (stride along W), DW
-// (dilation along W), TP, TQ, BN, EV and VIN (channels per input copy). Everything else is run-time
+// (dilation along W), TP, TQ, BN, EV, VIN (channels per input copy) and NCHW (the output layout). Everything else is run-time
 // (MmaGeometry).
 #include "common/types.cuh"
 #include "common/smem.cuh"
@@ -88,6 +90,9 @@
 #ifndef MM_MIN_BLOCKS
 #define MM_MIN_BLOCKS 4
 #endif
+#ifndef MM_NCHW
+#define MM_NCHW 0
+#endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME smallc_mma
 #endif
@@ -101,6 +106,7 @@ using dw::TileOrigin;
 
 constexpr int C = SC_C, R = SC_R, S = SC_S, SW = SC_SW, DWL = SC_DW;
 constexpr int TP = MM_TP, TQ = MM_TQ, BM = TP * TQ, BN = MM_BN, EV = MM_EV;
+constexpr bool NCHW_OUT = MM_NCHW != 0;  // out and the residual channels-first: (N, K, O, P, Q)
 constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;  // input tile columns
 constexpr int COLS_ST = IN_COLS + ((IN_COLS * C) & 1);      // stored columns: an even row stride
 constexpr int ROWST = COLS_ST * C;                          // row stride of the input tile (elements)
@@ -220,6 +226,24 @@ __device__ __forceinline__ void store_tile(const float (&acc)[2][NFRAG][4], floa
       *reinterpret_cast<float2*>(st + (gq + 8) * SLD + j * 8 + c0) = make_float2(acc[f][j][2], acc[f][j][3]);
     }
     __syncwarp();
+    if constexpr (NCHW_OUT) {
+      // Channels-first: lanes 0-15 take 16 consecutive pixels of one channel, lanes 16-31 of the next
+      // (a 16-pixel half of a warp's pixels is one tile row piece when TQ >= 16: 32 contiguous bytes
+      // per channel plane), one 16-bit value each.
+      const int64_t plane = (int64_t)g.O * g.P * g.Q;
+#pragma unroll 4
+      for (int idx = lane; idx < 16 * BN; idx += 32) {
+        const int px = idx & 15, kk = idx >> 4;
+        const int m = warp * 32 + f * 16 + px;
+        const int p = p0 + m / TQ, q = q0 + m % TQ, k = k0 + kk;
+        if (p >= g.P || q >= g.Q || k >= g.K) continue;
+        const int64_t off = ((int64_t)n * g.K + k) * plane + ((int64_t)o * g.P + p) * g.Q + q;
+        float y = fmaf(ep.alpha, st[px * SLD + kk], ep.has_bias ? to_float(bias[k]) : 0.f);
+        if (ep.has_residual) y = fmaf(ep.beta, to_float(residual[off]), y);
+        out[off] = from_float<elem_t>(activate(y, ACT));
+      }
+      continue;
+    }
 #pragma unroll 2
     for (int idx = lane; idx < 16 * VPP; idx += 32) {
       const int px = idx / VPP, cv = idx - px * VPP;

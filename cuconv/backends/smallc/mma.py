@@ -77,6 +77,8 @@ class SmallcMmaPlan(DirectPlan):
 
     def __init__(self, kernel, problem, device, cfg: MmaConfig, reason: str):
         super().__init__(kernel, problem, device, cfg, mma_variant(problem, cfg), reason)
+        #: NCHW / NCDHW problems: the epilogue stores (and reads the residual) channels-first.
+        self.writes_channels_first = "MM_NCHW" in self.defines
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
@@ -87,7 +89,9 @@ class SmallcMmaPlan(DirectPlan):
                 f"mma.sync m16n8k16 over {c.kp // 16} k16 steps, A read as {reads}), input tile "
                 f"{c.in_rows}x{c.in_cols}x{p.channels} with halo in shared memory, two buffers ({c.smem} bytes with "
                 f"the filter, copies of {c.vin} channels){depth}, {c.tiles(p)} tiles ({c.chunks} chunks x "
-                f"{c.tiles_p}x{c.tiles_q} per plane) over a persistent grid")
+                f"{c.tiles_p}x{c.tiles_q} per plane) over a persistent grid"
+                + (", epilogue stores channels-first (16-bit stores along each channel plane)"
+                   if self.writes_channels_first else ""))
 
     def geometry(self):
         return mma_geometry(self.problem, self.cfg)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from ...launch import dtype_code
-from ...problem import ConvProblem
+from ...problem import LAYOUTS, ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 from .variants import DTYPE_TAG, few_channels_declined
 
@@ -146,28 +146,32 @@ def mma_variant(p: ConvProblem, cfg: MmaConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     _, R, S, (_, sw), (_, dw), _ = problem_axes(p)
     blocks = min_blocks(cfg.bn, cfg.pairs)
+    cf = not LAYOUTS[p.layout][1]  # channels-first output (the variant's epilogue stores it)
     name = (f"smallc_mma_{DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
-            f"_e{cfg.ev}_i{cfg.vin}_b{blocks}")
+            f"_e{cfg.ev}_i{cfg.vin}_b{blocks}" + ("_cf" if cf else ""))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
                    SC_VIN=cfg.vin, MM_TP=cfg.tp, MM_TQ=cfg.tq, MM_BN=cfg.bn, MM_EV=cfg.ev, MM_MIN_BLOCKS=blocks,
                    CUCONV_KERNEL_NAME=name)
+    if cf:
+        defines["MM_NCHW"] = 1
     return name, defines
 
 
 def _catalog():
     """Problems whose variants CI compiles: the networks' stems (7x7 and 3x3 RGB, 4x4 stride 4, a latent's
-    3x3 of 4 channels) in both dtypes, an odd K, a 5x5 of one channel and a conv3d."""
-    def stem(c, hw, f, s, k, dtype="bfloat16", nd=2, pad=None):
+    3x3 of 4 channels, also channels-first) in both dtypes, an odd K, a 5x5 of one channel and a conv3d."""
+    def stem(c, hw, f, s, k, dtype="bfloat16", nd=2, pad=None, layout=None):
         return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=k,
                                   filter_spatial=(f,) * nd, stride=s, dilation=1,
                                   padding=f // 2 if pad is None else pad, groups=1, dtype=dtype,
-                                  layout="NHWC" if nd == 2 else "NDHWC")
+                                  layout=layout or ("NHWC" if nd == 2 else "NDHWC"))
     out = {}
     for dtype in ("float16", "bfloat16"):
         out[f"7x7_s2_rgb_{dtype}"] = stem(3, 64, 7, 2, 64, dtype)
         out[f"3x3_s2_rgb_{dtype}"] = stem(3, 64, 3, 2, 32, dtype)
     out.update(s4_rgb=stem(3, 64, 4, 4, 96, pad=0), c4_3x3=stem(4, 32, 3, 1, 320), narrow_k3=stem(3, 16, 7, 1, 3),
-               c1_5x5=stem(1, 32, 5, 1, 32), c2_conv3d=stem(2, 12, 3, 1, 16, nd=3))
+               c1_5x5=stem(1, 32, 5, 1, 32), c2_conv3d=stem(2, 12, 3, 1, 16, nd=3),
+               c4_3x3_nchw=stem(4, 32, 3, 1, 320, layout="NCHW"), c2_conv3d_ncdhw=stem(2, 12, 3, 1, 16, nd=3, layout="NCDHW"))
     return out
 
 
