@@ -281,7 +281,8 @@ __device__ __forceinline__ uint16_t ld_global_b16_if(bool pred, const void* ptr)
 // - pairs (consumer_epilogue_nchw_pairs): the accumulator layout as it is, 16-bit accesses; for one
 //   register the eight row-lanes of a column hold eight consecutive pixels, so a warp access covers
 //   16 bytes (half a sector) in each of four channel planes. Used where the rows pattern does not
-//   apply (OPQ odd: 7x7 images; halo tiles of rows whose width is not a multiple of 4).
+//   apply (OPQ not a multiple of 4, as on 7x7 images; halo tiles of rows whose width is not a multiple
+//   of 4; `out` or the residual not 8-byte aligned).
 // The rows pattern makes a quarter of the pairs pattern's store instructions and half its sector
 // writes: memory-bound layers with wide outputs are bound by the L2's write requests in the pairs
 // pattern.

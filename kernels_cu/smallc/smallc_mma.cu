@@ -46,8 +46,8 @@
 //      16-bit stores (the layout's caller then moves no result).
 //
 // Compile-time (host: cuconv.backends.smallc.mma_variants): dtype, C, R, S, SW (stride along W), DW
-// (dilation along W), TP, TQ, BN, EV, VIN (channels per input copy) and NCHW (the output layout). Everything else is run-time
-// (MmaGeometry).
+// (dilation along W), TP, TQ, BN, EV, VIN (channels per input copy) and NCHW (the output layout).
+// Everything else is run-time (MmaGeometry).
 #include "common/types.cuh"
 #include "common/smem.cuh"
 #include "common/epilogue_math.cuh"
