@@ -8,7 +8,9 @@ per-backend SASS checks are in tests/test_sm90_compile.py and tests/test_sm80_co
 """
 
 import importlib
+import os
 import pkgutil
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -42,8 +44,29 @@ def test_every_backend_declares_its_variants():
 pytestmark = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC library not found (pip install nvidia-cuda-nvrtc)")
 
 
+@pytest.fixture(scope="module")
+def compiled_in_parallel(request):
+    """Compile the selected variants on one thread per CPU first (NVRTC releases the GIL), so that each
+    test below finds its variant in the compiler's memo. A variant that fails here is compiled again
+    by its own test, which reports the error."""
+    jobs = {(p["source"], p["arch"], tuple(sorted(p["defines"].items())))
+            for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec") and "source" in item.callspec.params
+            for p in [item.callspec.params]}
+
+    def build(job):
+        source, arch, items = job
+        try:
+            compile_cuda(source, arch, dict(items))
+        except Exception:  # reported by the variant's own test
+            pass
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        list(pool.map(build, sorted(jobs)))
+
+
 @pytest.mark.parametrize("source,defines,arch", _all_variants(), ids=lambda v: str(v))
-def test_kernels_compile_without_spills(source, defines, arch):
+def test_kernels_compile_without_spills(source, defines, arch, compiled_in_parallel):
     _, report = compile_cuda(source, arch, defines)
     assert report.functions, report.log
     assert report.spills == 0, report.log
