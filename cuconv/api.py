@@ -17,7 +17,7 @@ from . import dispatch
 from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, on_device_of
 from .device import cupy_or_none, device_of
 from .epilogue import apply_epilogue
-from .layout import native_result, operands_mover, operands_to_channels_last, to_channels_first, to_channels_last
+from .layout import native_result, operands_for, operands_mover_for, to_channels_first, to_channels_last
 from .overrides import current_overrides
 from .problem import LAYOUTS, ConvProblem
 from .registry import on_change
@@ -124,7 +124,7 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
     residual, out_native = residual_and_output(xp, res_user, residual, out_user, out_given, channels_first,
                                                (batch, *problem.out_shape[1:]), x.dtype, cf_out)
     if channels_first:
-        x_n, w_n = operands_to_channels_last(x, w, xp)
+        x_n, w_n = operands_for(plan, x, w, xp)
     else:
         x_n, w_n = _to_native(x, False, xp), _to_native(w, False, xp)
     return _Call(problem=problem, plan=plan, explanation=explanation, x=x_n, w=w_n, bias=bias, residual=residual,
@@ -189,7 +189,7 @@ class _Known:
     x_native: bool      # x (w, bias) is already channels-last and contiguous: passed as is
     w_native: bool
     bias_native: bool
-    move_xw: object     # channels-first calls: (x, w) -> channels-last (cuconv.layout.operands_mover)
+    move_xw: object     # channels-first calls: (x, w) -> what the plan takes (cuconv.layout.operands_mover_for)
 
 
 def _keyed_type(a):
@@ -255,7 +255,7 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
             _CALLS[key] = _Known(plan, call.xp, device_id, call.channels_first,
                                  (x.shape[0], *call.problem.out_shape[1:]), call.cf_out, call.x is x, call.w is w,
                                  call.bias is bias,
-                                 operands_mover(x, w, call.xp) if call.channels_first else None)
+                                 operands_mover_for(plan, x, w, call.xp) if call.channels_first else None)
         execute(plan, call.xp, device_id, call.x, call.w, call.bias, call.residual, call.out_native)
         return deliver(call.xp, call.out_native, call.out_user, call.out_given, call.channels_first, call.cf_out)
     # A signature seen before: its validation and plan hold; what depends on the arrays' identities

@@ -17,7 +17,7 @@ import numpy as np
 
 from .api import _prepare, deliver, execute, residual_and_output
 from .arrays import as_array, contiguous_strides
-from .layout import operands_to_channels_last
+from .layout import operands_for
 
 __all__ = ["ConvPlan", "plan_conv2d", "plan_conv3d"]
 
@@ -95,7 +95,7 @@ class ConvPlan:
         res, out_native = residual_and_output(xp, res_user, residual, out_user, out, cf, self._native_out_shape,
                                               self._dtype, self._cf_out)
         if cf:
-            x_n, w_n = operands_to_channels_last(x, w, xp)
+            x_n, w_n = operands_for(self._plan, x, w, xp)
         else:
             x_n, w_n = self._contiguous_operand(x, "x"), self._contiguous_operand(w, "w")
         bias_n = self._contiguous_operand(bias, "bias")

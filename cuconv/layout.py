@@ -41,7 +41,8 @@ from .launch import PackedLaunch, c_struct, divisor_fields, divisor_values
 from .problem import LAYOUTS
 from .scratch import scratch
 
-__all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "to_channels_first", "flip_taps",
+__all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "kept_channels_first", "operands_for",
+           "operands_mover_for", "to_channels_first", "flip_taps",
            "flip_filter", "flip_filter_launch", "flipped_shape", "scatter_phase", "scatter_phase_launch",
            "scatter_args", "describe", "SOURCE", "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
 
@@ -306,6 +307,31 @@ def operands_mover(x, w, xp):
     return functools.partial(operands_to_channels_last, xp=xp)
 
 
+def kept_channels_first(x, w, xp):
+    """``x`` and ``w`` of a channels-first call whose kernel reads that layout itself
+    (:attr:`cuconv.plan.Plan.reads_channels_first`): C-contiguous, themselves when they already are
+    (a view, a channel slice say, is copied)."""
+    return (x if x.flags.c_contiguous else xp.ascontiguousarray(x),
+            w if w.flags.c_contiguous else xp.ascontiguousarray(w))
+
+
+def operands_for(plan, x, w, xp):
+    """``(x, w)`` of a channels-first call as ``plan`` takes them: kept channels-first
+    (:func:`kept_channels_first`) when its kernel reads that layout, else moved to channels-last
+    (:func:`operands_to_channels_last`)."""
+    if plan.reads_channels_first:
+        return kept_channels_first(x, w, xp)
+    return operands_to_channels_last(x, w, xp)
+
+
+def operands_mover_for(plan, x, w, xp):
+    """:func:`operands_for` as a callable ``(x, w) -> (x, w)`` to keep for further calls of the same
+    signature (:func:`operands_mover` where the operands move)."""
+    if plan.reads_channels_first:
+        return functools.partial(kept_channels_first, xp=xp)
+    return operands_mover(x, w, xp)
+
+
 def native_result(xp, shape, dtype, channels_first: bool):
     """Where a kernel writes a result that goes back channels-first: a scratch buffer on a CUDA GPU
     (:func:`to_channels_first` then moves it into the returned array or ``out``), else a new array."""
@@ -454,6 +480,10 @@ def describe(problem, device, plan=None) -> str:
     ``x`` and ``w``)."""
     if LAYOUTS[problem.layout][1]:
         return f"layout: {problem.layout} is the kernels' own (channels-last): no operand is moved"
+    if plan is not None and plan.reads_channels_first:
+        res = " and reads the residual" if problem.epilogue.loads_residual else ""
+        return (f"layout: {problem.layout} read and written by the kernel itself (x and w read, the result written"
+                f"{res} channels-first): no operand is moved")
     item = problem.itemsize
     x = math.prod(problem.x_shape) * item
     w = math.prod(problem.w_shape) * item

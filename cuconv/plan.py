@@ -76,8 +76,13 @@ class Plan:
 
     #: True when :meth:`run` takes ``out`` and ``residual`` in the problem's own channels-first layout
     #: (contiguous ``(N, K, *out_spatial)``) and writes ``out`` there: the kernel's epilogue stores that
-    #: layout, so the caller moves neither (:mod:`cuconv.layout`). ``x`` and ``w`` are channels-last always.
+    #: layout, so the caller moves neither (:mod:`cuconv.layout`). ``x`` and ``w`` are channels-last unless
+    #: :attr:`reads_channels_first`.
     writes_channels_first: bool = False
+    #: True when :meth:`run` also takes ``x`` and ``w`` channels-first (contiguous ``(N, C, *spatial)`` and
+    #: ``(K, C/groups, *filter)``): the kernel reads that layout itself, and the caller moves no operand.
+    #: Implies :attr:`writes_channels_first`.
+    reads_channels_first: bool = False
 
     def __init__(self, kernel: "Kernel", problem: ConvProblem, device: DeviceInfo, reason: str):
         self.kernel = kernel
@@ -97,7 +102,8 @@ class Plan:
 
     def run(self, x, w, bias, residual, out) -> None:
         """Compute ``out`` (native layout, contiguous, the problem's dtype) from native-layout inputs
-        (``out`` and ``residual`` channels-first where :attr:`writes_channels_first`).
+        (``out`` and ``residual`` channels-first where :attr:`writes_channels_first`, ``x`` and ``w`` too
+        where :attr:`reads_channels_first`).
 
         ``bias`` and ``residual`` are ``None`` when absent; ``residual`` may be ``out`` itself.
         """

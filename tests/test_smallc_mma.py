@@ -122,20 +122,21 @@ def mma_cases(draw, nd=2, max_spatial=24, epilogue=True, odd_pairs=False):
     return case
 
 
-def test_channels_first_problems_get_the_channels_first_store():
-    """NCHW / NCDHW problems compile the variant whose epilogue stores channels-first, and the layout's
-    explain line says no result moves."""
+def test_channels_first_problems_get_the_channels_first_variant():
+    """NCHW / NCDHW problems compile the variant that reads x and w and writes the result channels-first,
+    and the layout's explain line says no operand moves."""
     import dataclasses
     from cuconv.layout import describe
     for key, cf in (("c4_3x3", "c4_3x3_nchw"), ("c2_conv3d", "c2_conv3d_ncdhw")):
         plan = SmallcMmaKernel().plan(CATALOG[cf], H100, Overrides())
-        assert plan.writes_channels_first and plan.defines["MM_NCHW"] == 1 and plan.name.endswith("_cf")
-        assert "channels-first" in plan.describe()
+        assert plan.writes_channels_first and plan.reads_channels_first and plan.defines["MM_NCHW"] == 1
+        assert plan.name.endswith("_cf") and "x and w read channels-first" in plan.describe()
         last = SmallcMmaKernel().plan(CATALOG[key], H100, Overrides())
-        assert not last.writes_channels_first and "MM_NCHW" not in last.defines
+        assert not (last.writes_channels_first or last.reads_channels_first) and "MM_NCHW" not in last.defines
     p = dataclasses.replace(problem2d(N=1, H=64, W=64, C=4, K=512), layout="NCHW")
     plan = SmallcMmaKernel().plan(p, H100, Overrides())
-    assert "epilogue writes the result" in describe(p, H100, plan)
+    line = describe(p, H100, plan)
+    assert "read and written by the kernel itself" in line and "no operand is moved" in line, line
 
 
 def test_tile_shape_is_one_that_fits():

@@ -41,12 +41,14 @@
 //      16-bit reads of A and BN / 8 mma.sync.
 //   4. Epilogue act(alpha * acc + bias + beta * residual) (depthwise/direct_epilogue.cuh): each warp
 //      stages 16 of its pixels at a time as fp32 in its own shared memory and writes EV-channel
-//      vectors, consecutive lanes along a pixel's channels, then along the tile row. With MM_NCHW the
-//      output (and the residual) is channels-first instead: consecutive lanes along a channel's pixels,
-//      16-bit stores (the layout's caller then moves no result).
+//      vectors, consecutive lanes along a pixel's channels, then along the tile row. With MM_NCHW every
+//      operand is channels-first: the input tile is gathered from C channel planes (load_input_tile_cf)
+//      into the same [row][col][c] order, the filter read from (K, C, T, R, S), and the output (and the
+//      residual) written with consecutive lanes along a channel's pixels, 16-bit stores: the layout's
+//      caller moves nothing.
 //
 // Compile-time (host: cuconv.backends.smallc.mma_variants): dtype, C, R, S, SW (stride along W), DW
-// (dilation along W), TP, TQ, BN, EV, VIN (channels per input copy) and NCHW (the output layout).
+// (dilation along W), TP, TQ, BN, EV, VIN (channels per input copy) and NCHW (the operands' layout).
 // Everything else is run-time (MmaGeometry).
 #include "common/types.cuh"
 #include "common/smem.cuh"
@@ -106,7 +108,9 @@ using dw::TileOrigin;
 
 constexpr int C = SC_C, R = SC_R, S = SC_S, SW = SC_SW, DWL = SC_DW;
 constexpr int TP = MM_TP, TQ = MM_TQ, BM = TP * TQ, BN = MM_BN, EV = MM_EV;
-constexpr bool NCHW_OUT = MM_NCHW != 0;  // out and the residual channels-first: (N, K, O, P, Q)
+// MM_NCHW: every operand channels-first: x (N, C, D, H, W), w (K, C, T, R, S), out and the residual
+// (N, K, O, P, Q). The caller then moves none of them.
+constexpr bool CHANNELS_FIRST = MM_NCHW != 0;
 constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;  // input tile columns
 constexpr int COLS_ST = IN_COLS + ((IN_COLS * C) & 1);      // stored columns: an even row stride
 constexpr int ROWST = COLS_ST * C;                          // row stride of the input tile (elements)
@@ -170,7 +174,14 @@ __device__ __forceinline__ void load_filter(uint16_t* sw, const elem_t* w, const
     const int nn = rest % BN, t = rest / BN;
     const int k = k0 + nn, r = kk / KRUN, j = kk - r * KRUN;
     uint16_t v = 0;
-    if (r < R && j < S * C && k < g.K) v = wu[((int64_t)k * g.T + t) * (R * S * C) + r * S * C + j];
+    if (r < R && j < S * C && k < g.K) {
+      if constexpr (CHANNELS_FIRST) {  // w[k][c][t][r][s]
+        const int s_ = j / C, c = j - s_ * C;
+        v = wu[(((int64_t)k * C + c) * g.T + t) * (R * S) + r * S + s_];
+      } else {                         // w[k][t][r][s][c]
+        v = wu[((int64_t)k * g.T + t) * (R * S * C) + r * S * C + j];
+      }
+    }
     sw[(t * BN + nn) * KPS + kk] = v;
   }
 }
@@ -226,7 +237,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[2][NFRAG][4], floa
       *reinterpret_cast<float2*>(st + (gq + 8) * SLD + j * 8 + c0) = make_float2(acc[f][j][2], acc[f][j][3]);
     }
     __syncwarp();
-    if constexpr (NCHW_OUT) {
+    if constexpr (CHANNELS_FIRST) {
       // Channels-first: lanes 0-15 take 16 consecutive pixels of one channel, lanes 16-31 of the next
       // (a 16-pixel half of a warp's pixels is one tile row piece when TQ >= 16: 32 contiguous bytes
       // per channel plane), one 16-bit value each.
@@ -260,7 +271,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[2][NFRAG][4], floa
 
 // Tile copies: where the input tile of (tile, slice t) of the problem comes from.
 struct TileSource {
-  const elem_t* plane;  // x at (n, d): the input plane of the slice
+  const elem_t* plane;  // x at (n, d) (channels-first: at (n, channel 0, d)): the input plane of the slice
   int h0, w0;           // the tile's top-left input pixel (may be negative: padding)
 };
 
@@ -268,10 +279,40 @@ __device__ __forceinline__ TileSource tile_source(const elem_t* x, const MmaGeom
   const TileCoords c = tile_coords(g, tile);
   const int d = c.o * g.stride_d - g.pad_d + t * g.dil_d;
   TileSource src;
-  src.plane = x + ((int64_t)c.n * g.D + d) * ((int64_t)g.H * g.W * C);
+  src.plane = CHANNELS_FIRST ? x + ((int64_t)c.n * C * g.D + d) * ((int64_t)g.H * g.W)
+                            : x + ((int64_t)c.n * g.D + d) * ((int64_t)g.H * g.W * C);
   src.h0 = c.tile_p * TP * g.stride_h - g.pad_h;
   src.w0 = c.tile_q * TQ * SW - g.pad_w;
   return src;
+}
+
+// The input tile of a channels-first x, stored as the channels-last copy stores it ([row][col][c],
+// COLS_ST columns, zeros for padding): element (row, col, c) comes from channel plane c (planes
+// `cstride` elements apart). Consecutive threads take consecutive columns of one row of one plane
+// (coalesced reads), 2-byte loads through registers, U16_BATCH in flight before their stores. The
+// caller synchronises before the tile is read.
+__device__ __forceinline__ void load_input_tile_cf(elem_t* tile, const elem_t* plane, int64_t cstride, int h0, int w0,
+                                                   int rows, int H, int W) {
+  const int units = rows * C * COLS_ST;
+  const uint32_t base = smem_u32(tile);
+#pragma unroll 1
+  for (int u0 = threadIdx.x; u0 < units; u0 += dw::U16_BATCH * THREADS) {
+    uint16_t v[dw::U16_BATCH];
+    uint32_t at[dw::U16_BATCH];
+#pragma unroll
+    for (int j = 0; j < dw::U16_BATCH; ++j) {
+      const int u = u0 + j * THREADS;
+      const int col = u % COLS_ST, rc = u / COLS_ST;  // u = (row * C + c) * COLS_ST + col
+      const int c = rc % C, row = rc / C;
+      const int h = h0 + row, w = w0 + col;
+      const bool valid = u < units && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+      v[j] = sm80::load_u16_zfill(plane + (valid ? c * cstride + (int64_t)h * W + w : 0), valid);
+      at[j] = base + (uint32_t)(((row * COLS_ST + col) * C + c) * 2);
+    }
+#pragma unroll
+    for (int j = 0; j < dw::U16_BATCH; ++j)
+      if (u0 + j * THREADS < units) sm80::store_u16(at[j], v[j]);
+  }
 }
 
 // Whether filter slice t of tile `tile` reads the image (not a depth padding slice).
@@ -325,6 +366,12 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   auto start_copy = [&](int tile, int t, int buf) {
     const TileSource src = tile_source(x, g, tile, t);
     unsigned char* dst = tiles + buf * buf_bytes;
+    if constexpr (CHANNELS_FIRST) {
+      load_input_tile_cf(reinterpret_cast<elem_t*>(dst), src.plane, (int64_t)g.D * g.H * g.W, src.h0, src.w0,
+                         g.in_rows, g.H, g.W);
+      sm80::cp_async_commit();  // an empty group: the waits count groups as for cp.async copies
+      return;
+    }
     TileOrigin org;
     org.plane = src.plane;
     org.h0 = src.h0;

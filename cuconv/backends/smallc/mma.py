@@ -1,5 +1,6 @@
 """``smallc_mma``: dense convolution with few input channels and a long window (a 7x7 RGB stem),
-conv2d and conv3d, NHWC / NDHWC, fp16 / bf16, on tensor cores of every sm_80+ NVIDIA GPU.
+conv2d and conv3d, fp16 / bf16, on tensor cores of every sm_80+ NVIDIA GPU. NHWC / NDHWC, and NCHW /
+NCDHW read and written by the kernel itself (its ``_cf`` variants: no operand is moved).
 
 A 7x7 stem's 147 terms per output are too many for the fp32 direct kernel (``smallc_direct`` takes up
 to 64) and its 3-channel pixels too narrow for the implicit GEMM loaders (16-byte rows). The kernel
@@ -77,8 +78,9 @@ class SmallcMmaPlan(DirectPlan):
 
     def __init__(self, kernel, problem, device, cfg: MmaConfig, reason: str):
         super().__init__(kernel, problem, device, cfg, mma_variant(problem, cfg), reason)
-        #: NCHW / NCDHW problems: the epilogue stores (and reads the residual) channels-first.
-        self.writes_channels_first = "MM_NCHW" in self.defines
+        #: NCHW / NCDHW problems: the kernel reads x and w and writes the result (and reads the residual)
+        #: channels-first itself.
+        self.writes_channels_first = self.reads_channels_first = "MM_NCHW" in self.defines
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
@@ -90,8 +92,8 @@ class SmallcMmaPlan(DirectPlan):
                 f"{c.in_rows}x{c.in_cols}x{p.channels} with halo in shared memory, two buffers ({c.smem} bytes with "
                 f"the filter, copies of {c.vin} channels){depth}, {c.tiles(p)} tiles ({c.chunks} chunks x "
                 f"{c.tiles_p}x{c.tiles_q} per plane) over a persistent grid"
-                + (", epilogue stores channels-first (16-bit stores along each channel plane)"
-                   if self.writes_channels_first else ""))
+                + (", x and w read channels-first (the input tile gathered from the channel planes), epilogue "
+                   "stores channels-first (16-bit stores along each channel plane)" if self.reads_channels_first else ""))
 
     def geometry(self):
         return mma_geometry(self.problem, self.cfg)
