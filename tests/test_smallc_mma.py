@@ -237,13 +237,17 @@ def test_drawn(cp, setting):
     (1, 128, 5, 1, 32),    # one channel, 5x5
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_long_window_stems(cp, c, hw, filt, stride, k, dtype):
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_long_window_stems(cp, c, hw, filt, stride, k, dtype, layout):
     rng = np.random.default_rng(c + hw + k)
     x = random_array(rng, (2, hw, hw, c), dtype)
     w = random_array(rng, (k, filt, filt, c), dtype, scale=1.0 / filt)
     b = random_array(rng, (k,), dtype)
     kw = dict(stride=stride, padding=filt // 2, activation="relu")
     ref = cuconv.reference.conv2d(x, w, b, **kw)
+    if layout == "NCHW":  # the same convolution on channels-first arrays: read and written so by the kernel
+        x, w, ref = (np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (x, w, ref))
+        kw["layout"] = "NCHW"
     e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
     assert e.kernel == KERNEL, str(e)
     assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), kernel=KERNEL, **kw), ref, dtype)
