@@ -64,6 +64,23 @@ def test_compiles_without_spills(key, arch):
     assert_compiles_without_spills(SC_SOURCE, arch, *sc_variant(p, sc_config(p)))
 
 
+def test_channels_first_problems_get_the_channels_first_variant():
+    """NCHW / NCDHW problems compile the variant that reads x and w and writes the result channels-first,
+    and the layout's explain line says no operand moves."""
+    import dataclasses
+    from cuconv.layout import describe
+    for cf in ("c4_1x1_nchw", "rgb_3x3_s2_nchw_float32", "c1_conv3d_ncdhw"):
+        plan = SmallcKernel().plan(CATALOG[cf], H100, Overrides())
+        assert plan.writes_channels_first and plan.reads_channels_first and plan.defines["SC_NCHW"] == 1
+        assert plan.name.endswith("_cf") and "x and w read channels-first" in plan.describe()
+        last = SmallcKernel().plan(dataclasses.replace(CATALOG[cf], layout="NDHWC" if CATALOG[cf].nd == 3 else "NHWC"),
+                                   H100, Overrides())
+        assert not (last.writes_channels_first or last.reads_channels_first) and "SC_NCHW" not in last.defines
+    p = CATALOG["c4_1x1_nchw"]
+    line = describe(p, H100, SmallcKernel().plan(p, H100, Overrides()))
+    assert "read and written by the kernel itself" in line and "no operand is moved" in line, line
+
+
 # ------------------------------------------------------------------------------------------ GPU
 @st.composite
 def smallc_cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), max_spatial=20, epilogue=True):
@@ -113,13 +130,17 @@ def test_drawn(cp, setting):
     (4, 64, 1, 1, 4),      # SD VAE post_quant_conv
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
-def test_network_stems(cp, c, hw, filt, stride, k, dtype):
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_network_stems(cp, c, hw, filt, stride, k, dtype, layout):
     rng = np.random.default_rng(c + hw + k)
     x = random_array(rng, (2, hw, hw, c), dtype)
     w = random_array(rng, (k, filt, filt, c), dtype, scale=1.0 / filt)
     b = random_array(rng, (k,), dtype)
     kw = dict(stride=stride, padding=0 if filt == stride else filt // 2, activation="silu")
     ref = cuconv.reference.conv2d(x, w, b, **kw)
+    if layout == "NCHW":  # the same convolution on channels-first arrays: read and written so by the kernel
+        x, w, ref = (np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (x, w, ref))
+        kw["layout"] = "NCHW"
     e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
     # 16-bit stems of 16 terms or more run on tensor cores (smallc_mma) unless forced here
     assert e.kernel == (KERNEL if dtype == "float32" or c * filt * filt < 16 else "smallc_mma"), str(e)

@@ -1,5 +1,5 @@
 // cuconv: dense convolution with few input channels (stems: C = 1-8, C*R*S*T <= 64 multiply-adds per
-// output), 2-D and 3-D, channels-last, as a direct kernel with fp32 multiply-adds (the
+// output), 2-D and 3-D, channels-last or (SC_NCHW) channels-first, as a direct kernel with fp32 multiply-adds (the
 // `smallc_direct` kernel; host: cuconv.backends.smallc).
 //
 // A stem (C = 3 -> 32, 3x3 stride 2) is a GEMM whose reduction is 27 long: a tensor-core tile pads it
@@ -22,16 +22,21 @@
 //      weights, and store neighbouring channels.
 //   4. Epilogue act(alpha * acc + bias + beta * residual) (depthwise/direct_epilogue.cuh), the activation
 //      chosen once per thread, KV-wide stores.
+// With SC_NCHW every operand is channels-first: x (N, C, D, H, W), w (K, C, T, R, S), out and the
+// residual (N, K, O, P, Q). The input tile is gathered from the C channel planes into the same
+// [row][col][c] order (cf_tile.cuh), the filter taps are read in KCRS order, and the epilogue stores
+// each channel's PX pixels as one vector: the caller moves no operand.
 //
 // Compile-time (host: cuconv.backends.smallc.variants): dtype, C, R, S, SW (stride along W), DW
 // (dilation along W), KV, PX, VIN (channels per input copy), MAX_THREADS and MIN_BLOCKS (the
-// __launch_bounds__). Everything else is run-time (ScGeometry).
+// __launch_bounds__), NCHW (the operands' layout). Everything else is run-time (ScGeometry).
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
 #include "depthwise/vec_io.cuh"
 #include "depthwise/halo_tile.cuh"
 #include "depthwise/direct_epilogue.cuh"
+#include "smallc/cf_tile.cuh"
 
 #ifndef SC_C
 #define SC_C 3
@@ -63,6 +68,9 @@
 #ifndef SC_MIN_BLOCKS
 #define SC_MIN_BLOCKS 2
 #endif
+#ifndef SC_NCHW
+#define SC_NCHW 0
+#endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME smallc_fprop
 #endif
@@ -73,6 +81,7 @@ namespace sc {
 using dw::load_input_tile;
 using dw::load_weights;
 using dw::store_outputs;
+using dw::store_outputs_channels_first;
 using dw::load_vec;
 using dw::store_vec;
 using dw::TileOrigin;
@@ -80,6 +89,7 @@ using dw::TileOrigin;
 constexpr int C = SC_C, R = SC_R, S = SC_S, SW = SC_SW, DWL = SC_DW, KV = SC_KV, PX = SC_PX;
 constexpr int WIN = (PX - 1) * SW + (S - 1) * DWL + 1;  // input columns one thread reads per (r, c)
 constexpr int MAX_THREADS = SC_MAX_THREADS;
+constexpr bool CHANNELS_FIRST = SC_NCHW != 0;  // every operand channels-first (NCHW / NCDHW)
 
 // The run-time geometry (cuconv.backends.smallc.params.sc_geometry builds it; same field order).
 struct ScGeometry {
@@ -144,8 +154,8 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const int k0 = (b / g.N) * cb;
   const int p0 = tile_p * g.tp, q0 = tile_q * g.tqg * PX;
 
-  // 1. Filter taps of channels k0 .. k0 + cb - 1 (w: [K][taps][C], one contiguous run) ->
-  //    sw[tap][c][k - k0] (zero past K), loads issued in batches before their stores.
+  // 1. Filter taps of channels k0 .. k0 + cb - 1 (w: [K][taps][C], channels-first [K][C][taps]; one
+  //    contiguous run) -> sw[tap][c][k - k0] (zero past K), loads issued in batches before their stores.
   {
     constexpr int BATCH = 8;
     const int per_k = taps * C;
@@ -164,8 +174,8 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
       for (int j = 0; j < BATCH; ++j) {
         const int i = i0 + j * blockDim.x;
         if (i < n_all) {
-          const int kl = i / per_k;
-          sw[(i - kl * per_k) * cb + kl] = v[j];
+          const int kl = i / per_k, e = i - kl * per_k;  // e: (tap, c) channels-last, (c, tap) first
+          sw[(CHANNELS_FIRST ? (e % taps) * C + e / taps : e) * cb + kl] = v[j];
         }
       }
     }
@@ -187,8 +197,8 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   org.rows = g.in_rows;
   org.cols = g.in_cols;
   org.cin = C;
-  const int64_t slice = (int64_t)g.H * g.W * C;  // elements of one input depth slice
-  const elem_t* image = x + (int64_t)n * g.D * slice;
+  const int64_t slice = (int64_t)g.H * g.W * (CHANNELS_FIRST ? 1 : C);  // one input depth slice (of a plane)
+  const elem_t* image = x + (int64_t)n * g.D * g.H * g.W * C;
   const int d0 = o * g.stride_d - g.pad_d;
 #pragma unroll 1
   for (int t = 0; t < g.T; ++t) {
@@ -197,7 +207,11 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     org.plane = image + d * slice;
     __syncthreads();  // the previous slice is consumed
     // 2. The input tile with its halo.
-    load_input_tile<SC_VIN>(sx, org, g.H, g.W, C, g.div_upp, g.div_cols);
+    if constexpr (CHANNELS_FIRST)
+      gather_tile_channels_first<C, 0>(sx, org.plane, (int64_t)g.D * g.H * g.W, org.h0, org.w0, g.in_rows,
+                                       g.in_cols, g.div_cols, g.H, g.W, blockDim.x);
+    else
+      load_input_tile<SC_VIN>(sx, org, g.H, g.W, C, g.div_upp, g.div_cols);
     sm80::cp_async_commit();
     sm80::cp_async_wait<0>();
     __syncthreads();  // the tile (and, the first time, sw) is visible to every thread
@@ -209,12 +223,23 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const int p = p0 + row;
   const int k = k0 + kgi * KV;
   if (p >= g.P || k >= g.K) return;
-  const int64_t row_base = (((int64_t)n * g.O + o) * g.P + p) * g.Q;
   const int q_first = q0 + qg * PX;
-  switch (ep.activation) {
-    case ACT_RELU: store_outputs<ACT_RELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
-    case ACT_SILU: store_outputs<ACT_SILU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
-    case ACT_GELU: store_outputs<ACT_GELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
-    default: store_outputs<ACT_NONE>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+  if constexpr (CHANNELS_FIRST) {
+    const int64_t opq = (int64_t)g.O * g.P * g.Q;
+    const int64_t plane0 = ((int64_t)n * g.K + k) * opq + ((int64_t)o * g.P + p) * g.Q + q_first;
+    switch (ep.activation) {
+      case ACT_RELU: store_outputs_channels_first<ACT_RELU>(acc, bias, residual, out, g, ep, plane0, opq, q_first, k); return;
+      case ACT_SILU: store_outputs_channels_first<ACT_SILU>(acc, bias, residual, out, g, ep, plane0, opq, q_first, k); return;
+      case ACT_GELU: store_outputs_channels_first<ACT_GELU>(acc, bias, residual, out, g, ep, plane0, opq, q_first, k); return;
+      default: store_outputs_channels_first<ACT_NONE>(acc, bias, residual, out, g, ep, plane0, opq, q_first, k); return;
+    }
+  } else {
+    const int64_t row_base = (((int64_t)n * g.O + o) * g.P + p) * g.Q;
+    switch (ep.activation) {
+      case ACT_RELU: store_outputs<ACT_RELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+      case ACT_SILU: store_outputs<ACT_SILU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+      case ACT_GELU: store_outputs<ACT_GELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+      default: store_outputs<ACT_NONE>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+    }
   }
 }

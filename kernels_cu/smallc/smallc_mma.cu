@@ -42,7 +42,7 @@
 //   4. Epilogue act(alpha * acc + bias + beta * residual) (depthwise/direct_epilogue.cuh): each warp
 //      stages 16 of its pixels at a time as fp32 in its own shared memory and writes EV-channel
 //      vectors, consecutive lanes along a pixel's channels, then along the tile row. With MM_NCHW every
-//      operand is channels-first: the input tile is gathered from C channel planes (load_input_tile_cf)
+//      operand is channels-first: the input tile is gathered from C channel planes (cf_tile.cuh)
 //      into the same [row][col][c] order, the filter read from (K, C, T, R, S), and the output (and the
 //      residual) written with consecutive lanes along a channel's pixels, 16-bit stores: the layout's
 //      caller moves nothing.
@@ -58,6 +58,7 @@
 #include "depthwise/vec_io.cuh"
 #include "depthwise/halo_tile.cuh"
 #include "depthwise/direct_epilogue.cuh"
+#include "smallc/cf_tile.cuh"
 
 #ifndef SC_C
 #define SC_C 3
@@ -286,35 +287,6 @@ __device__ __forceinline__ TileSource tile_source(const elem_t* x, const MmaGeom
   return src;
 }
 
-// The input tile of a channels-first x, stored as the channels-last copy stores it ([row][col][c],
-// COLS_ST columns, zeros for padding): element (row, col, c) comes from channel plane c (planes
-// `cstride` elements apart). Consecutive threads take consecutive columns of one row of one plane
-// (coalesced reads), 2-byte loads through registers, U16_BATCH in flight before their stores. The
-// caller synchronises before the tile is read.
-__device__ __forceinline__ void load_input_tile_cf(elem_t* tile, const elem_t* plane, int64_t cstride, int h0, int w0,
-                                                   int rows, int H, int W) {
-  const int units = rows * C * COLS_ST;
-  const uint32_t base = smem_u32(tile);
-#pragma unroll 1
-  for (int u0 = threadIdx.x; u0 < units; u0 += dw::U16_BATCH * THREADS) {
-    uint16_t v[dw::U16_BATCH];
-    uint32_t at[dw::U16_BATCH];
-#pragma unroll
-    for (int j = 0; j < dw::U16_BATCH; ++j) {
-      const int u = u0 + j * THREADS;
-      const int col = u % COLS_ST, rc = u / COLS_ST;  // u = (row * C + c) * COLS_ST + col
-      const int c = rc % C, row = rc / C;
-      const int h = h0 + row, w = w0 + col;
-      const bool valid = u < units && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
-      v[j] = sm80::load_u16_zfill(plane + (valid ? c * cstride + (int64_t)h * W + w : 0), valid);
-      at[j] = base + (uint32_t)(((row * COLS_ST + col) * C + c) * 2);
-    }
-#pragma unroll
-    for (int j = 0; j < dw::U16_BATCH; ++j)
-      if (u0 + j * THREADS < units) sm80::store_u16(at[j], v[j]);
-  }
-}
-
 // Whether filter slice t of tile `tile` reads the image (not a depth padding slice).
 __device__ __forceinline__ bool slice_in_image(const MmaGeometry& g, int tile, int t) {
   const int o = tile_coords(g, tile).o;
@@ -367,8 +339,8 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     const TileSource src = tile_source(x, g, tile, t);
     unsigned char* dst = tiles + buf * buf_bytes;
     if constexpr (CHANNELS_FIRST) {
-      load_input_tile_cf(reinterpret_cast<elem_t*>(dst), src.plane, (int64_t)g.D * g.H * g.W, src.h0, src.w0,
-                         g.in_rows, g.H, g.W);
+      sc::gather_tile_channels_first<C, COLS_ST>(reinterpret_cast<elem_t*>(dst), src.plane, (int64_t)g.D * g.H * g.W,
+                                             src.h0, src.w0, g.in_rows, COLS_ST, FastDivisor{}, g.H, g.W, THREADS);
       sm80::cp_async_commit();  // an empty group: the waits count groups as for cp.async copies
       return;
     }

@@ -1,6 +1,7 @@
 """``smallc_direct``: dense convolution with few input channels (stems: C = 1-8, at most 64
-multiply-adds per output, 196 for float32 at precision "float32"), conv2d and conv3d, NHWC / NDHWC,
-fp16 / bf16 / fp32, on every sm_80+ NVIDIA GPU.
+multiply-adds per output, 196 for float32 at precision "float32"), conv2d and conv3d, fp16 / bf16 /
+fp32, on every sm_80+ NVIDIA GPU. NHWC / NDHWC, and NCHW / NCDHW read and written by the kernel itself
+(its ``_cf`` variants: no operand is moved).
 
 A stem's reduction (C x R x S: 27 for an RGB 3x3) is too short to feed a tensor-core tile, which pads
 it to 32 or 64 and spends its time moving the output. The kernel (kernels_cu/smallc/smallc_fprop.cu)
@@ -55,6 +56,9 @@ class SmallcPlan(DirectPlan):
 
     def __init__(self, kernel, problem, device, cfg: ScConfig, reason: str):
         super().__init__(kernel, problem, device, cfg, sc_variant(problem, cfg), reason)
+        #: NCHW / NCDHW problems: the kernel reads x and w and writes the result (and reads the residual)
+        #: channels-first itself.
+        self.writes_channels_first = self.reads_channels_first = "SC_NCHW" in self.defines
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
@@ -64,7 +68,8 @@ class SmallcPlan(DirectPlan):
                 f"{c.kg} groups of {c.kv} channels x {c.tp * c.tqg} pixel groups of {c.px} along W), input tile "
                 f"{c.in_rows}x{c.in_cols}x{p.channels} with halo in shared memory ({c.smem} bytes with the taps, "
                 f"copies of {c.vin} channels){depth}, grid {c.chunks} chunks x {c.tiles_p}x{c.tiles_q} tiles per "
-                f"plane")
+                f"plane" + (f", x and w read channels-first (the input tile gathered from the channel planes), each "
+                            f"channel's {c.px} pixels stored as one vector" if self.reads_channels_first else ""))
 
     def geometry(self):
         return sc_geometry(self.problem, self.cfg)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from ...launch import dtype_code
-from ...problem import ConvProblem
+from ...problem import LAYOUTS, ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 
 __all__ = ["ScConfig", "sc_config", "sc_variant", "smallc_declined", "few_channels_declined", "max_taps", "SC_SOURCE",
@@ -179,28 +179,35 @@ def min_blocks(dtype: str, px: int) -> int:
 def sc_variant(p: ConvProblem, cfg: ScConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     T, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
+    cf = not LAYOUTS[p.layout][1]  # channels-first operands (the variant reads and writes them so)
     name = (f"smallc_fprop_{DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_k{cfg.kv}_p{cfg.px}"
-            f"_i{cfg.vin}_b{min_blocks(p.dtype, cfg.px)}")
+            f"_i{cfg.vin}_b{min_blocks(p.dtype, cfg.px)}" + ("_cf" if cf else ""))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
                    SC_KV=cfg.kv, SC_PX=cfg.px, SC_VIN=cfg.vin, SC_MAX_THREADS=MAX_THREADS, SC_MIN_BLOCKS=min_blocks(p.dtype, cfg.px),
                    CUCONV_KERNEL_NAME=name)
+    if cf:
+        defines["SC_NCHW"] = 1
     return name, defines
 
 
 def _catalog():
     """Few-channel problems whose variants CI compiles: the networks' stems in every dtype (the 7x7 RGB
     stem in float32), a 4-channel 3x3, a conv3d and a narrow output."""
-    def stem(c, hw, f, s, k, dtype="bfloat16", nd=2, pad=None):
+    def stem(c, hw, f, s, k, dtype="bfloat16", nd=2, pad=None, layout=None):
         return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=k,
                                   filter_spatial=(f,) * nd, stride=s, dilation=1,
                                   padding=f // 2 if pad is None else pad, groups=1, dtype=dtype,
-                                  layout="NHWC" if nd == 2 else "NDHWC")
+                                  layout=layout or ("NHWC" if nd == 2 else "NDHWC"))
     out = {}
     for dtype in ("float16", "bfloat16", "float32"):
         out[f"3x3_s2_rgb_{dtype}"] = stem(3, 64, 3, 2, 32, dtype)
         out[f"4x4_s4_rgb_{dtype}"] = stem(3, 64, 4, 4, 96, dtype, pad=0)
     out["7x7_s2_rgb_float32"] = stem(3, 64, 7, 2, 64, "float32")  # float32 only (MAX_TAPS_F32)
     out.update(c3_3x3_s1=stem(3, 32, 3, 1, 64), c4_3x3=stem(4, 32, 3, 1, 320), c1_conv3d=stem(1, 12, 3, 1, 16, nd=3), narrow_k3=stem(3, 16, 3, 1, 3))
+    # channels-first operands: a VAE's 1x1 post_quant_conv, an RGB stem in float32, a conv3d
+    out.update(c4_1x1_nchw=stem(4, 64, 1, 1, 4, pad=0, layout="NCHW"),
+               rgb_3x3_s2_nchw_float32=stem(3, 64, 3, 2, 32, "float32", layout="NCHW"),
+               c1_conv3d_ncdhw=stem(1, 12, 3, 1, 16, nd=3, layout="NCDHW"))
     return out
 
 
