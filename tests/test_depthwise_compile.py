@@ -1,11 +1,10 @@
-"""Every depthwise variant the networks use compiles for sm_80 and sm_90a without spills (NVRTC, no GPU),
-the channels-first (``_cf``) variants of NCHW / NCDHW problems among them."""
+"""Every depthwise variant the networks use compiles for sm_80 and sm_90a without spills (NVRTC, no GPU)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cuconv.backends.depthwise.variants import CATALOG, DW_SOURCE, channels_first, dw_config, dw_variant
+from cuconv.backends.depthwise.variants import CATALOG, DW_SOURCE, dw_config, dw_variant
 
 from conftest import assert_compiles_without_spills, nvrtc_available
 
@@ -18,5 +17,5 @@ PROBLEMS = CATALOG
 @pytest.mark.parametrize("key", sorted(PROBLEMS))
 def test_compiles_without_spills(key, arch):
     p = PROBLEMS[key]
-    f = assert_compiles_without_spills(DW_SOURCE, arch, *dw_variant(p, dw_config(p), channels_first(p)))
+    f = assert_compiles_without_spills(DW_SOURCE, arch, *dw_variant(p, dw_config(p)))
     assert f.registers <= 255

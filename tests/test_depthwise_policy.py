@@ -219,22 +219,3 @@ def test_direct_plans_pack_their_launch(monkeypatch):
         assert [a.tobytes() for a in args[:5]] == [np.uint64(0).tobytes()] * 5
         assert args[5].tobytes() == plan.geometry().tobytes()
         assert args[6].tobytes() == epilogue_params(p.epilogue).tobytes()
-
-
-def test_channels_first_problems_get_the_channels_first_variant():
-    """NCHW / NCDHW depthwise problems compile the CUDA variant that reads x and writes the result
-    channels-first (the filter is the same memory in both layouts), and the layout's explain line says
-    no operand moves; the channels-last problems keep the plain variant."""
-    import dataclasses
-
-    from cuconv.backends.depthwise.variants import CATALOG
-    from cuconv.layout import describe
-    for key in ("nchw_3x3_s1", "nchw_mult3_dil2", "ncdhw_conv3d"):
-        p = CATALOG[key]
-        plan = DepthwiseKernel().plan(p, H100, Overrides())
-        assert plan.writes_channels_first and plan.reads_channels_first and plan.defines["DW_NCHW"] == 1
-        assert plan.name.endswith("_cf") and "x read channels-first" in plan.describe()
-        line = describe(p, H100, plan)
-        assert "read and written by the kernel itself" in line and "no operand is moved" in line, line
-        last = DepthwiseKernel().plan(dataclasses.replace(p, layout="NDHWC" if p.nd == 3 else "NHWC"), H100, Overrides())
-        assert not (last.writes_channels_first or last.reads_channels_first) and "DW_NCHW" not in last.defines

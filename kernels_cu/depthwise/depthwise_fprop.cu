@@ -29,25 +29,18 @@
 //      with the activation chosen once per item (not per element), VEC-wide stores: consecutive
 //      threads write consecutive channel vectors of one pixel.
 //
-// With DW_NCHW every operand is channels-first: x (N, C, D, H, W), out and the residual (N, K, O, P, Q)
-// (w, (K, 1, T, R, S), is the same memory as channels-last). The slices are gathered from the chunk's
-// channel planes into the same [row][col][c] tile (smallc/cf_tile.cuh: plain loads, so the next
-// slice's copy is complete before this one computes), and the epilogue stores each channel's QT pixels
-// as one vector: the caller moves no operand.
-//
 // Compile-time (host: cuconv.backends.depthwise.variants): dtype, S, SW (stride along W), DW
 // (dilation along W), R, VEC (channels per thread: 4), VIN (channels per input copy), QT, MULT1
 // (multiplier 1: vector reads of the input window), MIN_BLOCKS (the __launch_bounds__ occupancy: 3,
 // or 2 where 80 registers would spill), CB (output channels per chunk) and CIN (the tile's channels
-// per pixel), so that the multiply-adds' shared-memory loads take immediate offsets, and NCHW (the
-// operands' layout). Everything else is run-time (DwGeometry).
+// per pixel), so that the multiply-adds' shared-memory loads take immediate offsets. Everything else
+// is run-time (DwGeometry).
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
 #include "depthwise/vec_io.cuh"
 #include "depthwise/halo_tile.cuh"
 #include "depthwise/direct_epilogue.cuh"
-#include "smallc/cf_tile.cuh"
 
 #ifndef DW_R
 #define DW_R 3
@@ -82,9 +75,6 @@
 #ifndef DW_CIN
 #define DW_CIN DW_CB  // input channels per tile pixel (DW_CB / multiplier)
 #endif
-#ifndef DW_NCHW
-#define DW_NCHW 0
-#endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME depthwise_fprop
 #endif
@@ -96,7 +86,6 @@ constexpr int R = DW_R, S = DW_S, SW = DW_SW, DWL = DW_DW, VEC = DW_VEC, QT = DW
 constexpr int CB = DW_CB, CIN = DW_CIN;  // the chunk's output channels, the tile's channels per pixel
 constexpr int WIN = (QT - 1) * SW + (S - 1) * DWL + 1;  // input columns one thread reads per filter row
 constexpr int MAX_THREADS = 256;                       // CV channel vectors x pixel groups
-constexpr bool CHANNELS_FIRST = DW_NCHW != 0;          // every operand channels-first (NCHW / NCDHW)
 
 // The run-time geometry (cuconv.backends.depthwise.params.dw_geometry builds it; same field order).
 struct DwGeometry {
@@ -233,17 +222,10 @@ __device__ __forceinline__ void load_stage(elem_t* buf, const elem_t* x, const D
   org.rows = g.in_rows;
   org.cols = g.in_cols;
   org.cin = g.cin;
+  const int64_t slice = (int64_t)g.H * g.W * g.C;  // elements of one input depth slice
   const int d = it.o * g.stride_d - g.pad_d + st.t * g.dil_d;
-  if constexpr (CHANNELS_FIRST) {  // channel c_lo's plane of depth d; the planes D * H * W apart
-    const int64_t cstride = (int64_t)g.D * g.H * g.W;
-    org.plane = x + ((int64_t)it.n * g.C + org.c_lo) * cstride + (int64_t)d * g.H * g.W;
-    sc::gather_tile_channels_first<CIN, 0>(buf, org.plane, cstride, org.h0, org.w0, g.in_rows, g.in_cols,
-                                           g.div_cols, g.H, g.W, blockDim.x, g.C - org.c_lo);
-  } else {
-    const int64_t slice = (int64_t)g.H * g.W * g.C;  // elements of one input depth slice
-    org.plane = x + ((int64_t)it.n * g.D + d) * slice;
-    load_input_tile<DW_VIN>(buf, org, g.H, g.W, g.C, g.div_upp, g.div_cols);
-  }
+  org.plane = x + ((int64_t)it.n * g.D + d) * slice;
+  load_input_tile<DW_VIN>(buf, org, g.H, g.W, g.C, g.div_upp, g.div_cols);
 }
 
 }  // namespace dw
@@ -311,24 +293,13 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     const int p = it.p0 + row;
     const int k = it.chunk * CB + cv * VEC;
     if (p >= g.P || k >= g.K) continue;
+    const int64_t row_base = (((int64_t)it.n * g.O + it.o) * g.P + p) * g.Q;
     const int q_first = it.q0 + qg * QT;
-    if constexpr (CHANNELS_FIRST) {
-      const int64_t opq = (int64_t)g.O * g.P * g.Q;
-      const int64_t plane0 = ((int64_t)it.n * g.K + k) * opq + ((int64_t)it.o * g.P + p) * g.Q + q_first;
-      switch (ep.activation) {
-        case ACT_RELU: store_outputs_channels_first<ACT_RELU>(acc, bias, residual, out, g, ep, plane0, opq, q_first, k); break;
-        case ACT_SILU: store_outputs_channels_first<ACT_SILU>(acc, bias, residual, out, g, ep, plane0, opq, q_first, k); break;
-        case ACT_GELU: store_outputs_channels_first<ACT_GELU>(acc, bias, residual, out, g, ep, plane0, opq, q_first, k); break;
-        default: store_outputs_channels_first<ACT_NONE>(acc, bias, residual, out, g, ep, plane0, opq, q_first, k); break;
-      }
-    } else {
-      const int64_t row_base = (((int64_t)it.n * g.O + it.o) * g.P + p) * g.Q;
-      switch (ep.activation) {
-        case ACT_RELU: store_outputs<ACT_RELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
-        case ACT_SILU: store_outputs<ACT_SILU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
-        case ACT_GELU: store_outputs<ACT_GELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
-        default: store_outputs<ACT_NONE>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
-      }
+    switch (ep.activation) {
+      case ACT_RELU: store_outputs<ACT_RELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+      case ACT_SILU: store_outputs<ACT_SILU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+      case ACT_GELU: store_outputs<ACT_GELU>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
+      default: store_outputs<ACT_NONE>(acc, bias, residual, out, g, ep, row_base, q_first, k); break;
     }
   }
 }

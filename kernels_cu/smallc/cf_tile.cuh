@@ -1,7 +1,6 @@
-// cuconv direct kernels (smallc_direct, smallc_mma, depthwise_direct): the input tile of a
-// channels-first x.
+// cuconv few-channel kernels (smallc_direct, smallc_mma): the input tile of a channels-first x.
 //
-// The kernels compute from an input tile in shared memory stored [row][col][c] (all C channels of a
+// Both kernels compute from an input tile in shared memory stored [row][col][c] (all C channels of a
 // pixel together), as their channels-last loader (depthwise/halo_tile.cuh) copies it. On NCHW / NCDHW
 // arrays the same tile is gathered from C channel planes instead: element (row, col, c) comes from
 // plane c at input pixel (h0 + row, w0 + col), zero outside the image (padding). Consecutive threads
@@ -19,6 +18,9 @@ namespace sc {
 
 constexpr int CF_TILE_BATCH = 8;
 
+// The tile of `rows` x `cols` pixels x C channels whose top-left input pixel is (h0, w0) (negative in
+// the padding) of the planes starting at `plane` (channel c at plane + c * cstride, each H x W).
+// COLS > 0: the column count is that constant; COLS == 0: `cols`, divided by `div_cols`.
 // One element's bits through the read-only path (zero, and no load, when `valid` is false), and its
 // store into shared memory at a 32-bit address. The loads are not volatile: a thread's batch of them
 // is issued before the first store.
@@ -40,14 +42,12 @@ __device__ __forceinline__ void store_bits(uint32_t dst, uint32_t v) {
 }
 
 // The tile of `rows` x `cols` pixels x C channels whose top-left input pixel is (h0, w0) (negative in
-// the padding) of the planes starting at `plane` (channel c at plane + c * cstride, each H x W); the
-// channels from `channels` on (past the input's last plane) are zero. COLS > 0: the column count is
-// that constant; COLS == 0: `cols`, divided by `div_cols`.
+// the padding) of the planes starting at `plane` (channel c at plane + c * cstride, each H x W).
+// COLS > 0: the column count is that constant; COLS == 0: `cols`, divided by `div_cols`.
 template <int C, int COLS>
 __device__ __forceinline__ void gather_tile_channels_first(elem_t* tile, const elem_t* __restrict__ plane,
                                                            int64_t cstride, int h0, int w0, int rows, int cols,
-                                                           FastDivisor div_cols, int H, int W, int nthreads,
-                                                           int channels = C) {
+                                                           FastDivisor div_cols, int H, int W, int nthreads) {
   typedef typename dw::Word<sizeof(elem_t)>::type bits_t;  // moved as raw bits: zero is all-zero bits
   const bits_t* src = reinterpret_cast<const bits_t*>(plane);
   const uint32_t base = smem_u32(tile);
@@ -64,7 +64,7 @@ __device__ __forceinline__ void gather_tile_channels_first(elem_t* tile, const e
       const int col = u - rc * cols;
       const int c = rc % C, row = rc / C;
       const int h = h0 + row, w = w0 + col;
-      const bool valid = u < units && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W && c < channels;
+      const bool valid = u < units && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
       v[j] = load_bits_zfill(src + (valid ? c * cstride + (int64_t)h * W + w : 0), valid);
       at[j] = base + (uint32_t)(((row * cols + col) * C + c) * (int)sizeof(elem_t));
     }

@@ -24,7 +24,7 @@ from ...launch import PackedLaunch, epilogue_params, resident_blocks
 from ...plan import FLOAT32_FFMA, SIXTEEN_BIT, Declined, Kernel, Plan, tf32_note
 from ...registry import register
 from .params import dw_geometry
-from .variants import (DW_SOURCE, DwConfig, channels_first, depthwise_declined, dw_config, dw_variant, plane_offsets_declined,
+from .variants import (DW_SOURCE, DwConfig, depthwise_declined, dw_config, dw_variant, plane_offsets_declined,
                        problem_axes)
 
 __all__ = ["DepthwiseKernel", "DepthwisePlan", "DirectKernel", "DirectPlan", "aligned_operands"]
@@ -141,10 +141,7 @@ class DepthwisePlan(DirectPlan):
     source = DW_SOURCE
 
     def __init__(self, kernel, problem, device, cfg: DwConfig, reason: str):
-        super().__init__(kernel, problem, device, cfg, dw_variant(problem, cfg, channels_first(problem)), reason)
-        #: NCHW / NCDHW problems: the kernel reads x and writes the result (and reads the residual)
-        #: channels-first itself (w, (K, 1, *filter), is the same memory in either layout).
-        self.writes_channels_first = self.reads_channels_first = "DW_NCHW" in self.defines
+        super().__init__(kernel, problem, device, cfg, dw_variant(problem, cfg), reason)
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
@@ -154,9 +151,7 @@ class DepthwisePlan(DirectPlan):
                 f"{c.cv} vectors of {c.vec} channels x {c.tp * c.tqg} pixel groups of {c.qt} along W), input tile "
                 f"{c.in_rows}x{c.in_cols}x{c.cin} with halo in shared memory, two buffers ({c.smem} bytes with the taps, "
                 f"copies of {c.vin} channels){depth}, {c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} "
-                f"per plane) over a persistent grid of at most as many CTAs as the GPU holds at once"
-                + (f", x read channels-first (each slice gathered from the chunk's channel planes), each channel's "
-                   f"{c.qt} pixels stored as one vector" if self.reads_channels_first else ""))
+                f"per plane) over a persistent grid of at most as many CTAs as the GPU holds at once")
 
     def geometry(self):
         return dw_geometry(self.problem, self.cfg)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from ...launch import dtype_code
-from ...problem import LAYOUTS, ConvProblem
+from ...problem import ConvProblem
 
-__all__ = ["DwConfig", "dw_config", "dw_variant", "channels_first", "depthwise_declined", "index_range_declined",
+__all__ = ["DwConfig", "dw_config", "dw_variant", "depthwise_declined", "index_range_declined",
            "plane_offsets_declined", "pow2_divisor", "DW_SOURCE", "SMEM_LIMIT", "MAX_THREADS",
            "problem_axes"]
 
@@ -225,49 +225,36 @@ def min_blocks(dtype: str, qt: int) -> int:
     return 3 if dtype != "float32" and qt < 8 else 2
 
 
-def dw_variant(p: ConvProblem, cfg: DwConfig, channels_first: bool = False):
-    """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``; ``channels_first``:
-    the CUDA kernel's variant that reads and writes ``p``'s NCHW / NCDHW operands itself."""
+def dw_variant(p: ConvProblem, cfg: DwConfig):
+    """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     T, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
     mult1 = int(cfg.mult == 1)
     blocks = min_blocks(p.dtype, cfg.qt)
     name = (f"depthwise_fprop_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_sw{sw}dw{dw}_v{cfg.vec}i{cfg.vin}_q{cfg.qt}_b{blocks}"
-            f"_c{cfg.cb}" + ("" if mult1 else f"_m{cfg.mult}") + ("_cf" if channels_first else ""))
+            f"_c{cfg.cb}" + ("" if mult1 else f"_m{cfg.mult}"))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DW_R=R, DW_S=S, DW_SW=sw, DW_DW=dw, DW_VEC=cfg.vec,
                    DW_VIN=cfg.vin, DW_QT=cfg.qt, DW_MULT1=mult1, DW_MIN_BLOCKS=blocks, DW_CB=cfg.cb, DW_CIN=cfg.cin,
                    CUCONV_KERNEL_NAME=name)
-    if channels_first:
-        defines["DW_NCHW"] = 1
     return name, defines
 
 
 def _catalog():
     """Depthwise problems whose variants CI compiles: the networks' filters and strides in every dtype,
     a channel multiplier, an odd C and a conv3d."""
-    def dw(c, hw, f, s=1, dtype="bfloat16", mult=1, dil=1, nd=2, cf=False):
-        layout = ("NCHW" if nd == 2 else "NCDHW") if cf else ("NHWC" if nd == 2 else "NDHWC")
+    def dw(c, hw, f, s=1, dtype="bfloat16", mult=1, dil=1, nd=2):
         return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=mult * c,
                                   filter_spatial=(f,) * nd, stride=s, dilation=dil, padding=dil * (f // 2), groups=c,
-                                  dtype=dtype, layout=layout)
+                                  dtype=dtype, layout="NHWC" if nd == 2 else "NDHWC")
     out = {}
     for dtype in ("float16", "bfloat16", "float32"):
         for f, s in ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1)):
             out[f"{f}x{f}_s{s}_{dtype}"] = dw(144, 28, f, s, dtype)
     out.update(odd_c=dw(7, 11, 3), mult3_dil2=dw(16, 12, 3, mult=3, dil=2), conv3d=dw(64, 8, 3, nd=3))
-    # channels-first operands (the CUDA kernel's _cf variants)
-    out.update(nchw_3x3_s1=dw(144, 28, 3, 1, cf=True), nchw_7x7_s1_float16=dw(144, 28, 7, 1, "float16", cf=True),
-               nchw_5x5_s2_float32=dw(144, 28, 5, 2, "float32", cf=True),
-               nchw_mult3_dil2=dw(16, 12, 3, mult=3, dil=2, cf=True), ncdhw_conv3d=dw(64, 8, 3, nd=3, cf=True))
     return out
-
-
-def channels_first(p: ConvProblem) -> bool:
-    """Whether ``p``'s operands are channels-first (NCHW / NCDHW)."""
-    return not LAYOUTS[p.layout][1]
 
 
 #: Named depthwise problems covering the compiled variants (tests/test_depthwise_compile.py).
 CATALOG = _catalog()
 #: Every (source, defines, arch) of :data:`CATALOG`, for the CPU compile test (tests/test_compile.py).
-COMPILE_VARIANTS = [(DW_SOURCE, dw_variant(p, dw_config(p), channels_first(p))[1], arch) for p in CATALOG.values()
+COMPILE_VARIANTS = [(DW_SOURCE, dw_variant(p, dw_config(p))[1], arch) for p in CATALOG.values()
                     for arch in ("sm_80", "sm_90a")]
