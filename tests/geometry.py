@@ -340,9 +340,9 @@ def depthwise_cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layou
                 seed=draw(st.integers(0, 2**31 - 1)))
 
 
-def check_depthwise_layer(cp, kernel: str, c, hw, filt, stride, mult, dtype):
-    """A depthwise network layer (N = 4, padding filt // 2, bias, gelu) chosen automatically for
-    ``kernel`` and checked against the reference."""
+def check_depthwise_layer(cp, kernel: str, c, hw, filt, stride, mult, dtype, layout="NHWC"):
+    """A depthwise network layer (N = 4, padding filt // 2, bias, gelu) on ``layout`` arrays, chosen
+    automatically for ``kernel`` and checked against the reference."""
     import numpy as np
 
     import cuconv
@@ -353,6 +353,9 @@ def check_depthwise_layer(cp, kernel: str, c, hw, filt, stride, mult, dtype):
     b = random_array(rng, (mult * c,), dtype)
     kw = dict(stride=stride, padding=filt // 2, groups=c, activation="gelu")
     ref = cuconv.reference.conv2d(x, w, b, **kw)
+    if layout == "NCHW":  # the same convolution on channels-first arrays
+        x, w, ref = (np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (x, w, ref))
+        kw["layout"] = "NCHW"
     e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
     assert e.kernel == kernel, str(e)
     assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw), ref, dtype)

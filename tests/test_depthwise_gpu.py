@@ -44,8 +44,9 @@ def test_drawn(cp, setting):
     (240, 28, 5, 2, 1), (32, 112, 3, 1, 2), (100, 23, 5, 1, 1),
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
-def test_network_layers(cp, c, hw, filt, stride, mult, dtype):
-    check_depthwise_layer(cp, KERNEL, c, hw, filt, stride, mult, dtype)
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_network_layers(cp, c, hw, filt, stride, mult, dtype, layout):
+    check_depthwise_layer(cp, KERNEL, c, hw, filt, stride, mult, dtype, layout)
 
 
 def test_misaligned_views(cp):
