@@ -44,8 +44,8 @@
 //      vectors, consecutive lanes along a pixel's channels, then along the tile row. With MM_NCHW every
 //      operand is channels-first: the input tile is gathered from C channel planes (cf_tile.cuh)
 //      into the same [row][col][c] order, the filter read from (K, C, T, R, S), and the output (and the
-//      residual) written with consecutive lanes along a channel's pixels, 16-bit stores: the layout's
-//      caller moves nothing.
+//      residual) written with consecutive lanes along a channel's pixels, a pair of pixels per 32-bit
+//      store: the layout's caller moves nothing.
 //
 // Compile-time (host: cuconv.backends.smallc.mma_variants): dtype, C, R, S, SW (stride along W), DW
 // (dilation along W), TP, TQ, BN, EV, VIN (channels per input copy) and NCHW (the operands' layout).
@@ -106,6 +106,8 @@ namespace scm {
 using dw::load_input_tile;
 using dw::store_outputs;
 using dw::TileOrigin;
+using dw::load_vec;
+using dw::store_vec;
 
 constexpr int C = SC_C, R = SC_R, S = SC_S, SW = SC_SW, DWL = SC_DW;
 constexpr int TP = MM_TP, TQ = MM_TQ, BM = TP * TQ, BN = MM_BN, EV = MM_EV;
@@ -239,20 +241,41 @@ __device__ __forceinline__ void store_tile(const float (&acc)[2][NFRAG][4], floa
     }
     __syncwarp();
     if constexpr (CHANNELS_FIRST) {
-      // Channels-first: lanes 0-15 take 16 consecutive pixels of one channel, lanes 16-31 of the next
-      // (a 16-pixel half of a warp's pixels is one tile row piece when TQ >= 16: 32 contiguous bytes
-      // per channel plane), one 16-bit value each.
+      // Channels-first: lanes 0-7 take the 8 pixel pairs of the half's 16 pixels in one channel, lanes
+      // 8-15, 16-23 and 24-31 those of the next three channels; a pair is one 32-bit store where both
+      // pixels are in the row and the addresses are 4-byte aligned (two 16-bit stores otherwise). TQ
+      // is even, so a pair never straddles two tile rows.
+      static_assert(TQ % 2 == 0, "pixel pairs lie in one tile row");
       const int64_t plane = (int64_t)g.O * g.P * g.Q;
 #pragma unroll 4
-      for (int idx = lane; idx < 16 * BN; idx += 32) {
-        const int px = idx & 15, kk = idx >> 4;
+      for (int idx = lane; idx < 8 * BN; idx += 32) {
+        const int px = (idx & 7) * 2, kk = idx >> 3;
         const int m = warp * 32 + f * 16 + px;
         const int p = p0 + m / TQ, q = q0 + m % TQ, k = k0 + kk;
         if (p >= g.P || q >= g.Q || k >= g.K) continue;
         const int64_t off = ((int64_t)n * g.K + k) * plane + ((int64_t)o * g.P + p) * g.Q + q;
-        float y = fmaf(ep.alpha, st[px * SLD + kk], ep.has_bias ? to_float(bias[k]) : 0.f);
-        if (ep.has_residual) y = fmaf(ep.beta, to_float(residual[off]), y);
-        out[off] = from_float<elem_t>(activate(y, ACT));
+        const float b = ep.has_bias ? to_float(bias[k]) : 0.f;
+        float y[2] = {fmaf(ep.alpha, st[px * SLD + kk], b), fmaf(ep.alpha, st[(px + 1) * SLD + kk], b)};
+        const bool two = q + 1 < g.Q;
+        if (two && reinterpret_cast<unsigned long long>(out + off) % 4 == 0 &&
+            (!ep.has_residual || reinterpret_cast<unsigned long long>(residual + off) % 4 == 0)) {
+          if (ep.has_residual) {
+            float r[2];
+            load_vec<elem_t, 2>(residual + off, r);
+            y[0] = fmaf(ep.beta, r[0], y[0]);
+            y[1] = fmaf(ep.beta, r[1], y[1]);
+          }
+          y[0] = activate(y[0], ACT);
+          y[1] = activate(y[1], ACT);
+          store_vec<elem_t, 2>(out + off, y);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (e == 1 && !two) break;
+            if (ep.has_residual) y[e] = fmaf(ep.beta, to_float(residual[off + e]), y[e]);
+            out[off + e] = from_float<elem_t>(activate(y[e], ACT));
+          }
+        }
       }
       continue;
     }

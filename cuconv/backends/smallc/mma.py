@@ -93,7 +93,7 @@ class SmallcMmaPlan(DirectPlan):
                 f"the filter, copies of {c.vin} channels){depth}, {c.tiles(p)} tiles ({c.chunks} chunks x "
                 f"{c.tiles_p}x{c.tiles_q} per plane) over a persistent grid"
                 + (", x and w read channels-first (the input tile gathered from the channel planes), epilogue "
-                   "stores channels-first (16-bit stores along each channel plane)" if self.reads_channels_first else ""))
+                   "stores channels-first (a pair of pixels per 32-bit store along each channel plane)" if self.reads_channels_first else ""))
 
     def geometry(self):
         return mma_geometry(self.problem, self.cfg)
