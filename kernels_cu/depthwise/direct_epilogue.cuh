@@ -30,6 +30,17 @@ __device__ __forceinline__ void load_weights(const float* p, float (&f)[V]) {
   }
 }
 
+// Channels k .. k + V - 1 of the bias (zeros without one).
+template <int V>
+__device__ __forceinline__ void load_bias(const elem_t* bias, int k, const EpilogueParams& ep, float (&bv)[V]) {
+  if (ep.has_bias) {
+    load_vec<elem_t, V>(bias + k, bv);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) bv[v] = 0.f;
+  }
+}
+
 // The epilogue of a thread's outputs: pixels q_first .. q_first + NPX - 1 (those below g.Q) of the
 // output row starting at pixel row_base, channels k .. k + V - 1 of g.K per pixel (Geometry: the
 // kernel's geometry struct).
@@ -38,12 +49,7 @@ __device__ __forceinline__ void store_outputs(const float (&acc)[NPX][V], const 
                                               elem_t* out, const Geometry& g, const EpilogueParams& ep,
                                               int64_t row_base, int q_first, int k) {
   float bv[V];
-  if (ep.has_bias) {
-    load_vec<elem_t, V>(bias + k, bv);
-  } else {
-#pragma unroll
-    for (int v = 0; v < V; ++v) bv[v] = 0.f;
-  }
+  load_bias(bias, k, ep, bv);
 #pragma unroll
   for (int q = 0; q < NPX; ++q) {
     if (q_first + q >= g.Q) break;
@@ -77,12 +83,7 @@ __device__ __forceinline__ void store_outputs_channels_first(const float (&acc)[
   constexpr int ALIGN = NPX * (int)sizeof(elem_t) < 16 ? NPX * (int)sizeof(elem_t) : 16;
   const int npx = g.Q - q_first < NPX ? g.Q - q_first : NPX;
   float bv[V];
-  if (ep.has_bias) {
-    load_vec<elem_t, V>(bias + k, bv);
-  } else {
-#pragma unroll
-    for (int v = 0; v < V; ++v) bv[v] = 0.f;
-  }
+  load_bias(bias, k, ep, bv);
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     const int64_t off = plane0 + v * opq;

@@ -11,6 +11,7 @@
 #include "common/types.cuh"
 #include "common/fast_div.cuh"
 #include "common/smem.cuh"
+#include "sm80/ptx_sm80.cuh"
 #include "depthwise/vec_io.cuh"
 
 namespace cuconv {
@@ -18,25 +19,19 @@ namespace sc {
 
 constexpr int CF_TILE_BATCH = 8;
 
-// The tile of `rows` x `cols` pixels x C channels whose top-left input pixel is (h0, w0) (negative in
-// the padding) of the planes starting at `plane` (channel c at plane + c * cstride, each H x W).
-// COLS > 0: the column count is that constant; COLS == 0: `cols`, divided by `div_cols`.
 // One element's bits through the read-only path (zero, and no load, when `valid` is false), and its
-// store into shared memory at a 32-bit address. The loads are not volatile: a thread's batch of them
-// is issued before the first store.
+// store into shared memory at a 32-bit address: 16-bit elements by sm80/ptx_sm80.cuh's helpers, 32-bit
+// ones by their word-sized counterparts. The loads are not volatile: a thread's batch of them is
+// issued before the first store.
 __device__ __forceinline__ uint16_t load_bits_zfill(const uint16_t* src, bool valid) {
-  uint16_t v = 0;
-  if (valid) asm("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(src));
-  return v;
+  return sm80::load_u16_zfill(src, valid);
 }
 __device__ __forceinline__ uint32_t load_bits_zfill(const uint32_t* src, bool valid) {
   uint32_t v = 0;
   if (valid) asm("ld.global.nc.u32 %0, [%1];\n" : "=r"(v) : "l"(src));
   return v;
 }
-__device__ __forceinline__ void store_bits(uint32_t dst, uint16_t v) {
-  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst), "h"(v));
-}
+__device__ __forceinline__ void store_bits(uint32_t dst, uint16_t v) { sm80::store_u16(dst, v); }
 __device__ __forceinline__ void store_bits(uint32_t dst, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v));
 }
