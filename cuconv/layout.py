@@ -310,9 +310,8 @@ def operands_mover(x, w, xp):
 def kept_channels_first(x, w, xp):
     """``x`` and ``w`` of a channels-first call whose kernel reads that layout itself
     (:attr:`cuconv.plan.Plan.reads_channels_first`): C-contiguous, themselves when they already are
-    (a view, a channel slice say, is copied)."""
-    return (x if x.flags.c_contiguous else xp.ascontiguousarray(x),
-            w if w.flags.c_contiguous else xp.ascontiguousarray(w))
+    (a view, a channel slice say, is copied): :func:`to_channels_last` of operands in their own layout."""
+    return to_channels_last(x, False, xp), to_channels_last(w, False, xp)
 
 
 def operands_for(plan, x, w, xp):
