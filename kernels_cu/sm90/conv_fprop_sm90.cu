@@ -53,9 +53,14 @@
 // shifted row starts, while the filter boxes stream through the B ring (full/empty above; the
 // window ring has its own a_full/a_empty). Nine times less activation traffic for 3x3 filters.
 //
+// Channels-first x (SM90_A_CF = 1, with SM90_HALO and SM90_NCHW_OUT: NCHW / NCDHW operands read and written as
+// they are): the halo windows are boxes of the tensor viewed as (W, C, H, D, N), 64 channel rows of 64 pixels
+// per input row, read by wgmma MN-major (imm-trans-a); one window per (depth tap, channel block, filter column),
+// read by the R taps of its column (halo_loader.cuh). Only the filter moves to channels-last before the call.
+//
 // Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, 192 or 256: two,
 // three or four consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
-// (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_PHASE_OUT (0/1: the output
+// (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_A_CF (0/1: channels-first x, above), SM90_PHASE_OUT (0/1: the output
 // columns are the stacked phases of an input gradient, stored into place; epilogue.cuh,
 // consumer_epilogue_phases), SM90_B_MN (0/1: the filter read MN-major, straight from a weight whose
 // output channels are contiguous: an input gradient's forward weight, per tap and phase from a table of
@@ -108,6 +113,9 @@
 #ifndef SM90_NCHW_OUT
 #define SM90_NCHW_OUT 0
 #endif
+#ifndef SM90_A_CF
+#define SM90_A_CF 0
+#endif
 #ifndef SM90_OUT_F32
 #define SM90_OUT_F32 0
 #endif
@@ -159,6 +167,7 @@ constexpr int PROMOTE = OUT_F32 ? SM90_PROMOTE_SLOTS : 0;
 constexpr int C_STAGES = SM90_C_STAGES;
 constexpr int CLUSTER = SM90_CLUSTER;  // CTAs per cluster sharing (multicasting) the filter tile
 constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead of im2col boxes
+constexpr bool A_CF = SM90_A_CF != 0;   // halo windows of channels-first x (64-pixel channel rows, MN-major)
 // Halo windows: at most (S-1) dil_w = 2 extra columns and (R-1) dil_h = 2 extra rows (3x3 and
 // smaller filters at dilation 1; the host checks), so a window slot holds (64 + 2) x (BM/64 + 2)
 // pixel rows of 128 bytes, not rounded up to the 1024-byte swizzle atom: the window ring comes last
@@ -175,7 +184,9 @@ constexpr int A_STAGES = HALO ? SM90_HALO_A_STAGES : STAGES;  // the window ring
 // 227 KiB limit. With no static shared memory the dynamic area starts 1024-aligned on sm_90 (CUTLASS's
 // sm90 kernels rely on it too), so a variant that fills the limit needs none; the kernel checks
 // that the aligned layout fits what it was given and traps otherwise (see the kernel's prologue).
-constexpr int A_STAGE_BYTES = HALO ? HALO_COLS_MAX * HALO_ROWS_MAX * 128 : BM * BK * 2;
+// A channels-first window holds HALO_ROWS_MAX input rows of 64 channel rows of 128 bytes: every slot starts
+// on an atom boundary.
+constexpr int A_STAGE_BYTES = A_CF ? 64 * HALO_ROWS_MAX * 128 : HALO ? HALO_COLS_MAX * HALO_ROWS_MAX * 128 : BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int C_CHUNK_BYTES = BM * SM90_C_CHUNK * 2;
 constexpr int C_RING_BYTES = HAS_RESIDUAL ? C_STAGES * C_CHUNK_BYTES : 0;
@@ -211,6 +222,9 @@ static_assert(!(OUT_F32 && HAS_RESIDUAL), "a float32 residual is read by the con
 static_assert(!(OUT_F32 && NCHW_OUT), "float32 output is channels-last");
 static_assert(!SM90_B_MN || (CLUSTER == 1 && BN % 64 == 0 && !HAS_RESIDUAL && !NCHW_OUT && !OUT_F32),
               "an MN-major filter (SM90_B_MN): single CTAs, tiles of whole 64-column blocks, 16-bit output");
+static_assert(!A_CF || (HALO && NCHW_OUT && CLUSTER == 1 && !HAS_RESIDUAL && !SM90_B_MN && !PHASE_OUT && !OUT_F32),
+              "channels-first x (SM90_A_CF): halo windows of single CTAs, the channels-first 16-bit epilogue");
+static_assert(!A_CF || A_STAGE_BYTES % 1024 == 0, "channels-first windows start on 128B-swizzle atoms");
 static_assert(!(PHASE_OUT && (HAS_RESIDUAL || NCHW_OUT || OUT_F32)),
               "the phase-scattering epilogue stores 16-bit channels-last values and reads no residual");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
@@ -311,6 +325,10 @@ struct Sm90ConvParams {
 #define CUCONV_SM90_SUFFIX _halo_ph
 #elif SM90_PHASE_OUT
 #define CUCONV_SM90_SUFFIX _ph
+#elif SM90_HALO && SM90_PINGPONG && SM90_A_CF
+#define CUCONV_SM90_SUFFIX _halo_pp_cf
+#elif SM90_HALO && SM90_A_CF
+#define CUCONV_SM90_SUFFIX _halo_cf
 #elif SM90_HALO && SM90_PINGPONG && SM90_NCHW_OUT
 #define CUCONV_SM90_SUFFIX _halo_pp_nchw
 #elif SM90_HALO && SM90_PINGPONG
@@ -541,7 +559,7 @@ __device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const
   // The warpgroup's index broadcast from lane 0: ptxas then knows it is warp-uniform, so the
   // branches on it below are not divergent paths ahead of wgmmas (it would serialise them: C7519).
   const int turn = __shfl_sync(0xffffffffu, consumer, 0);
-  const int a_slots = g.T * g.c_blocks;  // window slots of one tile (k_iters filter slots)
+  const int a_slots = g.T * g.c_blocks * (cfg::A_CF ? g.S : 1);  // window slots of one tile (k_iters filter slots)
   const int row_in_group = 16 * warp_in_group + lane / 4;
   uint32_t turn_phase = 0;
   int i = 0;
@@ -653,7 +671,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
       if (lane == 0) {
         if constexpr (cfg::HALO) {
           sm90::halo_load_warp<cfg::BM / 64, cfg::BN, cfg::BK, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
-                               cfg::B_STAGE_BYTES, cfg::HAS_RESIDUAL, cfg::CLUSTER, SM90_B_MN != 0>(
+                               cfg::B_STAGE_BYTES, cfg::HAS_RESIDUAL, cfg::CLUSTER, SM90_B_MN != 0, cfg::A_CF>(
               tmap_x, tmap_w, tmap_c, g, sched, a_base, b_base, a_full_bar, a_empty_bar, full_bar, empty_bar,
               load_order_bar);
         } else {

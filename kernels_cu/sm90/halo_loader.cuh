@@ -22,6 +22,19 @@
 // instead of nine 256-row boxes (295 KB). The walk (ft, cb, r, s) differs from the im2col
 // loader's (ft, r, s, cb): only the order of the fp32 sum changes.
 //
+// Channels-first x (A_CF, NCHW / NCDHW read as they are): the tensor map views x as (W, C, H, D, N), so a
+// box of 64 columns x 64 channels x (BM/64 + (R-1) dil_h) rows lands as, per input row, 64 channel rows of
+// 64 pixels (128 bytes, 128B-swizzled): per output row the MN-major A block of wgmma (8192 bytes,
+// sm90/mn_major_tile.cuh). A row of such a window cannot start one pixel further on (2 bytes), so the
+// window is per (ft, cb, filter column s), taken at column x0 - pad_w + s dil_w, and read by the R taps of
+// that column at row starts 8192 dil_h bytes apart:
+//
+//   A slot: window row i, channel k, pixel j at byte (i * 64 + k) * 128 + swizzled 2 j
+//   tap (r, s), consumer warpgroup g: its A block starts at (g + r dil_h) * 8192 in the window of column s
+//
+// Each input is read S times per (ft, cb) instead of once (im2col boxes: R x S times); the filter walk
+// (ft, cb, s, r) differs from the channels-last windows' (ft, cb, r, s) in the order of the fp32 sum only.
+//
 // Barriers: a_full[i] / a_empty[i] for the window ring (1 + tx; 4 arrivals per consumer
 // warpgroup), full[s] / empty[s] for the filter ring (1 + tx; 4 arrivals per consumer warpgroup of
 // every CTA of the cluster). The load-order barrier (residual prefetch) is signalled after the
@@ -39,7 +52,7 @@ namespace cuconv {
 namespace sm90 {
 
 template <int ROWS, int BN, int BK, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES,
-          bool HAS_RESIDUAL, int CLUSTER, bool B_MN, typename Params, typename Scheduler>
+          bool HAS_RESIDUAL, int CLUSTER, bool B_MN, bool A_CF, typename Params, typename Scheduler>
 __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, const TmaDescriptor& tmap_w,
                                                const TmaDescriptor& tmap_zero, const Params& g, const Scheduler& sched, uint32_t a_base,
                                                uint32_t b_base, uint32_t a_full_bar, uint32_t a_empty_bar,
@@ -47,7 +60,8 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
   RingState<A_STAGES> aring;
   RingState<STAGES> bring;
   int before_order = HAS_RESIDUAL ? STAGES : 0;  // filter boxes still to issue before load_order
-  const int taps2 = g.R * g.S;
+  const int win_s = A_CF ? g.S : 1;         // windows per (ft, cb): one per filter column (A_CF)
+  const int taps2 = g.R * (A_CF ? 1 : g.S);  // filter taps per window
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
     const HaloTile ht = halo_tile<ROWS>(sched.m_tile(t), g);
     const int n0 = sched.n_tile(t) * BN;
@@ -61,28 +75,39 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
     for (int ft = 0; ft < g.T; ++ft) {
 #pragma unroll 1
       for (int cb = 0; cb < g.c_blocks; ++cb) {
-        const uint32_t a_full = a_full_bar + 8 * aring.stage;
-        mbar_wait(a_empty_bar + 8 * aring.stage, aring.phase ^ 1u);
-        mbar_arrive_expect_tx(a_full, g.halo_tx);
-        tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK, w0, h0,
-                         d_base + ft * g.dil_d, ht.n_img);
-        aring.advance();
 #pragma unroll 1
-        for (int tap2 = 0; tap2 < taps2; ++tap2) {
-          const uint32_t full = full_bar + 8 * bring.stage;
-          // MN-major: the taps change every slot here; read before the wait, which hides the read
-          if constexpr (B_MN) mn_filter_taps<BN / 64>(b_tap, b_col, b_row, g.b_taps, ft * taps2 + tap2);
-          mbar_wait(empty_bar + 8 * bring.stage, bring.phase ^ 1u);
-          mbar_arrive_expect_tx(full, B_STAGE_BYTES);
-          if constexpr (B_MN) {
-            mn_filter_boxes<BN / 64, BK>(b_base + bring.stage * B_STAGE_BYTES, tmap_w, tmap_zero, full, b_col, b_tap,
-                                         cb * BK);
+        for (int ws = 0; ws < win_s; ++ws) {
+          const uint32_t a_full = a_full_bar + 8 * aring.stage;
+          mbar_wait(a_empty_bar + 8 * aring.stage, aring.phase ^ 1u);
+          mbar_arrive_expect_tx(a_full, g.halo_tx);
+          const int cx = c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK;  // x's channel block
+          if constexpr (A_CF) {
+            tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, w0 + ws * g.dil_w, cx, h0,
+                             d_base + ft * g.dil_d, ht.n_img);
           } else {
-            tma_load_filter_box<CLUSTER, BN, BK>(b_base + bring.stage * B_STAGE_BYTES, tmap_w, full, cb * BK,
-                                                 ft * taps2 + tap2, n0, sched.rank);
+            tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, cx, w0, h0, d_base + ft * g.dil_d,
+                             ht.n_img);
           }
-          bring.advance();
-          if (before_order > 0 && --before_order == 0) mbar_arrive(load_order_bar);
+          aring.advance();
+#pragma unroll 1
+          for (int tap2 = 0; tap2 < taps2; ++tap2) {
+            const uint32_t full = full_bar + 8 * bring.stage;
+            // the filter's tap: (ft, r, s) with r = tap2 and s = ws (A_CF), or (r, s) = tap2 in the window
+            const int tap = A_CF ? (ft * g.R + tap2) * g.S + ws : ft * taps2 + tap2;
+            // MN-major: the taps change every slot here; read before the wait, which hides the read
+            if constexpr (B_MN) mn_filter_taps<BN / 64>(b_tap, b_col, b_row, g.b_taps, tap);
+            mbar_wait(empty_bar + 8 * bring.stage, bring.phase ^ 1u);
+            mbar_arrive_expect_tx(full, B_STAGE_BYTES);
+            if constexpr (B_MN) {
+              mn_filter_boxes<BN / 64, BK>(b_base + bring.stage * B_STAGE_BYTES, tmap_w, tmap_zero, full, b_col, b_tap,
+                                           cb * BK);
+            } else {
+              tma_load_filter_box<CLUSTER, BN, BK>(b_base + bring.stage * B_STAGE_BYTES, tmap_w, full, cb * BK, tap, n0,
+                                                   sched.rank);
+            }
+            bring.advance();
+            if (before_order > 0 && --before_order == 0) mbar_arrive(load_order_bar);
+          }
         }
       }
     }

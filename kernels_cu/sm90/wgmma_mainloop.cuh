@@ -41,10 +41,21 @@
 #ifndef SM90_B_MN
 #define SM90_B_MN 0
 #endif
+// SM90_A_CF = 1: the A slots hold channels-first windows of x (sm90/halo_loader.cuh): per output row 64
+// channel rows of 64 pixels, wgmma's MN-major layout (sm90/mn_major_tile.cuh): imm-trans-a = 1, and a k16
+// step advances A by 16 channel rows (2048 bytes) instead of 32 bytes.
+#ifndef SM90_A_CF
+#define SM90_A_CF 0
+#endif
+#if SM90_A_CF && (SM90_B_MN || SM90_TF32 || SM90_XSPLIT)
+#error "SM90_A_CF: 16-bit operands, the filter K-major"
+#endif
 #ifndef CUCONV_WGMMA_K
 #define CUCONV_WGMMA_K "k16"
 #if SM90_B_MN
 #define CUCONV_WGMMA_IMM "p, 1, 1, 0, 1"
+#elif SM90_A_CF
+#define CUCONV_WGMMA_IMM "p, 1, 1, 1, 0"
 #else
 #define CUCONV_WGMMA_IMM "p, 1, 1, 0, 0"
 #endif
@@ -77,6 +88,17 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_byte_addr) {
   desc |= (uint64_t)(1024 >> 4) << 32;                    // stride byte offset: 1024 B
   desc |= (uint64_t)1 << 62;                              // layout: 128-byte swizzle
   return desc;
+}
+
+// The descriptor of an A block (64 rows: K-major pixel rows of 128 bytes, or with SM90_A_CF 64 channel rows of
+// 64 pixels, MN-major) and its advance per k16 step in the descriptors' 16-byte units.
+constexpr int A_K16_STEP = SM90_A_CF ? 2048 / 16 : 2;
+__device__ __forceinline__ uint64_t a_block_desc(uint32_t smem_byte_addr) {
+#if SM90_A_CF
+  return smem_desc_mn_sw128(smem_byte_addr, 64 * 128);
+#else
+  return smem_desc_sw128(smem_byte_addr);
+#endif
 }
 
 // The descriptor of a B slot (BN x 64 K-major, or with SM90_B_MN 64-row blocks of 64 columns) and its
@@ -204,7 +226,7 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a
 }
 
 // The wgmmas of one ring slot: STEPS k16 steps (+32 bytes, +2 in the descriptors' 16-byte units,
-// per step) for each of MB 64-row blocks (A descriptors da[b]) against one B box (desc_b); per step
+// per step; A_K16_STEP) for each of MB 64-row blocks (A descriptors da[b]) against one B box (desc_b); per step
 // the MB wgmmas go out back to back (independent accumulators), and the whole slot is one
 // straight-line group: fence, wgmmas, commit, then wait_group 1 (the previous slot's group has
 // retired, so the caller may release that slot while this one runs). No branch may sit between the
@@ -223,7 +245,7 @@ __device__ __forceinline__ void issue_group(float (&acc)[MB][BN / 2], const uint
 #pragma unroll
   for (int kk = 0; kk < STEPS; ++kk) {
 #pragma unroll
-    for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + 2 * kk, desc_b + B_K16_STEP * kk, (accumulate | kk) ? 1u : 0u);
+    for (int b = 0; b < MB; ++b) wgmma_m64k16<BN>(acc[b], da[b] + A_K16_STEP * kk, desc_b + B_K16_STEP * kk, (accumulate | kk) ? 1u : 0u);
   }
   wgmma_commit();
   wgmma_wait<1>();
@@ -264,7 +286,7 @@ __device__ __forceinline__ void issue_slot_at(float (&acc)[MB][BN / 2], const ui
 #else
   uint64_t da[MB];
 #pragma unroll
-  for (int b = 0; b < MB; ++b) da[b] = smem_desc_sw128(rows[b]);
+  for (int b = 0; b < MB; ++b) da[b] = a_block_desc(rows[b]);
   issue_slot<BN, MB>(acc, da, desc_b, steps, accumulate);
 #endif
 }
@@ -367,6 +389,9 @@ __device__ __forceinline__ void consumer_mainloop(float (&acc)[BN / 2], RingStat
 // with its own filter slot of the B ring. A window slot is released once the wgmmas of its last tap
 // have retired (after the next tap's wait_group 1, or at the end). With CTA pairs a filter slot is
 // released to both CTAs (each filled half of it), a window slot only locally.
+// Channels-first windows (SM90_A_CF): a window holds whole 64-pixel rows per channel, so it cannot be
+// shifted by a filter column; the loader brings one per (ft, cb, filter column s), read by the R taps
+// of that column at row starts 64 x 128 bytes apart (the host gives halo_w = 64).
 //   a_rows_off = this warpgroup's first window row in bytes (g * halo_w * 128)
 //   MB         = output rows (64-row blocks) this warpgroup accumulates: 1 when the tile's rows are
 //                shared out one per consumer warpgroup, BM / 64 when one warpgroup owns the whole
@@ -385,7 +410,9 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2],
   const uint32_t out_row_bytes = 128u * g.halo_w;        // the next output row's window row
   const uint32_t row_bytes = 128u * g.dil_h * g.halo_w;  // one filter row r further down the window
   const uint32_t col_bytes = 128u * g.dil_w;             // one filter column s further right
-  const int taps2 = g.R * g.S;
+  const int s_in = SM90_A_CF ? 1 : g.S;   // filter columns one window serves
+  const int win_s = SM90_A_CF ? g.S : 1;  // windows per (ft, cb)
+  const int taps2 = g.R * s_in;
   int prev_b = -1;
   int pending_a = -1;  // a window slot whose last tap's wgmmas are still in flight
   uint32_t accumulate = 0;  // 0 on the first tap: overwrite the accumulators
@@ -394,35 +421,38 @@ __device__ __forceinline__ void consumer_mainloop_halo(float (&acc)[MB][BN / 2],
   for (int ft = 0; ft < g.T; ++ft) {
 #pragma unroll 1
     for (int cb = 0; cb < g.c_blocks; ++cb) {
-      mbar_wait(a_full_bar + 8 * aring.stage, aring.phase);
-      const uint32_t window = a_base + aring.stage * A_STAGE_BYTES + a_rows_off;
-      const int steps = (cb == g.c_blocks - 1) ? g.last_k16 : 4;
-      uint32_t tap_off = 0;  // window offset of tap (r, s): r * row_bytes + s * col_bytes
-      int s = 0;
 #pragma unroll 1
-      for (int tap2 = 0; tap2 < taps2; ++tap2) {
-        mbar_wait(full_bar + 8 * bring.stage, bring.phase);
-        const uint64_t db = b_slot_desc(b_base + bring.stage * B_STAGE_BYTES);
-        uint32_t rows[MB];  // block b reads the window from output row b on
+      for (int ws = 0; ws < win_s; ++ws) {
+        mbar_wait(a_full_bar + 8 * aring.stage, aring.phase);
+        const uint32_t window = a_base + aring.stage * A_STAGE_BYTES + a_rows_off;
+        const int steps = (cb == g.c_blocks - 1) ? g.last_k16 : 4;
+        uint32_t tap_off = 0;  // window offset of tap (r, s): r * row_bytes + s * col_bytes
+        int s = 0;
+#pragma unroll 1
+        for (int tap2 = 0; tap2 < taps2; ++tap2) {
+          mbar_wait(full_bar + 8 * bring.stage, bring.phase);
+          const uint64_t db = b_slot_desc(b_base + bring.stage * B_STAGE_BYTES);
+          uint32_t rows[MB];  // block b reads the window from output row b on
 #pragma unroll
-        for (int b = 0; b < MB; ++b) rows[b] = window + tap_off + b * out_row_bytes;
-        issue_slot_at<BN, MB>(acc, rows, db, steps, promo.before_slot(acc, accumulate));  // the previous tap's wgmmas have retired
-        accumulate = 1;
-        if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
-        if (pending_a >= 0) {
-          mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
-          pending_a = -1;
+          for (int b = 0; b < MB; ++b) rows[b] = window + tap_off + b * out_row_bytes;
+          issue_slot_at<BN, MB>(acc, rows, db, steps, promo.before_slot(acc, accumulate));  // the previous tap's wgmmas have retired
+          accumulate = 1;
+          if (prev_b >= 0) mbar_release_slot<CLUSTER>(empty_bar + 8 * prev_b, lane);
+          if (pending_a >= 0) {
+            mbar_release_slot<1>(a_empty_bar + 8 * pending_a, lane);
+            pending_a = -1;
+          }
+          prev_b = bring.stage;
+          bring.advance();
+          tap_off += col_bytes;
+          if (++s == s_in) {  // next filter row
+            s = 0;
+            tap_off += row_bytes - s_in * col_bytes;
+          }
         }
-        prev_b = bring.stage;
-        bring.advance();
-        tap_off += col_bytes;
-        if (++s == g.S) {  // next filter row
-          s = 0;
-          tap_off += row_bytes - g.S * col_bytes;
-        }
+        pending_a = aring.stage;  // its last tap is in flight
+        aring.advance();
       }
-      pending_a = aring.stage;  // its last tap is in flight
-      aring.advance();
     }
   }
   if constexpr (TURNS) mbar_arrive_if(lane == 0, issued_bar);
