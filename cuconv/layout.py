@@ -23,7 +23,9 @@ memory, whole 128-byte lines read and written) with its arguments packed once pe
 channels-first array are contiguous among themselves (any batch and channel strides: channel
 slices qualify). A call's x and w move together, in one launch into one scratch buffer
 (:func:`operands_to_channels_last`), and a contiguous operand of one pixel per row (a 1x1 filter)
-is already channels-last and is reshaped. Other arrays (and NumPy arrays, and ROCm) take the array
+is already channels-last and is reshaped. A kernel that reads x channels-first itself
+(:attr:`cuconv.plan.Plan.reads_x_channels_first`) gets x as it is and w alone moved
+(:func:`kept_x_moved_w`). Other arrays (and NumPy arrays, and ROCm) take the array
 library's copy (``moveaxis`` + ``ascontiguousarray``). :func:`describe` gives the line
 ``cuconv.explain`` prints.
 """
@@ -41,7 +43,8 @@ from .launch import PackedLaunch, c_struct, divisor_fields, divisor_values
 from .problem import LAYOUTS
 from .scratch import scratch
 
-__all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "kept_channels_first", "operands_for",
+__all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "kept_channels_first", "kept_x_moved_w",
+           "operands_for",
            "operands_mover_for", "to_channels_first", "flip_taps",
            "flip_filter", "flip_filter_launch", "flipped_shape", "scatter_phase", "scatter_phase_launch",
            "scatter_args", "describe", "SOURCE", "FLIP_SOURCE", "SCATTER_SOURCE", "COMPILE_VARIANTS"]
@@ -314,21 +317,42 @@ def kept_channels_first(x, w, xp):
     return to_channels_last(x, False, xp), to_channels_last(w, False, xp)
 
 
+def kept_x_moved_w(x, w, xp):
+    """``x`` and ``w`` of a channels-first call whose kernel reads x in that layout against a channels-last
+    filter (:attr:`cuconv.plan.Plan.reads_x_channels_first`): x C-contiguous (itself when it already is), w
+    moved to ``(K, *filter, C/g)`` (one transpose launch into its scratch buffer; a contiguous 1x1 filter
+    is reshaped)."""
+    if math.prod(w.shape[2:]) == 1 and w.flags.c_contiguous:
+        w_n = w.reshape(w.shape[0], *w.shape[2:], w.shape[1])
+    else:
+        w_n = to_channels_last(w, True, xp, "w")
+    return to_channels_last(x, False, xp), w_n
+
+
+def _operands_fn(plan):
+    """The function that lays out ``(x, w)`` of a channels-first call for ``plan``'s kernel, or None where both
+    move (:func:`operands_to_channels_last`)."""
+    if plan.reads_channels_first:
+        return kept_channels_first
+    if plan.reads_x_channels_first:
+        return kept_x_moved_w
+    return None
+
+
 def operands_for(plan, x, w, xp):
     """``(x, w)`` of a channels-first call as ``plan`` takes them: kept channels-first
-    (:func:`kept_channels_first`) when its kernel reads that layout, else moved to channels-last
+    (:func:`kept_channels_first`) when its kernel reads that layout, x kept and w moved
+    (:func:`kept_x_moved_w`) when it reads x alone so, else both moved to channels-last
     (:func:`operands_to_channels_last`)."""
-    if plan.reads_channels_first:
-        return kept_channels_first(x, w, xp)
-    return operands_to_channels_last(x, w, xp)
+    fn = _operands_fn(plan)
+    return (fn or operands_to_channels_last)(x, w, xp)
 
 
 def operands_mover_for(plan, x, w, xp):
     """:func:`operands_for` as a callable ``(x, w) -> (x, w)`` to keep for further calls of the same
     signature (:func:`operands_mover` where the operands move)."""
-    if plan.reads_channels_first:
-        return functools.partial(kept_channels_first, xp=xp)
-    return operands_mover(x, w, xp)
+    fn = _operands_fn(plan)
+    return functools.partial(fn, xp=xp) if fn is not None else operands_mover(x, w, xp)
 
 
 def native_result(xp, shape, dtype, channels_first: bool):
@@ -487,14 +511,23 @@ def describe(problem, device, plan=None) -> str:
     x = math.prod(problem.x_shape) * item
     w = math.prod(problem.w_shape) * item
     y = math.prod(problem.out_shape) * item
+    how = ("cuconv's transpose kernel (kernels_cu/layout/transpose.cu)" if device.kind == "cuda"
+           else "the array library's copy")
+    if plan is not None and plan.reads_x_channels_first:
+        res = " and reads the residual" if problem.epilogue.loads_residual else ""
+        if math.prod(problem.filter_spatial) == 1:
+            w_line = "w (a 1x1 filter) reshaped: no operand is moved"
+        else:
+            w_line = (f"w moved to channels-last by {how}: w {_size(w)}; {_size(2 * w)} read + written beyond the "
+                      f"convolution")
+        return (f"layout: {problem.layout} x read and the result written{res} channels-first by the kernel itself; "
+                f"{w_line}")
     moved = {"x": x, "w": w}
     direct = plan is not None and plan.writes_channels_first
     if not direct:
         moved["result"] = y
         if problem.epilogue.loads_residual:
             moved["residual"] = y
-    how = ("cuconv's transpose kernel (kernels_cu/layout/transpose.cu)" if device.kind == "cuda"
-           else "the array library's copy")
     parts = ", ".join(f"{k} {_size(v)}" for k, v in moved.items())
     epilogue = (f"; the epilogue writes the result{' and reads the residual' if problem.epilogue.loads_residual else ''}"
                 f" in {problem.layout} itself" if direct else "")

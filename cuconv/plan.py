@@ -83,6 +83,10 @@ class Plan:
     #: ``(K, C/groups, *filter)``): the kernel reads that layout itself, and the caller moves no operand.
     #: Implies :attr:`writes_channels_first`.
     reads_channels_first: bool = False
+    #: True when :meth:`run` takes ``x`` channels-first (contiguous ``(N, C, *spatial)``) and ``w``
+    #: channels-last: the kernel reads x in that layout, and the caller moves only the filter. Implies
+    #: :attr:`writes_channels_first`.
+    reads_x_channels_first: bool = False
 
     def __init__(self, kernel: "Kernel", problem: ConvProblem, device: DeviceInfo, reason: str):
         self.kernel = kernel
@@ -103,7 +107,7 @@ class Plan:
     def run(self, x, w, bias, residual, out) -> None:
         """Compute ``out`` (native layout, contiguous, the problem's dtype) from native-layout inputs
         (``out`` and ``residual`` channels-first where :attr:`writes_channels_first`, ``x`` and ``w`` too
-        where :attr:`reads_channels_first`).
+        where :attr:`reads_channels_first`, ``x`` alone where :attr:`reads_x_channels_first`).
 
         ``bias`` and ``residual`` are ``None`` when absent; ``residual`` may be ``out`` itself.
         """

@@ -7,6 +7,12 @@ pixels ``[y0 - pad_h, + rows + (R-1) dil_h) x [x0 - pad_w, + 64 + (S-1) dil_w)``
 ``g`` reads tap ``(r, s)`` as the 64 window pixels ``(g + r dil_h, s dil_w + j)``, j = 0..63: the rows
 of the implicit-GEMM matrix A for output pixels ``(y0 + g, x0 + j)``. :func:`halo_window` and
 :func:`halo_tap_rows` are those two steps; tests check them against :func:`cuconv.models.im2col_matrix`.
+
+Channels-first x (NCHW / NCDHW, the ``_cf`` variants): a window per (depth tap, channel block, filter
+column ``s``) holds input rows ``[y0 - pad_h, + rows + (R-1) dil_h)`` of columns
+``[x0 - pad_w + s dil_w, + 64)``, per row a (channels x 64 pixels) block; row block ``g`` reads tap
+``(r, s)`` as block ``g + r dil_h``, which is A's rows for output pixels ``(y0 + g, x0 + j)`` transposed
+(MN-major). :func:`cf_window` and :func:`cf_tap_block` are those steps.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import numpy as np
 
 from ..problem import ConvProblem
 
-__all__ = ["halo_window", "halo_tap_rows"]
+__all__ = ["halo_window", "halo_tap_rows", "cf_window", "cf_tap_block"]
 
 
 def _geometry(problem: ConvProblem):
@@ -53,3 +59,20 @@ def halo_tap_rows(window: np.ndarray, problem: ConvProblem, g: int, r: int, s: i
     ``(g + r dil_h, s dil_w + j)``, j = 0..63 (what its wgmma descriptor's start address selects)."""
     _, _, _, _, _, dh, dw, _, _, _ = _geometry(problem)
     return window[g + r * dh, s * dw: s * dw + 64]
+
+
+def cf_window(x_cf: np.ndarray, problem: ConvProblem, n: int, z: int, y0: int, x0: int, t: int, c0: int, s: int,
+              rows: int, channels: int = 64) -> np.ndarray:
+    """The window a channels-first tile loads for depth tap ``t``, channels ``[c0, c0 + channels)`` and filter
+    column ``s`` from ``x_cf`` (NCHW / NCDHW): shape (rows + (R-1) dil_h, channels, 64), zeros outside."""
+    T, R, S, sd, dd, dh, dw, pd, ph, pw = _geometry(problem)
+    window = halo_window(np.moveaxis(x_cf, 1, -1), problem, n, z, y0, x0 + s * dw, t, c0, rows, channels)
+    # the channels-last window of the shifted columns: its first 64 columns, channel rows of pixels
+    return np.ascontiguousarray(np.moveaxis(window[:, :64], 2, 1))
+
+
+def cf_tap_block(window: np.ndarray, problem: ConvProblem, g: int, r: int) -> np.ndarray:
+    """The (channels x 64 pixels) block consumer row block ``g`` reads for filter row ``r`` of a channels-first
+    window: input row ``g + r dil_h`` (what its MN-major descriptor's start address selects)."""
+    _, _, _, _, _, dh, _, _, _, _ = _geometry(problem)
+    return window[g + r * dh]

@@ -5,6 +5,7 @@ barriers): TMA im2col boxes or halo windows feed a warp-specialized wgmma mainlo
 epilogue-load warp prefetches the residual. Data flow of one call::
 
     x (N, [D,] H, W, C)  --TMA im2col box per (tile, [t,] r, s, c-block), or halo window-->  smem ring
+      (or x (N, C, [D,] H, W) as it is: a window per (tile, [t,] c-block, s) of 64-pixel channel rows)
     w (K, [T,] R, S, C)  --TMA tile box (BN filters, one tap, 64 channels)-->  smem ring  --wgmma--> fp32
     residual (M, K)      --epilogue-load warp, TMA 64-channel chunks-->  C ring (beta != 0 only)
     fp32 --act(alpha*acc + bias + beta*C), cast--> out (M, K)
@@ -27,9 +28,10 @@ from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from ...scratch import scratch
 from .params import BlockDiag, MnFilter, kernel_params, phase_table, tap_table, zero_block
-from .tensormap import (cuda_driver, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w, encode_tiled_c,
-                        encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
-from .tiles import BLOCK_K, HALO_A_STAGES, TileConfig, halo_why_not, halo_window, tile_config
+from .tensormap import (cuda_driver, encode_cf_x, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w,
+                        encode_tiled_c, encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
+from .tiles import (BLOCK_K, HALO_A_STAGES, TileConfig, channels_first_x_decline, channels_first_x_pays,
+                    halo_why_not, halo_window, tile_config)
 from .variants import SOURCE, defines, kernel_name, load_function, ring_loads_residual
 
 __all__ = ["Sm90TmaKernel", "Sm90TmaConv3d", "Sm90Plan"]
@@ -47,6 +49,13 @@ class Sm90TmaKernel(Kernel):
     backend = "cuda"
     priority = 100
     spatial_dims = (2,)
+
+    def plan(self, problem, device, overrides):
+        """The plan of :meth:`make_plan`; for an NCHW / NCDHW problem, the plan reading x channels-first
+        itself where :func:`channels_first_x_plan` finds one (the kernels that rewrite a problem for this one
+        call :meth:`make_plan`: their x is channels-last)."""
+        plan = super().plan(problem, device, overrides)
+        return channels_first_x_plan(plan, overrides) if isinstance(plan, Sm90Plan) else plan
 
     def make_plan(self, problem, device, overrides, out_f32: bool = False, x_channels: int = 0, tf32: bool = False,
                   xsplit: bool = False):
@@ -83,6 +92,27 @@ class Sm90TmaKernel(Kernel):
         return Sm90Plan(self, problem, device, cfg, overrides,
                         f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem",
                         out_f32=out_f32 or tf32 or xsplit, x_channels=x_channels, tf32=tf32, xsplit=xsplit)
+
+
+def channels_first_x_plan(plan: "Sm90Plan", overrides) -> "Sm90Plan":
+    """``plan`` (of a channels-first problem, storing channels-first) as halo tiles reading x channels-first
+    (:func:`.tiles.channels_first_x_decline`: the ``_cf`` variants) where :func:`.tiles.channels_first_x_pays`
+    or ``overrides.x_channels_first`` True says so, or ``plan`` itself, which then records why x is moved
+    (``explain``). ``overrides.x_channels_first`` False keeps ``plan``."""
+    if not plan.writes_channels_first:
+        return plan
+    forced = overrides.x_channels_first
+    why = ("switched off (overrides(x_channels_first=False) / CUCONV_SM90_CF_X=0)" if forced is False
+           else channels_first_x_decline(plan.problem) or (None if forced else channels_first_x_pays(plan.problem)))
+    if why is None:
+        cfg = tile_config(plan.problem, plan.device.sm_count, overrides, a_cf=True)
+        need = cfg.smem_bytes(False)
+        if plan.device.smem_per_block_optin and need > plan.device.smem_per_block_optin:
+            why = f"needs {need} bytes of shared memory per block, the device allows {plan.device.smem_per_block_optin}"
+        else:
+            return Sm90Plan(plan.kernel, plan.problem, plan.device, cfg, overrides, plan.reason)
+    plan.x_moved_because = why
+    return plan
 
 
 def nchw_store_pattern(problem, halo: bool) -> str:
@@ -173,6 +203,10 @@ class Sm90Plan(Plan):
         self.xsplit = xsplit
         #: A channels-first problem's output (and residual) are stored by the epilogue in that layout.
         self.writes_channels_first = problem.layout in ("NCHW", "NCDHW") and not out_f32
+        #: ... and its x read in that layout too (``cfg.a_cf``: the ``_cf`` variants; the filter is moved).
+        self.reads_x_channels_first = cfg.a_cf
+        #: Why a channels-first problem's x is moved to channels-last (:func:`channels_first_x_plan`), or None.
+        self.x_moved_because = None
         #: Where the epilogue stores the stacked phases of an input gradient (:mod:`.phase_scatter`), or None.
         self.phase_scatter = None
         #: How the filter operand is read MN-major from ``run``'s ``w``, an input gradient's forward weight
@@ -193,6 +227,8 @@ class Sm90Plan(Plan):
         ``x_channels`` channels, and output channel n's reduction reads them from ``(n // a_kg) * a_cg`` on.
         ``blockdiag``: ``(taps, Cg)`` where ``run``'s ``w`` is the grouped weight and the kernel writes its
         block-diagonal filter first."""
+        if self.cfg.a_cf:
+            raise ValueError("read_groups: this plan reads x channels-first (dense tiles only)")
         self._x_problem = dataclasses.replace(self.problem, channels=x_channels)
         self.groups = (a_kg, a_cg)
         self.blockdiag = blockdiag
@@ -233,7 +269,13 @@ class Sm90Plan(Plan):
             split = (f", {which} {cfg.split_tiles} tiles split {ways} along the reduction "
                      f"({' + '.join(map(str, cfg.split_steps))} steps; the last part adds the others' fp32 sums "
                      f"in part order)")
-        if cfg.halo:
+        if cfg.a_cf:
+            R = problem.filter_spatial[-2]
+            loads = (f"halo tiles reading x channels-first ({cfg.tile_rows} output rows x 64 columns; one window of "
+                     f"64-pixel channel rows per depth tap, channel block and filter column, read MN-major by "
+                     f"{'the column' + chr(39) + 's ' + str(R) + ' taps' if R > 1 else 'its one tap'}; "
+                     f"{HALO_A_STAGES} window slots; {cfg.stages}-slot filter ring)")
+        elif cfg.halo:
             loads = (f"halo tiles ({cfg.tile_rows} output rows x 64 columns; one input window per depth tap and "
                      f"channel block, {HALO_A_STAGES} window slots, shared by every (r, s) tap; "
                      f"{cfg.stages}-slot filter ring)")
@@ -255,6 +297,8 @@ class Sm90Plan(Plan):
         elif nchw:
             stores = f"epilogue stores channels-first ({nchw_store_pattern(problem, cfg.halo)})" + (
                 ", reads the residual there" if res else "")
+            if self.x_moved_because:
+                stores += f"; x moved to channels-last first (not read channels-first: {self.x_moved_because})"
         elif self.phase_scatter is not None:
             stores = "epilogue stores each 32-column group at its phase's positions in the input gradient"
         else:
@@ -337,7 +381,9 @@ class Sm90Plan(Plan):
         ba = _aligned(bias, 4) if bias is not None else None
         cacheable = xa is x and wa is w and ra is residual and ba is bias
         xp_ = self._x_problem
-        if cfg.halo:
+        if cfg.a_cf:
+            tmap_x = encode_cf_x(xp_, xa.data.ptr, halo_window(problem, cfg)[1])
+        elif cfg.halo:
             tmap_x = encode_halo_x(xp_, xa.data.ptr, *halo_window(problem, cfg))
         else:
             tmap_x = encode_im2col_x(xp_, xa.data.ptr, tma_box_params(xp_, pixels_per_column=cfg.block_m))

@@ -12,6 +12,8 @@ Three descriptors per call (see kernels_cu/sm90/tma_im2col_loader.cuh for how th
 Halo tiles (stride-1 convolutions, kernels_cu/sm90/halo_loader.cuh) replace two of them:
 :func:`encode_halo_x` (x as (N, D, H, W, C), tiled, one box = the window of a tile's output rows
 plus the filter's halo) and :func:`encode_halo_c` (the residual as (N*O*P, Q, K), box {64, 64, rows}).
+Channels-first x read as it is (the ``_cf`` variants) has :func:`encode_cf_x`: x (N, C, D, H, W) viewed as
+(W, C, H, D, N), box {64 columns, 64 channels, rows, 1, 1}.
 
 All use the 128-byte swizzle and zero out-of-bounds fill. A descriptor reaches the kernel as a
 128-byte NumPy void scalar (CuPy passes NumPy scalars as raw bytes), matching the kernel's
@@ -34,7 +36,7 @@ from ...models.tma import ConvBoxParams, conv_box_params
 from ...problem import ConvProblem
 
 __all__ = ["TmaBoxParams", "tma_box_params", "tma_limits_violation", "encode_im2col_x", "encode_tiled_w",
-           "encode_tiled_c", "encode_halo_x", "encode_halo_c", "DESCRIPTOR_DTYPE"]
+           "encode_tiled_c", "encode_halo_x", "encode_halo_c", "encode_cf_x", "DESCRIPTOR_DTYPE"]
 
 #: NumPy layout of one CUtensorMap as a kernel argument (128 opaque bytes, 16 x uint64).
 DESCRIPTOR_DTYPE = np.dtype([("opaque", np.uint64, (16,))], align=True)
@@ -233,6 +235,31 @@ def encode_halo_x(problem: ConvProblem, ptr: int, cols: int, rows: int, block_k:
         _u64(driver, [C * es, W * C * es, H * W * C * es, D * H * W * C * es]),
         _u32(driver, [block_k, cols, rows, 1, 1]), _u32(driver, [1, 1, 1, 1, 1]), inter, swz, l2, oob),
         "cuTensorMapEncodeTiled (activations, halo window)")
+
+
+def cf_x_view(problem: ConvProblem) -> tuple:
+    """``(dims, byte strides of dims 1..4)`` of a channels-first x ``(N, C, [D,] H, W)`` (contiguous) as the
+    tensor map of :func:`encode_cf_x` sees it, innermost first: (W, C, H, D, N), D = 1 for conv2d. The
+    channel stride is a whole plane, so the strides do not grow with the dims: TMA asks only that each is a
+    multiple of 16 bytes (W a multiple of 8 16-bit elements, :func:`.tiles.channels_first_x_decline`)."""
+    N, *spatial, C = problem.x_shape
+    D, H, W = (1,) * (3 - problem.nd) + tuple(spatial)
+    es = problem.itemsize
+    return (W, C, H, D, N), (D * H * W * es, W * es, H * W * es, C * D * H * W * es)
+
+
+def encode_cf_x(problem: ConvProblem, ptr: int, rows: int, block_k: int = 64) -> np.void:
+    """Tiled descriptor of channels-first activations (:func:`cf_x_view`); box {64 columns, ``block_k``
+    channels, ``rows`` rows, 1, 1}: a channels-first window, per input row ``block_k`` channel rows of 64
+    pixels (128 bytes, swizzled), wgmma's MN-major A blocks. Out-of-tensor coordinates (padding, channels
+    past C) arrive as zeros."""
+    driver = cuda_driver()
+    dims, strides = cf_x_view(problem)
+    inter, swz, l2, oob = _enums(driver)
+    return _check(driver.cuTensorMapEncodeTiled(
+        _data_type(driver, problem.dtype), 5, ptr, _u64(driver, dims), _u64(driver, strides),
+        _u32(driver, [64, block_k, rows, 1, 1]), _u32(driver, [1, 1, 1, 1, 1]), inter, swz, l2, oob),
+        "cuTensorMapEncodeTiled (channels-first activations, window)")
 
 
 def encode_halo_c(problem: ConvProblem, ptr: int, rows: int, chunk_n: int = 64) -> np.void:

@@ -9,7 +9,9 @@ Vocabulary: a tile is BM output pixels (GEMM rows) x BN output channels; a ring 
 filter tap's 64-channel block of A (BM x 64) and B (BN x 64); ``k_iters`` slots make one tile's
 reduction. Halo tiles (stride-1 H/W, small filters) are BM/64 output rows x 64 columns of one
 plane, whose input window is loaded once per (depth tap, channel block) and shared by every (r, s)
-tap. Ping-pong tiles give each of two consumer warpgroups whole tiles in turn.
+tap. Ping-pong tiles give each of two consumer warpgroups whole tiles in turn. Channels-first windows
+(NCHW / NCDHW x read as it is, :func:`channels_first_x_decline`) are halo tiles whose window holds 64-pixel
+channel rows: one per (depth tap, channel block, filter column), shared by the R taps of that column.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Optional
 from ...launch import header_constants
 
 __all__ = ["TileConfig", "choose_tile_config", "tile_config", "halo_decline", "halo_why_not", "halo_window",
+           "channels_first_x_decline", "channels_first_x_pays", "channels_first_x_geometry",
            "k_iters", "c_blocks", "last_k16", "stages_for", "halo_stages", "bm_fits", "pingpong_block_m",
            "STAGES", "BLOCK_MS", "PINGPONG_BLOCK_MS", "BLOCK_K", "SPLIT_WAYS"]
 
@@ -74,15 +77,18 @@ def _c_ring_bytes(block_m: int) -> int:
     return _C_STAGES * block_m * _C_CHUNK * 2
 
 
-def _halo_slot_bytes(block_m: int) -> int:
+def _halo_slot_bytes(block_m: int, a_cf: bool = False) -> int:
     """One window slot: (64 + reach) x (BM/64 + reach) pixel rows of 128 bytes (cfg::A_STAGE_BYTES), not
-    rounded to the swizzle atom (docs/tuning.md T-halo-exact-slots)."""
+    rounded to the swizzle atom (docs/tuning.md T-halo-exact-slots); a channels-first window (``a_cf``):
+    BM/64 + reach input rows of 64 channel rows of 128 bytes."""
+    if a_cf:
+        return 64 * (block_m // 64 + HALO_REACH_MAX) * 128
     return (64 + HALO_REACH_MAX) * (block_m // 64 + HALO_REACH_MAX) * 128
 
 
-def halo_stages(block_m: int, block_n: int, loads_residual: bool) -> int:
+def halo_stages(block_m: int, block_n: int, loads_residual: bool, a_cf: bool = False) -> int:
     """Filter-ring depth of halo tiles: what fits next to the window slots (and the C ring)."""
-    free = (_SMEM_LIMIT - _BARRIER_BYTES - HALO_A_STAGES * _halo_slot_bytes(block_m)
+    free = (_SMEM_LIMIT - _BARRIER_BYTES - HALO_A_STAGES * _halo_slot_bytes(block_m, a_cf)
             - (_c_ring_bytes(block_m) if loads_residual else 0))
     return min(_MAX_STAGES, free // (block_n * BLOCK_K * 2))
 
@@ -112,6 +118,7 @@ class TileConfig:
     k_iters: int = 0        # reduction steps (ring slots) of a whole tile
     halo: bool = False      # halo tiles: BM/64 output rows x 64 columns, one window per (t, c-block)
     pingpong: bool = False  # halo tiles only: two consumer warpgroups take turns, each owning a whole tile
+    a_cf: bool = False      # halo tiles only: windows of channels-first x, one per (t, c-block, filter column)
     note: str = ""          # why the automatic choice departed from its usual rule (for explain)
 
     @property
@@ -156,15 +163,15 @@ class TileConfig:
         """Dynamic shared memory to launch with, as cfg::SMEM_BYTES: tiles, barriers and up to 1 KiB of
         alignment slack, capped at the limit (the dynamic area starts 1024-aligned)."""
         b_ring = self.stages * self.block_n * self.block_k * 2
-        a_ring = (HALO_A_STAGES * _halo_slot_bytes(self.block_m) if self.halo
+        a_ring = (HALO_A_STAGES * _halo_slot_bytes(self.block_m, self.a_cf) if self.halo
                   else self.stages * self.block_m * self.block_k * 2)
         ring = _c_ring_bytes(self.block_m) if loads_residual else 0
         return min(_SMEM_LIMIT, _ALIGN_SLACK + a_ring + b_ring + ring + _BARRIER_BYTES)
 
     @property
     def variant(self) -> tuple:
-        """What selects the compiled kernel: (BM, BN, stages, cluster, halo, ping-pong)."""
-        return (self.block_m, self.block_n, self.stages, self.cluster, self.halo, self.pingpong)
+        """What selects the compiled kernel: (BM, BN, stages, cluster, halo, ping-pong, channels-first x)."""
+        return (self.block_m, self.block_n, self.stages, self.cluster, self.halo, self.pingpong, self.a_cf)
 
 
 # ------------------------------------------------------------------------------------ problem views
@@ -205,10 +212,48 @@ def halo_geometry(problem) -> Optional[tuple]:
 
 
 def halo_window(problem, cfg: TileConfig) -> tuple:
-    """(columns, rows) of a halo tile's input window: 64 + (S-1) dil_w by BM/64 + (R-1) dil_h."""
+    """(columns, rows) of a halo tile's input window: 64 + (S-1) dil_w by BM/64 + (R-1) dil_h; a
+    channels-first window (one per filter column) is 64 columns wide."""
     R, S = problem.filter_spatial[-2:]
     dh, dw = problem.dilation[-2:]
-    return 64 + (S - 1) * dw, cfg.tile_rows + (R - 1) * dh
+    return 64 + (0 if cfg.a_cf else (S - 1) * dw), cfg.tile_rows + (R - 1) * dh
+
+
+def channels_first_x_decline(problem) -> Optional[str]:
+    """Why the Hopper kernel cannot read ``problem``'s x channels-first itself (None when it can): an
+    NCHW / NCDHW problem with H and W stride 1, a window reach (R-1) dil_h of at most
+    :data:`HALO_REACH_MAX` rows, and a row of W pixels a multiple of 16 bytes (the tensor map's strides)."""
+    if problem.layout not in ("NCHW", "NCDHW"):
+        return f"layout {problem.layout} is channels-last"
+    stride_hw = tuple(problem.stride[-2:])
+    if stride_hw != (1, 1):
+        return f"H/W stride {stride_hw}: windows of channels-first x need stride 1"
+    reach = (problem.filter_spatial[-2] - 1) * problem.dilation[-2]
+    if reach > HALO_REACH_MAX:
+        return f"filter reach (R - 1) x dil_h = {reach} rows: windows hold at most {HALO_REACH_MAX} extra rows"
+    W = problem.in_spatial[-1]
+    if (W * problem.itemsize) % 16:
+        return f"a row of W = {W} pixels is {W * problem.itemsize} bytes, not a multiple of 16 (TMA strides)"
+    return None
+
+
+def channels_first_x_pays(problem) -> Optional[str]:
+    """Why the automatic choice moves x rather than reading it channels-first although it could (None
+    where reading it pays): more than 1/8 of the 64-column tiles' columns would be padding, the halo
+    rule's bound (docs/tuning.md T-cf-windows)."""
+    Q = problem.out_spatial[-1]
+    padded = -(-Q // 64) * 64
+    if 7 * padded > 8 * Q:
+        return f"{Q} output columns pad to {padded} in 64-column tiles (more than 1/8 wasted)"
+    return None
+
+
+def channels_first_x_geometry(problem) -> Optional[tuple]:
+    """(planes = N*O, P, Q, R*S) of the channels-first windows' tiles, or None where they decline."""
+    if channels_first_x_decline(problem) is not None:
+        return None
+    *planes, P, Q = problem.out_spatial
+    return problem.batch * math.prod(planes), P, Q, math.prod(problem.filter_spatial[-2:])
 
 
 # ------------------------------------------------------------------------------------ the rules
@@ -365,7 +410,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
                        split_ways: Optional[int] = None,
                        block_m: Optional[int] = None, loads_residual: bool = False,
                        halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None,
-                       pingpong: Optional[bool] = None, tf32: bool = False) -> TileConfig:
+                       pingpong: Optional[bool] = None, tf32: bool = False, a_cf: bool = False) -> TileConfig:
     """The tile configuration of a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles take ``k_iters`` reduction
     steps. Pure; every keyword left None is chosen automatically.
 
@@ -384,6 +429,9 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       :data:`HALO_MIN_RES_STAGES` slots, or as 192 x 128 tiles (:func:`_narrow_halo_res_pays`).
     * Ping-pong on halo tiles where :func:`_pingpong_pays` (128 x 128) or ``pingpong`` forces it (the
       tallest tile one warpgroup holds, unless ``block_m`` fits).
+    * ``a_cf``: halo tiles reading channels-first x (``halo_geometry`` from :func:`channels_first_x_geometry`,
+      ``halo`` True, no C ring: the channels-first epilogue's consumers read the residual); their heights
+      are those the channels-first epilogue builds with a residual (:func:`bm_fits`), single CTAs.
     The grid is persistent (as many clusters as fit, striding over the units) when there are more
     units than SMs; the launch lowers it to the clusters the device co-schedules.
     """
@@ -422,22 +470,24 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
             if bm is None or not _pingpong_fits(bm, bn):
                 bm = pingpong_block_m(bn)
             m_tiles = row_tiles(bm)
-            return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=halo_stages(bm, bn, False),
+            return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=halo_stages(bm, bn, False, a_cf),
                               m_tiles=m_tiles, n_tiles=n_tiles, grid=max(1, min(m_tiles * n_tiles, sm_count)),
-                              k_iters=k_iters, halo=True, pingpong=True, note=note)
+                              k_iters=k_iters, halo=True, pingpong=True, a_cf=a_cf, note=note)
         if bm == 64:
             bm = None  # 64-row tiles exist only in ping-pong
         rows_tiles = {b: row_tiles(b) * n_tiles for b in BLOCK_MS}
+        fits_as = loads_residual or a_cf  # the channels-first epilogue holds a residual's registers
         if bm is None:
-            bm = _auto_block_m(rows_tiles, bn, cl, loads_residual, sm_count, halo=True)
-        if not bm_fits(bm, bn, cl, loads_residual, halo=True):
+            bm = _auto_block_m(rows_tiles, bn, cl, fits_as, sm_count, halo=True)
+        if not bm_fits(bm, bn, cl, fits_as, halo=True):
             bm = BLOCK_M
         m_tiles = rows_tiles[bm] // n_tiles
         cl = cl if m_tiles >= 2 else 1
         units = -(-m_tiles // cl) * n_tiles
-        return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=halo_stages(bm, bn, loads_residual),
-                          m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
-                          k_iters=k_iters, halo=True, note=note)
+        return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K,
+                          stages=halo_stages(bm, bn, loads_residual, a_cf), m_tiles=m_tiles, n_tiles=n_tiles,
+                          grid=cl * max(1, min(units, sm_count // cl)), cluster=cl, k_iters=k_iters, halo=True,
+                          a_cf=a_cf, note=note)
     if bm == 64:
         bm = None  # 64-row tiles exist only in ping-pong
     if bm is None:
@@ -474,12 +524,21 @@ def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
     return next((b for b in F32_BLOCK_NS if b >= gemm_n), F32_BLOCK_NS[-1])
 
 
-def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: bool = False) -> TileConfig:
+def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: bool = False,
+                a_cf: bool = False) -> TileConfig:
     """The tile configuration of ``problem`` on ``sm_count`` SMs under ``overrides``
     (:class:`cuconv.overrides.Overrides`); ``out_f32``: for the float32-output variant with promotion
-    (128-row tiles, :func:`f32_block_n`, no ping-pong); ``tf32``: for tf32 products (:func:`_tf32_bn`)."""
+    (128-row tiles, :func:`f32_block_n`, no ping-pong); ``tf32``: for tf32 products (:func:`_tf32_bn`);
+    ``a_cf``: halo tiles reading x channels-first (where :func:`channels_first_x_decline` allows them)."""
     o = overrides
     block_m, block_n, pingpong = o.block_m, o.block_n, o.pingpong
+    if a_cf:
+        if channels_first_x_decline(problem) is not None:
+            raise ValueError(f"a_cf: {channels_first_x_decline(problem)}")
+        return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, block_n=block_n,
+                                  k_iters=k_iters(problem), block_m=block_m, loads_residual=False,
+                                  halo_geometry=channels_first_x_geometry(problem), halo=True, pingpong=pingpong,
+                                  a_cf=True)
     if out_f32:
         block_m, block_n, pingpong = BLOCK_M, f32_block_n(problem.gemm_n, o.block_n), False
     return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=block_n,

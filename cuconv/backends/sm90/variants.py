@@ -27,12 +27,13 @@ def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool =
     ``tf32``: float32 operands multiplied as tf32, into the float32 output; ``xsplit``: float32 x split
     into bf16 parts in registers against a split filter, into the float32 output; ``phases``: the output columns
     are the stacked phases of an input gradient, stored into place (no residual); ``b_mn``: the filter read
-    MN-major, straight from an input gradient's forward weight (``_bmn``)."""
+    MN-major, straight from an input gradient's forward weight (``_bmn``). ``cfg.a_cf`` (with ``nchw``): x read
+    channels-first too (``_cf``)."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
             + ("_pp" if cfg.pingpong else "")
-            + ("_xs" if xsplit else "_tf32" if tf32 else "_f32" if f32 else "_ph" if phases else "_nchw" if nchw
-               else "_res" if loads_residual else "") + ("_bmn" if b_mn else ""))
+            + ("_xs" if xsplit else "_tf32" if tf32 else "_f32" if f32 else "_ph" if phases else "_cf" if cfg.a_cf
+               else "_nchw" if nchw else "_res" if loads_residual else "") + ("_bmn" if b_mn else ""))
 
 
 def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False,
@@ -41,7 +42,7 @@ def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw
     """The ``-D`` values that build a variant (``tf32``, ``xsplit``: ``dtype`` is the 16-bit view, bfloat16)."""
     return _defines(dtype_code(dtype), nd, cfg.block_m, cfg.block_n, cfg.stages,
                     int(loads_residual and not (nchw or f32 or tf32 or xsplit)), cfg.cluster, int(cfg.halo),
-                    int(cfg.pingpong), nchw, f32, tf32, xsplit, phases, b_mn)
+                    int(cfg.pingpong), nchw, f32, tf32, xsplit, phases, b_mn, int(cfg.a_cf))
 
 
 def ring_loads_residual(loads_residual: bool, tf32: bool = False, xsplit: bool = False) -> bool:
@@ -63,7 +64,8 @@ def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: b
     return fn, smem
 
 
-def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0, xsplit=0, phases=0, b_mn=0) -> dict:
+def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0, xsplit=0, phases=0, b_mn=0,
+             a_cf=0) -> dict:
     d = {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
          "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}
     if nchw:
@@ -78,6 +80,8 @@ def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0,
         d["SM90_PHASE_OUT"] = 1
     if b_mn:
         d["SM90_B_MN"] = 1
+    if a_cf:
+        d["SM90_A_CF"] = 1
     return d
 
 
@@ -130,6 +134,14 @@ COMPILE_VARIANTS = [
 ] + [
     _compile_variant(1, 2, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1, 1)
     for bn in STAGES
+] + [  # channels-first x read as it is (NCHW in and out): 16-bit halo tiles of the channels-first epilogue's
+    # heights, single CTAs, bf16 2-D (every shape), fp16 and 3-D (the automatic 128 x 128 ping-pong tile)
+    _compile_variant(1, 2, bm, bn, halo_stages(bm, bn, False, True), 0, 1, 1, 0, 1, a_cf=1)
+    for bm in BLOCK_MS for bn in STAGES if bm_fits(bm, bn, 1, True, halo=True)
+] + [
+    _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False, True), 0, 1, 1, 1,
+                     1, a_cf=1)
+    for dt, nd, bns in ((1, 2, STAGES), (0, 2, (128,)), (1, 3, (128,))) for bn in bns
 ] + [  # float32 output (the split-bf16 float32 path): bf16, 128-row tiles of at most 128 columns
     # (promotion doubles the accumulators: tiles.F32_BLOCK_NS), whole and halo tiles, single CTAs and pairs
     _compile_variant(1, nd, 128, bn, stages, 0, cl, halo, 0, 0, 1)
