@@ -54,8 +54,8 @@
 // window ring has its own a_full/a_empty). Nine times less activation traffic for 3x3 filters.
 //
 // Channels-first x (SM90_A_CF = 1, with SM90_HALO and SM90_NCHW_OUT: NCHW / NCDHW operands read and written as
-// they are): the halo windows are boxes of the tensor viewed as (W, C, H, D, N), 64 channel rows of 64 pixels
-// per input row, read by wgmma MN-major (imm-trans-a); one window per (depth tap, channel block, filter column),
+// they are): the halo windows are boxes of the tensor viewed as (W, H, D, C, N), one per input row: 64 channel
+// rows of 64 pixels, read by wgmma MN-major (imm-trans-a); one window per (depth tap, channel block, filter column),
 // read by the R taps of its column (halo_loader.cuh). Only the filter moves to channels-last before the call.
 //
 // Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, 192 or 256: two,

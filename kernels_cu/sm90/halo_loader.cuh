@@ -22,12 +22,13 @@
 // instead of nine 256-row boxes (295 KB). The walk (ft, cb, r, s) differs from the im2col
 // loader's (ft, r, s, cb): only the order of the fp32 sum changes.
 //
-// Channels-first x (A_CF, NCHW / NCDHW read as they are): the tensor map views x as (W, C, H, D, N), so a
-// box of 64 columns x 64 channels x (BM/64 + (R-1) dil_h) rows lands as, per input row, 64 channel rows of
-// 64 pixels (128 bytes, 128B-swizzled): per output row the MN-major A block of wgmma (8192 bytes,
-// sm90/mn_major_tile.cuh). A row of such a window cannot start one pixel further on (2 bytes), so the
-// window is per (ft, cb, filter column s), taken at column x0 - pad_w + s dil_w, and read by the R taps of
-// that column at row starts 8192 dil_h bytes apart:
+// Channels-first x (A_CF, NCHW / NCDHW read as they are): the tensor map views x as (W, H, D, C, N) (its own
+// stride order: TMA faults on a map whose strides do not grow with the dims), and a window is one box of
+// 64 columns x 1 x 1 x 64 channels per input row of it (BM/64 + (R-1) dil_h rows, halo_tx / 8192), each
+// landing as 64 channel rows of 64 pixels (128 bytes, 128B-swizzled): the MN-major A block of wgmma
+// (8192 bytes, sm90/mn_major_tile.cuh). A row of such a window cannot start one pixel further on (2
+// bytes), so the window is per (ft, cb, filter column s), taken at column x0 - pad_w + s dil_w, and read by
+// the R taps of that column at row starts 8192 dil_h bytes apart:
 //
 //   A slot: window row i, channel k, pixel j at byte (i * 64 + k) * 128 + swizzled 2 j
 //   tap (r, s), consumer warpgroup g: its A block starts at (g + r dil_h) * 8192 in the window of column s
@@ -82,8 +83,10 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
           mbar_arrive_expect_tx(a_full, g.halo_tx);
           const int cx = c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK;  // x's channel block
           if constexpr (A_CF) {
-            tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, w0 + ws * g.dil_w, cx, h0,
-                             d_base + ft * g.dil_d, ht.n_img);
+#pragma unroll 1
+            for (int i = 0; i < (g.halo_tx >> 13); ++i)  // one box per input row of the window
+              tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES + i * 8192, tmap_x, a_full, w0 + ws * g.dil_w,
+                               h0 + i, d_base + ft * g.dil_d, cx, ht.n_img);
           } else {
             tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, cx, w0, h0, d_base + ft * g.dil_d,
                              ht.n_img);

@@ -382,7 +382,7 @@ class Sm90Plan(Plan):
         cacheable = xa is x and wa is w and ra is residual and ba is bias
         xp_ = self._x_problem
         if cfg.a_cf:
-            tmap_x = encode_cf_x(xp_, xa.data.ptr, halo_window(problem, cfg)[1])
+            tmap_x = encode_cf_x(xp_, xa.data.ptr)
         elif cfg.halo:
             tmap_x = encode_halo_x(xp_, xa.data.ptr, *halo_window(problem, cfg))
         else:

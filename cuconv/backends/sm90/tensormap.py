@@ -13,7 +13,7 @@ Halo tiles (stride-1 convolutions, kernels_cu/sm90/halo_loader.cuh) replace two 
 :func:`encode_halo_x` (x as (N, D, H, W, C), tiled, one box = the window of a tile's output rows
 plus the filter's halo) and :func:`encode_halo_c` (the residual as (N*O*P, Q, K), box {64, 64, rows}).
 Channels-first x read as it is (the ``_cf`` variants) has :func:`encode_cf_x`: x (N, C, D, H, W) viewed as
-(W, C, H, D, N), box {64 columns, 64 channels, rows, 1, 1}.
+(W, H, D, C, N), box {64 columns, 1, 1, 64 channels, 1} (one per input row of a window).
 
 All use the 128-byte swizzle and zero out-of-bounds fill. A descriptor reaches the kernel as a
 128-byte NumPy void scalar (CuPy passes NumPy scalars as raw bytes), matching the kernel's
@@ -239,27 +239,28 @@ def encode_halo_x(problem: ConvProblem, ptr: int, cols: int, rows: int, block_k:
 
 def cf_x_view(problem: ConvProblem) -> tuple:
     """``(dims, byte strides of dims 1..4)`` of a channels-first x ``(N, C, [D,] H, W)`` (contiguous) as the
-    tensor map of :func:`encode_cf_x` sees it, innermost first: (W, C, H, D, N), D = 1 for conv2d. The
-    channel stride is a whole plane, so the strides do not grow with the dims: TMA asks only that each is a
-    multiple of 16 bytes (W a multiple of 8 16-bit elements, :func:`.tiles.channels_first_x_decline`)."""
+    tensor map of :func:`encode_cf_x` sees it, innermost first: (W, H, D, C, N), D = 1 for conv2d. TMA asks
+    that each stride is a multiple of 16 bytes (W a multiple of 8 16-bit elements,
+    :func:`.tiles.channels_first_x_decline`); a map whose strides do not grow with the dims (a (W, C, H)
+    view, whose box would hold a whole window) faults when a kernel loads through it."""
     N, *spatial, C = problem.x_shape
     D, H, W = (1,) * (3 - problem.nd) + tuple(spatial)
     es = problem.itemsize
-    return (W, C, H, D, N), (D * H * W * es, W * es, H * W * es, C * D * H * W * es)
+    return (W, H, D, C, N), (W * es, H * W * es, D * H * W * es, C * D * H * W * es)
 
 
-def encode_cf_x(problem: ConvProblem, ptr: int, rows: int, block_k: int = 64) -> np.void:
-    """Tiled descriptor of channels-first activations (:func:`cf_x_view`); box {64 columns, ``block_k``
-    channels, ``rows`` rows, 1, 1}: a channels-first window, per input row ``block_k`` channel rows of 64
-    pixels (128 bytes, swizzled), wgmma's MN-major A blocks. Out-of-tensor coordinates (padding, channels
-    past C) arrive as zeros."""
+def encode_cf_x(problem: ConvProblem, ptr: int, block_k: int = 64) -> np.void:
+    """Tiled descriptor of channels-first activations (:func:`cf_x_view`); box {64 columns, 1, 1, ``block_k``
+    channels, 1}: one input row of a channels-first window, ``block_k`` channel rows of 64 pixels (128 bytes,
+    swizzled), wgmma's MN-major A block. Out-of-tensor coordinates (padding, channels past C) arrive as
+    zeros."""
     driver = cuda_driver()
     dims, strides = cf_x_view(problem)
     inter, swz, l2, oob = _enums(driver)
     return _check(driver.cuTensorMapEncodeTiled(
         _data_type(driver, problem.dtype), 5, ptr, _u64(driver, dims), _u64(driver, strides),
-        _u32(driver, [64, block_k, rows, 1, 1]), _u32(driver, [1, 1, 1, 1, 1]), inter, swz, l2, oob),
-        "cuTensorMapEncodeTiled (channels-first activations, window)")
+        _u32(driver, [64, 1, 1, block_k, 1]), _u32(driver, [1, 1, 1, 1, 1]), inter, swz, l2, oob),
+        "cuTensorMapEncodeTiled (channels-first activations, window row)")
 
 
 def encode_halo_c(problem: ConvProblem, ptr: int, rows: int, chunk_n: int = 64) -> np.void:
