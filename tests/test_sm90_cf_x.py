@@ -35,17 +35,17 @@ def _cf(p):
 
 # --- which problems read x channels-first ----------------------------------------------------------------
 
-def test_large_nchw_layers_read_x_channels_first():
-    """The VAE's 3x3 layers on NCHW arrays: halo windows of channels-first x, only the filter moved."""
-    for H, C in ((512, 128), (256, 256), (128, 512), (64, 512)):
-        p = _cf(problem2d(N=1, H=H, W=H, C=C, K=C))
+def test_nchw_column_filters_read_x_channels_first():
+    """R x 1 filters (and 1x1 ones) on NCHW arrays: halo windows of channels-first x, only the filter moved."""
+    for H, C in ((512, 128), (256, 256), (64, 512)):
+        p = _cf(problem2d(N=1, H=H, W=H, C=C, K=C, R=3, S=1, padding=((1, 1), (0, 0))))
         plan = Sm90TmaKernel().plan(p, H100, Overrides())
         assert plan.reads_x_channels_first and plan.writes_channels_first and not plan.reads_channels_first
         assert plan.cfg.a_cf and plan.cfg.halo and "_cf" in plan.describe()
         assert "reading x channels-first" in plan.describe()
         line = describe(p, H100, plan)
         assert "x read and the result written channels-first by the kernel itself" in line
-        assert f"w {_size(C * C * 9 * 2)}" in line and "x " not in line.split(";")[1]
+        assert f"w {_size(C * C * 3 * 2)}" in line and "x " not in line.split(";")[1]
 
 
 def test_one_by_one_filters_move_nothing():
@@ -56,7 +56,7 @@ def test_one_by_one_filters_move_nothing():
 
 
 def test_conv3d_reads_ncdhw_x():
-    p = _cf(problem3d(N=1, D=4, H=64, W=64, C=128, K=128))
+    p = _cf(problem3d(N=1, D=4, H=64, W=64, C=128, K=128, S=1, padding=((1, 1), (1, 1), (0, 0))))
     plan = Sm90TmaConv3d().plan(p, H100, Overrides())
     assert plan.reads_x_channels_first and "conv3d_fprop_sm90_tma_" in plan.describe() and "_cf" in plan.describe()
 
@@ -64,7 +64,9 @@ def test_conv3d_reads_ncdhw_x():
 @pytest.mark.parametrize("problem, why", [
     (problem2d(N=2, H=64, W=64, C=64, K=64, stride=2), "stride"),
     (problem2d(N=2, H=64, W=64, C=64, K=64, R=5, S=5, padding=2), "reach"),
-    (problem2d(N=2, H=64, W=60, C=64, K=64), "not a multiple of 16"),
+    (problem2d(N=2, H=64, W=60, C=64, K=64, R=1, S=1, padding=0), "not a multiple of 16"),
+    (problem2d(N=2, H=64, W=64, C=64, K=64), "16-byte boundary"),                   # 3x3: pad_w 1, shifts 1, 2
+    (problem2d(N=2, H=64, W=64, C=64, K=64, R=1, S=1, padding=((0, 0), (4, 4))), "16-byte boundary"),
 ])
 def test_declines_name_the_reason(problem, why):
     p = _cf(problem)
@@ -76,11 +78,11 @@ def test_declines_name_the_reason(problem, why):
 
 def test_narrow_images_move_x_unless_forced():
     """32 output columns in 64-column tiles: half the work padding, so x moves; forced, it is read."""
-    p = _cf(problem2d(N=2, H=32, W=32, C=64, K=64))
+    p = _cf(problem2d(N=2, H=32, W=32, C=64, K=64, R=1, S=1, padding=0))
     assert channels_first_x_decline(p) is None and "pad to 64" in channels_first_x_pays(p)
     assert not Sm90TmaKernel().plan(p, H100, Overrides()).reads_x_channels_first
     assert Sm90TmaKernel().plan(p, H100, Overrides(x_channels_first=True)).reads_x_channels_first
-    wide = _cf(problem2d(N=2, H=64, W=64, C=64, K=64))
+    wide = _cf(problem2d(N=2, H=64, W=64, C=64, K=64, R=1, S=1, padding=0))
     off = Sm90TmaKernel().plan(wide, H100, Overrides(x_channels_first=False))
     assert not off.reads_x_channels_first and "switched off" in off.describe()
 
@@ -88,7 +90,7 @@ def test_narrow_images_move_x_unless_forced():
 def test_channels_last_and_rewritten_problems_keep_their_x():
     """NHWC problems, and the plans other kernels make of rewritten problems (make_plan), never read x
     channels-first: only the dispatcher's own Hopper plans do."""
-    p = problem2d(N=1, H=128, W=128, C=64, K=64)
+    p = problem2d(N=1, H=128, W=128, C=64, K=64, R=1, S=1, padding=0)
     assert not Sm90TmaKernel().plan(p, H100, Overrides()).reads_x_channels_first
     assert "channels-last" in channels_first_x_decline(p)
     assert not Sm90TmaKernel().make_plan(_cf(p), H100, Overrides()).reads_x_channels_first
@@ -97,7 +99,7 @@ def test_channels_last_and_rewritten_problems_keep_their_x():
 def test_windows_tile_configs():
     """Channels-first windows are halo tiles of the channels-first epilogue's heights, single CTAs, their slots
     whole 8192-byte blocks per input row (so the filter ring is as deep as the channels-last windows' or deeper)."""
-    p = _cf(problem2d(N=1, H=256, W=256, C=256, K=256))
+    p = _cf(problem2d(N=1, H=256, W=256, C=256, K=256, S=1, padding=((1, 1), (0, 0))))
     for ov in (Overrides(), Overrides(pingpong=False), Overrides(pingpong=False, block_m=192, block_n=192),
                Overrides(pingpong=False, block_m=256, block_n=128), Overrides(cluster=2)):
         cfg = tile_config(p, 132, ov, a_cf=True)
@@ -122,11 +124,12 @@ def test_cf_variants_are_in_the_compile_list():
 @st.composite
 def cf_cases(draw, nd=2, max_width=136, max_channels=80, max_spatial=6):
     """A conv that channels-first windows serve: NCHW / NCDHW, H/W stride 1, (R-1) dil_h <= 2, W a
-    multiple of 8, C and K multiples of 8; any filter width and W dilation; depth (conv3d) unrestricted."""
+    multiple of 8, C and K multiples of 8, every window column on a 16-byte boundary (pad_w 0 or 8, and
+    one filter column or a W dilation of 8); depth (conv3d) unrestricted."""
     c = 8 * draw(st.integers(1, max_channels // 8))
     k = 8 * draw(st.integers(1, max_channels // 8))
     r, dh = draw(st.sampled_from([(1, 1), (2, 1), (3, 1), (2, 2)]))
-    s, dw = draw(st.integers(1, 5)), draw(st.integers(1, 2))
+    s, dw = draw(st.sampled_from([(1, 1), (1, 1), (1, 2), (2, 8), (3, 8)]))
     lead = ()
     lead_f = lead_s = lead_d = ()
     if nd == 3:
@@ -134,7 +137,8 @@ def cf_cases(draw, nd=2, max_width=136, max_channels=80, max_spatial=6):
         lead_f, lead_s, lead_d = (draw(st.integers(1, 3)),), (draw(st.integers(1, 2)),), (draw(st.integers(1, 2)),)
     spatial = lead + (draw(st.integers(1, max_spatial)), 8 * draw(st.integers(1, max_width // 8)))
     filt, stride, dilation = lead_f + (r, s), lead_s + (1, 1), lead_d + (dh, dw)
-    padding = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 3))) for _ in range(nd))
+    padding = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 3))) for _ in range(nd - 1)) + (
+        (draw(st.sampled_from([0, 0, 8])), draw(st.integers(0, 9))),)
     for n, f, st_, d, (lo, hi) in zip(spatial, filt, stride, dilation, padding):
         assume(output_size(n, f, st_, d, lo, hi) >= 1)
     return Case(nd=nd, batch=draw(st.integers(1, 2)), spatial=spatial, channels=c, out_channels=k, filt=filt,
@@ -237,16 +241,16 @@ def test_ncdhw_windows_match_reference(cp, case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_vae_sized_layer_runs_channels_first_and_repeats_its_bits(cp, dtype):
-    """An SD VAE 3x3 layer (C = K = 128 at 256x256) on NCHW arrays chooses the windows by itself, matches the
-    reference with a residual and bias, and two calls give the same bits."""
+    """An SD VAE 1x1 layer (C = 256 -> K = 128 at 256x256) on NCHW arrays chooses the windows by itself, matches
+    the reference with a residual and bias, and two calls give the same bits."""
     if not hopper_available():
         pytest.skip("needs a Hopper (cc 9.0) GPU")
-    case = Case(nd=2, batch=1, spatial=(256, 256), channels=128, out_channels=128, filt=(3, 3), stride=(1, 1),
-                dilation=(1, 1), padding=1, groups=1, dtype=dtype, layout="NCHW",
+    case = Case(nd=2, batch=1, spatial=(256, 256), channels=256, out_channels=128, filt=(1, 1), stride=(1, 1),
+                dilation=(1, 1), padding=0, groups=1, dtype=dtype, layout="NCHW",
                 epilogue=dict(bias=True, residual=True, beta=1.0, activation="silu"), seed=7)
     assert "reading x channels-first" in _explained(cp, case)
     check_case(case, cp, poison=True)
     x, w, bias, residual = make_operands(case, cp)
-    one = cuconv.conv2d(x, w, bias, padding=1, layout="NCHW", residual=residual, activation="silu")
-    two = cuconv.conv2d(x, w, bias, padding=1, layout="NCHW", residual=residual, activation="silu")
+    one = cuconv.conv2d(x, w, bias, layout="NCHW", residual=residual, activation="silu")
+    two = cuconv.conv2d(x, w, bias, layout="NCHW", residual=residual, activation="silu")
     assert cp.array_equal(one.view(cp.uint16), two.view(cp.uint16))

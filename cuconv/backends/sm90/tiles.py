@@ -222,7 +222,10 @@ def halo_window(problem, cfg: TileConfig) -> tuple:
 def channels_first_x_decline(problem) -> Optional[str]:
     """Why the Hopper kernel cannot read ``problem``'s x channels-first itself (None when it can): an
     NCHW / NCDHW problem with H and W stride 1, a window reach (R-1) dil_h of at most
-    :data:`HALO_REACH_MAX` rows, and a row of W pixels a multiple of 16 bytes (the tensor map's strides)."""
+    :data:`HALO_REACH_MAX` rows, a row of W pixels a multiple of 16 bytes (the tensor map's strides), and
+    every window's first column (pad_w and each filter column's shift s dil_w) on a 16-byte boundary: a
+    tiled TMA load whose innermost coordinate is not faults (``illegal instruction`` on the H200;
+    docs/tuning.md T-cf-windows), so 1x1 and R x 1 filters with pad_w a multiple of 8 qualify."""
     if problem.layout not in ("NCHW", "NCDHW"):
         return f"layout {problem.layout} is channels-last"
     stride_hw = tuple(problem.stride[-2:])
@@ -234,6 +237,11 @@ def channels_first_x_decline(problem) -> Optional[str]:
     W = problem.in_spatial[-1]
     if (W * problem.itemsize) % 16:
         return f"a row of W = {W} pixels is {W * problem.itemsize} bytes, not a multiple of 16 (TMA strides)"
+    S, dw, pw = problem.filter_spatial[-1], problem.dilation[-1], problem.pad_lo[-1]
+    unit = 16 // problem.itemsize
+    if pw % unit or (S > 1 and dw % unit):
+        return (f"window columns start at -pad_w + s x dil_w = -{pw} + s x {dw} (s < {S}): not all on a 16-byte "
+                f"boundary ({unit} pixels), where TMA tile loads must start")
     return None
 
 
