@@ -35,7 +35,8 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
     # the entry point is the name the host loads (variants.kernel_name of the same choices)
     cfg = TileConfig(block_m=defines_["SM90_BM"], block_n=defines_["SM90_BN"], block_k=64,
                      stages=defines_["SM90_STAGES"], m_tiles=1, n_tiles=1, grid=1, cluster=defines_["SM90_CLUSTER"],
-                     halo=bool(defines_["SM90_HALO"]), pingpong=bool(defines_["SM90_PINGPONG"]))
+                     halo=bool(defines_["SM90_HALO"]), pingpong=bool(defines_["SM90_PINGPONG"]),
+                     a_cf=bool(defines_.get("SM90_A_CF")))
     name = kernel_name(cfg, bool(defines_["SM90_HAS_RESIDUAL"]), defines_["SM90_NDIM"],
                        bool(defines_.get("SM90_NCHW_OUT")), bool(defines_.get("SM90_OUT_F32")),
                        bool(defines_.get("SM90_TF32")), bool(defines_.get("SM90_XSPLIT")),

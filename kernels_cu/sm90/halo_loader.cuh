@@ -23,12 +23,14 @@
 // loader's (ft, r, s, cb): only the order of the fp32 sum changes.
 //
 // Channels-first x (A_CF, NCHW / NCDHW read as they are): the tensor map views x as (W, H, D, C, N) (its own
-// stride order: TMA faults on a map whose strides do not grow with the dims), and a window is one box of
+// stride order), and a window is one box of
 // 64 columns x 1 x 1 x 64 channels per input row of it (BM/64 + (R-1) dil_h rows, halo_tx / 8192), each
 // landing as 64 channel rows of 64 pixels (128 bytes, 128B-swizzled): the MN-major A block of wgmma
 // (8192 bytes, sm90/mn_major_tile.cuh). A row of such a window cannot start one pixel further on (2
 // bytes), so the window is per (ft, cb, filter column s), taken at column x0 - pad_w + s dil_w, and read by
-// the R taps of that column at row starts 8192 dil_h bytes apart:
+// the R taps of that column at row starts 8192 dil_h bytes apart. A tiled load's innermost coordinate must
+// be a multiple of 16 bytes (8 pixels; others fault, docs/tuning.md N-cf-unaligned), which the host
+// checks for every window column -pad_w + s dil_w:
 //
 //   A slot: window row i, channel k, pixel j at byte (i * 64 + k) * 128 + swizzled 2 j
 //   tap (r, s), consumer warpgroup g: its A block starts at (g + r dil_h) * 8192 in the window of column s

@@ -239,10 +239,9 @@ def encode_halo_x(problem: ConvProblem, ptr: int, cols: int, rows: int, block_k:
 
 def cf_x_view(problem: ConvProblem) -> tuple:
     """``(dims, byte strides of dims 1..4)`` of a channels-first x ``(N, C, [D,] H, W)`` (contiguous) as the
-    tensor map of :func:`encode_cf_x` sees it, innermost first: (W, H, D, C, N), D = 1 for conv2d. TMA asks
-    that each stride is a multiple of 16 bytes (W a multiple of 8 16-bit elements,
-    :func:`.tiles.channels_first_x_decline`); a map whose strides do not grow with the dims (a (W, C, H)
-    view, whose box would hold a whole window) faults when a kernel loads through it."""
+    tensor map of :func:`encode_cf_x` sees it, innermost first: (W, H, D, C, N), D = 1 for conv2d, the
+    tensor's own stride order. TMA asks that each stride is a multiple of 16 bytes (W a multiple of 8 16-bit
+    elements, :func:`.tiles.channels_first_x_decline`)."""
     N, *spatial, C = problem.x_shape
     D, H, W = (1,) * (3 - problem.nd) + tuple(spatial)
     es = problem.itemsize

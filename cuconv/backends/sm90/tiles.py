@@ -224,8 +224,8 @@ def channels_first_x_decline(problem) -> Optional[str]:
     NCHW / NCDHW problem with H and W stride 1, a window reach (R-1) dil_h of at most
     :data:`HALO_REACH_MAX` rows, a row of W pixels a multiple of 16 bytes (the tensor map's strides), and
     every window's first column (pad_w and each filter column's shift s dil_w) on a 16-byte boundary: a
-    tiled TMA load whose innermost coordinate is not faults (``illegal instruction`` on the H200;
-    docs/tuning.md T-cf-windows), so 1x1 and R x 1 filters with pad_w a multiple of 8 qualify."""
+    tiled TMA load whose innermost coordinate is not faults (``illegal instruction`` on the H200,
+    docs/tuning.md N-cf-unaligned), so 1x1 and R x 1 filters with pad_w a multiple of 8 qualify."""
     if problem.layout not in ("NCHW", "NCDHW"):
         return f"layout {problem.layout} is channels-last"
     stride_hw = tuple(problem.stride[-2:])
