@@ -90,27 +90,19 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_byte_addr) {
   return desc;
 }
 
-// The descriptor of an A block (64 rows: K-major pixel rows of 128 bytes, or with SM90_A_CF 64 channel rows of
-// 64 pixels, MN-major) and its advance per k16 step in the descriptors' 16-byte units.
-constexpr int A_K16_STEP = SM90_A_CF ? 2048 / 16 : 2;
-__device__ __forceinline__ uint64_t a_block_desc(uint32_t smem_byte_addr) {
-#if SM90_A_CF
-  return smem_desc_mn_sw128(smem_byte_addr, 64 * 128);
-#else
-  return smem_desc_sw128(smem_byte_addr);
-#endif
+// The descriptor of a 128B-swizzled operand: K-major rows of 128 bytes, or MN-major 64-column blocks of 128-byte
+// k-rows (the block stride irrelevant for the 64 rows of an A block or the 64-column boxes of B).
+__device__ __forceinline__ uint64_t operand_desc(uint32_t smem_byte_addr, bool mn_major) {
+  return mn_major ? smem_desc_mn_sw128(smem_byte_addr, 64 * 128) : smem_desc_sw128(smem_byte_addr);
 }
 
-// The descriptor of a B slot (BN x 64 K-major, or with SM90_B_MN 64-row blocks of 64 columns) and its
-// advance per k16 step in the descriptors' 16-byte units.
+// An A block (64 rows: K-major pixel rows of 128 bytes, or with SM90_A_CF 64 channel rows of 64 pixels,
+// MN-major) and a B slot (BN x 64 K-major, or with SM90_B_MN 64-row blocks of 64 columns): their descriptors
+// and their advance per k16 step in the descriptors' 16-byte units.
+constexpr int A_K16_STEP = SM90_A_CF ? 2048 / 16 : 2;
 constexpr int B_K16_STEP = SM90_B_MN ? 2048 / 16 : 2;
-__device__ __forceinline__ uint64_t b_slot_desc(uint32_t smem_byte_addr) {
-#if SM90_B_MN
-  return smem_desc_mn_sw128(smem_byte_addr, 64 * 128);
-#else
-  return smem_desc_sw128(smem_byte_addr);
-#endif
-}
+__device__ __forceinline__ uint64_t a_block_desc(uint32_t smem_byte_addr) { return operand_desc(smem_byte_addr, SM90_A_CF); }
+__device__ __forceinline__ uint64_t b_slot_desc(uint32_t smem_byte_addr) { return operand_desc(smem_byte_addr, SM90_B_MN); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
