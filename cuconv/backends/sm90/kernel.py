@@ -271,10 +271,10 @@ class Sm90Plan(Plan):
                      f"in part order)")
         if cfg.a_cf:
             R = problem.filter_spatial[-2]
+            readers = f"the column's {R} taps" if R > 1 else "its one tap"
             loads = (f"halo tiles reading x channels-first ({cfg.tile_rows} output rows x 64 columns; one window of "
                      f"64-pixel channel rows per depth tap, channel block and filter column, read MN-major by "
-                     f"{'the column' + chr(39) + 's ' + str(R) + ' taps' if R > 1 else 'its one tap'}; "
-                     f"{HALO_A_STAGES} window slots; {cfg.stages}-slot filter ring)")
+                     f"{readers}; {HALO_A_STAGES} window slots; {cfg.stages}-slot filter ring)")
         elif cfg.halo:
             loads = (f"halo tiles ({cfg.tile_rows} output rows x 64 columns; one input window per depth tap and "
                      f"channel block, {HALO_A_STAGES} window slots, shared by every (r, s) tap; "
