@@ -135,13 +135,15 @@ COMPILE_VARIANTS = [
     _compile_variant(1, 2, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1, 1)
     for bn in STAGES
 ] + [  # channels-first x read as it is (NCHW in and out): 16-bit halo tiles of the channels-first epilogue's
-    # heights, single CTAs, bf16 2-D (every shape), fp16 and 3-D (the automatic 128 x 128 ping-pong tile)
+    # heights, single CTAs: bf16 2-D cooperative tiles of every width at 128 rows and the widest at 192 and 256,
+    # ping-pong tiles of 64, 128 (also fp16 and 3-D) and 256 columns (every one the policy picks compiles
+    # without spills: 52 variants checked on the device, docs/tuning.md T-cf-windows)
     _compile_variant(1, 2, bm, bn, halo_stages(bm, bn, False, True), 0, 1, 1, 0, 1, a_cf=1)
-    for bm in BLOCK_MS for bn in STAGES if bm_fits(bm, bn, 1, True, halo=True)
+    for bm, bn in [(128, b) for b in STAGES] + [(192, 192), (256, 96)]
 ] + [
     _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False, True), 0, 1, 1, 1,
                      1, a_cf=1)
-    for dt, nd, bns in ((1, 2, STAGES), (0, 2, (128,)), (1, 3, (128,))) for bn in bns
+    for dt, nd, bns in ((1, 2, (64, 128, 256)), (0, 2, (128,)), (1, 3, (128,))) for bn in bns
 ] + [  # float32 output (the split-bf16 float32 path): bf16, 128-row tiles of at most 128 columns
     # (promotion doubles the accumulators: tiles.F32_BLOCK_NS), whole and halo tiles, single CTAs and pairs
     _compile_variant(1, nd, 128, bn, stages, 0, cl, halo, 0, 0, 1)
