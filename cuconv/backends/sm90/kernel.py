@@ -85,13 +85,20 @@ class Sm90TmaKernel(Kernel):
             cfg = tile_config(_without_residual_ring(problem), device.sm_count, overrides, out_f32=xsplit, tf32=tf32)
         else:
             cfg = tile_config(problem, device.sm_count, overrides, out_f32)
-        need = cfg.smem_bytes(ring_loads_residual(problem.epilogue.loads_residual, tf32, xsplit))
-        if device.smem_per_block_optin and need > device.smem_per_block_optin:
-            return Declined(f"needs {need} bytes of shared memory per block, the device allows "
-                            f"{device.smem_per_block_optin}")
+        too_much = smem_over(cfg, ring_loads_residual(problem.epilogue.loads_residual, tf32, xsplit), device)
+        if too_much:
+            return Declined(too_much)
         return Sm90Plan(self, problem, device, cfg, overrides,
                         f"Hopper TMA im2col ({problem.nd + 2}-D boxes) + wgmma kernel covers this problem",
                         out_f32=out_f32 or tf32 or xsplit, x_channels=x_channels, tf32=tf32, xsplit=xsplit)
+
+
+def smem_over(cfg: TileConfig, loads_residual_ring: bool, device):
+    """Why ``cfg``'s launch does not fit the device's shared memory per block, or None."""
+    need = cfg.smem_bytes(loads_residual_ring)
+    if device.smem_per_block_optin and need > device.smem_per_block_optin:
+        return f"needs {need} bytes of shared memory per block, the device allows {device.smem_per_block_optin}"
+    return None
 
 
 def channels_first_x_plan(plan: "Sm90Plan", overrides) -> "Sm90Plan":
@@ -106,10 +113,8 @@ def channels_first_x_plan(plan: "Sm90Plan", overrides) -> "Sm90Plan":
            else channels_first_x_decline(plan.problem) or (None if forced else channels_first_x_pays(plan.problem)))
     if why is None:
         cfg = tile_config(plan.problem, plan.device.sm_count, overrides, a_cf=True)
-        need = cfg.smem_bytes(False)
-        if plan.device.smem_per_block_optin and need > plan.device.smem_per_block_optin:
-            why = f"needs {need} bytes of shared memory per block, the device allows {plan.device.smem_per_block_optin}"
-        else:
+        why = smem_over(cfg, False, plan.device)
+        if why is None:
             return Sm90Plan(plan.kernel, plan.problem, plan.device, cfg, overrides, plan.reason)
     plan.x_moved_because = why
     return plan

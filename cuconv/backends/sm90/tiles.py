@@ -24,7 +24,7 @@ from typing import Optional
 from ...launch import header_constants
 
 __all__ = ["TileConfig", "choose_tile_config", "tile_config", "halo_decline", "halo_why_not", "halo_window",
-           "channels_first_x_decline", "channels_first_x_pays", "channels_first_x_geometry",
+           "channels_first_x_decline", "channels_first_x_pays",
            "k_iters", "c_blocks", "last_k16", "stages_for", "halo_stages", "bm_fits", "pingpong_block_m",
            "STAGES", "BLOCK_MS", "PINGPONG_BLOCK_MS", "BLOCK_K", "SPLIT_WAYS"]
 
@@ -205,8 +205,11 @@ def halo_decline(problem) -> Optional[str]:
 
 def halo_geometry(problem) -> Optional[tuple]:
     """(planes = N*O, P, Q, R*S) when halo tiles can serve ``problem``, else None."""
-    if halo_decline(problem) is not None:
-        return None
+    return None if halo_decline(problem) is not None else _row_tile_geometry(problem)
+
+
+def _row_tile_geometry(problem) -> tuple:
+    """(planes = N*O, P, Q, R*S): what the tile policy needs of a problem run on tiles of output rows."""
     *planes, P, Q = problem.out_spatial
     return problem.batch * math.prod(planes), P, Q, math.prod(problem.filter_spatial[-2:])
 
@@ -254,14 +257,6 @@ def channels_first_x_pays(problem) -> Optional[str]:
     if 7 * padded > 8 * Q:
         return f"{Q} output columns pad to {padded} in 64-column tiles (more than 1/8 wasted)"
     return None
-
-
-def channels_first_x_geometry(problem) -> Optional[tuple]:
-    """(planes = N*O, P, Q, R*S) of the channels-first windows' tiles, or None where they decline."""
-    if channels_first_x_decline(problem) is not None:
-        return None
-    *planes, P, Q = problem.out_spatial
-    return problem.batch * math.prod(planes), P, Q, math.prod(problem.filter_spatial[-2:])
 
 
 # ------------------------------------------------------------------------------------ the rules
@@ -437,7 +432,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       :data:`HALO_MIN_RES_STAGES` slots, or as 192 x 128 tiles (:func:`_narrow_halo_res_pays`).
     * Ping-pong on halo tiles where :func:`_pingpong_pays` (128 x 128) or ``pingpong`` forces it (the
       tallest tile one warpgroup holds, unless ``block_m`` fits).
-    * ``a_cf``: halo tiles reading channels-first x (``halo_geometry`` from :func:`channels_first_x_geometry`,
+    * ``a_cf``: halo tiles reading channels-first x (where :func:`channels_first_x_decline` allows them,
       ``halo`` True, no C ring: the channels-first epilogue's consumers read the residual); their heights
       are those the channels-first epilogue builds with a residual (:func:`bm_fits`), single CTAs.
     The grid is persistent (as many clusters as fit, striding over the units) when there are more
@@ -541,11 +536,12 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: 
     o = overrides
     block_m, block_n, pingpong = o.block_m, o.block_n, o.pingpong
     if a_cf:
-        if channels_first_x_decline(problem) is not None:
-            raise ValueError(f"a_cf: {channels_first_x_decline(problem)}")
+        why = channels_first_x_decline(problem)
+        if why is not None:
+            raise ValueError(f"a_cf: {why}")
         return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, block_n=block_n,
                                   k_iters=k_iters(problem), block_m=block_m, loads_residual=False,
-                                  halo_geometry=channels_first_x_geometry(problem), halo=True, pingpong=pingpong,
+                                  halo_geometry=_row_tile_geometry(problem), halo=True, pingpong=pingpong,
                                   a_cf=True)
     if out_f32:
         block_m, block_n, pingpong = BLOCK_M, f32_block_n(problem.gemm_n, o.block_n), False
