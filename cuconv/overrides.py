@@ -7,7 +7,7 @@ tail, halo tiles and ping-pong warpgroups; the sm80 kernel's loader sub-path) is
 1. the innermost ``with cuconv.overrides(...)`` block of the current thread / async task;
 2. the process's environment, read once: ``CUCONV_SM90_BN``, ``CUCONV_SM90_BM``,
    ``CUCONV_SM90_CLUSTER``, ``CUCONV_SM90_SPLIT``, ``CUCONV_SM90_HALO``, ``CUCONV_SM90_PINGPONG``,
-   ``CUCONV_SM90_CF_X`` (``auto``, ``0`` or ``1`` for the last four's switches), ``CUCONV_SM90_SPLIT_WAYS``,
+   ``CUCONV_SM90_CF_X``, ``CUCONV_SM90_XPOSE_X`` (``auto``, ``0`` or ``1`` for the last five's switches), ``CUCONV_SM90_SPLIT_WAYS``,
    ``CUCONV_SM80_SUBPATH`` and ``CUCONV_STACKED_PHASES`` (a switch).
 
 The dispatcher keys its plans on the :class:`Overrides` value, so a forced variant never meets a
@@ -71,6 +71,11 @@ class Overrides:
         Hopper kernel reading an NCHW / NCDHW x as it is (windows of 64-pixel channel rows): None or True
         wherever it applies (:func:`cuconv.backends.sm90.tiles.channels_first_x_decline`), False never (x is
         moved to channels-last first).
+    x_transpose : bool or None
+        How the Hopper kernel reads an NCHW / NCDHW x where it does (``x_channels_first``): staged rows
+        transposed in shared memory into channels-last windows (``_xp`` variants,
+        :func:`cuconv.backends.sm90.tiles.transposed_x_decline`). None: where the windows of channel rows
+        decline; True: in their place too; False: never.
     sm80_subpath : str or None
         The sm80 kernel's path: "pointwise", "uniform", "grouped_mma", "pad_channels" or "per_lane".
     stacked_phases : bool or None
@@ -88,6 +93,7 @@ class Overrides:
     halo: Optional[bool] = None
     pingpong: Optional[bool] = None
     x_channels_first: Optional[bool] = None
+    x_transpose: Optional[bool] = None
     sm80_subpath: Optional[str] = None
     stacked_phases: Optional[bool] = None
 
@@ -100,7 +106,7 @@ class Overrides:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or v not in allowed):
                 raise ValueError(f"{name}: expected one of {list(allowed)} or None, got {v!r}")
-        for name in ("split", "halo", "pingpong", "x_channels_first", "stacked_phases"):
+        for name in ("split", "halo", "pingpong", "x_channels_first", "x_transpose", "stacked_phases"):
             v = getattr(self, name)
             if v not in (None, True, False) or (v is not None and not isinstance(v, bool)):
                 raise ValueError(f"{name}: expected True, False or None, got {v!r}")
@@ -146,7 +152,8 @@ def env_overrides() -> Overrides:
                      split_ways=_env_int("CUCONV_SM90_SPLIT_WAYS", "split_ways", choices),
                      halo=_env_switch("CUCONV_SM90_HALO"),
                      pingpong=_env_switch("CUCONV_SM90_PINGPONG"),
-                     x_channels_first=_env_switch("CUCONV_SM90_CF_X"), sm80_subpath=subpath,
+                     x_channels_first=_env_switch("CUCONV_SM90_CF_X"),
+                     x_transpose=_env_switch("CUCONV_SM90_XPOSE_X"), sm80_subpath=subpath,
                      stacked_phases=_env_switch("CUCONV_STACKED_PHASES"))
 
 
@@ -164,7 +171,7 @@ _KEEP = object()
 
 @contextlib.contextmanager
 def overrides(*, block_n=_KEEP, block_m=_KEEP, cluster=_KEEP, split=_KEEP, split_ways=_KEEP, halo=_KEEP,
-              pingpong=_KEEP, x_channels_first=_KEEP, sm80_subpath=_KEEP, stacked_phases=_KEEP):
+              pingpong=_KEEP, x_channels_first=_KEEP, x_transpose=_KEEP, sm80_subpath=_KEEP, stacked_phases=_KEEP):
     """Force automatic choices inside a ``with`` block (see :class:`Overrides` for each field).
 
     A field not passed keeps the value in force around the block; ``None`` (or ``"auto"``) makes it
@@ -172,7 +179,8 @@ def overrides(*, block_n=_KEEP, block_m=_KEEP, cluster=_KEEP, split=_KEEP, split
     naming the field for a value it does not accept.
     """
     given = dict(block_n=block_n, block_m=block_m, cluster=cluster, split=split, split_ways=split_ways, halo=halo,
-                 pingpong=pingpong, x_channels_first=x_channels_first, sm80_subpath=sm80_subpath,
+                 pingpong=pingpong, x_channels_first=x_channels_first, x_transpose=x_transpose,
+                 sm80_subpath=sm80_subpath,
                  stacked_phases=stacked_phases)
     changes = {k: (None if v == "auto" else v) for k, v in given.items() if v is not _KEEP}
     value = dataclasses.replace(current_overrides(), **changes)

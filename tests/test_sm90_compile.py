@@ -36,7 +36,7 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
     cfg = TileConfig(block_m=defines_["SM90_BM"], block_n=defines_["SM90_BN"], block_k=64,
                      stages=defines_["SM90_STAGES"], m_tiles=1, n_tiles=1, grid=1, cluster=defines_["SM90_CLUSTER"],
                      halo=bool(defines_["SM90_HALO"]), pingpong=bool(defines_["SM90_PINGPONG"]),
-                     a_cf=bool(defines_.get("SM90_A_CF")))
+                     a_cf=bool(defines_.get("SM90_A_CF")), a_xpose=bool(defines_.get("SM90_A_XPOSE")))
     name = kernel_name(cfg, bool(defines_["SM90_HAS_RESIDUAL"]), defines_["SM90_NDIM"],
                        bool(defines_.get("SM90_NCHW_OUT")), bool(defines_.get("SM90_OUT_F32")),
                        bool(defines_.get("SM90_TF32")), bool(defines_.get("SM90_XSPLIT")),
@@ -60,6 +60,9 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
         assert "UTMALDG.5D" in sass and "IM2COL" not in sass, "halo variant without its 5-D tiled window load"
     else:
         assert "UTMALDG" in sass and "IM2COL" in sass, "no TMA im2col load (UTMALDG...IM2COL) in the SASS"
+    if defines_.get("SM90_A_XPOSE"):  # staged rows transposed by ldmatrix.trans + stmatrix into the windows
+        assert "LDSM.16.MT88.4" in sass and "STSM.16.M88.4" in sass, \
+            "transposing variant without its ldmatrix.trans / stmatrix transpose"
     if defines_.get("SM90_B_MN"):  # the filter as 64 x 64 tiled boxes of a (rows, taps, columns) view, each
         # box's tap read from the table (a read-only global load)
         assert "UTMALDG.3D" in sass and "LDG.E.CONSTANT" in sass, \

@@ -12,3 +12,6 @@
 #define SM90_SMEM_ALIGN_SLACK 1024  // re-alignment of the dynamic area to the 1024-byte swizzle atom
 #define SM90_SMEM_LIMIT (227 * 1024)  // opt-in maximum per block on H100 / H200
 #define SM90_MAX_STAGES 8           // deepest filter ring the kernel is built with
+#define SM90_XPOSE_ST_STAGES 4      // SM90_A_XPOSE: staging ring slots (one input row of 64 channels each)
+#define SM90_XPOSE_ST_W_MAX 88      // SM90_A_XPOSE: widest staged row, pixels (11 16-byte chunks)
+#define SM90_XPOSE_EXTRA_BYTES 128  // SM90_A_XPOSE: the staging ring's mbarriers and a 16-byte scratch row

@@ -84,6 +84,7 @@
 #include "sm90/scheduler.cuh"
 #include "sm90/split_reduce.cuh"
 #include "sm90/tma_im2col_loader.cuh"
+#include "sm90/transpose_loader.cuh"
 #include "sm90/wgmma_mainloop.cuh"
 
 #ifndef SM90_BM
@@ -115,6 +116,9 @@
 #endif
 #ifndef SM90_A_CF
 #define SM90_A_CF 0
+#endif
+#ifndef SM90_A_XPOSE
+#define SM90_A_XPOSE 0
 #endif
 #ifndef SM90_OUT_F32
 #define SM90_OUT_F32 0
@@ -168,6 +172,12 @@ constexpr int C_STAGES = SM90_C_STAGES;
 constexpr int CLUSTER = SM90_CLUSTER;  // CTAs per cluster sharing (multicasting) the filter tile
 constexpr bool HALO = SM90_HALO != 0;   // halo tiles (halo_loader.cuh) instead of im2col boxes
 constexpr bool A_CF = SM90_A_CF != 0;   // halo windows of channels-first x (64-pixel channel rows, MN-major)
+// Channels-first x transposed in shared memory into the channels-last windows (transpose_loader.cuh): a
+// staging ring of XPOSE_ST_STAGES rows before the window ring, its barriers and scratch after the others.
+constexpr bool A_XPOSE = SM90_A_XPOSE != 0;
+constexpr int XPOSE_ST_STAGES = SM90_XPOSE_ST_STAGES;
+constexpr int ST_RING_BYTES = A_XPOSE ? XPOSE_ST_STAGES * cuconv::sm90::XPOSE_ST_STAGE_BYTES : 0;
+constexpr int XPOSE_EXTRA_BYTES = A_XPOSE ? SM90_XPOSE_EXTRA_BYTES : 0;
 // Halo windows: at most (S-1) dil_w = 2 extra columns and (R-1) dil_h = 2 extra rows (3x3 and
 // smaller filters at dilation 1; the host checks), so a window slot holds (64 + 2) x (BM/64 + 2)
 // pixel rows of 128 bytes, not rounded up to the 1024-byte swizzle atom: the window ring comes last
@@ -192,7 +202,8 @@ constexpr int C_CHUNK_BYTES = BM * SM90_C_CHUNK * 2;
 constexpr int C_RING_BYTES = HAS_RESIDUAL ? C_STAGES * C_CHUNK_BYTES : 0;
 constexpr int BARRIER_BYTES = SM90_BARRIER_BYTES;
 constexpr int SMEM_ALIGN_SLACK = SM90_SMEM_ALIGN_SLACK;
-constexpr int SMEM_USED = A_STAGES * A_STAGE_BYTES + STAGES * B_STAGE_BYTES + C_RING_BYTES + BARRIER_BYTES;
+constexpr int SMEM_USED = A_STAGES * A_STAGE_BYTES + STAGES * B_STAGE_BYTES + C_RING_BYTES + BARRIER_BYTES +
+                          ST_RING_BYTES + XPOSE_EXTRA_BYTES;
 constexpr int SMEM_LIMIT = SM90_SMEM_LIMIT;
 constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK < SMEM_LIMIT ? SMEM_USED + SMEM_ALIGN_SLACK : SMEM_LIMIT;
 constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;  // with a cluster: own A + every B share
@@ -225,6 +236,10 @@ static_assert(!SM90_B_MN || (CLUSTER == 1 && BN % 64 == 0 && !HAS_RESIDUAL && !N
 static_assert(!A_CF || (HALO && NCHW_OUT && CLUSTER == 1 && !HAS_RESIDUAL && !SM90_B_MN && !PHASE_OUT && !OUT_F32),
               "channels-first x (SM90_A_CF): halo windows of single CTAs, the channels-first 16-bit epilogue");
 static_assert(!A_CF || A_STAGE_BYTES % 1024 == 0, "channels-first windows start on 128B-swizzle atoms");
+static_assert(!A_XPOSE || (HALO && NCHW_OUT && !A_CF && CLUSTER == 1 && !HAS_RESIDUAL && !SM90_B_MN && !PHASE_OUT && !OUT_F32),
+              "transposed channels-first x (SM90_A_XPOSE): halo windows of single CTAs, the channels-first 16-bit epilogue");
+static_assert(ST_RING_BYTES % 1024 == 0, "the window ring after the staging ring starts on a 128B-swizzle atom");
+static_assert(2 * XPOSE_ST_STAGES * 8 + 16 <= SM90_XPOSE_EXTRA_BYTES, "staging barriers and scratch area too small");
 static_assert(!(PHASE_OUT && (HAS_RESIDUAL || NCHW_OUT || OUT_F32)),
               "the phase-scattering epilogue stores 16-bit channels-last values and reads no residual");
 static_assert(B_SHARE_BYTES % 1024 == 0, "each multicast share must start on a 128B-swizzle atom");
@@ -297,6 +312,9 @@ struct Sm90ConvParams {
   uint16_t* bd_dst;
   unsigned long long* bd_sync;
   int bd_rows, bd_taps, bd_cg;
+  // SM90_A_XPOSE (zeros otherwise): staged rows of st_w pixels (a multiple of 8, odd in 16-byte chunks) from
+  // window column -st_shift on (st_shift = -pad_w mod 8: the staging box starts on a 16-byte boundary).
+  int st_w, st_shift;
 };
 
 #define CUCONV_CAT10(a, b, c, d, e, f, g, h, i, j) a##b##c##d##e##f##g##h##i##j
@@ -325,6 +343,10 @@ struct Sm90ConvParams {
 #define CUCONV_SM90_SUFFIX _halo_ph
 #elif SM90_PHASE_OUT
 #define CUCONV_SM90_SUFFIX _ph
+#elif SM90_HALO && SM90_PINGPONG && SM90_A_XPOSE
+#define CUCONV_SM90_SUFFIX _halo_pp_xp
+#elif SM90_HALO && SM90_A_XPOSE
+#define CUCONV_SM90_SUFFIX _halo_xp
 #elif SM90_HALO && SM90_PINGPONG && SM90_A_CF
 #define CUCONV_SM90_SUFFIX _halo_pp_cf
 #elif SM90_HALO && SM90_A_CF
@@ -604,7 +626,8 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t b_base = base;
   const uint32_t c_base = b_base + cfg::STAGES * cfg::B_STAGE_BYTES;
-  const uint32_t a_base = c_base + cfg::C_RING_BYTES;
+  const uint32_t st_base = c_base + cfg::C_RING_BYTES;  // A_XPOSE only: the staging ring
+  const uint32_t a_base = st_base + cfg::ST_RING_BYTES;
   const uint32_t bar_base = a_base + cfg::A_STAGES * cfg::A_STAGE_BYTES;
   const uint32_t full_bar = bar_base;
   const uint32_t empty_bar = full_bar + 8 * cfg::STAGES;
@@ -614,6 +637,9 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const uint32_t a_full_bar = load_order_bar + 8;  // halo tiles only
   const uint32_t a_empty_bar = a_full_bar + 8 * cfg::A_STAGES;
   const uint32_t turn_bar = a_empty_bar + 8 * cfg::A_STAGES;  // ping-pong only: turn_bar[g] = warpgroup g may start
+  // A_XPOSE only: the staging ring's barriers, then the transpose's 16-byte scratch row (transpose_loader.cuh)
+  const uint32_t st_full_bar = bar_base + cfg::BARRIER_BYTES;
+  const uint32_t st_empty_bar = st_full_bar + 8 * cfg::XPOSE_ST_STAGES;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -635,8 +661,14 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     sm90::mbar_init(load_order_bar, 1);
     if constexpr (cfg::HALO) {
       for (int s = 0; s < cfg::A_STAGES; ++s) {
-        sm90::mbar_init(a_full_bar + 8 * s, 1);
+        sm90::mbar_init(a_full_bar + 8 * s, cfg::A_XPOSE ? 64 : 1);  // A_XPOSE: every transposing thread
         sm90::mbar_init(a_empty_bar + 8 * s, 4 * cfg::SLOT_READERS);
+      }
+    }
+    if constexpr (cfg::A_XPOSE) {
+      for (int s = 0; s < cfg::XPOSE_ST_STAGES; ++s) {
+        sm90::mbar_init(st_full_bar + 8 * s, 1);
+        sm90::mbar_init(st_empty_bar + 8 * s, 64);
       }
     }
     if constexpr (cfg::PINGPONG) {
@@ -671,7 +703,8 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
       if (lane == 0) {
         if constexpr (cfg::HALO) {
           sm90::halo_load_warp<cfg::BM / 64, cfg::BN, cfg::BK, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::STAGES,
-                               cfg::B_STAGE_BYTES, cfg::HAS_RESIDUAL, cfg::CLUSTER, SM90_B_MN != 0, cfg::A_CF>(
+                               cfg::B_STAGE_BYTES, cfg::HAS_RESIDUAL, cfg::CLUSTER, SM90_B_MN != 0, cfg::A_CF,
+                               cfg::A_XPOSE>(
               tmap_x, tmap_w, tmap_c, g, sched, a_base, b_base, a_full_bar, a_empty_bar, full_bar, empty_bar,
               load_order_bar);
         } else {
@@ -683,7 +716,14 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
         if (lane == 0)
           sm90::epilogue_load_warp<cfg::BM, cfg::BN, cfg::C_STAGES, cfg::C_CHUNK_BYTES, cfg::HALO>(
               tmap_c, g, sched, c_base, c_full_bar, c_empty_bar, load_order_bar);
+      } else if constexpr (cfg::A_XPOSE) {
+        if (lane == 0)
+          sm90::staging_load_warp<cfg::BM / 64, cfg::BN, cfg::BK, cfg::XPOSE_ST_STAGES>(tmap_x, g, sched, st_base,
+                                                                                     st_full_bar, st_empty_bar);
       }
+    } else if constexpr (cfg::A_XPOSE) {
+      sm90::transpose_warps<cfg::BM / 64, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::XPOSE_ST_STAGES>(
+          g, sched, st_base, a_full_bar, st_full_bar, warp - 2, lane);
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(cfg::CONSUMER_REGS));

@@ -38,6 +38,9 @@
 // Each input is read S times per (ft, cb) instead of once (im2col boxes: R x S times); the filter walk
 // (ft, cb, s, r) differs from the channels-last windows' (ft, cb, r, s) in the order of the fp32 sum only.
 //
+// Transposed channels-first x (A_XPOSE): this warp loads the filter boxes only; the windows come from
+// transpose_loader.cuh (staged rows of x transposed by the producer's idle warps into this layout).
+//
 // Barriers: a_full[i] / a_empty[i] for the window ring (1 + tx; 4 arrivals per consumer
 // warpgroup), full[s] / empty[s] for the filter ring (1 + tx; 4 arrivals per consumer warpgroup of
 // every CTA of the cluster). The load-order barrier (residual prefetch) is signalled after the
@@ -55,7 +58,7 @@ namespace cuconv {
 namespace sm90 {
 
 template <int ROWS, int BN, int BK, int A_STAGES, int A_STAGE_BYTES, int STAGES, int B_STAGE_BYTES,
-          bool HAS_RESIDUAL, int CLUSTER, bool B_MN, bool A_CF, typename Params, typename Scheduler>
+          bool HAS_RESIDUAL, int CLUSTER, bool B_MN, bool A_CF, bool A_XPOSE, typename Params, typename Scheduler>
 __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, const TmaDescriptor& tmap_w,
                                                const TmaDescriptor& tmap_zero, const Params& g, const Scheduler& sched, uint32_t a_base,
                                                uint32_t b_base, uint32_t a_full_bar, uint32_t a_empty_bar,
@@ -80,18 +83,20 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
       for (int cb = 0; cb < g.c_blocks; ++cb) {
 #pragma unroll 1
         for (int ws = 0; ws < win_s; ++ws) {
-          const uint32_t a_full = a_full_bar + 8 * aring.stage;
-          mbar_wait(a_empty_bar + 8 * aring.stage, aring.phase ^ 1u);
-          mbar_arrive_expect_tx(a_full, g.halo_tx);
-          const int cx = c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK;  // x's channel block
-          if constexpr (A_CF) {
+          if constexpr (!A_XPOSE) {  // (A_XPOSE: the transposing warps write the window, transpose_loader.cuh)
+            const uint32_t a_full = a_full_bar + 8 * aring.stage;
+            const int cx = c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK;  // x's channel block
+            mbar_wait(a_empty_bar + 8 * aring.stage, aring.phase ^ 1u);
+            mbar_arrive_expect_tx(a_full, g.halo_tx);
+            if constexpr (A_CF) {
 #pragma unroll 1
-            for (int i = 0; i < (g.halo_tx >> 13); ++i)  // one box per input row of the window
-              tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES + i * 8192, tmap_x, a_full, w0 + ws * g.dil_w,
-                               h0 + i, d_base + ft * g.dil_d, cx, ht.n_img);
-          } else {
-            tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, cx, w0, h0, d_base + ft * g.dil_d,
-                             ht.n_img);
+              for (int i = 0; i < (g.halo_tx >> 13); ++i)  // one box per input row of the window
+                tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES + i * 8192, tmap_x, a_full, w0 + ws * g.dil_w,
+                                 h0 + i, d_base + ft * g.dil_d, cx, ht.n_img);
+            } else {
+              tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, cx, w0, h0,
+                               d_base + ft * g.dil_d, ht.n_img);
+            }
           }
           aring.advance();
 #pragma unroll 1

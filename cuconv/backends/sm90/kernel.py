@@ -30,8 +30,8 @@ from ...scratch import scratch
 from .params import BlockDiag, MnFilter, kernel_params, phase_table, tap_table, zero_block
 from .tensormap import (cuda_driver, encode_cf_x, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w,
                         encode_tiled_c, encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
-from .tiles import (BLOCK_K, HALO_A_STAGES, TileConfig, channels_first_x_decline, channels_first_x_pays,
-                    halo_why_not, halo_window, tile_config)
+from .tiles import (BLOCK_K, HALO_A_STAGES, XPOSE_ST_STAGES, TileConfig, channels_first_x_decline,
+                    channels_first_x_pays, halo_why_not, halo_window, staging_row, tile_config, transposed_x_decline)
 from .variants import SOURCE, defines, kernel_name, load_function, ring_loads_residual
 
 __all__ = ["Sm90TmaKernel", "Sm90TmaConv3d", "Sm90Plan"]
@@ -103,19 +103,29 @@ def smem_over(cfg: TileConfig, loads_residual_ring: bool, device):
 
 def channels_first_x_plan(plan: "Sm90Plan", overrides) -> "Sm90Plan":
     """``plan`` (of a channels-first problem, storing channels-first) as halo tiles reading x channels-first
-    (:func:`.tiles.channels_first_x_decline`: the ``_cf`` variants) where :func:`.tiles.channels_first_x_pays`
-    or ``overrides.x_channels_first`` True says so, or ``plan`` itself, which then records why x is moved
-    (``explain``). ``overrides.x_channels_first`` False keeps ``plan``."""
+    where :func:`.tiles.channels_first_x_pays` or ``overrides.x_channels_first`` True says so: windows of
+    64-pixel channel rows where :func:`.tiles.channels_first_x_decline` allows them (the ``_cf`` variants),
+    else staged rows transposed in shared memory where :func:`.tiles.transposed_x_decline` does (``_xp``;
+    ``overrides.x_transpose`` True prefers them, False never takes them). Otherwise ``plan`` itself, which
+    then records why x is moved (``explain``). ``overrides.x_channels_first`` False keeps ``plan``."""
     if not plan.writes_channels_first:
         return plan
-    forced = overrides.x_channels_first
-    why = ("switched off (overrides(x_channels_first=False) / CUCONV_SM90_CF_X=0)" if forced is False
-           else channels_first_x_decline(plan.problem) or (None if forced else channels_first_x_pays(plan.problem)))
+    forced, xpose, p = overrides.x_channels_first, overrides.x_transpose, plan.problem
+    if forced is False:
+        plan.x_moved_because = "switched off (overrides(x_channels_first=False) / CUCONV_SM90_CF_X=0)"
+        return plan
+    ways = {"a_cf": channels_first_x_decline(p),
+            "a_xpose": ("switched off (overrides(x_transpose=False) / CUCONV_SM90_XPOSE_X=0)" if xpose is False
+                        else transposed_x_decline(p))}
+    why = None if forced or all(ways.values()) else channels_first_x_pays(p)
     if why is None:
-        cfg = tile_config(plan.problem, plan.device.sm_count, overrides, a_cf=True)
-        why = smem_over(cfg, False, plan.device)
-        if why is None:
-            return Sm90Plan(plan.kernel, plan.problem, plan.device, cfg, overrides, plan.reason)
+        for way in (("a_xpose", "a_cf") if xpose else ("a_cf", "a_xpose")):
+            if ways[way] is None:
+                cfg = tile_config(p, plan.device.sm_count, overrides, **{way: True})
+                ways[way] = smem_over(cfg, False, plan.device)
+                if ways[way] is None:
+                    return Sm90Plan(plan.kernel, p, plan.device, cfg, overrides, plan.reason)
+        why = f"windows of channel rows: {ways['a_cf']}; transposed rows: {ways['a_xpose']}"
     plan.x_moved_because = why
     return plan
 
@@ -208,8 +218,9 @@ class Sm90Plan(Plan):
         self.xsplit = xsplit
         #: A channels-first problem's output (and residual) are stored by the epilogue in that layout.
         self.writes_channels_first = problem.layout in ("NCHW", "NCDHW") and not out_f32
-        #: ... and its x read in that layout too (``cfg.a_cf``: the ``_cf`` variants; the filter is moved).
-        self.reads_x_channels_first = cfg.a_cf
+        #: ... and its x read in that layout too (``cfg.a_cf`` / ``cfg.a_xpose``: the ``_cf`` / ``_xp`` variants;
+        #: the filter is moved).
+        self.reads_x_channels_first = cfg.reads_x_channels_first
         #: Why a channels-first problem's x is moved to channels-last (:func:`channels_first_x_plan`), or None.
         self.x_moved_because = None
         #: Where the epilogue stores the stacked phases of an input gradient (:mod:`.phase_scatter`), or None.
@@ -232,7 +243,7 @@ class Sm90Plan(Plan):
         ``x_channels`` channels, and output channel n's reduction reads them from ``(n // a_kg) * a_cg`` on.
         ``blockdiag``: ``(taps, Cg)`` where ``run``'s ``w`` is the grouped weight and the kernel writes its
         block-diagonal filter first."""
-        if self.cfg.a_cf:
+        if self.cfg.reads_x_channels_first:
             raise ValueError("read_groups: this plan reads x channels-first (dense tiles only)")
         self._x_problem = dataclasses.replace(self.problem, channels=x_channels)
         self.groups = (a_kg, a_cg)
@@ -280,6 +291,13 @@ class Sm90Plan(Plan):
             loads = (f"halo tiles reading x channels-first ({cfg.tile_rows} output rows x 64 columns; one window of "
                      f"64-pixel channel rows per depth tap, channel block and filter column, read MN-major by "
                      f"{readers}; {HALO_A_STAGES} window slots; {cfg.stages}-slot filter ring)")
+        elif cfg.a_xpose:
+            st_w, _ = staging_row(problem)
+            loads = (f"halo tiles reading x channels-first ({cfg.tile_rows} output rows x 64 columns; per depth tap "
+                     f"and channel block each input row of the window staged by TMA ({st_w} pixels x 64 channels, "
+                     f"a {XPOSE_ST_STAGES}-slot ring) and transposed into the channels-last window by the "
+                     f"producer's two idle warps (ldmatrix.trans / stmatrix), shared by every (r, s) tap; "
+                     f"{HALO_A_STAGES} window slots; {cfg.stages}-slot filter ring)")
         elif cfg.halo:
             loads = (f"halo tiles ({cfg.tile_rows} output rows x 64 columns; one input window per depth tap and "
                      f"channel block, {HALO_A_STAGES} window slots, shared by every (r, s) tap; "
@@ -388,6 +406,8 @@ class Sm90Plan(Plan):
         xp_ = self._x_problem
         if cfg.a_cf:
             tmap_x = encode_cf_x(xp_, xa.data.ptr)
+        elif cfg.a_xpose:
+            tmap_x = encode_cf_x(xp_, xa.data.ptr, columns=staging_row(problem)[0], swizzle=False)
         elif cfg.halo:
             tmap_x = encode_halo_x(xp_, xa.data.ptr, *halo_window(problem, cfg))
         else:

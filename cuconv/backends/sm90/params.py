@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 
 from ...launch import c_struct, divisor_fields, divisor_values, geometry3d
-from .tiles import TileConfig, c_blocks, halo_window, last_k16
+from .tiles import TileConfig, c_blocks, halo_window, last_k16, staging_row
 
 __all__ = ["PARAM_FIELDS", "PhaseScatter", "MnFilter", "BlockDiag", "phase_table", "tap_table", "zero_block", "kernel_params"]
 
@@ -89,7 +89,7 @@ PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     (n, "i4") for n in ("ph_channels", "ph_ext0", "ph_ext1", "ph_ext2", "ph_s0", "ph_s1", "ph_s2")] + [
     (n, "u4") for n, _ in divisor_fields("ph_channels_div")] + [
     ("b_taps", "u8"), ("b_cols", "i4"), ("a_kg", "i4"), ("a_cg", "i4"), ("bd_src", "u8"), ("bd_dst", "u8"),
-    ("bd_sync", "u8"), ("bd_rows", "i4"), ("bd_taps", "i4"), ("bd_cg", "i4")]
+    ("bd_sync", "u8"), ("bd_rows", "i4"), ("bd_taps", "i4"), ("bd_cg", "i4"), ("st_w", "i4"), ("st_shift", "i4")]
 
 _FIELDS = [(n, np.dtype(t).type) for n, t in PARAM_FIELDS]
 
@@ -127,6 +127,8 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
     vals.update(a_kg=groups[0], a_cg=groups[1])
     bd = blockdiag or BlockDiag(0, 0, 0, 0, 0, 0)
     vals.update(bd_src=bd.src, bd_dst=bd.dst, bd_sync=bd.sync, bd_rows=bd.rows, bd_taps=bd.taps, bd_cg=bd.cg)
+    st_w, st_shift = staging_row(problem) if cfg.a_xpose else (0, 0)
+    vals.update(st_w=st_w, st_shift=st_shift)
     return c_struct(_FIELDS, vals)
 
 

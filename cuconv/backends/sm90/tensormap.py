@@ -248,18 +248,21 @@ def cf_x_view(problem: ConvProblem) -> tuple:
     return (W, H, D, C, N), (W * es, H * W * es, D * H * W * es, C * D * H * W * es)
 
 
-def encode_cf_x(problem: ConvProblem, ptr: int, block_k: int = 64) -> np.void:
-    """Tiled descriptor of channels-first activations (:func:`cf_x_view`); box {64 columns, 1, 1, ``block_k``
-    channels, 1}: one input row of a channels-first window, ``block_k`` channel rows of 64 pixels (128 bytes,
-    swizzled), wgmma's MN-major A block. Out-of-tensor coordinates (padding, channels past C) arrive as
-    zeros."""
+def encode_cf_x(problem: ConvProblem, ptr: int, block_k: int = 64, columns: int = 64, swizzle: bool = True) -> np.void:
+    """Tiled descriptor of channels-first activations (:func:`cf_x_view`); box {``columns``, 1, 1, ``block_k``
+    channels, 1}: one input row of ``block_k`` channel rows. By default 64 columns (128 bytes, swizzled): a
+    channels-first window row, wgmma's MN-major A block; ``swizzle`` False: a staged row of the transposing
+    variant (``columns`` pixels per channel row, packed). Out-of-tensor coordinates (padding, channels past C)
+    arrive as zeros."""
     driver = cuda_driver()
     dims, strides = cf_x_view(problem)
     inter, swz, l2, oob = _enums(driver)
+    if not swizzle:
+        swz = driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
     return _check(driver.cuTensorMapEncodeTiled(
         _data_type(driver, problem.dtype), 5, ptr, _u64(driver, dims), _u64(driver, strides),
-        _u32(driver, [64, 1, 1, block_k, 1]), _u32(driver, [1, 1, 1, 1, 1]), inter, swz, l2, oob),
-        "cuTensorMapEncodeTiled (channels-first activations, window row)")
+        _u32(driver, [columns, 1, 1, block_k, 1]), _u32(driver, [1, 1, 1, 1, 1]), inter, swz, l2, oob),
+        "cuTensorMapEncodeTiled (channels-first activations, " + ("window row)" if swizzle else "staged row)"))
 
 
 def encode_halo_c(problem: ConvProblem, ptr: int, rows: int, chunk_n: int = 64) -> np.void:

@@ -25,6 +25,7 @@ from ...launch import header_constants
 
 __all__ = ["TileConfig", "choose_tile_config", "tile_config", "halo_decline", "halo_why_not", "halo_window",
            "channels_first_x_decline", "channels_first_x_pays",
+           "transposed_x_decline", "staging_row",
            "k_iters", "c_blocks", "last_k16", "stages_for", "halo_stages", "bm_fits", "pingpong_block_m",
            "STAGES", "BLOCK_MS", "PINGPONG_BLOCK_MS", "BLOCK_K", "SPLIT_WAYS"]
 
@@ -37,6 +38,11 @@ _C_STAGES, _C_CHUNK = _BUDGET["SM90_C_STAGES"], _BUDGET["SM90_C_CHUNK"]
 HALO_A_STAGES = _BUDGET["SM90_HALO_A_STAGES"]
 HALO_REACH_MAX = _BUDGET["SM90_HALO_REACH_MAX"]
 _MAX_STAGES = _BUDGET["SM90_MAX_STAGES"]
+_XPOSE_ST_W_MAX = _BUDGET["SM90_XPOSE_ST_W_MAX"]
+XPOSE_ST_STAGES = _BUDGET["SM90_XPOSE_ST_STAGES"]
+#: Shared memory of the transposing variant's staging ring, its barriers and scratch (cfg::ST_RING_BYTES +
+#: cfg::XPOSE_EXTRA_BYTES): rows of 64 channels x SM90_XPOSE_ST_W_MAX pixels.
+_XPOSE_BYTES = XPOSE_ST_STAGES * 64 * _XPOSE_ST_W_MAX * 2 + _BUDGET["SM90_XPOSE_EXTRA_BYTES"]
 
 BLOCK_M = 128
 #: Ring depth per BN at BM = 128: as many slots as fit next to a 2-slot C ring, at most 8 (docs/tuning.md T-ring-depth).
@@ -86,10 +92,11 @@ def _halo_slot_bytes(block_m: int, a_cf: bool = False) -> int:
     return (64 + HALO_REACH_MAX) * (block_m // 64 + HALO_REACH_MAX) * 128
 
 
-def halo_stages(block_m: int, block_n: int, loads_residual: bool, a_cf: bool = False) -> int:
-    """Filter-ring depth of halo tiles: what fits next to the window slots (and the C ring)."""
+def halo_stages(block_m: int, block_n: int, loads_residual: bool, a_cf: bool = False, a_xpose: bool = False) -> int:
+    """Filter-ring depth of halo tiles: what fits next to the window slots (and the C ring, or the
+    transposing variant's staging ring)."""
     free = (_SMEM_LIMIT - _BARRIER_BYTES - HALO_A_STAGES * _halo_slot_bytes(block_m, a_cf)
-            - (_c_ring_bytes(block_m) if loads_residual else 0))
+            - (_c_ring_bytes(block_m) if loads_residual else 0) - (_XPOSE_BYTES if a_xpose else 0))
     return min(_MAX_STAGES, free // (block_n * BLOCK_K * 2))
 
 
@@ -119,6 +126,7 @@ class TileConfig:
     halo: bool = False      # halo tiles: BM/64 output rows x 64 columns, one window per (t, c-block)
     pingpong: bool = False  # halo tiles only: two consumer warpgroups take turns, each owning a whole tile
     a_cf: bool = False      # halo tiles only: windows of channels-first x, one per (t, c-block, filter column)
+    a_xpose: bool = False   # halo tiles only: channels-first x staged by rows, transposed into channels-last windows
     note: str = ""          # why the automatic choice departed from its usual rule (for explain)
 
     @property
@@ -166,12 +174,20 @@ class TileConfig:
         a_ring = (HALO_A_STAGES * _halo_slot_bytes(self.block_m, self.a_cf) if self.halo
                   else self.stages * self.block_m * self.block_k * 2)
         ring = _c_ring_bytes(self.block_m) if loads_residual else 0
-        return min(_SMEM_LIMIT, _ALIGN_SLACK + a_ring + b_ring + ring + _BARRIER_BYTES)
+        staging = _XPOSE_BYTES if self.a_xpose else 0
+        return min(_SMEM_LIMIT, _ALIGN_SLACK + a_ring + b_ring + ring + staging + _BARRIER_BYTES)
 
     @property
     def variant(self) -> tuple:
-        """What selects the compiled kernel: (BM, BN, stages, cluster, halo, ping-pong, channels-first x)."""
-        return (self.block_m, self.block_n, self.stages, self.cluster, self.halo, self.pingpong, self.a_cf)
+        """What selects the compiled kernel: (BM, BN, stages, cluster, halo, ping-pong, channels-first x windows,
+        transposed channels-first x)."""
+        return (self.block_m, self.block_n, self.stages, self.cluster, self.halo, self.pingpong, self.a_cf,
+                self.a_xpose)
+
+    @property
+    def reads_x_channels_first(self) -> bool:
+        """Whether the kernel reads x channels-first itself (``a_cf`` or ``a_xpose``)."""
+        return self.a_cf or self.a_xpose
 
 
 # ------------------------------------------------------------------------------------ problem views
@@ -246,6 +262,37 @@ def channels_first_x_decline(problem) -> Optional[str]:
         return (f"window columns start at -pad_w + s x dil_w = -{pw} + s x {dw} (s < {S}): not all on a 16-byte "
                 f"boundary ({unit} pixels), where TMA tile loads must start")
     return None
+
+
+def transposed_x_decline(problem) -> Optional[str]:
+    """Why the Hopper kernel cannot stage ``problem``'s channels-first x by rows and transpose it in shared
+    memory into channels-last halo windows (None when it can; kernels_cu/sm90/transpose_loader.cuh): an NCHW /
+    NCDHW problem that halo tiles serve (:func:`halo_decline`) whose rows of W pixels are a multiple of 16
+    bytes (the tensor map's strides). Any padding and filter column: a staged row starts at the 16-byte
+    boundary at or before the window's first column (:func:`staging_row`)."""
+    if problem.layout not in ("NCHW", "NCDHW"):
+        return f"layout {problem.layout} is channels-last"
+    why = halo_decline(problem)
+    if why is not None:
+        return why
+    W = problem.in_spatial[-1]
+    if (W * problem.itemsize) % 16:
+        return f"a row of W = {W} pixels is {W * problem.itemsize} bytes, not a multiple of 16 (TMA strides)"
+    return None
+
+
+def staging_row(problem) -> tuple:
+    """``(st_w, st_shift)`` of the transposing variant: a staged row holds ``st_w`` pixels from window column
+    ``-st_shift`` on, ``st_shift = -pad_w mod 8`` (the row starts on a 16-byte boundary: tile columns start at
+    multiples of 64) and ``st_w`` the multiple of 8 covering the window whose count of 16-byte chunks is odd
+    (an 8-row ldmatrix block then hits 8 different bank groups)."""
+    S, dw = problem.filter_spatial[-1], problem.dilation[-1]
+    shift = -problem.pad_lo[-1] % 8
+    chunks = -(-(shift + 64 + (S - 1) * dw) // 8)
+    chunks += 1 - chunks % 2
+    if 8 * chunks > _XPOSE_ST_W_MAX:
+        raise ValueError(f"staging_row: {8 * chunks} pixels exceed the staging slot's {_XPOSE_ST_W_MAX}")
+    return 8 * chunks, shift
 
 
 def channels_first_x_pays(problem) -> Optional[str]:
@@ -413,7 +460,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
                        split_ways: Optional[int] = None,
                        block_m: Optional[int] = None, loads_residual: bool = False,
                        halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None,
-                       pingpong: Optional[bool] = None, tf32: bool = False, a_cf: bool = False) -> TileConfig:
+                       pingpong: Optional[bool] = None, tf32: bool = False, a_cf: bool = False,
+                       a_xpose: bool = False) -> TileConfig:
     """The tile configuration of a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles take ``k_iters`` reduction
     steps. Pure; every keyword left None is chosen automatically.
 
@@ -435,6 +483,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     * ``a_cf``: halo tiles reading channels-first x (where :func:`channels_first_x_decline` allows them,
       ``halo`` True, no C ring: the channels-first epilogue's consumers read the residual); their heights
       are those the channels-first epilogue builds with a residual (:func:`bm_fits`), single CTAs.
+    * ``a_xpose``: the same for halo tiles transposing staged rows of channels-first x into their windows
+      (:func:`transposed_x_decline`); the staging ring takes its share of the filter ring's memory.
     The grid is persistent (as many clusters as fit, striding over the units) when there are more
     units than SMs; the launch lowers it to the clusters the device co-schedules.
     """
@@ -473,13 +523,13 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
             if bm is None or not _pingpong_fits(bm, bn):
                 bm = pingpong_block_m(bn)
             m_tiles = row_tiles(bm)
-            return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=halo_stages(bm, bn, False, a_cf),
+            return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=halo_stages(bm, bn, False, a_cf, a_xpose),
                               m_tiles=m_tiles, n_tiles=n_tiles, grid=max(1, min(m_tiles * n_tiles, sm_count)),
-                              k_iters=k_iters, halo=True, pingpong=True, a_cf=a_cf, note=note)
+                              k_iters=k_iters, halo=True, pingpong=True, a_cf=a_cf, a_xpose=a_xpose, note=note)
         if bm == 64:
             bm = None  # 64-row tiles exist only in ping-pong
         rows_tiles = {b: row_tiles(b) * n_tiles for b in BLOCK_MS}
-        fits_as = loads_residual or a_cf  # the channels-first epilogue holds a residual's registers
+        fits_as = loads_residual or a_cf or a_xpose  # the channels-first epilogue holds a residual's registers
         if bm is None:
             bm = _auto_block_m(rows_tiles, bn, cl, fits_as, sm_count, halo=True)
         if not bm_fits(bm, bn, cl, fits_as, halo=True):
@@ -488,9 +538,10 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         cl = cl if m_tiles >= 2 else 1
         units = -(-m_tiles // cl) * n_tiles
         return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K,
-                          stages=halo_stages(bm, bn, loads_residual, a_cf), m_tiles=m_tiles, n_tiles=n_tiles,
+                          stages=halo_stages(bm, bn, loads_residual, a_cf, a_xpose), m_tiles=m_tiles,
+                          n_tiles=n_tiles,
                           grid=cl * max(1, min(units, sm_count // cl)), cluster=cl, k_iters=k_iters, halo=True,
-                          a_cf=a_cf, note=note)
+                          a_cf=a_cf, a_xpose=a_xpose, note=note)
     if bm == 64:
         bm = None  # 64-row tiles exist only in ping-pong
     if bm is None:
@@ -528,21 +579,25 @@ def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
 
 
 def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: bool = False,
-                a_cf: bool = False) -> TileConfig:
+                a_cf: bool = False, a_xpose: bool = False) -> TileConfig:
     """The tile configuration of ``problem`` on ``sm_count`` SMs under ``overrides``
     (:class:`cuconv.overrides.Overrides`); ``out_f32``: for the float32-output variant with promotion
     (128-row tiles, :func:`f32_block_n`, no ping-pong); ``tf32``: for tf32 products (:func:`_tf32_bn`);
-    ``a_cf``: halo tiles reading x channels-first (where :func:`channels_first_x_decline` allows them)."""
+    ``a_cf``: halo tiles reading x channels-first (where :func:`channels_first_x_decline` allows them);
+    ``a_xpose``: halo tiles transposing staged rows of channels-first x (where :func:`transposed_x_decline`
+    allows them)."""
     o = overrides
     block_m, block_n, pingpong = o.block_m, o.block_n, o.pingpong
-    if a_cf:
-        why = channels_first_x_decline(problem)
+    if a_cf and a_xpose:
+        raise ValueError("a_cf, a_xpose: a variant reads channels-first x one way")
+    if a_cf or a_xpose:
+        why = channels_first_x_decline(problem) if a_cf else transposed_x_decline(problem)
         if why is not None:
-            raise ValueError(f"a_cf: {why}")
+            raise ValueError(f"{'a_cf' if a_cf else 'a_xpose'}: {why}")
         return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, block_n=block_n,
                                   k_iters=k_iters(problem), block_m=block_m, loads_residual=False,
                                   halo_geometry=_row_tile_geometry(problem), halo=True, pingpong=pingpong,
-                                  a_cf=True)
+                                  a_cf=a_cf, a_xpose=a_xpose)
     if out_f32:
         block_m, block_n, pingpong = BLOCK_M, f32_block_n(problem.gemm_n, o.block_n), False
     return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=block_n,

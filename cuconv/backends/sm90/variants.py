@@ -28,12 +28,13 @@ def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool =
     into bf16 parts in registers against a split filter, into the float32 output; ``phases``: the output columns
     are the stacked phases of an input gradient, stored into place (no residual); ``b_mn``: the filter read
     MN-major, straight from an input gradient's forward weight (``_bmn``). ``cfg.a_cf`` (with ``nchw``): x read
-    channels-first too (``_cf``)."""
+    channels-first too, as windows of channel rows (``_cf``); ``cfg.a_xpose``: as staged rows transposed in
+    shared memory (``_xp``)."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
             + ("_pp" if cfg.pingpong else "")
             + ("_xs" if xsplit else "_tf32" if tf32 else "_f32" if f32 else "_ph" if phases else "_cf" if cfg.a_cf
-               else "_nchw" if nchw else "_res" if loads_residual else "") + ("_bmn" if b_mn else ""))
+               else "_xp" if cfg.a_xpose else "_nchw" if nchw else "_res" if loads_residual else "") + ("_bmn" if b_mn else ""))
 
 
 def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False,
@@ -42,7 +43,7 @@ def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw
     """The ``-D`` values that build a variant (``tf32``, ``xsplit``: ``dtype`` is the 16-bit view, bfloat16)."""
     return _defines(dtype_code(dtype), nd, cfg.block_m, cfg.block_n, cfg.stages,
                     int(loads_residual and not (nchw or f32 or tf32 or xsplit)), cfg.cluster, int(cfg.halo),
-                    int(cfg.pingpong), nchw, f32, tf32, xsplit, phases, b_mn, int(cfg.a_cf))
+                    int(cfg.pingpong), nchw, f32, tf32, xsplit, phases, b_mn, int(cfg.a_cf), int(cfg.a_xpose))
 
 
 def ring_loads_residual(loads_residual: bool, tf32: bool = False, xsplit: bool = False) -> bool:
@@ -65,7 +66,7 @@ def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: b
 
 
 def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0, xsplit=0, phases=0, b_mn=0,
-             a_cf=0) -> dict:
+             a_cf=0, a_xpose=0) -> dict:
     d = {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
          "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}
     if nchw:
@@ -82,6 +83,8 @@ def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0,
         d["SM90_B_MN"] = 1
     if a_cf:
         d["SM90_A_CF"] = 1
+    if a_xpose:
+        d["SM90_A_XPOSE"] = 1
     return d
 
 
@@ -143,6 +146,14 @@ COMPILE_VARIANTS = [
 ] + [
     _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False, True), 0, 1, 1, 1,
                      1, a_cf=1)
+    for dt, nd, bns in ((1, 2, (64, 128, 256)), (0, 2, (128,)), (1, 3, (128,))) for bn in bns
+] + [  # channels-first x staged by rows and transposed in shared memory into channels-last windows (NCHW in
+    # and out): the same tiles as the windows of channel rows above
+    _compile_variant(1, 2, bm, bn, halo_stages(bm, bn, False, a_xpose=True), 0, 1, 1, 0, 1, a_xpose=1)
+    for bm, bn in [(128, b) for b in STAGES] + [(192, 192), (256, 96)]
+] + [
+    _compile_variant(dt, nd, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False, a_xpose=True),
+                     0, 1, 1, 1, 1, a_xpose=1)
     for dt, nd, bns in ((1, 2, (64, 128, 256)), (0, 2, (128,)), (1, 3, (128,))) for bn in bns
 ] + [  # float32 output (the split-bf16 float32 path): bf16, 128-row tiles of at most 128 columns
     # (promotion doubles the accumulators: tiles.F32_BLOCK_NS), whole and halo tiles, single CTAs and pairs
