@@ -36,17 +36,26 @@ def _cf(p):
 
 # --- which problems transpose x ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("H, C, K", [(512, 128, 128), (256, 256, 256), (128, 512, 512), (64, 320, 320),
-                                     (64, 512, 512)])
-def test_nchw_3x3_layers_transpose_x(H, C, K):
-    """The VAE / UNet 3x3 layers on NCHW arrays: staged rows transposed into channels-last windows, only the
-    filter moved."""
-    p = _cf(problem2d(N=1, H=H, W=H, C=C, K=K))
+@pytest.mark.parametrize("N, H, C, K", [(1, 512, 128, 128), (1, 512, 256, 256), (1, 256, 256, 256),
+                                        (2, 64, 320, 320)])
+def test_nchw_3x3_layers_transpose_x(N, H, C, K):
+    """The VAE / UNet 3x3 layers with at most two column tiles on NCHW arrays: staged rows transposed into
+    channels-last windows, only the filter moved."""
+    p = _cf(problem2d(N=N, H=H, W=H, C=C, K=K))
     plan = Sm90TmaKernel().plan(p, H100, Overrides())
-    assert plan.reads_x_channels_first and plan.writes_channels_first
+    assert plan.reads_x_channels_first and plan.writes_channels_first and plan.cfg.n_tiles <= 2
     assert plan.cfg.a_xpose and not plan.cfg.a_cf and plan.cfg.halo and "_xp" in plan.describe()
     assert "staged by TMA (88 pixels x 64 channels" in plan.describe()
     assert "x read and the result written channels-first by the kernel itself" in describe(p, H100, plan)
+
+
+def test_many_column_tiles_move_x_unless_forced():
+    """K = 512 in 128-column tiles: every window would be transposed four times, so x moves (explain says
+    why); x_transpose=True transposes anyway."""
+    p = _cf(problem2d(N=1, H=128, W=128, C=512, K=512))
+    plan = Sm90TmaKernel().plan(p, H100, Overrides())
+    assert not plan.reads_x_channels_first and "would transpose every window" in plan.describe()
+    assert Sm90TmaKernel().plan(p, H100, Overrides(x_transpose=True)).cfg.a_xpose
 
 
 def test_conv3d_transposes_ncdhw_x():
@@ -55,12 +64,14 @@ def test_conv3d_transposes_ncdhw_x():
     assert plan.reads_x_channels_first and plan.cfg.a_xpose and "conv3d_fprop_sm90_tma_" in plan.describe()
 
 
-def test_windows_of_channel_rows_keep_the_column_filters():
-    """1x1 and R x 1 filters with aligned columns keep the windows of channel rows unless x_transpose=True;
-    x_transpose=False moves x for a 3x3 filter, with both reasons in explain."""
+def test_windows_of_channel_rows_serve_the_rest():
+    """1x1 filters with more than two column tiles keep the windows of channel rows, and so do those with fewer
+    under x_transpose=False; x_transpose=False moves x for a 3x3 filter, with both reasons in explain."""
+    wide = _cf(problem2d(N=2, H=64, W=64, C=320, K=640, R=1, S=1, padding=0))
+    assert Sm90TmaKernel().plan(wide, H100, Overrides()).cfg.a_cf
     p = _cf(problem2d(N=8, H=64, W=64, C=64, K=256, R=1, S=1, padding=0))
-    assert Sm90TmaKernel().plan(p, H100, Overrides()).cfg.a_cf
-    assert Sm90TmaKernel().plan(p, H100, Overrides(x_transpose=True)).cfg.a_xpose
+    assert Sm90TmaKernel().plan(p, H100, Overrides()).cfg.a_xpose
+    assert Sm90TmaKernel().plan(p, H100, Overrides(x_transpose=False)).cfg.a_cf
     q = _cf(problem2d(N=1, H=256, W=256, C=128, K=128))
     off = Sm90TmaKernel().plan(q, H100, Overrides(x_transpose=False))
     assert not off.reads_x_channels_first
@@ -178,11 +189,11 @@ def test_transposed_rows_make_the_channels_last_window(nd, data):
 
 #: Forced tile settings of the GPU property test (the transposing variant forced on every drawn case).
 SETTINGS = {
-    "auto": dict(x_transpose=True),
-    "cooperative_128": dict(x_transpose=True, pingpong=False, block_m=128),
-    "cooperative_192": dict(x_transpose=True, pingpong=False, block_m=192, block_n=128),
-    "cooperative_256": dict(x_transpose=True, pingpong=False, block_m=256, block_n=64),
-    "pingpong": dict(x_transpose=True, pingpong=True),
+    "auto": dict(x_channels_first=True, x_transpose=True),
+    "cooperative_128": dict(x_channels_first=True, x_transpose=True, pingpong=False, block_m=128),
+    "cooperative_192": dict(x_channels_first=True, x_transpose=True, pingpong=False, block_m=192, block_n=128),
+    "cooperative_256": dict(x_channels_first=True, x_transpose=True, pingpong=False, block_m=256, block_n=64),
+    "pingpong": dict(x_channels_first=True, x_transpose=True, pingpong=True),
 }
 
 
@@ -213,7 +224,7 @@ def test_nchw_transposed_windows_match_reference(cp, name, case):
 def test_ncdhw_transposed_windows_match_reference(cp, case):
     if not hopper_available():
         pytest.skip("needs a Hopper (cc 9.0) GPU")
-    with cuconv.overrides(x_transpose=True):
+    with cuconv.overrides(x_channels_first=True, x_transpose=True):
         assert "_xp" in _explained(cp, case)
         check_case(case, cp, kernel="conv3d_native", poison=True)
 

@@ -661,14 +661,14 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     sm90::mbar_init(load_order_bar, 1);
     if constexpr (cfg::HALO) {
       for (int s = 0; s < cfg::A_STAGES; ++s) {
-        sm90::mbar_init(a_full_bar + 8 * s, cfg::A_XPOSE ? 64 : 1);  // A_XPOSE: every transposing thread
+        sm90::mbar_init(a_full_bar + 8 * s, cfg::A_XPOSE ? 2 : 1);  // A_XPOSE: the two transposing warps
         sm90::mbar_init(a_empty_bar + 8 * s, 4 * cfg::SLOT_READERS);
       }
     }
     if constexpr (cfg::A_XPOSE) {
       for (int s = 0; s < cfg::XPOSE_ST_STAGES; ++s) {
         sm90::mbar_init(st_full_bar + 8 * s, 1);
-        sm90::mbar_init(st_empty_bar + 8 * s, 64);
+        sm90::mbar_init(st_empty_bar + 8 * s, 2);
       }
     }
     if constexpr (cfg::PINGPONG) {
@@ -722,7 +722,9 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
                                                                                      st_full_bar, st_empty_bar);
       }
     } else if constexpr (cfg::A_XPOSE) {
-      sm90::transpose_warps<cfg::BM / 64, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::XPOSE_ST_STAGES>(
+      // (PAIRED: two loads in flight where the producer has 40 registers)
+      sm90::transpose_warps<cfg::BM / 64, cfg::A_STAGES, cfg::A_STAGE_BYTES, cfg::XPOSE_ST_STAGES,
+                            cfg::PRODUCER_REGS >= 40>(
           g, sched, st_base, a_full_bar, st_full_bar, warp - 2, lane);
     }
   } else {

@@ -10,14 +10,16 @@
 //   warp 1, lane 0 (staging_load_warp): per (tile, depth tap ft, channel block cb, window row i) one tiled box
 //     of st_w pixels x 64 channels (unswizzled: channel k at byte k * 2 st_w, pixel p at 2 p) from column
 //     x0 - pad_w - st_shift on (a multiple of 8 pixels: st_shift = -pad_w mod 8), into a ring of
-//     ST_STAGES staging slots (st_full: 1 + tx; st_empty: 64 arrivals).
+//     ST_STAGES staging slots (st_full: 1 + tx; st_empty: 2 arrivals).
 //   warps 2, 3 (transpose_warps): per window, once its slot is free (a_empty), every staged row in turn:
 //     ldmatrix.x4.trans reads four 8 x 8 blocks (8 channel rows of 16 bytes = 8 pixels each) and
 //     stmatrix.x4 writes them back as 8 pixel rows of 16 bytes (8 channels), each row at its own address:
 //     staged pixel p is window pixel j = p - st_shift, at row ((i * halo_w) + j) * 128 and chunk c / 8 XOR
 //     (row address / 128 mod 8), the swizzle of TMA's writes and wgmma's reads. Pixels outside the window
 //     (j < 0 or j >= halo_w) go to a 16-byte scratch. Then every thread fences its writes to the async
-//     proxy (wgmma reads through it) and arrives on a_full (64 arrivals, no tx).
+//     proxy (wgmma reads through it), and lane 0 of each warp arrives on a_full after the warp meets
+//     (2 arrivals, no tx); st_empty likewise takes one arrival per warp (64 separate arrivals on one
+//     barrier serialise).
 //
 // st_w / 8 is odd: the 8 channel rows of one ldmatrix block then start in 8 different 16-byte bank groups
 // (stride 2 st_w bytes); the stmatrix rows are swizzled, so each block's 8 pixel rows are too. Per 64-channel
@@ -83,7 +85,7 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&v)[4
 // CTA's tiles, transposed into the window ring (above). The shared addresses are derived from three (the
 // window ring follows the staging ring; each ring's empty barriers follow its full ones, and the scratch
 // row the staging barriers): at 32 registers per producer thread (BM = 192, 256) every one counts.
-template <int ROWS, int A_STAGES, int A_STAGE_BYTES, int ST_STAGES, typename Params, typename Scheduler>
+template <int ROWS, int A_STAGES, int A_STAGE_BYTES, int ST_STAGES, bool PAIRED, typename Params, typename Scheduler>
 __device__ __forceinline__ void transpose_warps(const Params& g, const Scheduler& sched, uint32_t st_base,
                                                 uint32_t a_full_bar, uint32_t st_full_bar, int xw, int lane) {
   constexpr uint32_t A_RING_OFFSET = ST_STAGES * XPOSE_ST_STAGE_BYTES;  // a_base - st_base
@@ -114,18 +116,28 @@ __device__ __forceinline__ void transpose_warps(const Params& g, const Scheduler
         const uint32_t row = row0 + (uint32_t)j * 128u;
         const uint32_t swz = (row >> 7) & 7u;
         const bool inside = (unsigned)j < (unsigned)g.halo_w;
+        const uint32_t scratch = st_full_bar + 16 * ST_STAGES;
+        if constexpr (PAIRED) {  // both halves' loads in flight before the stores
+          uint32_t v[4], u[4];
+          ldmatrix_x4_trans(v, src + (uint32_t)pb * 16u);
+          ldmatrix_x4_trans(u, src + 64u * g.st_w + (uint32_t)pb * 16u);
+          stmatrix_x4(inside ? row + ((chunk_lane ^ swz) << 4) : scratch, v);  // outside: the scratch row
+          stmatrix_x4(inside ? row + (((4u + chunk_lane) ^ swz) << 4) : scratch, u);
+        } else {
 #pragma unroll 1  // (unrolled, ptxas keeps both halves' bases live: a spill at 32 registers)
-        for (uint32_t half = 0; half < 8; half += 4) {  // channel chunks half .. half + 3
-          uint32_t v[4];
-          ldmatrix_x4_trans(v, src + half * 16u * g.st_w + (uint32_t)pb * 16u);
-          const uint32_t dst = row + (((half + chunk_lane) ^ swz) << 4);
-          stmatrix_x4(inside ? dst : st_full_bar + 16 * ST_STAGES, v);  // outside: the scratch row
+          for (uint32_t half = 0; half < 8; half += 4) {  // channel chunks half .. half + 3
+            uint32_t v[4];
+            ldmatrix_x4_trans(v, src + half * 16u * g.st_w + (uint32_t)pb * 16u);
+            stmatrix_x4(inside ? row + (((half + chunk_lane) ^ swz) << 4) : scratch, v);
+          }
         }
       }
-      mbar_arrive(st_full_bar + 8 * (ST_STAGES + s_stage));  // st_empty: this thread's reads are done
+      __syncwarp();  // the warp's reads of the slot are done (its stores consumed them): one arrival per warp
+      if (lane == 0) mbar_arrive(st_full_bar + 8 * (ST_STAGES + s_stage));  // st_empty
     }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the window, visible to wgmma
-    mbar_arrive(a_full_bar + 8 * a_stage);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // each thread's writes, visible to wgmma
+    __syncwarp();
+    if (lane == 0) mbar_arrive(a_full_bar + 8 * a_stage);  // one arrival per warp
   }
 }
 

@@ -30,7 +30,7 @@ from ...scratch import scratch
 from .params import BlockDiag, MnFilter, kernel_params, phase_table, tap_table, zero_block
 from .tensormap import (cuda_driver, encode_cf_x, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w,
                         encode_tiled_c, encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
-from .tiles import (BLOCK_K, HALO_A_STAGES, XPOSE_ST_STAGES, TileConfig, channels_first_x_decline,
+from .tiles import (BLOCK_K, HALO_A_STAGES, XPOSE_MAX_N_TILES, XPOSE_ST_STAGES, TileConfig, channels_first_x_decline,
                     channels_first_x_pays, halo_why_not, halo_window, staging_row, tile_config, transposed_x_decline)
 from .variants import SOURCE, defines, kernel_name, load_function, ring_loads_residual
 
@@ -103,29 +103,34 @@ def smem_over(cfg: TileConfig, loads_residual_ring: bool, device):
 
 def channels_first_x_plan(plan: "Sm90Plan", overrides) -> "Sm90Plan":
     """``plan`` (of a channels-first problem, storing channels-first) as halo tiles reading x channels-first
-    where :func:`.tiles.channels_first_x_pays` or ``overrides.x_channels_first`` True says so: windows of
-    64-pixel channel rows where :func:`.tiles.channels_first_x_decline` allows them (the ``_cf`` variants),
-    else staged rows transposed in shared memory where :func:`.tiles.transposed_x_decline` does (``_xp``;
-    ``overrides.x_transpose`` True prefers them, False never takes them). Otherwise ``plan`` itself, which
-    then records why x is moved (``explain``). ``overrides.x_channels_first`` False keeps ``plan``."""
+    where :func:`.tiles.channels_first_x_pays` or ``overrides.x_channels_first`` True says so: staged rows
+    transposed in shared memory (``_xp``) where :func:`.tiles.transposed_x_decline` allows them and the tiles
+    have at most :data:`.tiles.XPOSE_MAX_N_TILES` column tiles (each transposes every window again:
+    docs/tuning.md T-xpose-x), else windows of 64-pixel channel rows (``_cf``) where
+    :func:`.tiles.channels_first_x_decline` allows them. ``overrides.x_transpose`` True takes the transposed
+    rows wherever they apply, False never. Otherwise ``plan`` itself, which then records why x is moved
+    (``explain``). ``overrides.x_channels_first`` False keeps ``plan``."""
     if not plan.writes_channels_first:
         return plan
     forced, xpose, p = overrides.x_channels_first, overrides.x_transpose, plan.problem
     if forced is False:
         plan.x_moved_because = "switched off (overrides(x_channels_first=False) / CUCONV_SM90_CF_X=0)"
         return plan
-    ways = {"a_cf": channels_first_x_decline(p),
-            "a_xpose": ("switched off (overrides(x_transpose=False) / CUCONV_SM90_XPOSE_X=0)" if xpose is False
-                        else transposed_x_decline(p))}
+    ways = {"a_xpose": ("switched off (overrides(x_transpose=False) / CUCONV_SM90_XPOSE_X=0)" if xpose is False
+                        else transposed_x_decline(p)),
+            "a_cf": channels_first_x_decline(p)}
     why = None if forced or all(ways.values()) else channels_first_x_pays(p)
     if why is None:
-        for way in (("a_xpose", "a_cf") if xpose else ("a_cf", "a_xpose")):
+        for way in ways:
             if ways[way] is None:
                 cfg = tile_config(p, plan.device.sm_count, overrides, **{way: True})
                 ways[way] = smem_over(cfg, False, plan.device)
+                if way == "a_xpose" and ways[way] is None and xpose is None and cfg.n_tiles > XPOSE_MAX_N_TILES:
+                    ways[way] = (f"{cfg.n_tiles} column tiles of {cfg.block_n} would transpose every window "
+                                 f"{cfg.n_tiles} times (more than {XPOSE_MAX_N_TILES})")
                 if ways[way] is None:
                     return Sm90Plan(plan.kernel, p, plan.device, cfg, overrides, plan.reason)
-        why = f"windows of channel rows: {ways['a_cf']}; transposed rows: {ways['a_xpose']}"
+        why = f"transposed rows: {ways['a_xpose']}; windows of channel rows: {ways['a_cf']}"
     plan.x_moved_because = why
     return plan
 

@@ -40,6 +40,9 @@ HALO_REACH_MAX = _BUDGET["SM90_HALO_REACH_MAX"]
 _MAX_STAGES = _BUDGET["SM90_MAX_STAGES"]
 _XPOSE_ST_W_MAX = _BUDGET["SM90_XPOSE_ST_W_MAX"]
 XPOSE_ST_STAGES = _BUDGET["SM90_XPOSE_ST_STAGES"]
+#: The transposing variant transposes each window once per column tile; past this many column tiles moving x
+#: first costs less (docs/tuning.md T-xpose-x).
+XPOSE_MAX_N_TILES = 2
 #: Shared memory of the transposing variant's staging ring, its barriers and scratch (cfg::ST_RING_BYTES +
 #: cfg::XPOSE_EXTRA_BYTES): rows of 64 channels x SM90_XPOSE_ST_W_MAX pixels.
 _XPOSE_BYTES = XPOSE_ST_STAGES * 64 * _XPOSE_ST_W_MAX * 2 + _BUDGET["SM90_XPOSE_EXTRA_BYTES"]
