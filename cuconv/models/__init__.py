@@ -10,11 +10,11 @@ Models of single kernels are imported from their modules: :mod:`.depthwise`, :mo
 :mod:`.wpack`, :mod:`.smallc_mma` (the tensor-core few-channel kernel's A addressing).
 """
 
-from .halo import cf_tap_block, cf_window, halo_tap_rows, halo_window
+from .halo import cf_tap_block, cf_window, halo_tap_rows, halo_window, staged_row, xpose_window
 from .im2col import im2col_matrix, pixel_coordinates
 from .loader import SUBPATHS, loader_addresses, loader_tile, subpath_ok
 from .tma import ConvBoxParams, conv_box_params, tma_im2col_box_load, tma_tile
 
 __all__ = ["im2col_matrix", "pixel_coordinates", "SUBPATHS", "loader_addresses", "loader_tile", "subpath_ok",
-           "ConvBoxParams", "conv_box_params", "tma_im2col_box_load", "tma_tile", "halo_window", "halo_tap_rows",
+           "ConvBoxParams", "conv_box_params", "tma_im2col_box_load", "tma_tile", "halo_window", "halo_tap_rows", "staged_row", "xpose_window",
            "cf_window", "cf_tap_block"]

@@ -13,6 +13,13 @@ column ``s``) holds input rows ``[y0 - pad_h, + rows + (R-1) dil_h)`` of columns
 ``[x0 - pad_w + s dil_w, + 64)``, per row a (channels x 64 pixels) block; row block ``g`` reads tap
 ``(r, s)`` as block ``g + r dil_h``, which is A's rows for output pixels ``(y0 + g, x0 + j)`` transposed
 (MN-major). :func:`cf_window` and :func:`cf_tap_block` are those steps.
+
+Channels-first x transposed in shared memory (the ``_xp`` variants, kernels_cu/sm90/transpose_loader.cuh):
+each input row of a channels-last window is staged as a (64 channels x ``st_w`` pixels) box from column
+``x0 - pad_w - st_shift`` on (:func:`cuconv.backends.sm90.tiles.staging_row`), and two warps move it into
+the window slot by ldmatrix.trans / stmatrix with per-lane addresses. :func:`xpose_window` replays those
+addresses on a byte image of the slot and reads it back as wgmma does (128B swizzle): the result is
+:func:`halo_window`'s window.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import numpy as np
 
 from ..problem import ConvProblem
 
-__all__ = ["halo_window", "halo_tap_rows", "cf_window", "cf_tap_block"]
+__all__ = ["halo_window", "halo_tap_rows", "cf_window", "cf_tap_block", "staged_row", "xpose_window"]
 
 
 def _geometry(problem: ConvProblem):
@@ -76,3 +83,57 @@ def cf_tap_block(window: np.ndarray, problem: ConvProblem, g: int, r: int) -> np
     window: input row ``g + r dil_h`` (what its MN-major descriptor's start address selects)."""
     _, _, _, _, _, dh, _, _, _, _ = _geometry(problem)
     return window[g + r * dh]
+
+
+def staged_row(x_cf: np.ndarray, problem: ConvProblem, n: int, d: int, h: int, w0: int, c0: int,
+               st_w: int) -> np.ndarray:
+    """The staging box of input row ``h`` (depth ``d``) from column ``w0`` on: (64 channels from ``c0``, ``st_w``
+    pixels) of ``x_cf`` (NCHW / NCDHW), zeros outside the tensor (TMA's fill)."""
+    x5 = x_cf if problem.nd == 3 else x_cf[:, :, None]
+    _, C, D, H, W = x5.shape
+    out = np.zeros((64, st_w), dtype=x_cf.dtype)
+    if not (0 <= d < D and 0 <= h < H):
+        return out
+    lo, hi = max(w0, 0), min(w0 + st_w, W)
+    cs = slice(c0, min(c0 + 64, C))
+    if lo < hi:
+        out[:cs.stop - cs.start, lo - w0:hi - w0] = x5[n, cs, d, h, lo:hi]
+    return out
+
+
+def xpose_window(x_cf: np.ndarray, problem: ConvProblem, n: int, z: int, y0: int, x0: int, t: int, c0: int,
+                 rows: int, slot_offset: int = 0) -> np.ndarray:
+    """The channels-last window (as :func:`halo_window`, 64 channels from ``c0``) that the transposing warps
+    write from staged rows of ``x_cf``: per staged row, warp ``xw`` takes the 8-pixel blocks ``pb = xw, xw + 2,
+    ...``; per half (channel chunks ``half .. half + 3``) lane ``L``'s ldmatrix row is channel ``8 half + L`` at
+    pixels ``8 pb ..``, and its stmatrix row is window pixel ``j = 8 pb + L % 8 - st_shift``, channel chunk
+    ``q = half + L // 8``, at byte ``row + 16 (q XOR (row / 128 mod 8))`` with ``row = slot_offset +
+    (i halo_w + j) 128`` (pixels outside ``[0, halo_w)`` go to scratch). The slot, ``slot_offset`` bytes past
+    a 1024-byte atom (the second window slot's start), is read back through the same swizzle."""
+    from ..backends.sm90.tiles import staging_row  # the host's geometry (a pure function)
+    T, R, S, sd, dd, dh, dw, pd, ph, pw = _geometry(problem)
+    st_w, shift = staging_row(problem)
+    wh, ww = rows + (R - 1) * dh, 64 + (S - 1) * dw
+    slot = np.full(((slot_offset + wh * ww * 128) // 2,), np.nan, dtype=np.float64)  # 16-bit element image
+    d = z * sd - pd + t * dd
+    for i in range(wh):
+        staged = staged_row(x_cf, problem, n, d, y0 - ph + i, x0 - pw - shift, c0, st_w)
+        for xw in (0, 1):
+            for pb in range(xw, st_w // 8, 2):
+                for half in (0, 4):
+                    for lane in range(32):
+                        q, r = half + lane // 8, lane % 8
+                        block = staged[8 * q:8 * q + 8, 8 * pb:8 * pb + 8]  # ldmatrix.trans: matrix lane // 8
+                        j = 8 * pb + r - shift
+                        if 0 <= j < ww:
+                            row = slot_offset + (i * ww + j) * 128
+                            addr = row + 16 * (q ^ ((row >> 7) & 7))
+                            slot[addr // 2:addr // 2 + 8] = block[:, r]  # stmatrix row r: pixel r, 8 channels
+    out = np.zeros((wh, ww, 64), dtype=x_cf.dtype)
+    for i in range(wh):
+        for j in range(ww):
+            row = slot_offset + (i * ww + j) * 128
+            for q in range(8):
+                addr = row + 16 * (q ^ ((row >> 7) & 7))
+                out[i, j, 8 * q:8 * q + 8] = slot[addr // 2:addr // 2 + 8]
+    return out

@@ -17,8 +17,10 @@
 //     warp 0  main load: one elected lane issues, per ring slot, the TMA im2col box of A
 //             (BM pixels x BK channels of tap (r, s)) and the tiled box of B (BN filters x BK).
 //     warp 1  epilogue load (HAS_RESIDUAL only): TMA-loads C in 64-channel chunks through the
-//             C ring, starting after the load-order barrier.
-//     warps 2, 3 idle (they exist so that the consumers start on a warpgroup boundary).
+//             C ring, starting after the load-order barrier. With SM90_A_XPOSE: stages the rows of
+//             channels-first x (transpose_loader.cuh), and warp 0 loads the filter boxes only.
+//     warps 2, 3 idle (they exist so that the consumers start on a warpgroup boundary); with
+//             SM90_A_XPOSE they transpose the staged rows into the halo windows.
 //   warpgroups 1..CONSUMERS, the consumers (setmaxnreg.inc to CONSUMER_REGS): warpgroup g owns
 //     tile rows [64 (g-1), +64): wgmma m64nBNk16 into fp32 registers, then the epilogue, stored
 //     straight from registers to global memory.
@@ -60,7 +62,8 @@
 //
 // Compile-time choices (-D): CUCONV_DTYPE (0 fp16, 1 bf16), SM90_NDIM (2 or 3), SM90_BM (128, 192 or 256: two,
 // three or four consumer warpgroups), SM90_BN (64/96/128/160/192/256), SM90_STAGES, SM90_HAS_RESIDUAL (0/1), SM90_CLUSTER
-// (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_A_CF (0/1: channels-first x, above), SM90_PHASE_OUT (0/1: the output
+// (1/2), SM90_HALO (0/1), SM90_NCHW_OUT (0/1: channels-first output and residual), SM90_A_CF (0/1: channels-first x, above),
+// SM90_A_XPOSE (0/1: channels-first x staged by rows and transposed into channels-last halo windows), SM90_PHASE_OUT (0/1: the output
 // columns are the stacked phases of an input gradient, stored into place; epilogue.cuh,
 // consumer_epilogue_phases), SM90_B_MN (0/1: the filter read MN-major, straight from a weight whose
 // output channels are contiguous: an input gradient's forward weight, per tap and phase from a table of
