@@ -24,10 +24,11 @@ from cuconv.backends.sm90.tiles import staging_row, tile_config, transposed_x_de
 from cuconv.backends.sm90.variants import COMPILE_VARIANTS, defines
 from cuconv.layout import describe
 from cuconv.overrides import Overrides
-from cuconv.problem import ConvProblem, output_size
+from cuconv.problem import output_size
 
 from conftest import hopper_available
 from geometry import H100, Case, check_case, draw_epilogue, make_operands, problem2d, problem3d
+from test_sm90_cf_x import _explained, _problem  # the case's problem; explain's line for a drawn case
 
 
 def _cf(p):
@@ -149,13 +150,6 @@ def xpose_cases(draw, nd=2, max_width=136, max_channels=80, max_spatial=6):
                 epilogue=draw_epilogue(draw), seed=draw(st.integers(0, 2**31 - 1)))
 
 
-def _problem(case, dtype=None):
-    return ConvProblem.create(nd=case.nd, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
-                              out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
-                              dilation=case.dilation, padding=case.padding, groups=1, dtype=dtype or case.dtype,
-                              layout=case.layout)
-
-
 @pytest.mark.parametrize("nd", [2, 3])
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
@@ -195,13 +189,6 @@ SETTINGS = {
     "cooperative_256": dict(x_channels_first=True, x_transpose=True, pingpong=False, block_m=256, block_n=64),
     "pingpong": dict(x_channels_first=True, x_transpose=True, pingpong=True),
 }
-
-
-def _explained(cp, case):
-    x, w, bias, residual = make_operands(case, cp)
-    ep = case.epilogue
-    return cuconv.explain(x, w, bias, residual=residual, beta=ep.get("beta", 1.0),
-                          kernel="sm90_tma" if case.nd == 2 else "conv3d_native", **case.conv_kwargs()).detail
 
 
 @pytest.mark.gpu
