@@ -445,10 +445,10 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
       sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
       sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
 #if SM90_NDIM == 3
-      sm90::tma_load_im2col_5d(a_dst, tmap_x, full, c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * cfg::BK, w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
+      sm90::tma_load_im2col_5d(a_dst, tmap_x, full, sm90::x_channel<cfg::BK>(g, c0, cb), w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
                                (uint16_t)(r * g.dil_h), (uint16_t)(ft * g.dil_d));
 #else
-      sm90::tma_load_im2col_4d(a_dst, tmap_x, full, c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * cfg::BK, w0, h0, n_img, (uint16_t)(s * g.dil_w),
+      sm90::tma_load_im2col_4d(a_dst, tmap_x, full, sm90::x_channel<cfg::BK>(g, c0, cb), w0, h0, n_img, (uint16_t)(s * g.dil_w),
                                (uint16_t)(r * g.dil_h));
 #endif
 #if SM90_B_MN

@@ -85,7 +85,7 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
         for (int ws = 0; ws < win_s; ++ws) {
           if constexpr (!A_XPOSE) {  // (A_XPOSE: the transposing warps write the window, transpose_loader.cuh)
             const uint32_t a_full = a_full_bar + 8 * aring.stage;
-            const int cx = c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK;  // x's channel block
+            const int cx = x_channel<BK>(g, c0, cb);
             mbar_wait(a_empty_bar + 8 * aring.stage, aring.phase ^ 1u);
             mbar_arrive_expect_tx(a_full, g.halo_tx);
             if constexpr (A_CF) {
@@ -97,8 +97,8 @@ __device__ __forceinline__ void halo_load_warp(const TmaDescriptor& tmap_x, cons
               tma_load_tile_5d(a_base + aring.stage * A_STAGE_BYTES, tmap_x, a_full, cx, w0, h0,
                                d_base + ft * g.dil_d, ht.n_img);
             }
+            aring.advance();
           }
-          aring.advance();
 #pragma unroll 1
           for (int tap2 = 0; tap2 < taps2; ++tap2) {
             const uint32_t full = full_bar + 8 * bring.stage;

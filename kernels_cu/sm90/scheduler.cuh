@@ -108,5 +108,12 @@ __device__ __forceinline__ int grouped_c0(const Params& g, int n0) {
   return g.a_kg ? (n0 / g.a_kg) * g.a_cg : 0;
 }
 
+// The first channel of x that reduction channel block cb reads (BK channels per block), from a tile's first
+// channel c0: blocks past the a_wrap blocks x holds read x's from the first again (Sm90ConvParams.a_wrap).
+template <int BK, typename Params>
+__device__ __forceinline__ int x_channel(const Params& g, int c0, int cb) {
+  return c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK;
+}
+
 }  // namespace sm90
 }  // namespace cuconv

@@ -53,7 +53,7 @@ __device__ __forceinline__ void staging_load_warp(const TmaDescriptor& tmap_x, c
     for (int ft = 0; ft < g.T; ++ft) {
 #pragma unroll 1
       for (int cb = 0; cb < g.c_blocks; ++cb) {
-        const int cx = c0 + (cb < g.a_wrap ? cb : cb - g.a_wrap) * BK;
+        const int cx = x_channel<BK>(g, c0, cb);
 #pragma unroll 1
         for (int i = 0; i < rows; ++i) {
           const uint32_t full = st_full_bar + 8 * sring.stage;
