@@ -1,0 +1,202 @@
+"""The pointwise kernel (``pointwise_mma``): its policy and dispatch on the CPU, its results on the GPU.
+
+CPU: :func:`pw_config` keeps its invariants (whole k16 steps, whole n16 pairs per warp, tiles covering
+M and K), the kernel declines what it cannot take and says why, the automatic choice takes mobile
+networks' expansions and projections on sm_80+ and leaves the rest (:meth:`passes_over`); every
+catalog variant compiles without spills (tests/test_compile.py compiles them too).
+GPU (gpu-marked): drawn pointwise convolutions (C 8-256, K 8-384: chunks of K included, partial
+tiles, fp16 / bf16, conv2d and conv3d, the whole epilogue) run forced onto the kernel with a
+NaN-poisoned output, or written in place over the residual; mobile-network layers at full size,
+chosen automatically; operands off the 16-byte grid; two runs give the same bits.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+import cuconv
+from cuconv import dispatch
+from cuconv.backends.pointwise.kernel import PointwiseKernel
+from cuconv.backends.pointwise.variants import (CATALOG, MAX_C, PW_FIELDS, PW_SOURCE, pw_config, pw_geometry,
+                                                pw_variant)
+from cuconv.overrides import Overrides
+
+from conftest import DeviceBuf, assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
+from geometry import A100, H100, Case, Setting, draw_epilogue, problem2d, problem3d, run_property
+
+KERNEL = "pointwise_mma"
+
+
+# ------------------------------------------------------------------------------------------ CPU
+@pytest.mark.parametrize("key", sorted(CATALOG))
+def test_config_invariants(key):
+    p = CATALOG[key]
+    cfg = pw_config(p)
+    assert cfg.kc % 16 == 0 and p.channels <= cfg.kc < p.channels + 16
+    assert cfg.wn in (1, 2) and cfg.nw % 16 == 0 and cfg.nw <= 128, "whole n16 pairs, at most 128 per warp"
+    assert cfg.chunks * cfg.nt >= p.out_channels and (cfg.chunks - 1) * cfg.nt < p.out_channels
+    assert cfg.m_tiles * cfg.bm >= p.gemm_m > (cfg.m_tiles - 1) * cfg.bm
+    assert cfg.smem <= H100.smem_per_block_optin
+    geo = pw_geometry(p, cfg)
+    assert len(geo.dtype.names) == len(PW_FIELDS) and int(geo["tiles"]) == cfg.m_tiles * cfg.chunks
+
+
+def test_wide_outputs_run_in_chunks_and_long_reductions_in_short_tiles():
+    wide = pw_config(problem2d(C=64, K=1024, R=1, S=1, padding=0))
+    assert (wide.nt, wide.chunks, wide.wn) == (128, 8, 1)
+    long = pw_config(problem2d(C=256, K=64, R=1, S=1, padding=0))
+    assert (long.wn, long.bm, long.nt) == (2, 64, 64)
+    assert pw_config(problem2d(C=24, K=144, R=1, S=1, padding=0)).nt == 160  # two warps along 144 channels
+
+
+def test_declines_name_the_reason():
+    k = PointwiseKernel()
+
+    def why(**kw):
+        return k.plan(problem2d(**kw), H100, Overrides()).reason
+    assert "not a pointwise layer" in why(C=16, K=96)  # 3x3
+    assert "not a pointwise layer" in why(C=16, K=96, R=1, S=1, padding=0, stride=2)
+    assert "not a pointwise layer" in why(C=16, K=96, R=1, S=1, padding=1)
+    assert "grouped" in why(C=32, K=96, R=1, S=1, padding=0, groups=2)
+    assert "multiples of 8" in why(C=20, K=96, R=1, S=1, padding=0)
+    assert "multiples of 8" in why(C=24, K=100, R=1, S=1, padding=0)
+    assert f"at most {MAX_C}" in why(C=MAX_C + 8, K=32, R=1, S=1, padding=0)
+    assert "computes float16, bfloat16" in why(C=24, K=144, R=1, S=1, padding=0, dtype="float32")
+    nchw = dataclasses.replace(problem2d(C=24, K=144, R=1, S=1, padding=0), layout="NCHW")
+    assert "channels-last" in k.plan(nchw, H100, Overrides()).reason
+    small = dataclasses.replace(H100, smem_per_block_optin=48 * 1024)
+    assert "shared memory per CTA" in k.plan(problem2d(C=256, K=64, R=1, S=1, padding=0), small, Overrides()).reason
+
+
+@pytest.mark.parametrize("c, hw, k", [
+    (16, 112, 96),    # MobileNetV2 / EfficientNet-B0 features.2 expansion
+    (24, 56, 144),    # features.3-4 expansion
+    (32, 28, 192),    # features.5-7 expansion
+    (40, 28, 240),    # EfficientNet-B0 stage 4 expansion
+    (144, 56, 24),    # MobileNetV2 features.3 projection
+    (192, 28, 32),    # features.6-7 projection
+])
+def test_automatic_choice_takes_mobile_pointwise_layers(c, hw, k):
+    for dev in (H100, A100):
+        for dtype in ("bfloat16", "float16"):
+            _, why = dispatch.select(problem2d(N=32, H=hw, W=hw, C=c, K=k, R=1, S=1, padding=0, dtype=dtype), dev)
+            assert why.kernel == KERNEL, str(why)
+
+
+@pytest.mark.parametrize("c, hw, k", [
+    (256, 56, 64),    # ResNet-50 layer1 reduction: a long reduction and a wide enough output
+    (64, 56, 256),    # ResNet-50 layer1 expansion
+    (512, 28, 128),   # over MAX_C
+])
+def test_automatic_choice_leaves_dense_pointwise_layers_on_hopper(c, hw, k):
+    plan, why = dispatch.select(problem2d(N=32, H=hw, W=hw, C=c, K=k, R=1, S=1, padding=0), H100)
+    assert why.kernel == "sm90_tma", str(why)
+    if c <= MAX_C:
+        assert KERNEL in why.skipped or KERNEL in why.declined, str(why)
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("key", sorted(CATALOG))
+def test_compiles_without_spills(key, arch):
+    p = CATALOG[key]
+    assert_compiles_without_spills(PW_SOURCE, arch, *pw_variant(p, pw_config(p)), no_stack=True)
+
+
+def test_run_passes_aligned_addresses():
+    """``PointwisePlan.run`` hands the launch x, w, bias, the residual and out on the 16-byte grid of its
+    vectors (aligned copies of operands off it, the result copied back into ``out``); the output's address
+    stands for absent operands."""
+    from cuconv.problem import Epilogue
+    p = problem2d(N=4, H=8, W=8, C=24, K=144, R=1, S=1, padding=0,
+                  epilogue=Epilogue(has_bias=True, has_residual=True))
+    plan = PointwiseKernel().plan(p, H100, Overrides())
+    sent = []
+    plan._launch = lambda *ptrs: sent.append(ptrs)
+    x, w, out = DeviceBuf(), DeviceBuf(), DeviceBuf()
+    plan.run(x, w, None, None, out)
+    assert sent[-1] == (x.data.ptr, w.data.ptr, out.data.ptr, out.data.ptr, out.data.ptr)
+    odd = [DeviceBuf(DeviceBuf().data.ptr + 4) for _ in range(5)]
+    plan.run(*odd)
+    assert all(ptr % 16 == 0 for ptr in sent[-1]) and sent[-1][0] != odd[0].data.ptr
+    assert odd[4].assigned is not None, "the aligned result is copied into out"
+
+
+# ------------------------------------------------------------------------------------------ GPU
+@st.composite
+def pointwise_cases(draw, nd=2, max_spatial=20, max_k=48, epilogue=True):
+    """A dense 16-bit pointwise convolution the kernel takes: C 8-256 and K 8-8*max_k in steps of 8 (K
+    over 256: chunks), any number of pixels (partial tiles), conv2d or conv3d."""
+    spatial = tuple(draw(st.integers(1, max_spatial if nd == 2 else 6)) for _ in range(nd))
+    ep = draw_epilogue(draw) if epilogue else {}
+    return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=8 * draw(st.integers(1, MAX_C // 8)),
+                out_channels=8 * draw(st.integers(1, max_k)), filt=(1,) * nd, stride=(1,) * nd, dilation=(1,) * nd,
+                padding=0, groups=1, dtype=draw(st.sampled_from(("bfloat16", "float16"))),
+                layout="NHWC" if nd == 2 else "NDHWC", epilogue=ep, seed=draw(st.integers(0, 2**31 - 1)))
+
+
+@pytest.fixture(scope="module")
+def cp():
+    return cupy_for_sm80(KERNEL)
+
+
+SETTINGS = [
+    Setting("2d", pointwise_cases(), max_examples=60),
+    Setting("2d_large", pointwise_cases(max_spatial=70, epilogue=False), max_examples=15),
+    Setting("3d", pointwise_cases(nd=3), max_examples=20),
+    Setting("2d_in_place", pointwise_cases(), in_place=True, max_examples=20),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.id)
+def test_drawn(cp, setting):
+    run_property(cp, KERNEL, setting)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, hw, c, k", [
+    (32, 56, 24, 144),   # MobileNetV2 expansion
+    (32, 56, 144, 24),   # MobileNetV2 projection (with its residual add)
+    (16, 112, 16, 96),   # EfficientNet-B0 expansion
+])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_network_layers(cp, n, hw, c, k, dtype):
+    """Full-size layers chosen automatically, with bias, a residual and an activation; two calls give the
+    same bits."""
+    rng = np.random.default_rng(c * k + hw)
+    x = cp.asarray(random_array(rng, (n, hw, hw, c), dtype))
+    w = cp.asarray(random_array(rng, (k, 1, 1, c), dtype, scale=1.0 / np.sqrt(c)))
+    b = cp.asarray(random_array(rng, (k,), dtype))
+    r = cp.asarray(random_array(rng, (n, hw, hw, k), dtype))
+    kw = dict(residual=r, activation="silu")
+    assert cuconv.explain(x, w, b, **kw).kernel == KERNEL
+    y = cuconv.conv2d(x, w, b, **kw)
+    ref = cuconv.reference.conv2d(cp.asnumpy(x[:4]), cp.asnumpy(w), cp.asnumpy(b), residual=cp.asnumpy(r[:4]), **kw)
+    assert_close(cp.asnumpy(y[:4]), ref, dtype)
+    y2 = cuconv.conv2d(x, w, b, **kw)
+    assert bool((y.view(cp.uint16) == y2.view(cp.uint16)).all())
+
+
+@pytest.mark.gpu
+def test_operands_off_the_16_byte_grid(cp):
+    """x, w, bias, the residual and out 2 bytes past a 16-byte boundary (views into larger buffers): the
+    kernel reads and writes aligned copies, and the result is the reference's."""
+    dtype = "bfloat16"
+    rng = np.random.default_rng(7)
+    arrays = [random_array(rng, (2, 9, 13, 40), dtype), random_array(rng, (72, 1, 1, 40), dtype, scale=0.15),
+              random_array(rng, (72,), dtype), random_array(rng, (2, 9, 13, 72), dtype)]
+    views = []
+    for a in arrays:
+        buf = cp.empty(a.size + 1, a.dtype)[1:].reshape(a.shape)
+        buf[...] = cp.asarray(a)
+        assert buf.data.ptr % 16
+        views.append(buf)
+    x, w, b, r = views
+    out = cp.empty(r.size + 1, r.dtype)[1:].reshape(r.shape)
+    assert cuconv.explain(x, w, b, residual=r, kernel=KERNEL).kernel == KERNEL
+    got = cuconv.conv2d(x, w, b, residual=r, out=out, kernel=KERNEL)
+    assert got is out
+    assert_close(cp.asnumpy(out), cuconv.reference.conv2d(*arrays[:3], residual=arrays[3]), dtype)
