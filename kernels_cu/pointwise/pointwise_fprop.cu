@@ -82,7 +82,8 @@ struct PwGeometry {
 constexpr int FILTER_BYTES = NT * KCS * 2;
 constexpr int BUFFER_BYTES = BM * KCS * 2;
 constexpr int STAGE_BYTES = WARPS * 16 * SLD * 4;
-constexpr int SMEM_BYTES = FILTER_BYTES + 2 * BUFFER_BYTES + STAGE_BYTES;
+constexpr int SMEM_BYTES = FILTER_BYTES + 2 * BUFFER_BYTES + STAGE_BYTES;  // PwConfig.smem on the host
+static_assert(SMEM_BYTES <= 227 * 1024, "within an sm_90 CTA's opt-in shared memory");
 static_assert(FILTER_BYTES % 16 == 0 && BUFFER_BYTES % 16 == 0, "16-byte aligned regions");
 
 // Filter columns k0 .. k0 + NT - 1 (w: [K][C]) -> sf[n][c], zero past K and past C.
@@ -106,6 +107,67 @@ __device__ __forceinline__ void start_copy(uint32_t dst, const elem_t* x, const 
     const bool valid = m0 + r < g.M && v * 8 < g.C;
     const elem_t* src = valid ? x + (m0 + r) * g.C + v * 8 : x;
     sm80::cp_async_zfill<16>(dst + (uint32_t)((r * KCS + v * 8) * 2), src, valid);
+  }
+}
+
+// Staged block B of a warp's sums (channels 64 B .. 64 B + 63 of its NW) -> stage[16][SLD] as fp32:
+// lane (g8, t4) holds rows g8 and g8 + 8, columns 2 t4 and 2 t4 + 1 of each n8 fragment.
+template <int B>
+__device__ __forceinline__ void stage_block(const float (&acc)[NW / 8][4], float* stage, int g8, int t4) {
+  constexpr int FIRST = B * SUB / 8, FRAGS = (NW - B * SUB < SUB ? NW - B * SUB : SUB) / 8;
+#pragma unroll
+  for (int jj = 0; jj < FRAGS; ++jj) {
+    const float* f = acc[FIRST + jj];
+    const int col = jj * 8 + 2 * t4;
+    *reinterpret_cast<float2*>(stage + g8 * SLD + col) = make_float2(f[0], f[1]);
+    *reinterpret_cast<float2*>(stage + (g8 + 8) * SLD + col) = make_float2(f[2], f[3]);
+  }
+}
+
+// The epilogue of a staged block of VECS 16-byte vectors per pixel: out[m][k0 + 8 v ...] =
+// act(alpha * sum + bias + beta * residual) for the 16 pixels m0 .. m0 + 15 (those below M) and the
+// vectors below K; consecutive lanes along a pixel's vectors, then along the pixels. The trip count
+// is a compile-time constant, so the loads of the iterations are issued together; where VECS divides
+// 32 a lane's vector (and so its bias) is the same in every iteration.
+template <int VECS>
+__device__ __forceinline__ void store_block(const float* stage, const elem_t* bias, const elem_t* residual,
+                                            elem_t* out, const PwGeometry& g, const EpilogueParams& ep,
+                                            long long m0, int k0, int lane) {
+  constexpr int ITERS = (16 * VECS + 31) / 32;
+  constexpr bool FIXED_V = 32 % VECS == 0;
+  float bv[8];
+  if (FIXED_V && ep.has_bias && k0 + (lane % VECS) * 8 < g.K) {
+    load_vec<elem_t, 8>(bias + k0 + (lane % VECS) * 8, bv);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) bv[e] = 0.f;
+  }
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int i = lane + 32 * it;
+    const int r = i / VECS, v = i - r * VECS;
+    const long long m = m0 + r;
+    const int k = k0 + v * 8;
+    if (i < 16 * VECS && m < g.M && k < g.K) {
+      const float4 s0 = *reinterpret_cast<const float4*>(stage + r * SLD + v * 8);
+      const float4 s1 = *reinterpret_cast<const float4*>(stage + r * SLD + v * 8 + 4);
+      float y[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+      if (!FIXED_V && ep.has_bias) load_vec<elem_t, 8>(bias + k, bv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = fmaf(ep.alpha, y[e], bv[e]);
+      const long long off = m * g.K + k;
+      if (ep.has_residual) {
+        float rv[8];
+        load_vec<elem_t, 8>(residual + off, rv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) y[e] = fmaf(ep.beta, rv[e], y[e]);
+      }
+      if (ep.activation != ACT_NONE) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) y[e] = activate(y[e], ep.activation);
+      }
+      store_vec<elem_t, 8>(out + off, y);
+    }
   }
 }
 
@@ -170,52 +232,14 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     // Epilogue, 64 channels at a time: fragments -> the warp's staging -> 16-byte vectors of out.
     const long long m_warp = (long long)mt * BM + wm * 16;
     const int k_warp = chunk * NT + wn * NW;
-#pragma unroll
-    for (int sub = 0; sub < (NW + SUB - 1) / SUB; ++sub) {
-      constexpr int FULL = SUB / 8;
-      const int frags = NW - sub * SUB < SUB ? (NW - sub * SUB) / 8 : FULL;
-#pragma unroll
-      for (int jj = 0; jj < FULL; ++jj) {
-        if (sub * FULL + jj < NW / 8) {
-          const float* f = acc[sub * FULL + jj];
-          const int col = jj * 8 + 2 * t4;
-          *reinterpret_cast<float2*>(my_stage + g8 * SLD + col) = make_float2(f[0], f[1]);
-          *reinterpret_cast<float2*>(my_stage + (g8 + 8) * SLD + col) = make_float2(f[2], f[3]);
-        }
-      }
+    stage_block<0>(acc, my_stage, g8, t4);
+    __syncwarp();
+    store_block<(NW < SUB ? NW : SUB) / 8>(my_stage, bias, residual, out, g, ep, m_warp, k_warp, lane);
+    if constexpr (NW > SUB) {
+      __syncwarp();  // the staging is written again
+      stage_block<(NW > SUB ? 1 : 0)>(acc, my_stage, g8, t4);
       __syncwarp();
-      const int vecs = frags;  // 16-byte vectors per pixel row of this block
-      for (int i = lane; i < 16 * vecs; i += 32) {
-        const int r = i / vecs, v = i - r * vecs;
-        const long long m = m_warp + r;
-        const int k = k_warp + sub * SUB + v * 8;
-        if (m >= g.M || k >= g.K) continue;
-        const float4 s0 = *reinterpret_cast<const float4*>(my_stage + r * SLD + v * 8);
-        const float4 s1 = *reinterpret_cast<const float4*>(my_stage + r * SLD + v * 8 + 4);
-        float y[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-        float bv[8];
-        if (ep.has_bias) {
-          load_vec<elem_t, 8>(bias + k, bv);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) bv[e] = 0.f;
-        }
-#pragma unroll
-        for (int e = 0; e < 8; ++e) y[e] = fmaf(ep.alpha, y[e], bv[e]);
-        const long long off = m * g.K + k;
-        if (ep.has_residual) {
-          float rv[8];
-          load_vec<elem_t, 8>(residual + off, rv);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) y[e] = fmaf(ep.beta, rv[e], y[e]);
-        }
-        if (ep.activation != ACT_NONE) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) y[e] = activate(y[e], ep.activation);
-        }
-        store_vec<elem_t, 8>(out + off, y);
-      }
-      __syncwarp();  // the staging is written again by the next block
+      store_block<(NW > SUB ? NW - SUB : 8) / 8>(my_stage, bias, residual, out, g, ep, m_warp, k_warp + SUB, lane);
     }
     __syncthreads();  // every warp is done with this buffer (copied into again) and the filter
   }
