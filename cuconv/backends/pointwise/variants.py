@@ -28,6 +28,9 @@ MAX_C = 256
 #: wider outputs run in chunks of :data:`CHUNK_NT`.
 MAX_NT = 256
 CHUNK_NT = 128
+#: Shared memory a tile may take (bytes): within an A100's 164 KB per CTA, so one choice serves sm_80+;
+#: a wide output over a long reduction runs in narrower chunks to fit.
+SMEM_BUDGET = 160 * 1024
 #: Threads per CTA (8 warps).
 THREADS = 256
 #: Channels per epilogue staging block and its row stride in floats (the kernel's SUB and SLD).
@@ -104,23 +107,27 @@ def pw_declined(p: ConvProblem) -> Optional[str]:
 
 def pw_config(p: ConvProblem, smem_limit: int = 0) -> Union[PwConfig, str]:
     """The launch shape for ``p``: one tile covers all of K (rounded up to 16, or to 32 with two warps
-    along it) up to :data:`MAX_NT` channels, else chunks of :data:`CHUNK_NT`; two warps share a tile's
+    along it) up to :data:`MAX_NT` channels, else chunks of :data:`CHUNK_NT` (or half that, whichever is
+    the widest whose shared memory is within :data:`SMEM_BUDGET`); two warps share a tile's
     channels where they are more than 128 (a warp's accumulators: NW / 2 registers) or C is more than
     64 (then 64-pixel tiles keep the two x buffers small). ``smem_limit``: the device's opt-in shared
     memory per CTA (0: not checked)."""
     kc = -(-p.channels // 16) * 16
     k16 = -(-p.out_channels // 16) * 16
-    if k16 <= MAX_NT:
-        wn = 2 if k16 > 128 or kc > 64 else 1
-        nt, chunks = -(-k16 // (16 * wn)) * 16 * wn, 1
-    else:
-        wn = 2 if kc > 64 else 1
-        nt, chunks = CHUNK_NT, -(-p.out_channels // CHUNK_NT)
-    bm = 16 * (8 // wn)
-    m_tiles = -(-p.gemm_m // bm)
+    cfg = None
+    for nt_max in (MAX_NT, CHUNK_NT, CHUNK_NT // 2):  # the widest chunk whose shared memory fits SMEM_BUDGET
+        wn = 2 if min(k16, nt_max) > 128 or kc > 64 else 1
+        if k16 <= nt_max:
+            nt, chunks = -(-k16 // (16 * wn)) * 16 * wn, 1
+        else:
+            nt, chunks = nt_max, -(-p.out_channels // nt_max)
+        bm = 16 * (8 // wn)
+        m_tiles = -(-p.gemm_m // bm)
+        cfg = PwConfig(kc=kc, nt=nt, wn=wn, chunks=chunks, m_tiles=m_tiles, min_blocks=2 if nt // wn > 64 else 3)
+        if cfg.smem <= SMEM_BUDGET:
+            break
     if m_tiles * chunks >= 2**31:
         return f"{m_tiles * chunks} tiles: over the 2**31 - 1 a CTA's tile index counts"
-    cfg = PwConfig(kc=kc, nt=nt, wn=wn, chunks=chunks, m_tiles=m_tiles, min_blocks=2 if nt // wn > 64 else 3)
     if smem_limit and cfg.smem > smem_limit:
         return f"{cfg.smem} bytes of shared memory per CTA: the GPU allows {smem_limit}"
     return cfg
