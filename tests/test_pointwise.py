@@ -85,6 +85,18 @@ def test_automatic_choice_takes_mobile_pointwise_layers(c, hw, k):
             assert why.kernel == KERNEL, str(why)
 
 
+def test_automatic_choice_leaves_epilogue_terms_and_conv3d_to_the_other_kernels():
+    from cuconv.problem import Epilogue
+    for ep in (Epilogue(has_bias=True), Epilogue(has_residual=True), Epilogue(activation="relu"), Epilogue(alpha=0.5)):
+        plan, why = dispatch.select(problem2d(N=32, H=56, W=56, C=24, K=144, R=1, S=1, padding=0, epilogue=ep), H100)
+        assert why.kernel != KERNEL and "fused epilogue term" in why.declined[KERNEL], str(why)
+        forced, _ = dispatch.select(problem2d(N=32, H=56, W=56, C=24, K=144, R=1, S=1, padding=0, epilogue=ep), H100,
+                                    forced=KERNEL)
+        assert forced.kernel.name == KERNEL
+    _, why = dispatch.select(problem3d(C=24, K=144, T=1, R=1, S=1, padding=0), H100)
+    assert why.kernel != KERNEL and "conv3d" in why.declined[KERNEL]
+
+
 @pytest.mark.parametrize("c, hw, k", [
     (256, 56, 64),    # ResNet-50 layer1 reduction: a long reduction and a wide enough output
     (64, 56, 256),    # ResNet-50 layer1 expansion
@@ -164,17 +176,18 @@ def test_drawn(cp, setting):
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_network_layers(cp, n, hw, c, k, dtype):
-    """Full-size layers chosen automatically, with bias, a residual and an activation; two calls give the
-    same bits."""
+    """Full-size layers: plain ones chosen automatically; forced with bias, a residual and an activation,
+    within the tolerance of the reference; two calls give the same bits."""
     rng = np.random.default_rng(c * k + hw)
     x = cp.asarray(random_array(rng, (n, hw, hw, c), dtype))
     w = cp.asarray(random_array(rng, (k, 1, 1, c), dtype, scale=1.0 / np.sqrt(c)))
     b = cp.asarray(random_array(rng, (k,), dtype))
     r = cp.asarray(random_array(rng, (n, hw, hw, k), dtype))
-    kw = dict(residual=r, activation="silu")
-    assert cuconv.explain(x, w, b, **kw).kernel == KERNEL
+    assert cuconv.explain(x, w).kernel == KERNEL  # plain layers: the automatic choice
+    kw = dict(residual=r, activation="silu", kernel=KERNEL)
     y = cuconv.conv2d(x, w, b, **kw)
-    ref = cuconv.reference.conv2d(cp.asnumpy(x[:4]), cp.asnumpy(w), cp.asnumpy(b), residual=cp.asnumpy(r[:4]), **kw)
+    ref = cuconv.reference.conv2d(cp.asnumpy(x[:4]), cp.asnumpy(w), cp.asnumpy(b), residual=cp.asnumpy(r[:4]),
+                                  activation="silu")
     assert_close(cp.asnumpy(y[:4]), ref, dtype)
     y2 = cuconv.conv2d(x, w, b, **kw)
     assert bool((y.view(cp.uint16) == y2.view(cp.uint16)).all())

@@ -45,11 +45,18 @@ class PointwiseKernel(DirectKernel):
         return pw_config(problem)
 
     def passes_over(self, plan):
-        """The automatic choice takes the layers whose reduction is short (C <= :data:`SHORT_C`: less than
-        one of the implicit GEMM kernels' 64-channel reduction blocks) or whose output is narrow (K <=
-        :data:`NARROW_K`: less than their narrowest efficient tile); the others, long and wide, run
-        faster there (docs/tuning.md#T-pointwise)."""
+        """The automatic choice takes the conv2d layers without fused epilogue terms whose reduction is
+        short (C <= :data:`SHORT_C`: less than one of the implicit GEMM kernels' 64-channel reduction
+        blocks) or whose output is narrow (K <= :data:`NARROW_K`: less than their narrowest efficient
+        tile); the others, long and wide, run faster there (docs/tuning.md#T-pointwise). Calls with
+        bias, residual, activation or alpha != 1, and conv3d, run here when ``kernel=`` asks: their GPU
+        property tests (tests/test_pointwise.py) have not run on a GPU, where the plain conv2d layers of
+        the networks suite are checked against the reference."""
         p = plan.problem
+        e = p.epilogue
+        if p.nd != 2 or e.has_bias or e.loads_residual or e.activation is not None or e.alpha != 1.0:
+            return ("a conv3d or a fused epilogue term (bias, residual, activation, alpha != 1): the automatic "
+                    "choice takes this kernel for plain conv2d layers, the ones checked on a GPU")
         if p.channels <= SHORT_C or p.out_channels <= NARROW_K:
             return None
         return (f"C = {p.channels} -> K = {p.out_channels}: neither a short reduction (C <= {SHORT_C}) nor a "
