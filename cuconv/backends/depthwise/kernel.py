@@ -90,6 +90,8 @@ class DirectPlan(Plan):
 
     #: The kernel source under kernels_cu/ (set by each subclass).
     source = ""
+    #: True where the kernel reads the filter in 16-byte vectors: a filter off that grid is copied first.
+    w_vectors = False
 
     def __init__(self, kernel, problem, device, cfg, variant, reason: str):
         super().__init__(kernel, problem, device, reason)
@@ -127,6 +129,8 @@ class DirectPlan(Plan):
         launch = self._launch
         if launch is None:
             launch = self._launch = self._build()
+        if self.w_vectors and w.data.ptr % 16:
+            w = w.copy()
         x, bias, residual, target = aligned_operands(self.problem, self.cfg, x, bias, residual, out)
         op = target.data.ptr  # absent operands: any valid address (the kernel reads them only when flagged)
         launch(x.data.ptr, w.data.ptr, op if bias is None else bias.data.ptr,

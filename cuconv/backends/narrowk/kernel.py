@@ -49,6 +49,7 @@ class NarrowkPlan(DirectPlan):
     """The launch shape of one narrow-output problem, and its packed launch once it has run."""
 
     source = NK_SOURCE
+    w_vectors = True  # the filter is read in 16-byte channel vectors too
 
     def __init__(self, kernel, problem, device, cfg: NkConfig, reason: str):
         super().__init__(kernel, problem, device, cfg, nk_variant(problem, cfg), reason)
@@ -66,11 +67,6 @@ class NarrowkPlan(DirectPlan):
 
     def launch_grid(self, fn) -> int:
         return self.cfg.ctas
-
-    def run(self, x, w, bias, residual, out):
-        if w.data.ptr % 16:  # the filter is read in 16-byte channel vectors too
-            w = w.copy()
-        super().run(x, w, bias, residual, out)
 
 
 register(NarrowkKernel())

@@ -76,6 +76,7 @@ class PointwisePlan(DirectPlan):
     """The tile shape of one pointwise problem, and its packed launch once it has run."""
 
     source = PW_SOURCE
+    w_vectors = True  # the filter is read in 16-byte vectors too
 
     def __init__(self, kernel, problem, device, cfg: PwConfig, reason: str):
         super().__init__(kernel, problem, device, cfg, pw_variant(problem, cfg), reason)
@@ -91,11 +92,6 @@ class PointwisePlan(DirectPlan):
 
     def geometry(self):
         return pw_geometry(self.problem, self.cfg)
-
-    def run(self, x, w, bias, residual, out):
-        if w.data.ptr % 16:  # the filter is read in 16-byte vectors too
-            w = w.copy()
-        super().run(x, w, bias, residual, out)
 
 
 register(PointwiseKernel())

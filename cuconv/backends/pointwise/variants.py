@@ -105,16 +105,15 @@ def pw_declined(p: ConvProblem) -> Optional[str]:
     return None
 
 
-def pw_config(p: ConvProblem, smem_limit: int = 0) -> Union[PwConfig, str]:
+def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
     """The launch shape for ``p``: one tile covers all of K (rounded up to 16, or to 32 with two warps
     along it) up to :data:`MAX_NT` channels, else chunks of :data:`CHUNK_NT` (or half that, whichever is
     the widest whose shared memory is within :data:`SMEM_BUDGET`); two warps share a tile's
     channels where they are more than 128 (a warp's accumulators: NW / 2 registers) or C is more than
-    64 (then 64-pixel tiles keep the two x buffers small). ``smem_limit``: the device's opt-in shared
-    memory per CTA (0: not checked)."""
+    64 (then 64-pixel tiles keep the two x buffers small). The device's own limit is checked by the
+    kernel's plan (:meth:`cuconv.backends.pointwise.kernel.PointwiseKernel.plan_for`)."""
     kc = -(-p.channels // 16) * 16
     k16 = -(-p.out_channels // 16) * 16
-    cfg = None
     for nt_max in (MAX_NT, CHUNK_NT, CHUNK_NT // 2):  # the widest chunk whose shared memory fits SMEM_BUDGET
         if k16 > MAX_NT and nt_max == MAX_NT:
             continue  # wider outputs: chunks of CHUNK_NT at most
@@ -130,8 +129,6 @@ def pw_config(p: ConvProblem, smem_limit: int = 0) -> Union[PwConfig, str]:
             break
     if m_tiles * chunks >= 2**31:
         return f"{m_tiles * chunks} tiles: over the 2**31 - 1 a CTA's tile index counts"
-    if smem_limit and cfg.smem > smem_limit:
-        return f"{cfg.smem} bytes of shared memory per CTA: the GPU allows {smem_limit}"
     return cfg
 
 
