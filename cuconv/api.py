@@ -190,15 +190,69 @@ class _Known:
     w_native: bool
     bias_native: bool
     move_xw: object     # channels-first calls: (x, w) -> what the plan takes (cuconv.layout.operands_mover_for)
+    replay: object      # a _Replay where the signature leaves nothing to decide but the launch, else None
+
+
+class _Replay:
+    """A repeated call on a GPU whose signature fixes every decision: the kernel writes the result (a new
+    array, or ``out``) in the caller's layout, reads each operand as passed (a channels-first call: the
+    moved x and w), no operand may overlap the output, and the convolution runs. What is left is the
+    allocation, the operands' move (channels-first) and the plan's launch, with the arrays' GPU current."""
+
+    __slots__ = ("_run", "_move_xw", "_new", "_shape", "_dtype", "_device_id", "_current_device", "_device")
+
+    def __init__(self, plan, move_xw, shape, dtype, device_id: int):
+        import cupy as cp
+        self._run, self._move_xw = plan.run, move_xw
+        self._new, self._shape, self._dtype = cp.ndarray, shape, dtype
+        self._device_id, self._current_device, self._device = device_id, cp.cuda.runtime.getDevice, cp.cuda.Device
+
+    @staticmethod
+    def of(call: _Call, x, w, bias, residual, out, device_id, move_xw) -> Optional["_Replay"]:
+        """The replay of a validated first call (``x`` ... ``out`` as the caller passed them), or None where
+        a repeat needs the general path: on the CPU, for ``alpha == 0`` or an empty batch, where an operand
+        is copied or moved before the launch, where the result is moved or copied after it, and where both
+        ``residual`` and ``out`` are given (whether they are one array is decided per call)."""
+        if call.xp is np or call.out_native.shape[0] == 0 or call.problem.epilogue.alpha == 0:
+            return None
+        if call.channels_first != call.cf_out or call.bias is not bias:
+            return None
+        if not call.channels_first and (call.x is not x or call.w is not w):
+            return None
+        if residual is not None and (out is not None or call.residual is not residual):
+            return None
+        if out is not None and call.out_native is not out:
+            return None
+        return _Replay(call.plan, move_xw, call.out_native.shape, call.out_native.dtype, device_id)
+
+    def __call__(self, x, w, bias, residual, out):
+        if self._current_device() != self._device_id:
+            with self._device(self._device_id):
+                return self(x, w, bias, residual, out)
+        if out is None:
+            out = self._new(self._shape, self._dtype)
+        if self._move_xw is not None:
+            x, w = self._move_xw(x, w)
+        self._run(x, w, bias, residual, out)
+        return out
 
 
 def _keyed_type(a):
     """``type(a)`` where it is an array type that call memos key (numpy or cupy ndarray), else None."""
     tx = type(a)
-    if tx is np.ndarray:
-        return tx
-    cp = cupy_or_none()
-    return tx if cp is not None and tx is cp.ndarray else None
+    return tx if tx is np.ndarray or tx is _cupy_ndarray() else None
+
+
+def _cupy_ndarray():
+    """``cupy.ndarray``, or a type no array has where CuPy does not import (looked up once)."""
+    global _CUPY_NDARRAY
+    if _CUPY_NDARRAY is None:
+        cp = cupy_or_none()
+        _CUPY_NDARRAY = cp.ndarray if cp is not None else type("_NoCupy", (), {})
+    return _CUPY_NDARRAY
+
+
+_CUPY_NDARRAY = None
 
 
 def _operand_key(a, tx):
@@ -235,7 +289,6 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
     return key
 
 
-@on_device_of(1)
 def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
           kernel, strategy, precision=None):
     key = _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation,
@@ -244,6 +297,17 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
         known = None if key is None else _CALLS.get(key)
     except TypeError:  # an unhashable argument (a layout or activation of the wrong type): validation says so
         key = known = None
+    if known is not None and known.replay is not None:
+        return known.replay(x, w, bias, residual, out)
+    return _conv_on_device(key, known, nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha,
+                           beta, activation, out, kernel, strategy, precision)
+
+
+@on_device_of(3)
+def _conv_on_device(key, known, nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
+                    activation, out, kernel, strategy, precision):
+    """A call the memo cannot replay: validated and planned (and memoised under ``key``), or, for a
+    signature seen before, run with what depends on the arrays' identities decided again."""
     if known is None:
         call = _prepare(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
                         activation, out, kernel, strategy, precision)
@@ -252,10 +316,11 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
         if key is not None:
             if len(_CALLS) >= _CALLS_LIMIT:
                 _CALLS.clear()
+            move_xw = operands_mover_for(plan, x, w, call.xp) if call.channels_first else None
             _CALLS[key] = _Known(plan, call.xp, device_id, call.channels_first,
                                  (x.shape[0], *call.problem.out_shape[1:]), call.cf_out, call.x is x, call.w is w,
-                                 call.bias is bias,
-                                 operands_mover_for(plan, x, w, call.xp) if call.channels_first else None)
+                                 call.bias is bias, move_xw,
+                                 _Replay.of(call, x, w, bias, residual, out, device_id, move_xw))
         execute(plan, call.xp, device_id, call.x, call.w, call.bias, call.residual, call.out_native)
         return deliver(call.xp, call.out_native, call.out_user, call.out_given, call.channels_first, call.cf_out)
     # A signature seen before: its validation and plan hold; what depends on the arrays' identities

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import re
+import struct
 from typing import Dict, NamedTuple, Tuple
 
 import numpy as np
@@ -177,10 +178,10 @@ class PackedLaunch:
 
     ``RawKernel.__call__`` converts every argument on every launch (several microseconds for the
     Hopper kernel's seven, three of them 128-byte TMA descriptors); this keeps each argument's bytes
-    in host memory (64-byte aligned, as a ``CUtensorMap`` wants) with a ``void*`` table pointing at
-    them, and launches through ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``, a fraction of that
-    cost). Arguments that change between launches (``slots``: the indices of 64-bit pointers, such as
-    the operands' addresses) are rewritten in place by :meth:`__call__`.
+    in host memory (the pointer slots side by side, each other argument 64-byte aligned, as a
+    ``CUtensorMap`` wants) with a ``void*`` table pointing at them, and launches through ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``, a fraction of that
+    cost). Arguments that change between launches (``slots``: the increasing indices of 64-bit pointers,
+    such as the operands' addresses) are rewritten in place by :meth:`__call__`, all with one write.
 
     ``args`` are NumPy scalars (``np.void`` structs, ``np.uint64`` pointers...) in the kernel's
     parameter order. ``grid`` is an int (x; y and z are 1) or an (x[, y[, z]]) tuple; a kernel's
@@ -195,29 +196,35 @@ class PackedLaunch:
         self._grid = dims + (1,) * (3 - len(dims))
         self._block, self._smem = int(block), int(shared_mem)
         blobs = [np.asarray(a).tobytes() for a in args]
-        offsets, total = [], 0
-        for b in blobs:
-            total = -(-total // self._ALIGN) * self._ALIGN
-            offsets.append(total)
-            total += max(len(b), 8)
+        if list(slots) != sorted(set(slots)) or any(not 0 <= i < len(blobs) for i in slots):
+            raise ValueError(f"slots: expected increasing argument indices below {len(blobs)}, got {tuple(slots)}")
+        for slot in slots:
+            if len(blobs[slot]) != 8:
+                raise ValueError(f"slots: argument {slot} is {len(blobs[slot])} bytes, not a 64-bit pointer")
+        # The slots lie side by side at the start (8 bytes each), so one struct.pack_into writes them all;
+        # every other argument follows at a 64-byte boundary.
+        offsets, total = [0] * len(blobs), 8 * len(slots)
+        for i, slot in enumerate(slots):
+            offsets[slot] = 8 * i
+        for i, b in enumerate(blobs):
+            if i not in slots:
+                total = -(-total // self._ALIGN) * self._ALIGN
+                offsets[i] = total
+                total += max(len(b), 8)
         self._storage = ctypes.create_string_buffer(total + self._ALIGN)
-        base = -(-ctypes.addressof(self._storage) // self._ALIGN) * self._ALIGN
+        shift = -ctypes.addressof(self._storage) % self._ALIGN
+        base = ctypes.addressof(self._storage) + shift
         for off, b in zip(offsets, blobs):
             ctypes.memmove(base + off, b, len(b))
         self._table = (ctypes.c_void_p * len(blobs))(*[base + off for off in offsets])
         self._table_ptr = ctypes.addressof(self._table)
         from cupy.cuda import driver, get_current_stream  # looked up once, not per launch
         self._launch_kernel, self._current_stream = driver.launchKernel, get_current_stream
-        self._slots = []
-        for slot in slots:
-            if len(blobs[slot]) != 8:
-                raise ValueError(f"slots: argument {slot} is {len(blobs[slot])} bytes, not a 64-bit pointer")
-            self._slots.append(ctypes.c_uint64.from_address(base + offsets[slot]))
+        self._write_slots = functools.partial(struct.Struct(f"<{len(slots)}Q").pack_into, self._storage, shift)
 
     def __call__(self, *pointers: int) -> None:
         """Launch on the current CuPy stream, with ``pointers`` (one per slot, in order) in the slots."""
-        for slot, pointer in zip(self._slots, pointers):
-            slot.value = pointer
+        self._write_slots(*pointers)
         self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem,
                             self._current_stream().ptr, self._table_ptr, 0)
 

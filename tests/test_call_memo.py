@@ -86,3 +86,65 @@ def test_arguments_the_key_cannot_vouch_for_take_the_full_path():
     cuconv.conv2d(x, w, padding=(1, 1), stride=[1, 1])
     cuconv.conv2d(x, w, padding=1, groups=np.int64(1))
     assert len(api._CALLS) == 0
+
+
+def test_cpu_calls_have_no_replay():
+    """A repeated NumPy call takes the general repeat path (the replay is for GPU launches only)."""
+    x, w = _operands(6)
+    api._CALLS.clear()
+    cuconv.conv2d(x, w, padding=1)
+    (known,) = api._CALLS.values()
+    assert known.replay is None
+
+
+def _gpu_operands(cp, dtype, seed, nchw=False):
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, (2, 9, 10, 16), dtype)
+    w = random_array(rng, (32, 3, 3, 16), dtype, scale=0.25)
+    b = random_array(rng, (32,), dtype)
+    r = random_array(rng, (2, 9, 10, 32), dtype)
+    if nchw:
+        x, w, r = (np.ascontiguousarray(np.moveaxis(a, -1, 1)) for a in (x, w, r))
+    return [cp.asarray(a) for a in (x, w, b, r)], (x, w, b, r)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("terms", ["plain", "bias", "residual", "out", "residual_in_place", "out_strided"])
+def test_gpu_repeats_match_the_reference(cp, layout, terms):
+    """A GPU signature called three times with fresh operands (and a fresh ``out``) each time: every
+    result is the reference's; a signature whose repeats need nothing decided per call replays its
+    launch, the others take the general repeat path."""
+    from conftest import TOLERANCE
+    nchw = layout == "NCHW"
+    api._CALLS.clear()
+    for seed in range(3):
+        (x, w, b, r), (xh, wh, bh, rh) = _gpu_operands(cp, "float16", 10 + seed, nchw)
+        kw = dict(padding=1, layout=layout)
+        ref_kw = dict(kw)
+        if terms == "bias":
+            kw["bias"] = ref_kw["bias"] = b
+        if terms in ("residual", "residual_in_place"):
+            kw.update(residual=r, beta=0.5)
+            ref_kw.update(residual=rh, beta=0.5)
+        if terms == "residual_in_place":
+            kw["out"] = r
+        if terms == "out":
+            kw["out"] = cp.empty_like(r)
+        if terms == "out_strided":
+            shape = r.shape[:-1] + (2 * r.shape[-1],)
+            kw["out"] = cp.zeros(shape, r.dtype)[..., ::2]
+        ref_kw = {k: (cp.asnumpy(v) if isinstance(v, cp.ndarray) else v) for k, v in ref_kw.items()}
+        want = cuconv.reference.conv2d(xh.astype(np.float64), wh.astype(np.float64),
+                                       **{k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v)
+                                          for k, v in ref_kw.items()})
+        got = cuconv.conv2d(x, w, **kw)
+        if "out" in kw:
+            assert got is kw["out"]
+        err = np.linalg.norm(cp.asnumpy(got).astype(np.float64) - want) / np.linalg.norm(want)
+        assert err < TOLERANCE["float16"], (seed, err)
+    (known,) = api._CALLS.values()
+    plan = known.plan
+    replays = terms in ("plain", "bias", "residual", "out") and (not nchw or plan.writes_channels_first)
+    assert (known.replay is not None) == replays, (terms, layout, plan)
+

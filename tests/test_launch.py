@@ -42,3 +42,41 @@ def test_header_constants_are_the_sources_defines():
     text = (Path(__file__).resolve().parents[1] / "kernels_cu" / "sm90" / "budget.cuh").read_text()
     assert consts and all(f"#define {name}" in text for name in consts)
     assert consts["SM90_SMEM_LIMIT"] == 227 * 1024 and consts["SM90_BLOCK_K"] == 64
+
+
+def test_packed_launch_lays_out_every_argument_and_rewrites_only_the_slots():
+    """PackedLaunch's argument table (read back through its void* entries): each argument's bytes, the
+    pointer slots side by side, every other argument 64-byte aligned; a call writes its pointers into
+    the slots and leaves every other byte as packed (no GPU: the driver's launch is captured)."""
+    import ctypes
+    from types import SimpleNamespace
+
+    from cuconv.launch import PackedLaunch, c_struct
+
+    struct_arg = c_struct([("a", np.int32), ("b", np.float32), ("c", np.int64)], dict(a=7, b=1.5, c=-3))
+    big = np.frombuffer(bytes(range(128)), np.uint8).view(np.void(128))[0]  # a 128-byte blob (a tensor map)
+    args = (np.uint64(0), struct_arg, np.uint64(0), big, np.uint64(0), np.int32(5))
+    launch = PackedLaunch(SimpleNamespace(kernel=SimpleNamespace(ptr=1234)), (3, 2), 128, 4096, args, slots=(0, 2, 4))
+    launched = []
+    launch._launch_kernel = lambda *a: launched.append(a)
+    launch._current_stream = lambda: SimpleNamespace(ptr=99)
+
+    def table():
+        return [ctypes.string_at(launch._table[i], len(np.asarray(a).tobytes())) for i, a in enumerate(args)]
+
+    packed = table()
+    assert packed[1] == np.asarray(struct_arg).tobytes() and packed[3] == bytes(range(128))
+    assert packed[5] == np.int32(5).tobytes()
+    assert launch._table[1] % 64 == 0 and launch._table[3] % 64 == 0 and launch._table[5] % 64 == 0
+    assert [launch._table[i] - launch._table[0] for i in (2, 4)] == [8, 16]
+    pointers = (0x7F0000001000, 0x7F0000002010, 2**64 - 16)
+    launch(*pointers)
+    after = table()
+    assert [int.from_bytes(after[i], "little") for i in (0, 2, 4)] == list(pointers)
+    assert [after[i] for i in (1, 3, 5)] == [packed[i] for i in (1, 3, 5)]
+    (call,) = launched
+    assert call == (1234, 3, 2, 1, 128, 1, 1, 4096, 99, launch._table_ptr, 0)
+    with pytest.raises(ValueError, match="slots"):
+        PackedLaunch(SimpleNamespace(kernel=SimpleNamespace(ptr=0)), 1, 32, 0, args, slots=(2, 0))
+    with pytest.raises(ValueError, match="slots: argument 1"):
+        PackedLaunch(SimpleNamespace(kernel=SimpleNamespace(ptr=0)), 1, 32, 0, args, slots=(1,))
