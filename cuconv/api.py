@@ -190,30 +190,33 @@ class _Known:
     w_native: bool
     bias_native: bool
     move_xw: object     # channels-first calls: (x, w) -> what the plan takes (cuconv.layout.operands_mover_for)
-    replay: object      # a _Replay where the signature leaves nothing to decide but the launch, else None
+    replay: object      # a _Replay where the signature leaves nothing to decide but the run, else None
 
 
 class _Replay:
-    """A repeated call on a GPU whose signature fixes every decision: the kernel writes the result (a new
-    array, or ``out``) in the caller's layout, reads each operand as passed (a channels-first call: the
+    """A repeated call whose signature fixes every decision: the kernel writes the result (a new array,
+    or ``out``) in the caller's layout, reads each operand as passed (a channels-first call on a GPU: the
     moved x and w), no operand may overlap the output, and the convolution runs. What is left is the
-    allocation, the operands' move (channels-first) and the plan's launch, with the arrays' GPU current."""
+    allocation, the operands' move (channels-first) and the plan's run, on a GPU with the arrays' GPU
+    current."""
 
     __slots__ = ("_run", "_move_xw", "_new", "_shape", "_dtype", "_device_id", "_current_device", "_device")
 
-    def __init__(self, plan, move_xw, shape, dtype, device_id: int):
-        import cupy as cp
+    def __init__(self, plan, move_xw, shape, dtype, xp, device_id: Optional[int]):
         self._run, self._move_xw = plan.run, move_xw
-        self._new, self._shape, self._dtype = cp.ndarray, shape, dtype
-        self._device_id, self._current_device, self._device = device_id, cp.cuda.runtime.getDevice, cp.cuda.Device
+        self._new, self._shape, self._dtype = xp.ndarray, shape, dtype
+        self._device_id = device_id
+        if device_id is not None:
+            self._current_device, self._device = xp.cuda.runtime.getDevice, xp.cuda.Device
 
     @staticmethod
     def of(call: _Call, x, w, bias, residual, out, device_id, move_xw) -> Optional["_Replay"]:
         """The replay of a validated first call (``x`` ... ``out`` as the caller passed them), or None where
-        a repeat needs the general path: on the CPU, for ``alpha == 0`` or an empty batch, where an operand
-        is copied or moved before the launch, where the result is moved or copied after it, and where both
-        ``residual`` and ``out`` are given (whether they are one array is decided per call)."""
-        if call.xp is np or call.out_native.shape[0] == 0 or call.problem.epilogue.alpha == 0:
+        a repeat needs the general path: for ``alpha == 0`` or an empty batch, where an operand is copied
+        or moved before the launch (other than by ``move_xw``), where the result is moved or copied after
+        it, and where both ``residual`` and ``out`` are given (whether they are one array is decided per
+        call)."""
+        if call.out_native.shape[0] == 0 or call.problem.epilogue.alpha == 0:
             return None
         if call.channels_first != call.cf_out or call.bias is not bias:
             return None
@@ -223,10 +226,10 @@ class _Replay:
             return None
         if out is not None and call.out_native is not out:
             return None
-        return _Replay(call.plan, move_xw, call.out_native.shape, call.out_native.dtype, device_id)
+        return _Replay(call.plan, move_xw, call.out_native.shape, call.out_native.dtype, call.xp, device_id)
 
     def __call__(self, x, w, bias, residual, out):
-        if self._current_device() != self._device_id:
+        if self._device_id is not None and self._current_device() != self._device_id:
             with self._device(self._device_id):
                 return self(x, w, bias, residual, out)
         if out is None:

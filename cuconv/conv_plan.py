@@ -80,6 +80,9 @@ class ConvPlan:
         return a if a.strides == self._contiguous[name] else self._xp.ascontiguousarray(a)
 
     def __call__(self, x, w, bias=None, residual=None, out=None):
+        if self._device is not None and self._xp.cuda.runtime.getDevice() != self._device:
+            with self._xp.cuda.Device(self._device):  # the output and scratch land on the plan's GPU
+                return self(x, w, bias, residual, out)
         xp, cf = self._xp, self._channels_first
         x, w = self._operand(x, "x"), self._operand(w, "w")
         bias, res_user = self._operand(bias, "bias"), self._operand(residual, "residual")

@@ -303,6 +303,17 @@ def test_host_work_exits_2_without_a_gpu(monkeypatch, capsys):
         host_work.main(["--calls", "5"])
 
 
+def test_host_work_python_only_runs_without_a_gpu(capsys):
+    """``--python-only`` times the channels-last cases on NumPy operands and puts the CPU plan's run back."""
+    from cuconv.backends.cpu import CPUPlan
+    from cuconv.bench import host_work
+    run = CPUPlan.run
+    assert host_work.main(["--python-only", "--calls", "100"]) == 0
+    assert CPUPlan.run is run
+    printed = capsys.readouterr().out
+    for label, _, _, kw in host_work.CASES:
+        assert (label in printed) == ("layout" not in kw), label
+
 def test_host_work_cases_are_valid_convolutions():
     """Every case is a valid call (checked on the CPU with NumPy arrays of its shapes)."""
     import numpy as np

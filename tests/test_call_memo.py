@@ -88,16 +88,8 @@ def test_arguments_the_key_cannot_vouch_for_take_the_full_path():
     assert len(api._CALLS) == 0
 
 
-def test_cpu_calls_have_no_replay():
-    """A repeated NumPy call takes the general repeat path (the replay is for GPU launches only)."""
-    x, w = _operands(6)
-    api._CALLS.clear()
-    cuconv.conv2d(x, w, padding=1)
-    (known,) = api._CALLS.values()
-    assert known.replay is None
 
-
-def _gpu_operands(cp, dtype, seed, nchw=False):
+def _operands_of(xp, dtype, seed, nchw=False):
     rng = np.random.default_rng(seed)
     x = random_array(rng, (2, 9, 10, 16), dtype)
     w = random_array(rng, (32, 3, 3, 16), dtype, scale=0.25)
@@ -105,46 +97,65 @@ def _gpu_operands(cp, dtype, seed, nchw=False):
     r = random_array(rng, (2, 9, 10, 32), dtype)
     if nchw:
         x, w, r = (np.ascontiguousarray(np.moveaxis(a, -1, 1)) for a in (x, w, r))
-    return [cp.asarray(a) for a in (x, w, b, r)], (x, w, b, r)
+    return [xp.asarray(a) for a in (x, w, b, r)], (x, w, b, r)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("terms", ["plain", "bias", "residual", "out", "residual_in_place", "out_strided"])
-def test_gpu_repeats_match_the_reference(cp, layout, terms):
-    """A GPU signature called three times with fresh operands (and a fresh ``out``) each time: every
-    result is the reference's; a signature whose repeats need nothing decided per call replays its
-    launch, the others take the general repeat path."""
+TERMS = ["plain", "bias", "residual", "out", "residual_in_place", "out_strided", "x_strided"]
+
+
+def _repeat(xp, layout, terms, dtype):
+    """A signature called three times with fresh operands (and a fresh ``out``): each result against the
+    float64 reference; returns the signature's memo entry."""
     from conftest import TOLERANCE
     nchw = layout == "NCHW"
     api._CALLS.clear()
     for seed in range(3):
-        (x, w, b, r), (xh, wh, bh, rh) = _gpu_operands(cp, "float16", 10 + seed, nchw)
-        kw = dict(padding=1, layout=layout)
-        ref_kw = dict(kw)
+        (x, w, b, r), (xh, wh, bh, rh) = _operands_of(xp, dtype, 10 + seed, nchw)
+        kw, ref_kw = dict(padding=1, layout=layout), dict(padding=1, layout=layout)
         if terms == "bias":
-            kw["bias"] = ref_kw["bias"] = b
+            kw["bias"], ref_kw["bias"] = b, bh
         if terms in ("residual", "residual_in_place"):
             kw.update(residual=r, beta=0.5)
             ref_kw.update(residual=rh, beta=0.5)
         if terms == "residual_in_place":
             kw["out"] = r
         if terms == "out":
-            kw["out"] = cp.empty_like(r)
+            kw["out"] = xp.empty_like(r)
         if terms == "out_strided":
-            shape = r.shape[:-1] + (2 * r.shape[-1],)
-            kw["out"] = cp.zeros(shape, r.dtype)[..., ::2]
-        ref_kw = {k: (cp.asnumpy(v) if isinstance(v, cp.ndarray) else v) for k, v in ref_kw.items()}
-        want = cuconv.reference.conv2d(xh.astype(np.float64), wh.astype(np.float64),
-                                       **{k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v)
-                                          for k, v in ref_kw.items()})
+            kw["out"] = xp.zeros(r.shape[:-1] + (2 * r.shape[-1],), r.dtype)[..., ::2]
+        if terms == "x_strided":
+            x = xp.stack([x, x], axis=-1)[..., 0]  # a strided view holding x
+        want = cuconv.reference.conv2d(
+            xh.astype(np.float64), wh.astype(np.float64),
+            **{k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v) for k, v in ref_kw.items()})
         got = cuconv.conv2d(x, w, **kw)
         if "out" in kw:
             assert got is kw["out"]
-        err = np.linalg.norm(cp.asnumpy(got).astype(np.float64) - want) / np.linalg.norm(want)
-        assert err < TOLERANCE["float16"], (seed, err)
+        got = got if xp is np else xp.asnumpy(got)
+        err = np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want)
+        assert err < TOLERANCE[dtype], (seed, err)
     (known,) = api._CALLS.values()
-    plan = known.plan
-    replays = terms in ("plain", "bias", "residual", "out") and (not nchw or plan.writes_channels_first)
-    assert (known.replay is not None) == replays, (terms, layout, plan)
+    return known
 
+
+@pytest.mark.parametrize("terms", TERMS)
+def test_cpu_repeats_replay_where_nothing_is_left_to_decide(terms):
+    """NumPy: a repeated channels-last call replays its run unless the residual may be out, out is strided
+    (the result is copied into it) or x is strided (copied before the run); every result is right."""
+    known = _repeat(np, "NHWC", terms, "float32")
+    assert (known.replay is not None) == (terms in ("plain", "bias", "residual", "out")), terms
+
+
+def test_cpu_channels_first_repeats_take_the_general_path():
+    known = _repeat(np, "NCHW", "plain", "float32")
+    assert known.replay is None  # the CPU kernel writes channels-last: the result is moved after the run
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("terms", TERMS)
+def test_gpu_repeats_match_the_reference(cp, layout, terms):
+    """CuPy: as on the CPU; a channels-first call replays where its kernel writes channels-first."""
+    known = _repeat(cp, layout, terms, "float16")
+    replays = terms in ("plain", "bias", "residual", "out") and (layout == "NHWC" or known.plan.writes_channels_first)
+    assert (known.replay is not None) == replays, (terms, layout, known.plan)

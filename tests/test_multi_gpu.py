@@ -40,6 +40,23 @@ def test_conv2d_on_the_second_gpu_while_the_first_is_current(cp, second_gpu, dty
             assert_close(y, cuconv.reference.conv2d(x, w, b, residual=res, **kw), dtype)
 
 
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_plan_on_the_second_gpu_while_the_first_is_current(cp, second_gpu, layout):
+    """A plan made for arrays of GPU 1, called (twice) while GPU 0 is current: its output is on GPU 1."""
+    rng = np.random.default_rng(4)
+    x, w = random_array(rng, (2, 9, 10, 32), "float16"), random_array(rng, (64, 3, 3, 32), "float16", 0.2)
+    if layout == "NCHW":
+        x, w = np.ascontiguousarray(np.moveaxis(x, -1, 1)), np.ascontiguousarray(np.moveaxis(w, -1, 1))
+    xg, wg = _on(cp, second_gpu, x, w)
+    with second_gpu:
+        plan = cuconv.plan_conv2d(xg, wg, padding=1, layout=layout)
+    with cp.cuda.Device(0):
+        for _ in range(2):
+            y = plan(xg, wg)
+            assert y.device.id == 1
+            assert_close(y, cuconv.reference.conv2d(x, w, padding=1, layout=layout), "float16")
+
 def test_conv3d_and_layouts_on_the_second_gpu(cp, second_gpu):
     rng = np.random.default_rng(2)
     x, w = random_array(rng, (1, 16, 6, 7, 8), "float16"), random_array(rng, (16, 16, 3, 3, 3), "float16", 0.2)

@@ -106,6 +106,19 @@ def test_halo_windows_reproduce_explicit_im2col(nd, data):
                                                                       f"y0 {y0} x0 {x0} t{t} c0 {c0} g{g} r{r} s{s_}")
 
 
+
+def test_model_window_wholly_in_the_padding_is_zeros():
+    """A window above or left of x (padding larger than the window: a 1x1 filter, two rows of padding,
+    one-row tiles) holds no pixel of x: zeros, and the window below it starts with x's first row."""
+    from cuconv.models import halo_window as model_window
+    p = problem2d(N=1, H=3, W=8, C=8, K=8, R=1, S=1, padding=((2, 0), (0, 0)))
+    x = np.arange(1, 1 + 3 * 8 * 8, dtype=np.float32).reshape(1, 3, 8, 8)
+    for y0 in (0, 1):
+        assert not model_window(x, p, 0, 0, y0, 0, 0, 0, 1, channels=8).any()
+    np.testing.assert_array_equal(model_window(x, p, 0, 0, 2, 0, 0, 0, 1, channels=8)[0, :8], x[0, 0])
+    q = problem2d(N=1, H=4, W=3, C=8, K=8, R=1, S=1, padding=((0, 0), (70, 0)))
+    assert not model_window(np.ones((1, 4, 3, 8), np.float32), q, 0, 0, 0, 0, 0, 0, 1, channels=8).any()
+
 def test_box_params_formula():
     p = problem2d(H=56, W=57, R=3, S=5, stride=(2, 1), dilation=(1, 2), padding=((1, 2), (3, 0)))
     bp = tma_box_params(p)

@@ -18,6 +18,12 @@ the weight gradient and a transposed convolution, each a signature called again 
 A forward pass runs back to back at the host's pace wherever a layer's GPU time is shorter than its
 host work. The figures depend on the host CPU: ``cupy.empty`` of a small array is printed as a yardstick.
 Needs a GPU (exit 2 without one).
+
+``--python-only`` needs no GPU: the channels-last cases on NumPy arrays of the same shapes, with the
+plan's run replaced by a no-op, so what is timed is cuconv's own Python layer of a repeated call (the
+signature, the memo lookup, the replay or the general repeat path, the output allocation with
+``numpy.empty`` as the yardstick). CuPy's attribute reads, its allocator and the driver's launch are not
+in it.
 """
 
 from __future__ import annotations
@@ -99,12 +105,58 @@ def measure(calls: int = 3000, log=print) -> List[dict]:
     return records
 
 
+def measure_python_only(calls: int = 20000, log=print) -> List[dict]:
+    """The ``--python-only`` figures (module docstring): microseconds per call, NumPy operands, the plan's
+    run a no-op."""
+    import numpy as np
+
+    import cuconv
+    from cuconv.backends.cpu import CPUPlan
+    log(f"numpy.empty (yardstick): {per_call_us_cpu(lambda: np.empty((1, 8, 8, 64), np.float16), calls):6.3f} us")
+    log(f"{'layer (NumPy operands, the run a no-op)':50s} {'conv2d':>8s} {'out=':>8s} {'plan':>8s}  (us per call)")
+    run, records = CPUPlan.run, []
+    CPUPlan.run = lambda self, x, w, bias, residual, out: None
+    try:
+        for label, xs, ws, kw in CASES:
+            if "layout" in kw:
+                continue
+            x, w = np.zeros(xs, np.float16), np.zeros(ws, np.float16)
+            out = np.empty_like(cuconv.conv2d(x, w, **kw))
+            plan = cuconv.plan_conv2d(x, w, **kw)
+            rec = dict(label=label, conv2d=per_call_us_cpu(lambda: cuconv.conv2d(x, w, **kw), calls),
+                       conv2d_out=per_call_us_cpu(lambda: cuconv.conv2d(x, w, out=out, **kw), calls),
+                       plan=per_call_us_cpu(lambda: plan(x, w, out=out), calls))
+            log(f"{label:50s} {rec['conv2d']:8.3f} {rec['conv2d_out']:8.3f} {rec['plan']:8.3f}")
+            records.append(rec)
+    finally:
+        CPUPlan.run = run
+    return records
+
+
+def per_call_us_cpu(fn, calls: int) -> float:
+    """Microseconds per call of ``fn``: the best of five runs of ``calls`` calls (after a warm-up)."""
+    for _ in range(50):
+        fn()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.perf_counter() - start)
+    return best / calls * 1e6
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cuconv.bench.host_work", description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=3000, help="calls per figure (default 3000)")
+    ap.add_argument("--python-only", action="store_true",
+                    help="no GPU: time cuconv's Python layer of a repeated call on NumPy operands (the run a no-op)")
     args = ap.parse_args(argv)
     if args.calls < 100:
         ap.error(f"--calls: at least 100, got {args.calls}")
+    if args.python_only:
+        measure_python_only(max(args.calls, 1000))
+        return 0
     from .environment import EXIT_UNAVAILABLE, Unavailable, require_gpu
     try:
         require_gpu()

@@ -53,7 +53,8 @@ def halo_window(x: np.ndarray, problem: ConvProblem, n: int, z: int, y0: int, x0
     if not 0 <= d < D or not 0 <= n < x5.shape[0]:
         return out
     h_lo, w_lo = y0 - ph, x0 - pw
-    hs, ws = slice(max(h_lo, 0), min(h_lo + wh, H)), slice(max(w_lo, 0), min(w_lo + ww, W))
+    h0, w0 = max(h_lo, 0), max(w_lo, 0)  # a window wholly above or left of x holds no pixel (no negative stop)
+    hs, ws = slice(h0, max(h0, min(h_lo + wh, H))), slice(w0, max(w0, min(w_lo + ww, W)))
     cs = slice(c0, min(c0 + channels, C))
     block = x5[n, d, hs, ws, cs]
     out[hs.start - h_lo:hs.start - h_lo + block.shape[0], ws.start - w_lo:ws.start - w_lo + block.shape[1],
