@@ -83,6 +83,33 @@ def residual_and_output(xp, res_user, res_given, out_user, out_given, channels_f
     return res, native_result(xp, native_shape, dtype, channels_first)
 
 
+def output_apart(xp, out_native, out_user, reads):
+    """``out_native``, or a new array in its place where the kernel would write into the caller's ``out``
+    while an array it reads (``reads``: x, w and the bias as the kernel takes them, contiguous; None
+    skipped) shares memory with it, ``conv2d(x, w, out=x)`` say: tiles of the result would overwrite
+    input pixels that other tiles still read. The result then reaches ``out`` by a copy after the run,
+    as does every result the kernel does not write into ``out``. (A residual that *is* ``out`` is read
+    and written element by element by one thread, so it needs no such care.)"""
+    if out_user is not None and out_native is out_user and _meets(xp, out_user, reads):
+        return xp.empty(out_user.shape, dtype=out_user.dtype)
+    return out_native
+
+
+def _meets(xp, out, reads) -> bool:
+    """Whether a contiguous array of ``reads`` (None skipped) shares memory with the contiguous ``out``:
+    NumPy's bounds test, or on a GPU the overlap of the address ranges (each array one range)."""
+    if xp is np:
+        return any(a is not None and np.may_share_memory(a, out) for a in reads)
+    lo = out.data.ptr
+    hi = lo + out.nbytes
+    for a in reads:
+        if a is not None:
+            start = a.data.ptr
+            if start < hi and lo < start + a.nbytes:
+                return True
+    return False
+
+
 def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
              activation, out, kernel=None, strategy=None, precision=None) -> _Call:
     """Validate a call, choose its plan (:func:`cuconv.dispatch.select`) and lay its operands out as the
@@ -127,6 +154,7 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
         x_n, w_n = operands_for(plan, x, w, xp)
     else:
         x_n, w_n = _to_native(x, False, xp), _to_native(w, False, xp)
+    out_native = output_apart(xp, out_native, out_user, (x_n, w_n, bias))
     return _Call(problem=problem, plan=plan, explanation=explanation, x=x_n, w=w_n, bias=bias, residual=residual,
                  out_native=out_native, out_user=out_user, out_given=out_given, channels_first=channels_first,
                  cf_out=cf_out, xp=xp)
@@ -196,14 +224,14 @@ class _Known:
 class _Replay:
     """A repeated call whose signature fixes every decision: the kernel writes the result (a new array,
     or ``out``) in the caller's layout, reads each operand as passed (a channels-first call on a GPU: the
-    moved x and w), no operand may overlap the output, and the convolution runs. What is left is the
-    allocation, the operands' move (channels-first) and the plan's run, on a GPU with the arrays' GPU
-    current."""
+    moved x and w; a residual as passed, or ``out`` itself), and the convolution runs. What is left is the
+    allocation (or, with ``out``, the test that x, w and the bias do not share its memory), the operands'
+    move (channels-first) and the plan's run, on a GPU with the arrays' GPU current."""
 
-    __slots__ = ("_run", "_move_xw", "_new", "_shape", "_dtype", "_device_id", "_current_device", "_device")
+    __slots__ = ("_run", "_move_xw", "_xp", "_new", "_shape", "_dtype", "_device_id", "_current_device", "_device")
 
     def __init__(self, plan, move_xw, shape, dtype, xp, device_id: Optional[int]):
-        self._run, self._move_xw = plan.run, move_xw
+        self._run, self._move_xw, self._xp = plan.run, move_xw, xp
         self._new, self._shape, self._dtype = xp.ndarray, shape, dtype
         self._device_id = device_id
         if device_id is not None:
@@ -214,28 +242,33 @@ class _Replay:
         """The replay of a validated first call (``x`` ... ``out`` as the caller passed them), or None where
         a repeat needs the general path: for ``alpha == 0`` or an empty batch, where an operand is copied
         or moved before the launch (other than by ``move_xw``), where the result is moved or copied after
-        it, and where both ``residual`` and ``out`` are given (whether they are one array is decided per
-        call)."""
+        it, and where ``residual`` and ``out`` were two arrays."""
         if call.out_native.shape[0] == 0 or call.problem.epilogue.alpha == 0:
             return None
         if call.channels_first != call.cf_out or call.bias is not bias:
             return None
         if not call.channels_first and (call.x is not x or call.w is not w):
             return None
-        if residual is not None and (out is not None or call.residual is not residual):
-            return None
-        if out is not None and call.out_native is not out:
+        if residual is not None and call.residual is not residual:
+            return None  # the residual is copied (a view, or overlapping out) or moved
+        if out is not None and (call.out_native is not out or (residual is not None and residual is not out)):
             return None
         return _Replay(call.plan, move_xw, call.out_native.shape, call.out_native.dtype, call.xp, device_id)
 
     def __call__(self, x, w, bias, residual, out):
+        """The result, or None where this call's arrays need the general path: ``residual`` and ``out``
+        given as two arrays (they may overlap), or ``out`` sharing memory with x, w or the bias."""
         if self._device_id is not None and self._current_device() != self._device_id:
             with self._device(self._device_id):
                 return self(x, w, bias, residual, out)
-        if out is None:
-            out = self._new(self._shape, self._dtype)
+        if out is not None and residual is not None and residual is not out:
+            return None
         if self._move_xw is not None:
             x, w = self._move_xw(x, w)
+        if out is None:
+            out = self._new(self._shape, self._dtype)
+        elif _meets(self._xp, out, (x, w, bias)):
+            return None
         self._run(x, w, bias, residual, out)
         return out
 
@@ -301,7 +334,9 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
     except TypeError:  # an unhashable argument (a layout or activation of the wrong type): validation says so
         key = known = None
     if known is not None and known.replay is not None:
-        return known.replay(x, w, bias, residual, out)
+        result = known.replay(x, w, bias, residual, out)
+        if result is not None:
+            return result
     return _conv_on_device(key, known, nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha,
                            beta, activation, out, kernel, strategy, precision)
 
@@ -337,6 +372,7 @@ def _conv_on_device(key, known, nd, x, w, bias, stride, padding, dilation, group
         x_n = x if known.x_native else _to_native(x, False, xp)
         w_n = w if known.w_native else _to_native(w, False, xp)
     b_n = bias if known.bias_native else _to_native(bias, False, xp)
+    out_native = output_apart(xp, out_native, out, (x_n, w_n, b_n))
     execute(known.plan, xp, known.device_id, x_n, w_n, b_n, res, out_native)
     return deliver(xp, out_native, out, out, cf, known.cf_out)
 

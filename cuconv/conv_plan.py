@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .api import _prepare, deliver, execute, residual_and_output
+from .api import _prepare, deliver, execute, output_apart, residual_and_output
 from .arrays import as_array, contiguous_strides
 from .layout import operands_for
 
@@ -102,6 +102,7 @@ class ConvPlan:
         else:
             x_n, w_n = self._contiguous_operand(x, "x"), self._contiguous_operand(w, "w")
         bias_n = self._contiguous_operand(bias, "bias")
+        out_native = output_apart(xp, out_native, out_user, (x_n, w_n, bias_n))
         execute(self._plan, xp, self._device, x_n, w_n, bias_n, res, out_native)
         return deliver(xp, out_native, out_user, out, cf, self._cf_out)
 

@@ -101,6 +101,7 @@ def _operands_of(xp, dtype, seed, nchw=False):
 
 
 TERMS = ["plain", "bias", "residual", "out", "residual_in_place", "out_strided", "x_strided"]
+REPLAYED = ("plain", "bias", "residual", "out", "residual_in_place")
 
 
 def _repeat(xp, layout, terms, dtype):
@@ -140,10 +141,10 @@ def _repeat(xp, layout, terms, dtype):
 
 @pytest.mark.parametrize("terms", TERMS)
 def test_cpu_repeats_replay_where_nothing_is_left_to_decide(terms):
-    """NumPy: a repeated channels-last call replays its run unless the residual may be out, out is strided
-    (the result is copied into it) or x is strided (copied before the run); every result is right."""
+    """NumPy: a repeated channels-last call replays its run unless out is strided (the result is copied
+    into it) or x is strided (copied before the run); every result is right."""
     known = _repeat(np, "NHWC", terms, "float32")
-    assert (known.replay is not None) == (terms in ("plain", "bias", "residual", "out")), terms
+    assert (known.replay is not None) == (terms in REPLAYED), terms
 
 
 def test_cpu_channels_first_repeats_take_the_general_path():
@@ -157,5 +158,67 @@ def test_cpu_channels_first_repeats_take_the_general_path():
 def test_gpu_repeats_match_the_reference(cp, layout, terms):
     """CuPy: as on the CPU; a channels-first call replays where its kernel writes channels-first."""
     known = _repeat(cp, layout, terms, "float16")
-    replays = terms in ("plain", "bias", "residual", "out") and (layout == "NHWC" or known.plan.writes_channels_first)
+    replays = terms in REPLAYED and (layout == "NHWC" or known.plan.writes_channels_first)
     assert (known.replay is not None) == replays, (terms, layout, known.plan)
+
+
+def _overlap_case(xp, seed):
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, (2, 9, 10, 16), "float32")
+    w = random_array(rng, (16, 3, 3, 16), "float32", scale=0.25)
+    r = random_array(rng, (2, 9, 10, 16), "float32")
+    return x, w, r
+
+
+@pytest.mark.parametrize("how", ["out_is_x", "out_is_x_with_residual_out", "residual_is_x", "out_is_w_image"])
+def test_out_sharing_memory_with_an_input_gets_the_reference_result(how):
+    """``out`` that is (or overlaps) an array the kernel reads: the result is written apart and copied into
+    out, on the first call of the signature and on its repeats (the replay hands such calls back)."""
+    _check_overlap(np, how)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["out_is_x", "out_is_x_with_residual_out", "residual_is_x", "out_is_w_image"])
+def test_gpu_out_sharing_memory_with_an_input_gets_the_reference_result(cp, how):
+    _check_overlap(cp, how)
+
+
+def _check_overlap(xp, how):
+    api._CALLS.clear()
+    for seed in range(3):
+        x, w, r = _overlap_case(xp, 30 + seed)
+        if how == "out_is_x":
+            want = cuconv.reference.conv2d(x, w, padding=1)
+            xd = xp.asarray(x)
+            got = cuconv.conv2d(xd, xp.asarray(w), padding=1, out=xd)
+        elif how == "out_is_x_with_residual_out":  # in place over x, x also the residual
+            want = cuconv.reference.conv2d(x, w, padding=1, residual=x, beta=0.5)
+            xd = xp.asarray(x)
+            got = cuconv.conv2d(xd, xp.asarray(w), padding=1, residual=xd, beta=0.5, out=xd)
+        elif how == "residual_is_x":  # the residual is an input, out a separate array
+            want = cuconv.reference.conv2d(x, w, padding=1, residual=x)
+            xd = xp.asarray(x)
+            got = cuconv.conv2d(xd, xp.asarray(w), padding=1, residual=xd, out=xp.empty_like(xd))
+        else:  # out is a view of a buffer whose tail holds w (a 1x1 filter, out the first part)
+            xs = x[:, :1, :2]  # (2, 1, 2, 16) -> out (2, 1, 2, 16): 64 values; w 16x16 = 256 values
+            wf = w[:, 1, 1]
+            want = cuconv.reference.conv2d(xs, wf[:, None, None, :])
+            buf = xp.zeros(64 + 256, np.float32)
+            buf[64:] = xp.asarray(wf).ravel()
+            wd = buf[64:].reshape(16, 1, 1, 16)
+            out = buf[:64].reshape(2, 1, 2, 16)
+            buf2 = xp.zeros(64 + 256, np.float32)  # out overlapping w: w is read from the same buffer
+            buf2[:256] = xp.asarray(wf).ravel()
+            wd2, out2 = buf2[:256].reshape(16, 1, 1, 16), buf2[192:256].reshape(2, 1, 2, 16)
+            got = cuconv.conv2d(xp.asarray(xs), wd, out=out)
+            got2 = cuconv.conv2d(xp.asarray(xs), wd2, out=out2)
+            np.testing.assert_allclose(got2 if xp is np else xp.asnumpy(got2), want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got if xp is np else xp.asnumpy(got), want, rtol=1e-4, atol=1e-4)
+
+
+def test_output_apart_only_where_out_meets_a_read():
+    x = np.zeros((4, 8), np.float32)
+    out = np.zeros((4, 8), np.float32)
+    assert api.output_apart(np, out, out, (x, None)) is out
+    assert api.output_apart(np, out, out, (out[1:],)) is not out
+    assert api.output_apart(np, out, None, (out,)) is out  # a new result array: nothing to keep apart
