@@ -14,7 +14,8 @@ from typing import Optional
 import numpy as np
 
 from . import dispatch
-from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, on_device_of
+from .arrays import (as_array, check_companion, check_same_place, dtype_name, meets, module_name, np_meets,
+                     on_device_of, ranges_meet)
 from .device import cupy_or_none, device_of
 from .epilogue import apply_epilogue
 from .layout import native_result, operands_for, operands_mover_for, to_channels_first, to_channels_last
@@ -90,24 +91,9 @@ def output_apart(xp, out_native, out_user, reads):
     input pixels that other tiles still read. The result then reaches ``out`` by a copy after the run,
     as does every result the kernel does not write into ``out``. (A residual that *is* ``out`` is read
     and written element by element by one thread, so it needs no such care.)"""
-    if out_user is not None and out_native is out_user and _meets(xp, out_user, reads):
+    if out_user is not None and out_native is out_user and meets(xp, out_user, reads):
         return xp.empty(out_user.shape, dtype=out_user.dtype)
     return out_native
-
-
-def _meets(xp, out, reads) -> bool:
-    """Whether a contiguous array of ``reads`` (None skipped) shares memory with the contiguous ``out``:
-    NumPy's bounds test, or on a GPU the overlap of the address ranges (each array one range)."""
-    if xp is np:
-        return any(a is not None and np.may_share_memory(a, out) for a in reads)
-    lo = out.data.ptr
-    hi = lo + out.nbytes
-    for a in reads:
-        if a is not None:
-            start = a.data.ptr
-            if start < hi and lo < start + a.nbytes:
-                return True
-    return False
 
 
 def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
@@ -228,10 +214,12 @@ class _Replay:
     allocation (or, with ``out``, the test that x, w and the bias do not share its memory), the operands'
     move (channels-first) and the plan's run, on a GPU with the arrays' GPU current."""
 
-    __slots__ = ("_run", "_move_xw", "_xp", "_new", "_shape", "_dtype", "_device_id", "_current_device", "_device")
+    __slots__ = ("_run", "_move_xw", "_meets", "_new", "_shape", "_dtype", "_device_id", "_current_device",
+                 "_device")
 
     def __init__(self, plan, move_xw, shape, dtype, xp, device_id: Optional[int]):
-        self._run, self._move_xw, self._xp = plan.run, move_xw, xp
+        self._run, self._move_xw = plan.run, move_xw
+        self._meets = np_meets if xp is np else ranges_meet  # every array of a replayed call is contiguous
         self._new, self._shape, self._dtype = xp.ndarray, shape, dtype
         self._device_id = device_id
         if device_id is not None:
@@ -267,7 +255,7 @@ class _Replay:
             x, w = self._move_xw(x, w)
         if out is None:
             out = self._new(self._shape, self._dtype)
-        elif _meets(self._xp, out, (x, w, bias)):
+        elif self._meets(out, (x, w, bias)):
             return None
         self._run(x, w, bias, residual, out)
         return out
@@ -407,7 +395,9 @@ _COMMON_DOC = """
     activation : None, "relu", "silu" or "gelu"
         Applied last; ``"gelu"`` is the exact (erf) form.
     out : array, optional
-        Written with the result and returned. Nothing else the caller passed is modified.
+        Written with the result and returned. Nothing else the caller passed is modified. It may be
+        the residual (an in-place add) or share memory with x, w or the bias (``out=x`` where the
+        shapes allow): the result is then computed apart and copied into it.
     kernel : str, optional
         Force one kernel by name (see :func:`cuconv.explain`); raises
         :class:`cuconv.KernelDeclined` (a ValueError) if that kernel does not support the problem.

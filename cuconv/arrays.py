@@ -215,3 +215,30 @@ def contiguous_strides(shape, itemsize: int) -> tuple:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
+
+
+def meets(xp, out, reads) -> bool:
+    """Whether an array of ``reads`` (None skipped) may share memory with ``out``: the library's bounds
+    test (:func:`numpy.may_share_memory`), or on a GPU with every array contiguous the overlap of the
+    address ranges (:func:`ranges_meet`, no bounds computation)."""
+    if xp is not np and out.flags.c_contiguous and all(a is None or a.flags.c_contiguous for a in reads):
+        return ranges_meet(out, reads)
+    return any(a is not None and xp.may_share_memory(a, out) for a in reads)
+
+
+def np_meets(out, reads) -> bool:
+    """:func:`meets` for NumPy arrays."""
+    return any(a is not None and np.may_share_memory(a, out) for a in reads)
+
+
+def ranges_meet(out, reads) -> bool:
+    """Whether the address range of a contiguous GPU array of ``reads`` (None skipped) meets that of the
+    contiguous GPU array ``out`` (each array is one range: its pointer and byte count)."""
+    lo = out.data.ptr
+    hi = lo + out.nbytes
+    for a in reads:
+        if a is not None:
+            start = a.data.ptr
+            if start < hi and lo < start + a.nbytes:
+                return True
+    return False

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, real_scalar
+from .arrays import as_array, check_companion, check_same_place, dtype_name, module_name, ranges_meet, real_scalar
 from .epilogue import apply_epilogue
 from .problem import Epilogue
 from .validate import activation_of, precision_of
@@ -137,7 +137,8 @@ def matmul(a, b, *, bias=None, residual=None, alpha=1.0, beta=1.0, activation=No
             return out_given
         a_c, b_c = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
         bias_c = None if bias is None else cp.ascontiguousarray(bias)
-        direct = out is not None and out.flags.c_contiguous
+        # out sharing memory with a, b or the bias: the kernel writes apart, then the result is copied in
+        direct = out is not None and out.flags.c_contiguous and not ranges_meet(out, (a_c, b_c, bias_c))
         target = out if direct else cp.empty((M, N), dtype=a.dtype)
         if residual is None:
             res_c = None

@@ -222,3 +222,34 @@ def test_output_apart_only_where_out_meets_a_read():
     assert api.output_apart(np, out, out, (x, None)) is out
     assert api.output_apart(np, out, out, (out[1:],)) is not out
     assert api.output_apart(np, out, None, (out,)) is out  # a new result array: nothing to keep apart
+
+
+def _check_out_is_an_input_elsewhere(xp):
+    rng = np.random.default_rng(41)
+    dtype = np.float32 if xp is np else np.float16
+    a = rng.standard_normal((96, 64)).astype(dtype)
+    b = (rng.standard_normal((64, 64)) / 8).astype(dtype)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    ad = xp.array(a)
+    got = cuconv.matmul(ad, xp.asarray(b), out=ad)  # out is a: the product is written apart, then copied
+    got = got if xp is np else xp.asnumpy(got)
+    assert np.linalg.norm(got - want) <= 2e-3 * np.linalg.norm(want)
+    x = rng.standard_normal((2, 9, 10, 16)).astype(dtype)
+    w = (rng.standard_normal((16, 3, 3, 16)) / 12).astype(dtype)
+    want = cuconv.conv_transpose2d(x.astype(np.float64), w.astype(np.float64), padding=1)  # float64 on the CPU
+    for _ in range(3):  # the first call of the signature and its repeats
+        xd = xp.array(x)
+        got = cuconv.conv_transpose2d(xd, xp.asarray(w), padding=1, out=xd)
+        assert got is xd
+        got = got if xp is np else xp.asnumpy(got)
+        assert np.linalg.norm(got - want) <= 2e-3 * np.linalg.norm(want)
+
+
+def test_matmul_and_transposed_convolution_into_an_input():
+    """``matmul(a, b, out=a)`` and ``conv_transpose2d(x, w, padding=1, out=x)``: the reference's result."""
+    _check_out_is_an_input_elsewhere(np)
+
+
+@pytest.mark.gpu
+def test_gpu_matmul_and_transposed_convolution_into_an_input(cp):
+    _check_out_is_an_input_elsewhere(cp)
