@@ -26,6 +26,7 @@ from .problem import ConvProblem, Epilogue
 __all__ = ["c_struct", "geometry3d", "Geometry3d", "conv_geometry", "epilogue_params", "epilogue_params64",
            "dtype_code", "grid_1d",
            "operand_or", "header_constants", "fast_divisor", "divisor_fields", "divisor_values", "PackedLaunch",
+           "current_stream",
            "RowKernel"]
 
 #: Value of ``-DCUCONV_DTYPE`` for each dtype name (see kernels_cu/common/types.cuh).
@@ -173,6 +174,14 @@ def grid_1d(total: int, block: int = 256, max_blocks: int = 65535 * 8) -> tuple:
     return (max(1, min(-(-total // block), max_blocks)),)
 
 
+def current_stream():
+    """CuPy's current stream (``cupy.cuda.get_current_stream()``; CuPy is looked up on the first call only)."""
+    global current_stream
+    from cupy.cuda import get_current_stream
+    current_stream = get_current_stream  # later calls (through this module's name) go straight to CuPy
+    return get_current_stream()
+
+
 class PackedLaunch:
     """A kernel launch whose arguments are packed once, for calls that repeat it many times.
 
@@ -227,6 +236,13 @@ class PackedLaunch:
         self._write_slots(*pointers)
         self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem,
                             self._current_stream().ptr, self._table_ptr, 0)
+
+    def on_stream(self, stream_ptr: int, *pointers: int) -> None:
+        """:meth:`__call__` on the stream ``stream_ptr`` (a caller that has looked the current stream up
+        already)."""
+        self._write_slots(*pointers)
+        self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem, stream_ptr,
+                            self._table_ptr, 0)
 
 
 class RowKernel:

@@ -23,6 +23,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ... import launch as _launch
 from ...launch import PackedLaunch, epilogue_params
 from ...plan import Declined, Kernel, Plan
 from ...registry import register
@@ -356,10 +357,9 @@ class Sm90Plan(Plan):
         serves any arrays at those addresses. The output is a plain pointer argument, rewritten per
         call. Records hold raw addresses only (nothing is kept alive).
         """
-        import cupy as cp
-
+        stream = _launch.current_stream().ptr
         key = (x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
-               0 if residual is None else residual.data.ptr, cp.cuda.get_current_stream().ptr)
+               0 if residual is None else residual.data.ptr, stream)
         launch = self._records.get(key)
         keep = None
         if launch is not None:
@@ -371,10 +371,11 @@ class Sm90Plan(Plan):
                 while len(self._records) > _RECORDS_PER_PLAN:
                     self._records.popitem(last=False)
         if self.writes_channels_first or out.data.ptr % 16 == 0:  # channels-last: 16-byte vector stores
-            launch(out.data.ptr)
+            launch.on_stream(stream, out.data.ptr)
         else:
+            import cupy as cp
             target = cp.empty_like(out)
-            launch(target.data.ptr)
+            launch.on_stream(stream, target.data.ptr)
             out[...] = target
         del keep  # aligned input copies (if any) live until the launch above has been queued
 
