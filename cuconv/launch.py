@@ -17,6 +17,8 @@ import ctypes
 import functools
 import re
 import struct
+import threading
+from collections import OrderedDict
 from typing import Dict, NamedTuple, Tuple
 
 import numpy as np
@@ -26,7 +28,7 @@ from .problem import ConvProblem, Epilogue
 __all__ = ["c_struct", "geometry3d", "Geometry3d", "conv_geometry", "epilogue_params", "epilogue_params64",
            "dtype_code", "grid_1d",
            "operand_or", "header_constants", "fast_divisor", "divisor_fields", "divisor_values", "PackedLaunch",
-           "current_stream",
+           "LaunchRecords", "current_stream",
            "RowKernel"]
 
 #: Value of ``-DCUCONV_DTYPE`` for each dtype name (see kernels_cu/common/types.cuh).
@@ -192,6 +194,10 @@ class PackedLaunch:
     cost). Arguments that change between launches (``slots``: the increasing indices of 64-bit pointers,
     such as the operands' addresses) are rewritten in place by :meth:`__call__`, all with one write.
 
+    A record may be launched from several host threads at once (dask's threaded scheduler calls one
+    layer's plan from each of its threads): a launch holds the record's lock from writing its slots
+    until the driver has read them.
+
     ``args`` are NumPy scalars (``np.void`` structs, ``np.uint64`` pointers...) in the kernel's
     parameter order. ``grid`` is an int (x; y and z are 1) or an (x[, y[, z]]) tuple; a kernel's
     compile-time cluster dimensions apply as usual.
@@ -230,19 +236,53 @@ class PackedLaunch:
         from cupy.cuda import driver, get_current_stream  # looked up once, not per launch
         self._launch_kernel, self._current_stream = driver.launchKernel, get_current_stream
         self._write_slots = functools.partial(struct.Struct(f"<{len(slots)}Q").pack_into, self._storage, shift)
+        # The slots are shared by every thread that launches this record, and the driver reads them while
+        # CuPy's launchKernel has released the GIL: a launch holds the lock from its writes to its return.
+        self._lock = threading.Lock()
 
     def __call__(self, *pointers: int) -> None:
         """Launch on the current CuPy stream, with ``pointers`` (one per slot, in order) in the slots."""
-        self._write_slots(*pointers)
-        self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem,
-                            self._current_stream().ptr, self._table_ptr, 0)
+        self.on_stream(self._current_stream().ptr, *pointers)
 
     def on_stream(self, stream_ptr: int, *pointers: int) -> None:
         """:meth:`__call__` on the stream ``stream_ptr`` (a caller that has looked the current stream up
         already)."""
-        self._write_slots(*pointers)
-        self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem, stream_ptr,
-                            self._table_ptr, 0)
+        with self._lock:
+            self._write_slots(*pointers)
+            self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem, stream_ptr,
+                                self._table_ptr, 0)
+
+
+class LaunchRecords:
+    """Launch records (:class:`PackedLaunch`) by key, the least recently used dropped beyond ``limit``.
+
+    Shared by the host threads that call one plan: a record another thread drops between a lookup and
+    its use stays valid (it is only no longer kept), and one two threads build at once is kept once."""
+
+    def __init__(self, limit: int):
+        self._limit = limit
+        self._records: "OrderedDict" = OrderedDict()
+
+    def get(self, key):
+        """The record of ``key`` (now the most recently used), or None."""
+        record = self._records.get(key)
+        if record is not None:
+            try:
+                self._records.move_to_end(key)
+            except KeyError:  # dropped by another thread meanwhile
+                pass
+        return record
+
+    def put(self, key, record) -> None:
+        self._records[key] = record
+        while len(self._records) > self._limit:
+            try:
+                self._records.popitem(last=False)
+            except KeyError:  # emptied by another thread meanwhile
+                break
+
+    def __len__(self) -> int:
+        return len(self._records)
 
 
 class RowKernel:

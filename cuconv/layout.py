@@ -220,8 +220,7 @@ class _Operands:
         self.first_blocks = (0, blocks[0]) if blocks else ()
         self.grid = sum(blocks)
         self._launches: dict = {}
-        self._flat = None
-        self._views = self._dst = None
+        self._made = (None, None, None)  # the views of the last scratch buffer used (see __call__)
 
     def _launch(self, words):
         from .compiler import load_cuda_function
@@ -252,17 +251,17 @@ class _Operands:
             with cupy.cuda.Device(self.device_id):
                 return self(x, w)
         flat = scratch("channels-last x and w", (self.nbytes,), np.uint8)
-        if flat is not self._flat:
-            self._views = tuple(flat[off:off + size].view(self.dtype).reshape(shape) if move is not None else None
-                                for move, off, size, shape in zip(self.moves, self.offsets, self.sizes, self.shapes))
-            self._dst = [v.data.ptr for v in self._views if v is not None] + [0]
-            self._flat = flat
+        made = self._made  # (buffer, views, destination addresses), read once: other threads may replace it
+        if made[0] is not flat:  # each host thread has its own scratch buffer (cuconv.scratch)
+            views = tuple(flat[off:off + size].view(self.dtype).reshape(shape) if move is not None else None
+                          for move, off, size, shape in zip(self.moves, self.offsets, self.sizes, self.shapes))
+            made = self._made = (flat, views, [v.data.ptr for v in views if v is not None] + [0])
+        _, (vx, vw), dst = made
         src = [(x, w)[i].data.ptr for i in self.launched] + [0]
         words = (bool(self.moves[self.launched[0]]._word_loads and src[0] % 4 == 0),
                  len(self.launched) > 1 and bool(self.moves[self.launched[1]]._word_loads and src[1] % 4 == 0))
         launch = self._launches.get(words) or self._launch(words)
-        launch(src[0], self._dst[0], src[1], self._dst[1])
-        vx, vw = self._views
+        launch(src[0], dst[0], src[1], dst[1])
         return (vx if vx is not None else x.reshape(self.shapes[0]),
                 vw if vw is not None else w.reshape(self.shapes[1]))
 

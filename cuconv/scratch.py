@@ -19,7 +19,7 @@ CuPy's pool, from which ``cupy.get_default_memory_pool().free_all_blocks()`` can
 from __future__ import annotations
 
 import math
-from threading import get_ident
+from threading import Lock, get_ident
 from collections import OrderedDict
 
 __all__ = ["scratch", "release_scratch", "scratch_bytes", "MAX_BUFFERS"]
@@ -31,6 +31,7 @@ _BUFFERS: "OrderedDict[tuple, object]" = OrderedDict()
 #: Views of each buffer handed out, by (shape, dtype): dropped with their buffer.
 _VIEWS: dict = {}
 _VIEWS_PER_BUFFER = 64
+_LOCK = Lock()
 
 
 def scratch(purpose: str, shape, dtype, zeroed: bool = False):
@@ -42,6 +43,11 @@ def scratch(purpose: str, shape, dtype, zeroed: bool = False):
     handed out again while that buffer lasts: a layer called again costs two dictionary lookups."""
     import cupy as cp
     key = (cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr, get_ident(), purpose)
+    with _LOCK:  # the buffers of every thread share one LRU order: a thread may drop another's
+        return _scratch(cp, key, shape, dtype, zeroed)
+
+
+def _scratch(cp, key, shape, dtype, zeroed):
     buf = _BUFFERS.get(key)
     views = _VIEWS.get(key)
     if buf is not None and views is not None:
@@ -67,10 +73,12 @@ def scratch(purpose: str, shape, dtype, zeroed: bool = False):
 
 def scratch_bytes() -> int:
     """Device memory held by scratch buffers now (every device and stream)."""
-    return sum(b.nbytes for b in _BUFFERS.values())
+    with _LOCK:
+        return sum(b.nbytes for b in _BUFFERS.values())
 
 
 def release_scratch() -> None:
     """Drop every scratch buffer; the next call that needs one allocates it again."""
-    _BUFFERS.clear()
-    _VIEWS.clear()
+    with _LOCK:
+        _BUFFERS.clear()
+        _VIEWS.clear()

@@ -253,3 +253,38 @@ def test_matmul_and_transposed_convolution_into_an_input():
 @pytest.mark.gpu
 def test_gpu_matmul_and_transposed_convolution_into_an_input(cp):
     _check_out_is_an_input_elsewhere(cp)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layer", ["dense", "depthwise", "nchw"])
+def test_gpu_threads_calling_one_layer_get_their_own_results(cp, layer):
+    """Host threads calling one layer at once (as dask's threaded scheduler does): they share its plan,
+    launch records and argument tables; every result has the bits of the same call made alone."""
+    import threading
+    rng = np.random.default_rng(5)
+    kw = dict(padding=1)
+    if layer == "depthwise":
+        xs, ws, kw = (2, 12, 12, 64), (64, 3, 3, 1), dict(padding=1, groups=64)
+    elif layer == "nchw":
+        xs, ws, kw = (2, 64, 12, 12), (64, 64, 3, 3), dict(padding=1, layout="NCHW")
+    else:
+        xs, ws = (2, 12, 12, 64), (64, 3, 3, 64)
+    w = cp.asarray(random_array(rng, ws, "float16", scale=0.1))
+    inputs = [cp.asarray(random_array(rng, xs, "float16")) for _ in range(6)]
+    alone = [cuconv.conv2d(x, w, **kw) for x in inputs]
+    cp.cuda.Device().synchronize()
+    bad = []
+
+    def worker(i):
+        for _ in range(30):
+            y = cuconv.conv2d(inputs[i], w, **kw)
+            cp.cuda.get_current_stream().synchronize()
+            if not bool((y.view(cp.uint16) == alone[i].view(cp.uint16)).all()):
+                bad.append(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad, f"threads {sorted(set(bad))} got another thread's result"

@@ -80,3 +80,53 @@ def test_packed_launch_lays_out_every_argument_and_rewrites_only_the_slots():
         PackedLaunch(SimpleNamespace(kernel=SimpleNamespace(ptr=0)), 1, 32, 0, args, slots=(2, 0))
     with pytest.raises(ValueError, match="slots: argument 1"):
         PackedLaunch(SimpleNamespace(kernel=SimpleNamespace(ptr=0)), 1, 32, 0, args, slots=(1,))
+
+
+def test_packed_launch_from_several_threads_launches_each_threads_pointers():
+    """Threads launching one record at once: each launch reads its own pointers, although the driver
+    reads them after the GIL is released (the captured launch sleeps before reading, as another thread
+    may run while CuPy's launchKernel waits in the driver)."""
+    import ctypes
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from cuconv.launch import PackedLaunch
+
+    launch = PackedLaunch(SimpleNamespace(kernel=SimpleNamespace(ptr=1)), 1, 32, 0,
+                          (np.uint64(0), np.uint64(0), np.int32(3)), slots=(0, 1))
+    seen, errors = [], []
+
+    def driver(f, gx, gy, gz, bx, by, bz, smem, stream, table, extra):
+        time.sleep(0.0002)  # the GIL is free: another thread may write the slots now
+        params = ctypes.cast(table, ctypes.POINTER(ctypes.c_void_p))
+        seen.append((stream, ctypes.c_uint64.from_address(params[0]).value,
+                     ctypes.c_uint64.from_address(params[1]).value))
+
+    launch._launch_kernel = driver
+
+    def worker(t):
+        try:
+            for i in range(50):
+                launch.on_stream(t, 1000 * t + i, 2000 * t + i)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(seen) == 200
+    for stream, a, b in seen:
+        assert a // 1000 == stream and b - a == 1000 * stream, (stream, a, b)
+
+
+def test_launch_records_keep_the_most_recently_used():
+    from cuconv.launch import LaunchRecords
+    records = LaunchRecords(2)
+    records.put("a", 1)
+    records.put("b", 2)
+    assert records.get("a") == 1  # now the most recently used
+    records.put("c", 3)            # drops b
+    assert records.get("b") is None and records.get("a") == 1 and records.get("c") == 3 and len(records) == 2

@@ -19,12 +19,11 @@ a repeated call rewrites the output pointer and launches.
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 
 import numpy as np
 
 from ... import launch as _launch
-from ...launch import PackedLaunch, epilogue_params
+from ...launch import LaunchRecords, PackedLaunch, epilogue_params
 from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from ...scratch import scratch
@@ -264,7 +263,7 @@ class Sm90Plan(Plan):
     def reset_launches(self) -> None:
         """Forget the loaded variant, the launch records and the description (a copy of the plan with
         another variant starts from here)."""
-        self._records: "OrderedDict" = OrderedDict()
+        self._records = LaunchRecords(_RECORDS_PER_PLAN)
         self._function = None   # (fn, smem, grid CTAs), loaded on the first run
         self._description = None
 
@@ -362,14 +361,10 @@ class Sm90Plan(Plan):
                0 if residual is None else residual.data.ptr, stream)
         launch = self._records.get(key)
         keep = None
-        if launch is not None:
-            self._records.move_to_end(key)
-        else:
+        if launch is None:
             launch, cacheable, keep = self._build_launch(x, w, bias, residual)
             if cacheable:
-                self._records[key] = launch
-                while len(self._records) > _RECORDS_PER_PLAN:
-                    self._records.popitem(last=False)
+                self._records.put(key, launch)
         if self.writes_channels_first or out.data.ptr % 16 == 0:  # channels-last: 16-byte vector stores
             launch.on_stream(stream, out.data.ptr)
         else:

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import OrderedDict
 from typing import Optional
 
 import numpy as np
 
-from ...launch import dtype_code
+from ...launch import LaunchRecords, dtype_code
 from ...problem import ConvProblem
 from ...scratch import scratch
 from ..sm80.variants import _DTYPE_TAG
@@ -100,7 +99,7 @@ class TmaWgradLaunch(WgradLaunch):
     operands' addresses and kept for the last few address pairs (a training loop reuses its buffers)."""
 
     def __init__(self, p: ConvProblem, device, v: WgradVariant):
-        self._records = OrderedDict()
+        self._records = LaunchRecords(_RECORDS)
         super().__init__(p, device, v)
 
     def _pack(self, args, slots):
@@ -114,11 +113,8 @@ class TmaWgradLaunch(WgradLaunch):
             p = self.problem
             args = (encode_im2col_x(p, x.data.ptr, tma_box_params(p, _BK, 64)),
                     encode_tiled_c(p, dy.data.ptr, block_m=_BK, chunk_n=64), np.uint64(0), self._geometry)
-            launch = self._records[key] = super()._pack(args, slots=(2,))
-            while len(self._records) > _RECORDS:
-                self._records.popitem(last=False)
-        else:
-            self._records.move_to_end(key)
+            launch = super()._pack(args, slots=(2,))
+            self._records.put(key, launch)
         launch(ws.data.ptr)
 
 
