@@ -303,8 +303,10 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
             or type(beta) not in _SCALAR_TYPES):
         return None
     try:
-        key = (nd, tx, _operand_key(x, tx), _operand_key(w, tx), _operand_key(bias, tx),
-               _operand_key(residual, tx), _operand_key(out, tx), stride, padding, dilation, groups, layout,
+        key = (nd, tx, _operand_key(x, tx), _operand_key(w, tx),
+               None if bias is None else _operand_key(bias, tx),  # (absent operands: no call)
+               None if residual is None else _operand_key(residual, tx),
+               None if out is None else _operand_key(out, tx), stride, padding, dilation, groups, layout,
                alpha, type(alpha), beta, type(beta), activation, kernel, strategy, precision, current_overrides())
     except KeyError:
         return None
