@@ -130,3 +130,16 @@ def test_launch_records_keep_the_most_recently_used():
     assert records.get("a") == 1  # now the most recently used
     records.put("c", 3)            # drops b
     assert records.get("b") is None and records.get("a") == 1 and records.get("c") == 3 and len(records) == 2
+
+
+def test_current_stream_looks_cupy_up_once(monkeypatch):
+    """``launch.current_stream()`` is CuPy's current stream; after the first call the module's name is
+    CuPy's function itself (no import per launch)."""
+    import cupy.cuda
+
+    from cuconv import launch
+    stream = object()
+    monkeypatch.setattr(cupy.cuda, "get_current_stream", lambda: stream)
+    monkeypatch.setattr(launch, "current_stream", launch.current_stream)  # put back after the test
+    assert launch.current_stream() is stream
+    assert launch.current_stream is cupy.cuda.get_current_stream
