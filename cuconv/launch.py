@@ -176,12 +176,17 @@ def grid_1d(total: int, block: int = 256, max_blocks: int = 65535 * 8) -> tuple:
     return (max(1, min(-(-total // block), max_blocks)),)
 
 
-def current_stream():
-    """CuPy's current stream (``cupy.cuda.get_current_stream()``; CuPy is looked up on the first call only)."""
+def _current_stream_first_use():
+    """CuPy's current stream (``cupy.cuda.get_current_stream()``); binds :func:`current_stream` to CuPy's
+    function, so that later calls (through this module's name) go straight to CuPy."""
     global current_stream
     from cupy.cuda import get_current_stream
-    current_stream = get_current_stream  # later calls (through this module's name) go straight to CuPy
+    current_stream = get_current_stream
     return get_current_stream()
+
+
+#: CuPy's current stream: ``current_stream()`` (CuPy looked up on the first call only).
+current_stream = _current_stream_first_use
 
 
 class PackedLaunch:

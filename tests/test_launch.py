@@ -140,6 +140,6 @@ def test_current_stream_looks_cupy_up_once(monkeypatch):
     from cuconv import launch
     stream = object()
     monkeypatch.setattr(cupy.cuda, "get_current_stream", lambda: stream)
-    monkeypatch.setattr(launch, "current_stream", launch.current_stream)  # put back after the test
+    monkeypatch.setattr(launch, "current_stream", launch._current_stream_first_use)  # as in a fresh process
     assert launch.current_stream() is stream
     assert launch.current_stream is cupy.cuda.get_current_stream
