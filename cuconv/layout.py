@@ -349,9 +349,36 @@ def operands_for(plan, x, w, xp):
 
 def operands_mover_for(plan, x, w, xp):
     """:func:`operands_for` as a callable ``(x, w) -> (x, w)`` to keep for further calls of the same
-    signature (:func:`operands_mover` where the operands move)."""
+    signature (:func:`operands_mover` where the operands move, :class:`_KeptXMovedW` where x is kept)."""
     fn = _operands_fn(plan)
+    if fn is kept_x_moved_w:
+        return _KeptXMovedW(x, w, xp)
     return functools.partial(fn, xp=xp) if fn is not None else operands_mover(x, w, xp)
+
+
+class _KeptXMovedW:
+    """:func:`kept_x_moved_w` for arrays of the shapes, strides and device of ``x`` and ``w``, decided
+    once: x passed as it is (C-contiguous) or copied; w reshaped (a contiguous 1x1 filter) or, on a
+    CUDA GPU, moved by its one transpose launch into its scratch buffer with no lookup of the move."""
+
+    def __init__(self, x, w, xp):
+        self._xp = xp
+        self._x_as_is = bool(x.flags.c_contiguous)
+        self._w_shape = (w.shape[0], *w.shape[2:], w.shape[1])
+        self._reshape_w = math.prod(w.shape[2:]) == 1 and bool(w.flags.c_contiguous)
+        self._move = None
+        if not self._reshape_w and _on_cuda(xp) and w.ndim >= 3:
+            self._move = _move_to_last(w.shape, w.strides, w.itemsize, w.data.device_id)
+
+    def __call__(self, x, w):
+        x_n = x if self._x_as_is else self._xp.ascontiguousarray(x)
+        if self._reshape_w:
+            return x_n, w.reshape(self._w_shape)
+        if self._move is None:
+            return x_n, to_channels_last(w, True, self._xp, "w")
+        dst = scratch(_PURPOSES["w"], self._w_shape, w.dtype)
+        self._move(w, dst)
+        return x_n, dst
 
 
 def native_result(xp, shape, dtype, channels_first: bool):

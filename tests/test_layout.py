@@ -47,6 +47,29 @@ def test_matrix_view_takes_channel_slices_and_refuses_strided_pixels():
     assert _matrix_view(w) == (16, 4, 9, 36, 9)
 
 
+
+@pytest.mark.parametrize("filt", [(3, 3), (1, 1)])
+@pytest.mark.parametrize("x_view", [False, True])
+def test_kept_x_mover_equals_kept_x_moved_w(filt, x_view):
+    """The mover a signature keeps for a kernel that reads x channels-first (layout._KeptXMovedW) gives
+    what kept_x_moved_w gives, call after call with fresh arrays (NumPy: the move is the library's)."""
+    from cuconv.layout import _KeptXMovedW, kept_x_moved_w
+    rng = np.random.default_rng(3)
+
+    def arrays():
+        x = rng.standard_normal((2, 8, 5, 6)).astype(np.float32)
+        w = rng.standard_normal((4, 8, *filt)).astype(np.float32)
+        return (np.concatenate([x, x], axis=1)[:, ::2] if x_view else x), w
+
+    x, w = arrays()
+    mover = _KeptXMovedW(x, w, np)
+    for _ in range(3):
+        x, w = arrays()
+        (gx, gw), (wx, ww) = mover(x, w), kept_x_moved_w(x, w, np)
+        np.testing.assert_array_equal(gx, wx)
+        np.testing.assert_array_equal(gw, ww)
+        assert gx.flags.c_contiguous and gw.flags.c_contiguous and gw.shape == (4, *filt, 8)
+
 def test_explain_names_the_moves_and_their_bytes():
     p = dataclasses.replace(problem2d(N=2, H=8, W=8, C=16, K=32, dtype="float16"), layout="NCHW")
     line = describe(p, H100)
