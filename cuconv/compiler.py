@@ -254,8 +254,10 @@ def load_cuda_function(source_rel: str, device, defines: Mapping[str, object], n
     limit at least ``smem`` bytes."""
     fn = _function(source_rel, device, tuple(sorted(defines.items())), name)
     if _SMEM_LIMITS.get(id(fn), 0) < smem:
-        fn.max_dynamic_shared_size_bytes = smem
-        _SMEM_LIMITS[id(fn)] = smem
+        with _COMPILE_LOCK:  # two threads raising it at once must not leave the smaller of their limits
+            if _SMEM_LIMITS.get(id(fn), 0) < smem:
+                fn.max_dynamic_shared_size_bytes = smem
+                _SMEM_LIMITS[id(fn)] = smem
     return fn
 
 
