@@ -288,3 +288,37 @@ def test_gpu_threads_calling_one_layer_get_their_own_results(cp, layer):
     for t in threads:
         t.join()
     assert not bad, f"threads {sorted(set(bad))} got another thread's result"
+
+
+def test_replay_runs_on_its_arrays_device_whatever_device_is_current():
+    """The replay's GPU branch with a stand-in array library: where another GPU is current, the output is
+    allocated and the plan runs inside that GPU's context; on the arrays' GPU no context is entered."""
+    import contextlib
+    from types import SimpleNamespace
+
+    current = [0]
+    log = []
+
+    @contextlib.contextmanager
+    def device(i):
+        before, current[0] = current[0], i
+        log.append(("enter", i))
+        try:
+            yield
+        finally:
+            current[0] = before
+
+    def new(shape, dtype):
+        log.append(("new", current[0]))
+        return np.empty(shape, dtype)
+
+    fake = SimpleNamespace(ndarray=new, cuda=SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: current[0]),
+                                                             Device=device))
+    plan = SimpleNamespace(run=lambda x, w, bias, residual, out: log.append(("run", current[0])))
+    replay = api._Replay(plan, None, (1, 2), np.float32, fake, 1)
+    y = replay(None, None, None, None, None)
+    assert y.shape == (1, 2) and log == [("enter", 1), ("new", 1), ("run", 1)] and current[0] == 0
+    log.clear()
+    current[0] = 1
+    replay(None, None, None, None, None)
+    assert log == [("new", 1), ("run", 1)]
