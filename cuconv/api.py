@@ -8,14 +8,15 @@ channels-last arrays -> hand back the result in the caller's layout and array li
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from . import dispatch
-from .arrays import (as_array, check_companion, check_same_place, dtype_name, meets, module_name, np_meets,
-                     on_device_of, ranges_meet)
+from .arrays import (as_array, check_companion, check_same_place, dtype_name, meets, module_name, on_device_of,
+                     ranges_meet)
 from .device import cupy_or_none, device_of
 from .epilogue import apply_epilogue
 from .layout import native_result, operands_for, operands_mover_for, to_channels_first, to_channels_last
@@ -61,15 +62,17 @@ def _to_native(a, channels_first: bool, xp, purpose=None):
 
 
 def residual_and_output(xp, res_user, res_given, out_user, out_given, channels_first, native_shape, dtype,
-                        cf_out=False):
+                        cf_out=False, reads=()):
     """(the residual as the kernel reads it, the array the kernel writes) of a validated call.
 
     The residual may *be* ``out``: an in-place add, which every kernel supports (each output element is
     read before the same thread writes it); any other overlap with ``out`` reads a snapshot. The kernel
-    writes straight into ``out`` when it is in the layout the kernel writes and contiguous, else into a
-    temporary that the call copies into ``out`` afterwards. ``cf_out``: the kernel reads the residual
-    and writes the result channels-first (:attr:`cuconv.plan.Plan.writes_channels_first`), so
-    neither is moved."""
+    writes straight into ``out`` when it is in the layout the kernel writes and contiguous and shares no
+    memory with an array the kernel reads (``reads``: x, w and the bias as the kernel takes them; None
+    skipped), else into a temporary that the call copies into ``out`` afterwards: with ``conv2d(x, w,
+    out=x)`` tiles of the result would overwrite input pixels that other tiles still read. ``cf_out``:
+    the kernel reads the residual and writes the result channels-first
+    (:attr:`cuconv.plan.Plan.writes_channels_first`), so neither is moved."""
     res = None
     if res_user is not None:
         in_place = out_user is not None and (res_user is out_user or res_given is out_given)
@@ -77,23 +80,12 @@ def residual_and_output(xp, res_user, res_given, out_user, out_given, channels_f
             _to_native(res_user, channels_first, xp, "residual")
         if not in_place and out_user is not None and xp.may_share_memory(res, out_user):
             res = res.copy()
-    if out_user is not None and (cf_out or not channels_first) and out_user.flags.c_contiguous:
+    if (out_user is not None and (cf_out or not channels_first) and out_user.flags.c_contiguous
+            and not meets(xp, out_user, reads)):
         return res, out_user
     if cf_out:
         return res, xp.empty((native_shape[0], native_shape[-1], *native_shape[1:-1]), dtype=dtype)
     return res, native_result(xp, native_shape, dtype, channels_first)
-
-
-def output_apart(xp, out_native, out_user, reads):
-    """``out_native``, or a new array in its place where the kernel would write into the caller's ``out``
-    while an array it reads (``reads``: x, w and the bias as the kernel takes them, contiguous; None
-    skipped) shares memory with it, ``conv2d(x, w, out=x)`` say: tiles of the result would overwrite
-    input pixels that other tiles still read. The result then reaches ``out`` by a copy after the run,
-    as does every result the kernel does not write into ``out``. (A residual that *is* ``out`` is read
-    and written element by element by one thread, so it needs no such care.)"""
-    if out_user is not None and out_native is out_user and meets(xp, out_user, reads):
-        return xp.empty(out_user.shape, dtype=out_user.dtype)
-    return out_native
 
 
 def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta,
@@ -134,13 +126,12 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
         check_companion(res_user, "residual", user_out_shape, dtype, x)
     plan, explanation = dispatch.select(problem, device_of(x), forced=kernel, strategy=strategy_of(strategy, nd))
     cf_out = channels_first and _writes_channels_first(plan, batch)
-    residual, out_native = residual_and_output(xp, res_user, residual, out_user, out_given, channels_first,
-                                               (batch, *problem.out_shape[1:]), x.dtype, cf_out)
     if channels_first:
         x_n, w_n = operands_for(plan, x, w, xp)
     else:
         x_n, w_n = _to_native(x, False, xp), _to_native(w, False, xp)
-    out_native = output_apart(xp, out_native, out_user, (x_n, w_n, bias))
+    residual, out_native = residual_and_output(xp, res_user, residual, out_user, out_given, channels_first,
+                                               (batch, *problem.out_shape[1:]), x.dtype, cf_out, (x_n, w_n, bias))
     return _Call(problem=problem, plan=plan, explanation=explanation, x=x_n, w=w_n, bias=bias, residual=residual,
                  out_native=out_native, out_user=out_user, out_given=out_given, channels_first=channels_first,
                  cf_out=cf_out, xp=xp)
@@ -219,7 +210,8 @@ class _Replay:
 
     def __init__(self, plan, move_xw, shape, dtype, xp, device_id: Optional[int]):
         self._run, self._move_xw = plan.run, move_xw
-        self._meets = np_meets if xp is np else ranges_meet  # every array of a replayed call is contiguous
+        # every array of a replayed call is contiguous: on a GPU the address ranges tell
+        self._meets = functools.partial(meets, np) if xp is np else ranges_meet
         self._new, self._shape, self._dtype = xp.ndarray, shape, dtype
         self._device_id = device_id
         if device_id is not None:
@@ -354,15 +346,14 @@ def _conv_on_device(key, known, nd, x, w, bias, stride, padding, dilation, group
     # A signature seen before: its validation and plan hold; what depends on the arrays' identities
     # (the residual written in place, overlaps with out) is decided again.
     xp, cf = known.xp, known.channels_first
-    res, out_native = residual_and_output(xp, residual, residual, out, out, cf, known.native_out_shape, x.dtype,
-                                          known.cf_out)
     if cf:
         x_n, w_n = known.move_xw(x, w)
     else:
         x_n = x if known.x_native else _to_native(x, False, xp)
         w_n = w if known.w_native else _to_native(w, False, xp)
     b_n = bias if known.bias_native else _to_native(bias, False, xp)
-    out_native = output_apart(xp, out_native, out, (x_n, w_n, b_n))
+    res, out_native = residual_and_output(xp, residual, residual, out, out, cf, known.native_out_shape, x.dtype,
+                                          known.cf_out, (x_n, w_n, b_n))
     execute(known.plan, xp, known.device_id, x_n, w_n, b_n, res, out_native)
     return deliver(xp, out_native, out, out, cf, known.cf_out)
 

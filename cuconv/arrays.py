@@ -226,11 +226,6 @@ def meets(xp, out, reads) -> bool:
     return any(a is not None and xp.may_share_memory(a, out) for a in reads)
 
 
-def np_meets(out, reads) -> bool:
-    """:func:`meets` for NumPy arrays."""
-    return any(a is not None and np.may_share_memory(a, out) for a in reads)
-
-
 def ranges_meet(out, reads) -> bool:
     """Whether the address range of a contiguous GPU array of ``reads`` (None skipped) meets that of the
     contiguous GPU array ``out`` (each array is one range: its pointer and byte count)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .api import _prepare, deliver, execute, output_apart, residual_and_output
+from .api import _prepare, deliver, execute, residual_and_output
 from .arrays import as_array, contiguous_strides
 from .layout import operands_for
 
@@ -95,14 +95,13 @@ class ConvPlan:
                                  f"{self._dtype}, got {type(out_user).__name__} {tuple(out_user.shape)} {out_user.dtype}")
             if xp is np and not out_user.flags.writeable:
                 raise ValueError("out: expected a writeable array, got a read-only one")
-        res, out_native = residual_and_output(xp, res_user, residual, out_user, out, cf, self._native_out_shape,
-                                              self._dtype, self._cf_out)
         if cf:
             x_n, w_n = operands_for(self._plan, x, w, xp)
         else:
             x_n, w_n = self._contiguous_operand(x, "x"), self._contiguous_operand(w, "w")
         bias_n = self._contiguous_operand(bias, "bias")
-        out_native = output_apart(xp, out_native, out_user, (x_n, w_n, bias_n))
+        res, out_native = residual_and_output(xp, res_user, residual, out_user, out, cf, self._native_out_shape,
+                                              self._dtype, self._cf_out, (x_n, w_n, bias_n))
         execute(self._plan, xp, self._device, x_n, w_n, bias_n, res, out_native)
         return deliver(xp, out_native, out_user, out, cf, self._cf_out)
 

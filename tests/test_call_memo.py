@@ -220,12 +220,19 @@ def _check_overlap(xp, how):
         np.testing.assert_allclose(got if xp is np else xp.asnumpy(got), want, rtol=1e-4, atol=1e-4)
 
 
-def test_output_apart_only_where_out_meets_a_read():
+def test_kernel_writes_out_only_where_out_meets_no_read():
+    """residual_and_output: the kernel writes into a contiguous out unless an array it reads shares
+    out's memory; without out it writes a new array."""
     x = np.zeros((4, 8), np.float32)
     out = np.zeros((4, 8), np.float32)
-    assert api.output_apart(np, out, out, (x, None)) is out
-    assert api.output_apart(np, out, out, (out[1:],)) is not out
-    assert api.output_apart(np, out, None, (out,)) is out  # a new result array: nothing to keep apart
+
+    def target(out_user, reads):
+        return api.residual_and_output(np, None, None, out_user, out_user, False, (4, 8), np.float32,
+                                       reads=reads)[1]
+    assert target(out, (x, None)) is out
+    assert target(out, (out[1:],)) is not out
+    new = target(None, (out,))  # a new result array: nothing to keep apart
+    assert new is not out and not np.may_share_memory(new, out)
 
 
 def _check_out_is_an_input_elsewhere(xp):
