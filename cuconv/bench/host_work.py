@@ -57,18 +57,26 @@ GRAD_CASES = [
 ]
 
 
-def per_call_us(fn, calls: int) -> float:
-    """Microseconds per call of ``fn`` issued back to back (the device synchronised before and after)."""
-    import cupy as cp
+def per_call_us(fn, calls: int, runs: int = 1, gpu: bool = True) -> float:
+    """Microseconds per call of ``fn`` issued back to back, after a warm-up: the best of ``runs`` runs of
+    ``calls`` calls (with ``gpu``, the device synchronised before and after each run)."""
+    sync = None
+    if gpu:
+        import cupy as cp
+        sync = cp.cuda.Device().synchronize
     for _ in range(50):
         fn()
-    cp.cuda.Device().synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    cp.cuda.Device().synchronize()
-    return elapsed / calls * 1e6
+    best = float("inf")
+    for _ in range(runs):
+        if sync:
+            sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, time.perf_counter() - start)
+        if sync:
+            sync()
+    return best / calls * 1e6
 
 
 def measure(calls: int = 3000, log=print) -> List[dict]:
@@ -112,7 +120,7 @@ def measure_python_only(calls: int = 20000, log=print) -> List[dict]:
 
     import cuconv
     from cuconv.backends.cpu import CPUPlan
-    log(f"numpy.empty (yardstick): {per_call_us_cpu(lambda: np.empty((1, 8, 8, 64), np.float16), calls):6.3f} us")
+    log(f"numpy.empty (yardstick): {per_call_us(lambda: np.empty((1, 8, 8, 64), np.float16), calls, 5, False):6.3f} us")
     log(f"{'layer (NumPy operands, the run a no-op)':50s} {'conv2d':>8s} {'out=':>8s} {'plan':>8s}  (us per call)")
     run, records = CPUPlan.run, []
     CPUPlan.run = lambda self, x, w, bias, residual, out: None
@@ -123,27 +131,14 @@ def measure_python_only(calls: int = 20000, log=print) -> List[dict]:
             x, w = np.zeros(xs, np.float16), np.zeros(ws, np.float16)
             out = np.empty_like(cuconv.conv2d(x, w, **kw))
             plan = cuconv.plan_conv2d(x, w, **kw)
-            rec = dict(label=label, conv2d=per_call_us_cpu(lambda: cuconv.conv2d(x, w, **kw), calls),
-                       conv2d_out=per_call_us_cpu(lambda: cuconv.conv2d(x, w, out=out, **kw), calls),
-                       plan=per_call_us_cpu(lambda: plan(x, w, out=out), calls))
+            rec = dict(label=label, conv2d=per_call_us(lambda: cuconv.conv2d(x, w, **kw), calls, 5, False),
+                       conv2d_out=per_call_us(lambda: cuconv.conv2d(x, w, out=out, **kw), calls, 5, False),
+                       plan=per_call_us(lambda: plan(x, w, out=out), calls, 5, False))
             log(f"{label:50s} {rec['conv2d']:8.3f} {rec['conv2d_out']:8.3f} {rec['plan']:8.3f}")
             records.append(rec)
     finally:
         CPUPlan.run = run
     return records
-
-
-def per_call_us_cpu(fn, calls: int) -> float:
-    """Microseconds per call of ``fn``: the best of five runs of ``calls`` calls (after a warm-up)."""
-    for _ in range(50):
-        fn()
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, time.perf_counter() - start)
-    return best / calls * 1e6
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -114,9 +114,8 @@ def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
     kernel's plan (:meth:`cuconv.backends.pointwise.kernel.PointwiseKernel.plan_for`)."""
     kc = -(-p.channels // 16) * 16
     k16 = -(-p.out_channels // 16) * 16
-    for nt_max in (MAX_NT, CHUNK_NT, CHUNK_NT // 2):  # the widest chunk whose shared memory fits SMEM_BUDGET
-        if k16 > MAX_NT and nt_max == MAX_NT:
-            continue  # wider outputs: chunks of CHUNK_NT at most
+    # the widest chunk whose shared memory fits SMEM_BUDGET (outputs wider than MAX_NT: CHUNK_NT at most)
+    for nt_max in ((MAX_NT,) if k16 <= MAX_NT else ()) + (CHUNK_NT, CHUNK_NT // 2):
         wn = 2 if min(k16, nt_max) > 128 or kc > 64 else 1
         if k16 <= nt_max:
             nt, chunks = -(-k16 // (16 * wn)) * 16 * wn, 1
