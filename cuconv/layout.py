@@ -320,12 +320,8 @@ def kept_x_moved_w(x, w, xp):
     """``x`` and ``w`` of a channels-first call whose kernel reads x in that layout against a channels-last
     filter (:attr:`cuconv.plan.Plan.reads_x_channels_first`): x C-contiguous (itself when it already is), w
     moved to ``(K, *filter, C/g)`` (one transpose launch into its scratch buffer; a contiguous 1x1 filter
-    is reshaped)."""
-    if math.prod(w.shape[2:]) == 1 and w.flags.c_contiguous:
-        w_n = w.reshape(w.shape[0], *w.shape[2:], w.shape[1])
-    else:
-        w_n = to_channels_last(w, True, xp, "w")
-    return to_channels_last(x, False, xp), w_n
+    is reshaped). A signature's repeated calls keep the :class:`_KeptXMovedW` that decides this once."""
+    return _KeptXMovedW(x, w, xp)(x, w)
 
 
 def _operands_fn(plan):

@@ -50,10 +50,11 @@ def test_matrix_view_takes_channel_slices_and_refuses_strided_pixels():
 
 @pytest.mark.parametrize("filt", [(3, 3), (1, 1)])
 @pytest.mark.parametrize("x_view", [False, True])
-def test_kept_x_mover_equals_kept_x_moved_w(filt, x_view):
-    """The mover a signature keeps for a kernel that reads x channels-first (layout._KeptXMovedW) gives
-    what kept_x_moved_w gives, call after call with fresh arrays (NumPy: the move is the library's)."""
-    from cuconv.layout import _KeptXMovedW, kept_x_moved_w
+def test_kept_x_mover_keeps_x_and_moves_w(filt, x_view):
+    """The mover a signature keeps for a kernel that reads x channels-first (layout._KeptXMovedW), call after
+    call with fresh arrays: x as it is, made contiguous; w moved to (K, *filter, C) (NumPy: the move is the
+    library's)."""
+    from cuconv.layout import _KeptXMovedW
     rng = np.random.default_rng(3)
 
     def arrays():
@@ -65,7 +66,7 @@ def test_kept_x_mover_equals_kept_x_moved_w(filt, x_view):
     mover = _KeptXMovedW(x, w, np)
     for _ in range(3):
         x, w = arrays()
-        (gx, gw), (wx, ww) = mover(x, w), kept_x_moved_w(x, w, np)
+        (gx, gw), (wx, ww) = mover(x, w), (x, np.moveaxis(w, 1, -1))
         np.testing.assert_array_equal(gx, wx)
         np.testing.assert_array_equal(gw, ww)
         assert gx.flags.c_contiguous and gw.flags.c_contiguous and gw.shape == (4, *filt, 8)
