@@ -8,8 +8,9 @@
   spill report is always at hand (:class:`PtxasReport`). Cubins are cached on disk
   (:mod:`cuconv.kernel_cache`: checked on every hit, rebuilt when damaged), keyed by the hash of the
   whole source tree, the options and the NVRTC version, and loaded through
-  ``cupy.RawModule(path=...)``, memoised per (source, defines, device). A cached cubin the driver
-  refuses to load is compiled again once.
+  ``cupy.RawModule(path=...)``, memoised per (source, defines, device). A cache miss reads the prebuilt
+  store (:mod:`cuconv.prebuilt`: cubins compiled before installation) before it compiles. A cached cubin
+  the driver refuses to load is compiled again once, with NVRTC.
 * Compile-time choices reach a source as ``-D`` defines; a kernel entry file composes the role
   headers of its folder (loader, pipeline, mainloop, epilogue, scheduler).
 """
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from . import kernel_cache
+from . import kernel_cache, prebuilt
 
 __all__ = ["kernels_dir", "compile_cuda", "load_cuda_module", "load_cuda_function", "clear_cache", "nvrtc_check", "tree_hash",
            "PtxasReport", "CompileError"]
@@ -186,7 +187,9 @@ def _compile(source_rel: str, arch: str, defines_items: tuple, extra: tuple, fre
         kernel_cache.discard(key)
     entry = kernel_cache.read(key)
     if entry is None:
-        cubin, log = _nvrtc_compile(source_rel, arch, opts)
+        # the prebuilt store first (not when the driver refused what the cache held: that compiles afresh)
+        found = None if fresh else prebuilt.find(tree_hash("cu"), source_rel, arch, opts)
+        cubin, log = found if found is not None else _nvrtc_compile(source_rel, arch, opts)
         entry = (kernel_cache.write(key, cubin, log), log)
     result = (key, entry[0], parse_ptxas(entry[1]))
     with _COMPILE_LOCK:

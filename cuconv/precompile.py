@@ -4,7 +4,7 @@ The first call of a convolution whose kernel variant is not in the on-disk cache
 NVRTC (about a second for a Hopper variant). A forward pass meets its variants one layer at a time, so
 a fresh environment pays them in series. :func:`precompile` takes the plans of a network's layers
 (:func:`cuconv.plan_conv2d` / :func:`cuconv.plan_conv3d` objects, :func:`cuconv.explain` results or
-kernel plans), collects the distinct variants they load (``Plan.compile_jobs``) and compiles them on a
+kernel plans), collects the distinct variants they load (:func:`call_jobs`) and compiles them on a
 pool of threads (NVRTC releases the GIL); the calls then find them in the cache.
 
 >>> plans = [cuconv.plan_conv2d(x, w, padding=1) for x, w in layers]   # doctest: +SKIP
@@ -18,9 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Optional
 
 from .compiler import compile_cuda
+from .layout import SOURCE as TRANSPOSE_SOURCE
 from .plan import Plan
+from .problem import LAYOUTS
 
-__all__ = ["precompile"]
+__all__ = ["precompile", "call_jobs"]
 
 
 def _kernel_plan(obj) -> Plan:
@@ -32,6 +34,16 @@ def _kernel_plan(obj) -> Plan:
     return plan
 
 
+def call_jobs(plan: Plan) -> tuple:
+    """The ``(source, defines)`` pairs a call of ``plan`` compiles: its kernel's (``Plan.compile_jobs``) and,
+    for a channels-first call on a CUDA GPU whose kernel does not read both operands in that layout, the
+    transpose kernel that moves them (:mod:`cuconv.layout`)."""
+    jobs = tuple(plan.compile_jobs())
+    if plan.device.kind == "cuda" and not LAYOUTS[plan.problem.layout][1] and not plan.reads_channels_first:
+        jobs += ((TRANSPOSE_SOURCE, {}),)
+    return jobs
+
+
 def precompile(plans: Iterable, workers: Optional[int] = None) -> int:
     """Compile every kernel variant ``plans`` will load (those not cached yet) on ``workers`` threads
     (default: one per CPU, at most one per variant); return how many distinct variants there are.
@@ -40,7 +52,7 @@ def precompile(plans: Iterable, workers: Optional[int] = None) -> int:
     jobs = {}
     for obj in plans:
         plan = _kernel_plan(obj)
-        for source, defines in plan.compile_jobs():
+        for source, defines in call_jobs(plan):
             key = (source, plan.device.arch, tuple(sorted(defines.items())))
             jobs.setdefault(key, (source, plan.device.arch, dict(defines)))
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):

@@ -277,21 +277,58 @@ def test_first_call_exits_2_without_a_gpu(monkeypatch, capsys):
     assert "0 devices" in capsys.readouterr().err
 
 
-def test_first_call_runs_each_mode_in_a_fresh_process_with_an_empty_cache(monkeypatch, capsys):
-    """The parent only starts children: one per mode, each with its own (new, empty) cache folder."""
+@pytest.mark.parametrize("with_store", [False, True])
+def test_first_call_runs_each_mode_in_a_fresh_process_with_an_empty_cache(monkeypatch, capsys, tmp_path, with_store):
+    """The parent only starts children: one per mode, each with its own (new, empty) cache folder; with a
+    prebuilt store in use, each mode once with it and once with it off."""
+    from cuconv import prebuilt
     from cuconv.bench import first_call
     monkeypatch.setattr(environment, "require_gpu", lambda: None)
+    prebuilt._load.cache_clear()
+    if with_store:
+        (tmp_path / prebuilt.INDEX).write_text(json.dumps({"format": prebuilt.FORMAT, "tree_hash": "t",
+                                                           "nvrtc": [13, 0], "entries": {}}))
+    monkeypatch.setenv("CUCONV_PREBUILT", str(tmp_path))
     seen = []
 
     def fake_run(cmd, env):
         cache = env["CUCONV_CACHE_DIR"]
-        seen.append((cmd[cmd.index("--mode") + 1], cache, os.listdir(cache)))
+        seen.append((cmd[cmd.index("--mode") + 1], env.get("CUCONV_PREBUILT"), cache, os.listdir(cache)))
         return types.SimpleNamespace(returncode=0)
 
     monkeypatch.setattr(first_call.subprocess, "run", fake_run)
     assert first_call.main(["--network", "resnet50"]) == 0
-    assert [m for m, _, _ in seen] == list(first_call.MODES)
-    assert seen[0][1] != seen[1][1] and all(files == [] for _, _, files in seen)
+    prebuilt._load.cache_clear()
+    stores = [str(tmp_path), "0"] if with_store else [str(tmp_path)]
+    assert [(m, s) for m, s, _, _ in seen] == [(m, s) for s in stores for m in first_call.MODES]
+    assert len({c for _, _, c, _ in seen}) == len(seen) and all(files == [] for *_, files in seen)
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith(f"prebuilt store {tmp_path}: no variants (NVRTC 13.0); compiled from other kernel "
+                         f"sources than these, so it serves none of them" if with_store else "no prebuilt store")
+
+
+def test_first_call_kernels_only_needs_no_gpu(monkeypatch, capsys, tmp_path):
+    """``--kernels-only ARCH``: the parent starts its children without asking for a GPU; a child resolves
+    each layer's variants for the model GPU of ARCH (here with the compile step recorded, not run)."""
+    from cuconv import compiler
+    from cuconv.bench import first_call
+    from cuconv.bench.networks import NETWORKS
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(count=0))
+    monkeypatch.setenv("CUCONV_PREBUILT", "0")
+    cmds = []
+    monkeypatch.setattr(first_call.subprocess, "run",
+                        lambda cmd, env: cmds.append(cmd) or types.SimpleNamespace(returncode=0))
+    assert first_call.main(["--network", "resnet50", "--kernels-only", "sm_90a"]) == 0
+    assert [c[c.index("--kernels-only") + 1] for c in cmds] == ["sm_90a"] * len(first_call.MODES)
+    assert capsys.readouterr().out.endswith("no prebuilt store\n")
+
+    monkeypatch.setenv("CUCONV_CACHE_DIR", str(tmp_path))
+    asked = []
+    monkeypatch.setattr(compiler, "compile_cuda", lambda source, arch, defines: asked.append((source, arch)))
+    line = first_call.kernels_of_first_pass("resnet50", "bfloat16", False, "sm_90a")
+    assert line.startswith("resnet50 bfloat16       as met, no store: kernels for H100 SXM / H200 ready in")
+    assert line.endswith("(0 variants, 0 compiled by NVRTC)")
+    assert len(asked) >= len(NETWORKS["resnet50"].layers) and {a for _, a in asked} == {"sm_90a"}
 
 
 def test_host_work_exits_2_without_a_gpu(monkeypatch, capsys):

@@ -3,13 +3,16 @@
 ``python -m cuconv.bench.first_call [--network NAME] [--dtype DTYPE]`` runs, each in a fresh process
 with its own empty ``CUCONV_CACHE_DIR``:
 
-* ``as met``: every conv layer called once, in order; each new kernel variant compiles when its first
-  layer runs;
+* ``as met``: every conv layer called once, in order; each new kernel variant is read from the prebuilt
+  store (:mod:`cuconv.prebuilt`) or compiled when its first layer runs;
 * ``precompile``: a :func:`cuconv.plan_conv2d` plan per layer, :func:`cuconv.precompile` on them (the
   variants compile on a thread pool), then every layer once through its plan.
 
-It prints the seconds from the moment the network's arrays exist to the end of the first pass (the
-GPU synchronised), and how many distinct variants were compiled. Needs a GPU (exit 2 without one).
+Where a prebuilt store is in use, both run again with it off (``CUCONV_PREBUILT=0``), so the table shows
+what the store saves. Each line gives the seconds from the moment the network's arrays exist to the end of
+the first pass (the GPU synchronised), the variants loaded and how many of them NVRTC compiled. Needs a
+GPU (exit 2 without one), except with ``--kernels-only ARCH``: the kernels' half of the pass alone (each
+layer's variants read from the store or compiled, for the model GPU of ``ARCH``), with no GPU.
 """
 
 from __future__ import annotations
@@ -27,6 +30,26 @@ from .networks import NETWORKS
 MODES = ("as met", "precompile")
 
 
+def _counting_nvrtc(compiled: list):
+    """Make this process's NVRTC compiles append their source to ``compiled`` (they still compile)."""
+    from cuconv import compiler
+    nvrtc_compile = compiler._nvrtc_compile
+
+    def counted(*args):
+        compiled.append(args[0])
+        return nvrtc_compile(*args)
+
+    compiler._nvrtc_compile = counted
+
+
+def _line(network: str, dtype: str, precompile: bool, seconds: float, what: str, compiled: list) -> str:
+    from cuconv import kernel_cache, prebuilt
+    store = "store" if prebuilt.open_store() is not None else "no store"
+    mode = f"{MODES[precompile]}, {store}"
+    return (f"{network} {dtype} {mode:>22s}: {what} in {seconds:6.2f} s ({len(kernel_cache._entries())} "
+            f"variants, {len(compiled)} compiled by NVRTC)")
+
+
 def first_pass(network: str, dtype: str, precompile: bool) -> str:
     """One measurement in this process (its kernel cache must be empty): a line of results."""
     import cupy as cp
@@ -39,46 +62,89 @@ def first_pass(network: str, dtype: str, precompile: bool) -> str:
         x = cp.zeros((L.N, L.H, L.W, L.C), dt)
         w = cp.zeros((L.K, L.R, L.S, L.C // L.groups), dt)
         layers.append((x, w, dict(stride=L.stride, padding=L.pad, dilation=L.dilation, groups=L.groups)))
+    compiled: list = []
+    _counting_nvrtc(compiled)
     cp.cuda.Device().synchronize()
     start = time.perf_counter()
-    variants = "-"
     if precompile:
         plans = [cuconv.plan_conv2d(x, w, **kw) for x, w, kw in layers]
-        variants = cuconv.precompile(plans)
+        cuconv.precompile(plans)
         for (x, w, _), plan in zip(layers, plans):
             plan(x, w)
     else:
         for x, w, kw in layers:
             cuconv.conv2d(x, w, **kw)
     cp.cuda.Device().synchronize()
-    seconds = time.perf_counter() - start
-    mode = MODES[precompile]
-    return f"{network} {dtype} {mode:>10s}: first pass ready in {seconds:6.2f} s ({variants} variants precompiled)"
+    return _line(network, dtype, precompile, time.perf_counter() - start, "first pass ready", compiled)
+
+
+def kernels_of_first_pass(network: str, dtype: str, precompile: bool, arch: str) -> str:
+    """The kernel half of a first pass, with no GPU: the variants the network's layers load on the first
+    model GPU of ``arch`` (:data:`cuconv.prebuilt.build.MODEL_DEVICES`), read from the store or compiled,
+    layer by layer (or all at once through :func:`cuconv.precompile`); nothing is loaded or launched."""
+    import cuconv
+    from cuconv.compiler import compile_cuda
+    from cuconv.dispatch import select
+    from cuconv.precompile import call_jobs
+    from cuconv.prebuilt.build import MODEL_DEVICES
+    from cuconv.problem import ConvProblem
+    device = MODEL_DEVICES[arch][0]
+    plans = [select(ConvProblem.create(nd=2, batch=L.N, in_spatial=(L.H, L.W), channels=L.C, out_channels=L.K,
+                                       filter_spatial=(L.R, L.S), stride=L.stride, dilation=L.dilation,
+                                       padding=L.pad, groups=L.groups, dtype=dtype, layout="NHWC"), device)[0]
+             for L in NETWORKS[network].layers]
+    compiled: list = []
+    _counting_nvrtc(compiled)
+    start = time.perf_counter()
+    if precompile:
+        cuconv.precompile(plans)
+    else:
+        for plan in plans:
+            for source, defines in call_jobs(plan):
+                compile_cuda(source, arch, defines)
+    return _line(network, dtype, precompile, time.perf_counter() - start, f"kernels for {device.name} ready",
+                 compiled)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cuconv.bench.first_call", description=__doc__.split("\n\n")[0])
     ap.add_argument("--network", default="resnet50", choices=list(NETWORKS))
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    ap.add_argument("--kernels-only", metavar="ARCH", choices=["sm_90a", "sm_80"],
+                    help="no GPU: time only the kernels' half of the pass (read from the store or compiled) "
+                         "for the model GPU of ARCH")
     ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one measurement, in a child process
     args = ap.parse_args(argv)
     if args.mode is not None:
-        print(first_pass(args.network, args.dtype, args.mode == "precompile"), flush=True)
+        precompile = args.mode == "precompile"
+        print(first_pass(args.network, args.dtype, precompile) if args.kernels_only is None else
+              kernels_of_first_pass(args.network, args.dtype, precompile, args.kernels_only), flush=True)
         return 0
-    from .environment import EXIT_UNAVAILABLE, Unavailable, require_gpu
-    try:
-        require_gpu()
-    except Unavailable as e:
-        print(f"cuconv.bench.first_call: {e}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    print(f"{os.cpu_count()} CPUs; each mode in a fresh process with an empty kernel cache")
-    for mode in MODES:
-        with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, CUCONV_CACHE_DIR=cache)
-            rc = subprocess.run([sys.executable, "-m", "cuconv.bench.first_call", "--network", args.network,
-                                 "--dtype", args.dtype, "--mode", mode], env=env).returncode
-            if rc:
-                return rc
+    if args.kernels_only is None:
+        from .environment import EXIT_UNAVAILABLE, Unavailable, require_gpu
+        try:
+            require_gpu()
+        except Unavailable as e:
+            print(f"cuconv.bench.first_call: {e}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+    from .. import prebuilt
+    from ..compiler import tree_hash
+    store = prebuilt.open_store()
+    print(f"{os.cpu_count()} CPUs; each mode in a fresh process with an empty kernel cache; "
+          + (store.describe(tree_hash("cu")) if store is not None else "no prebuilt store"))
+    for store_env in ((None, "0") if store is not None else (None,)):
+        for mode in MODES:
+            with tempfile.TemporaryDirectory() as cache:
+                env = dict(os.environ, CUCONV_CACHE_DIR=cache)
+                if store_env is not None:
+                    env["CUCONV_PREBUILT"] = store_env
+                cmd = [sys.executable, "-m", "cuconv.bench.first_call", "--network", args.network,
+                       "--dtype", args.dtype, "--mode", mode]
+                if args.kernels_only is not None:
+                    cmd += ["--kernels-only", args.kernels_only]
+                rc = subprocess.run(cmd, env=env).returncode
+                if rc:
+                    return rc
     return 0
 
 

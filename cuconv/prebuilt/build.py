@@ -1,0 +1,173 @@
+"""Building a prebuilt store: which variants (the catalog) and compiling them into a folder.
+
+The catalog is what the automatic choice loads for the conv layers of the networks suite
+(:mod:`cuconv.bench.networks`: classifiers, detection, diffusion) on model GPUs of each architecture:
+every layer at the batch the suite lists and at batch 1, in each dtype, layout and fused epilogue asked
+(by default bf16 and fp16; NHWC and NCHW; none, bias, bias + ReLU, bias + SiLU, and bias + residual +
+ReLU, the forms a network's conv + norm + activation takes once folded). The plans are made with no
+overrides in force, so the variants are those a call makes without settings. Helper kernels that take
+no defines (the channels-first transpose) come with the plans that use them (:func:`cuconv.precompile.call_jobs`).
+
+A layer of another network mostly meets the same variants: a variant is a tile, a pipeline depth, an
+epilogue and a loader, not a shape. One it does not meet is compiled on its first call, as without a store.
+
+``python -m cuconv.prebuilt build`` writes the store (compiling on a thread pool; NVRTC needs no GPU).
+Building a wheel after it ships the store (``pyproject.toml``: the ``cubins`` folder is a wheel artifact).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import lzma
+import os
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from ..device import DeviceInfo
+from . import FORMAT, INDEX, entry_key
+
+__all__ = ["MODEL_DEVICES", "EPILOGUES", "Job", "catalog", "build"]
+
+#: The GPUs whose choices the catalog follows, per architecture. A choice depends on the SM count
+#: (tiles, split reductions) and the shared memory a block may take, so each architecture lists the
+#: common parts that differ in them.
+MODEL_DEVICES: Dict[str, Tuple[DeviceInfo, ...]] = {
+    "sm_90a": (DeviceInfo(kind="cuda", name="H100 SXM / H200", cc=(9, 0), arch="sm_90a", sm_count=132,
+                          smem_per_block_optin=232448),
+               DeviceInfo(kind="cuda", name="H100 PCIe", cc=(9, 0), arch="sm_90a", sm_count=114,
+                          smem_per_block_optin=232448)),
+    "sm_80": (DeviceInfo(kind="cuda", name="A100", cc=(8, 0), arch="sm_80", sm_count=108,
+                         smem_per_block_optin=166912),),
+    "sm_86": (DeviceInfo(kind="cuda", name="A10", cc=(8, 6), arch="sm_86", sm_count=72,
+                         smem_per_block_optin=101376),),
+    "sm_89": (DeviceInfo(kind="cuda", name="L40S", cc=(8, 9), arch="sm_89", sm_count=142,
+                         smem_per_block_optin=101376),
+              DeviceInfo(kind="cuda", name="L4", cc=(8, 9), arch="sm_89", sm_count=58,
+                         smem_per_block_optin=101376)),
+}
+
+#: The fused epilogues of the catalog by name: keyword arguments of :class:`cuconv.Epilogue`.
+EPILOGUES: Dict[str, dict] = {
+    "none": {},
+    "bias": {"has_bias": True},
+    "bias_relu": {"has_bias": True, "activation": "relu"},
+    "bias_silu": {"has_bias": True, "activation": "silu"},
+    "bias_residual_relu": {"has_bias": True, "has_residual": True, "activation": "relu"},
+}
+
+#: First layers of image networks beyond the suite's own: the few-channel kernels are specialised to C,
+#: the filter and the stride, so a stem the suite does not list would otherwise compile on its first call.
+#: (C, filter, stride, padding) of RGB stems (3x3 / 1 and / 2, 7x7 / 2, 4x4 / 4 patches, 6x6 / 2) and
+#: grayscale ones, each to :data:`STEM_WIDTHS` filters on a 224 x 224 image (batch 32 and 1).
+STEMS = ((3, 3, 1, 1), (3, 3, 2, 1), (3, 7, 2, 3), (3, 4, 4, 0), (3, 6, 2, 2), (1, 3, 1, 1), (1, 7, 2, 3))
+STEM_WIDTHS = (32, 64)
+
+DEFAULT_ARCHS = ("sm_90a", "sm_80")
+DEFAULT_DTYPES = ("bfloat16", "float16")
+DEFAULT_LAYOUTS = ("NHWC", "NCHW")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One variant to compile: ``kernels_cu/<source>`` for ``arch`` with ``defines``."""
+
+    source: str
+    arch: str
+    defines: Tuple[Tuple[str, object], ...]
+
+
+def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[str]] = None,
+            dtypes: Sequence[str] = DEFAULT_DTYPES, layouts: Sequence[str] = DEFAULT_LAYOUTS,
+            epilogues: Sequence[str] = tuple(EPILOGUES), stems: bool = True) -> List[Job]:
+    """The distinct variants the automatic choice loads for every conv layer of ``networks`` (default:
+    all of the networks suite) and, with ``stems``, of :func:`stem_layers`, at its listed batch and at
+    batch 1, for each dtype, layout and epilogue, on the model GPUs of each architecture
+    (:data:`MODEL_DEVICES`)."""
+    from ..bench.networks import NETWORKS
+    from ..dispatch import select
+    from ..overrides import Overrides
+    from ..precompile import call_jobs
+    from ..problem import ConvProblem, Epilogue
+
+    for arch in archs:
+        if arch not in MODEL_DEVICES:
+            raise ValueError(f"archs: expected some of {sorted(MODEL_DEVICES)}, got {arch!r}")
+    for name in networks or ():
+        if name not in NETWORKS:
+            raise ValueError(f"networks: expected some of {sorted(NETWORKS)}, got {name!r}")
+    for name in epilogues:
+        if name not in EPILOGUES:
+            raise ValueError(f"epilogues: expected some of {sorted(EPILOGUES)}, got {name!r}")
+    layers = [L for name in (networks or NETWORKS) for L in NETWORKS[name].layers]
+    if stems:
+        layers += stem_layers()
+    jobs: Dict[Job, None] = {}
+    none = Overrides()
+    for arch in archs:
+        for dev, L, dtype, layout, ep in itertools.product(MODEL_DEVICES[arch], layers, dtypes, layouts, epilogues):
+            for batch in sorted({L.N, 1}):
+                problem = ConvProblem.create(
+                    nd=2, batch=batch, in_spatial=(L.H, L.W), channels=L.C, out_channels=L.K,
+                    filter_spatial=(L.R, L.S), stride=L.stride, dilation=L.dilation, padding=L.pad,
+                    groups=L.groups, dtype=dtype, layout=layout, epilogue=Epilogue(**EPILOGUES[ep]))
+                plan = select(problem, dev, overrides=none)[0]
+                for source, defines in call_jobs(plan):
+                    jobs.setdefault(Job(source, arch, tuple(sorted(defines.items()))), None)
+    return list(jobs)
+
+
+def stem_layers() -> list:
+    """The first layers of :data:`STEMS`, as networks-suite layers."""
+    from ..bench.networks import Layer
+    return [Layer(name=f"stem c{C} {f}x{f}/{stride} -> {K}", N=32, H=224, W=224, C=C, K=K, R=f, S=f, stride=stride,
+                  pad=pad)
+            for C, f, stride, pad in STEMS for K in STEM_WIDTHS]
+
+
+def _compile(job: Job) -> Tuple[Job, str, bytes, str]:
+    """(job, key, cubin, ptxas log): NVRTC with the options a call compiles with."""
+    from .. import compiler
+    opts = compiler._options(job.arch, dict(job.defines), ())
+    cubin, log = compiler._nvrtc_compile(job.source, job.arch, opts)
+    return job, entry_key(compiler.tree_hash("cu"), job.source, job.arch, opts), cubin, log
+
+
+def build(folder: os.PathLike, jobs: Iterable[Job], workers: Optional[int] = None,
+          progress=None) -> int:
+    """Compile ``jobs`` on ``workers`` threads (default: one per CPU) into a store in ``folder``, which is
+    replaced whole; return how many variants it holds. ``progress(done, total)`` is called after each."""
+    from .. import compiler
+    jobs = list(dict.fromkeys(jobs))
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"workers: expected a positive int or None, got {workers!r}")
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        entries = {}
+        n = max(1, min(len(jobs), workers or os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            for done, (job, key, cubin, log) in enumerate(pool.map(_compile, jobs), 1):
+                (staging / f"{key}.cubin.xz").write_bytes(lzma.compress(cubin, preset=9))
+                entries[key] = {"source": job.source, "arch": job.arch, "defines": dict(job.defines),
+                                "file": f"{key}.cubin.xz", "sha256": hashlib.sha256(cubin).hexdigest(),
+                                "log": log}
+                if progress is not None:
+                    progress(done, len(jobs))
+        version = compiler.nvrtc_check(compiler._nvrtc().nvrtcVersion(), "version")
+        index = {"format": FORMAT, "tree_hash": compiler.tree_hash("cu"), "nvrtc": list(version),
+                 "entries": entries}
+        (staging / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True))
+        if folder.exists():
+            shutil.rmtree(folder)
+        staging.rename(folder)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return len(entries)
