@@ -293,6 +293,7 @@ def test_first_call_runs_each_mode_in_a_fresh_process_with_an_empty_cache(monkey
 
     def fake_run(cmd, env):
         cache = env["CUCONV_CACHE_DIR"]
+        assert env["CUPY_CACHE_DIR"] != cache and os.listdir(env["CUPY_CACHE_DIR"]) == []
         seen.append((cmd[cmd.index("--mode") + 1], env.get("CUCONV_PREBUILT"), cache, os.listdir(cache)))
         return types.SimpleNamespace(returncode=0)
 

@@ -1,7 +1,8 @@
 """First-call latency: a network's first forward pass from an empty kernel cache.
 
 ``python -m cuconv.bench.first_call [--network NAME] [--dtype DTYPE]`` runs, each in a fresh process
-with its own empty ``CUCONV_CACHE_DIR``:
+with its own empty ``CUCONV_CACHE_DIR`` (and an empty ``CUPY_CACHE_DIR``: CuPy compiles its own kernels on
+first use too):
 
 * ``as met``: every conv layer called once, in order; each new kernel variant is read from the prebuilt
   store (:mod:`cuconv.prebuilt`) or compiled when its first layer runs;
@@ -130,12 +131,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .. import prebuilt
     from ..compiler import tree_hash
     store = prebuilt.open_store()
-    print(f"{os.cpu_count()} CPUs; each mode in a fresh process with an empty kernel cache; "
+    print(f"{os.cpu_count()} CPUs; each mode in a fresh process with empty kernel caches (cuconv's, CuPy's); "
           + (store.describe(tree_hash("cu")) if store is not None else "no prebuilt store"))
     for store_env in ((None, "0") if store is not None else (None,)):
         for mode in MODES:
-            with tempfile.TemporaryDirectory() as cache:
-                env = dict(os.environ, CUCONV_CACHE_DIR=cache)
+            with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as cupy_cache:
+                # a fresh environment: cuconv's kernel cache and CuPy's own (its elementwise kernels) empty
+                env = dict(os.environ, CUCONV_CACHE_DIR=cache, CUPY_CACHE_DIR=cupy_cache)
                 if store_env is not None:
                     env["CUCONV_PREBUILT"] = store_env
                 cmd = [sys.executable, "-m", "cuconv.bench.first_call", "--network", args.network,
