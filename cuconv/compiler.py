@@ -10,7 +10,8 @@
   whole source tree, the options and the NVRTC version, and loaded through
   ``cupy.RawModule(path=...)``, memoised per (source, defines, device). A cache miss reads the prebuilt
   store (:mod:`cuconv.prebuilt`: cubins compiled before installation) before it compiles. A cached cubin
-  the driver refuses to load is compiled again once, with NVRTC.
+  the driver refuses to load is compiled again once, with NVRTC. ``$CUCONV_COMPILE_LOG`` names a file that
+  gets a JSON line per variant a process uses (:func:`_record_use`).
 * Compile-time choices reach a source as ``-D`` defines; a kernel entry file composes the role
   headers of its folder (loader, pipeline, mainloop, epilogue, scheduler).
 """
@@ -19,8 +20,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -185,16 +189,36 @@ def _compile(source_rel: str, arch: str, defines_items: tuple, extra: tuple, fre
            + hashlib.sha256(repr((tree_hash("cu"), source_rel, opts, version)).encode()).hexdigest()[:32])
     if fresh:
         kernel_cache.discard(key)
-    entry = kernel_cache.read(key)
+    start = time.perf_counter()
+    entry, via = kernel_cache.read(key), "cache"
     if entry is None:
         # the prebuilt store first (not when the driver refused what the cache held: that compiles afresh)
         found = None if fresh else prebuilt.find(tree_hash("cu"), source_rel, arch, opts)
+        via = "nvrtc" if found is None else "store"
         cubin, log = found if found is not None else _nvrtc_compile(source_rel, arch, opts)
         entry = (kernel_cache.write(key, cubin, log), log)
+    _record_use(source_rel, arch, defines_items, extra, via, time.perf_counter() - start)
     result = (key, entry[0], parse_ptxas(entry[1]))
     with _COMPILE_LOCK:
         _COMPILED[memo_key] = result
     return result
+
+
+_LOG_LOCK = threading.Lock()
+
+
+def _record_use(source_rel: str, arch: str, defines_items: tuple, extra: tuple, via: str, seconds: float) -> None:
+    """With ``$CUCONV_COMPILE_LOG`` set, append a JSON line for a variant this process uses for the first
+    time: its source, arch, defines and extra options, where it came from (``cache``, ``store`` or
+    ``nvrtc``) and the seconds that took. ``python -m cuconv.prebuilt build --jobs-from LOG`` builds a store
+    of the variants a workload used (gradients, conv3d, shapes of its own)."""
+    path = os.environ.get("CUCONV_COMPILE_LOG")
+    if not path:
+        return
+    line = json.dumps({"source": source_rel, "arch": arch, "defines": dict(defines_items), "extra": list(extra),
+                       "via": via, "seconds": round(seconds, 4)}, sort_keys=True)
+    with _LOG_LOCK, open(path, "a") as f:
+        f.write(line + "\n")
 
 
 def compile_cuda(source_rel: str, arch: str, defines: Optional[Mapping[str, object]] = None,

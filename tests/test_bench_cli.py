@@ -293,8 +293,9 @@ def test_first_call_runs_each_mode_in_a_fresh_process_with_an_empty_cache(monkey
 
     def fake_run(cmd, env):
         cache = env["CUCONV_CACHE_DIR"]
-        assert env["CUPY_CACHE_DIR"] != cache and os.listdir(env["CUPY_CACHE_DIR"]) == []
-        seen.append((cmd[cmd.index("--mode") + 1], env.get("CUCONV_PREBUILT"), cache, os.listdir(cache)))
+        fresh = [env[v] for v in ("CUCONV_CACHE_DIR", "CUPY_CACHE_DIR", "CUCONV_COMPILE_LOG")]
+        assert len(set(fresh)) == 3 and not any(os.path.exists(f) for f in fresh)
+        seen.append((cmd[cmd.index("--mode") + 1], env.get("CUCONV_PREBUILT"), cache, []))
         return types.SimpleNamespace(returncode=0)
 
     monkeypatch.setattr(first_call.subprocess, "run", fake_run)
@@ -324,11 +325,20 @@ def test_first_call_kernels_only_needs_no_gpu(monkeypatch, capsys, tmp_path):
     assert capsys.readouterr().out.endswith("no prebuilt store\n")
 
     monkeypatch.setenv("CUCONV_CACHE_DIR", str(tmp_path))
+    log = tmp_path / "compile.jsonl"
+    monkeypatch.setenv("CUCONV_COMPILE_LOG", str(log))
     asked = []
-    monkeypatch.setattr(compiler, "compile_cuda", lambda source, arch, defines: asked.append((source, arch)))
+
+    def record(source, arch, defines):  # what the compiler logs, without compiling
+        asked.append((source, arch))
+        compiler._record_use(source, arch, tuple(sorted(defines.items())), (), "nvrtc" if len(asked) % 2 else "store",
+                             0.0)
+
+    monkeypatch.setattr(compiler, "compile_cuda", record)
     line = first_call.kernels_of_first_pass("resnet50", "bfloat16", False, "sm_90a")
     assert line.startswith("resnet50 bfloat16       as met, no store: kernels for H100 SXM / H200 ready in")
-    assert line.endswith("(0 variants, 0 compiled by NVRTC)")
+    n = len(asked)
+    assert line.endswith(f"({n} variants: {n // 2} from the store, {n - n // 2} compiled by NVRTC)")
     assert len(asked) >= len(NETWORKS["resnet50"].layers) and {a for _, a in asked} == {"sm_90a"}
 
 

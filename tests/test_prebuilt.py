@@ -338,3 +338,53 @@ def test_cli_show(store, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("CUCONV_PREBUILT", "0")
     assert cli(["show"]) == 0
     assert "turns it off" in capsys.readouterr().out
+
+
+# --- the compile log and stores of a workload's own variants ----------------------------------------------
+
+SCATTER = store_build.Job("layout/phase_scatter.cu", "sm_90a", ())
+
+
+@needs_nvrtc
+def test_compile_log_records_each_variant_once_with_where_it_came_from(store, fresh_cache, monkeypatch, tmp_path):
+    log = tmp_path / "used.jsonl"
+    monkeypatch.setenv("CUCONV_COMPILE_LOG", str(log))
+    monkeypatch.setenv("CUCONV_PREBUILT", str(store))
+    _compile(TRANSPOSE)
+    _compile(SCATTER)
+    _compile(TRANSPOSE)            # this process has it: no line
+    compiler._COMPILED.clear()     # as another process would: the kernel cache has it
+    _compile(TRANSPOSE)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["source"], r["arch"], r["via"]) for r in records] == [
+        (TRANSPOSE.source, "sm_90a", "store"), (SCATTER.source, "sm_90a", "nvrtc"), (TRANSPOSE.source, "sm_90a", "cache")]
+    assert all(r["defines"] == {} and r["extra"] == [] and r["seconds"] >= 0 for r in records)
+    assert store_build.logged_jobs(log) == [TRANSPOSE, SCATTER]
+
+
+def test_logged_jobs_keep_defines_and_name_a_bad_line(tmp_path):
+    log = tmp_path / "used.jsonl"
+    rec = {"source": "sm90/conv_fprop_sm90.cu", "arch": "sm_90a", "defines": {"B": 2, "A": "x"}, "extra": [],
+           "via": "nvrtc", "seconds": 1.0}
+    log.write_text(json.dumps(rec) + "\n\n" + json.dumps(dict(rec, via="cache")) + "\n")
+    assert store_build.logged_jobs(log) == [store_build.Job("sm90/conv_fprop_sm90.cu", "sm_90a", (("A", "x"), ("B", 2)))]
+    log.write_text(json.dumps(rec) + "\n" + '{"source": "a.cu"}\n')
+    with pytest.raises(ValueError, match=r"used.jsonl:2: not a compile log record"):
+        store_build.logged_jobs(log)
+
+
+@needs_nvrtc
+def test_cli_builds_a_store_of_logged_variants(tmp_path, capsys):
+    log = tmp_path / "used.jsonl"
+    log.write_text("".join(json.dumps({"source": j.source, "arch": j.arch, "defines": {}, "extra": [], "via": "nvrtc",
+                                       "seconds": 0.5}) + "\n" for j in (SCATTER, FLIP, SCATTER)))
+    out = tmp_path / "store"
+    assert cli(["build", "--no-catalog", "--jobs-from", str(log), "--out", str(out), "--workers", "2"]) == 0
+    assert capsys.readouterr().out.startswith("2 variants:")
+    held = {(e["source"], e["arch"]) for e in prebuilt.open_store(out).entries.values()}
+    assert held == {(SCATTER.source, SCATTER.arch), (FLIP.source, FLIP.arch)}
+    assert cli(["build", "--no-catalog", "--out", str(out)]) == 2
+    assert "no variants to build" in capsys.readouterr().err
+    log.write_text("not json\n")
+    assert cli(["build", "--no-catalog", "--jobs-from", str(log), "--out", str(out)]) == 2
+    assert "--jobs-from: " in capsys.readouterr().err

@@ -11,7 +11,8 @@ first use too):
 
 Where a prebuilt store is in use, both run again with it off (``CUCONV_PREBUILT=0``), so the table shows
 what the store saves. Each line gives the seconds from the moment the network's arrays exist to the end of
-the first pass (the GPU synchronised), the variants loaded and how many of them NVRTC compiled. Needs a
+the first pass (the GPU synchronised), the variants used and how many came from the store and from
+NVRTC (the child's ``CUCONV_COMPILE_LOG``). Needs a
 GPU (exit 2 without one), except with ``--kernels-only ARCH``: the kernels' half of the pass alone (each
 layer's variants read from the store or compiled, for the model GPU of ``ARCH``), with no GPU.
 """
@@ -31,24 +32,21 @@ from .networks import NETWORKS
 MODES = ("as met", "precompile")
 
 
-def _counting_nvrtc(compiled: list):
-    """Make this process's NVRTC compiles append their source to ``compiled`` (they still compile)."""
-    from cuconv import compiler
-    nvrtc_compile = compiler._nvrtc_compile
+def _line(network: str, dtype: str, precompile: bool, seconds: float, what: str) -> str:
+    """A result line: the variants this process used and where they came from (its compile log)."""
+    import json
 
-    def counted(*args):
-        compiled.append(args[0])
-        return nvrtc_compile(*args)
-
-    compiler._nvrtc_compile = counted
-
-
-def _line(network: str, dtype: str, precompile: bool, seconds: float, what: str, compiled: list) -> str:
-    from cuconv import kernel_cache, prebuilt
+    from cuconv import prebuilt
     store = "store" if prebuilt.open_store() is not None else "no store"
     mode = f"{MODES[precompile]}, {store}"
-    return (f"{network} {dtype} {mode:>22s}: {what} in {seconds:6.2f} s ({len(kernel_cache._entries())} "
-            f"variants, {len(compiled)} compiled by NVRTC)")
+    via = {"cache": 0, "store": 0, "nvrtc": 0}
+    log = os.environ.get("CUCONV_COMPILE_LOG")
+    if log and os.path.exists(log):
+        with open(log) as f:
+            for line in f:
+                via[json.loads(line)["via"]] += 1
+    return (f"{network} {dtype} {mode:>22s}: {what} in {seconds:6.2f} s ({sum(via.values())} variants: "
+            f"{via['store']} from the store, {via['nvrtc']} compiled by NVRTC)")
 
 
 def first_pass(network: str, dtype: str, precompile: bool) -> str:
@@ -63,8 +61,6 @@ def first_pass(network: str, dtype: str, precompile: bool) -> str:
         x = cp.zeros((L.N, L.H, L.W, L.C), dt)
         w = cp.zeros((L.K, L.R, L.S, L.C // L.groups), dt)
         layers.append((x, w, dict(stride=L.stride, padding=L.pad, dilation=L.dilation, groups=L.groups)))
-    compiled: list = []
-    _counting_nvrtc(compiled)
     cp.cuda.Device().synchronize()
     start = time.perf_counter()
     if precompile:
@@ -76,7 +72,7 @@ def first_pass(network: str, dtype: str, precompile: bool) -> str:
         for x, w, kw in layers:
             cuconv.conv2d(x, w, **kw)
     cp.cuda.Device().synchronize()
-    return _line(network, dtype, precompile, time.perf_counter() - start, "first pass ready", compiled)
+    return _line(network, dtype, precompile, time.perf_counter() - start, "first pass ready")
 
 
 def kernels_of_first_pass(network: str, dtype: str, precompile: bool, arch: str) -> str:
@@ -94,8 +90,6 @@ def kernels_of_first_pass(network: str, dtype: str, precompile: bool, arch: str)
                                        filter_spatial=(L.R, L.S), stride=L.stride, dilation=L.dilation,
                                        padding=L.pad, groups=L.groups, dtype=dtype, layout="NHWC"), device)[0]
              for L in NETWORKS[network].layers]
-    compiled: list = []
-    _counting_nvrtc(compiled)
     start = time.perf_counter()
     if precompile:
         cuconv.precompile(plans)
@@ -103,8 +97,7 @@ def kernels_of_first_pass(network: str, dtype: str, precompile: bool, arch: str)
         for plan in plans:
             for source, defines in call_jobs(plan):
                 compile_cuda(source, arch, defines)
-    return _line(network, dtype, precompile, time.perf_counter() - start, f"kernels for {device.name} ready",
-                 compiled)
+    return _line(network, dtype, precompile, time.perf_counter() - start, f"kernels for {device.name} ready")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -135,9 +128,12 @@ def main(argv: Optional[List[str]] = None) -> int:
           + (store.describe(tree_hash("cu")) if store is not None else "no prebuilt store"))
     for store_env in ((None, "0") if store is not None else (None,)):
         for mode in MODES:
-            with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as cupy_cache:
-                # a fresh environment: cuconv's kernel cache and CuPy's own (its elementwise kernels) empty
-                env = dict(os.environ, CUCONV_CACHE_DIR=cache, CUPY_CACHE_DIR=cupy_cache)
+            with tempfile.TemporaryDirectory() as work:
+                # a fresh environment: cuconv's kernel cache and CuPy's own (its elementwise kernels) empty;
+                # the compile log says where each variant came from
+                env = dict(os.environ, CUCONV_CACHE_DIR=os.path.join(work, "cuconv"),
+                           CUPY_CACHE_DIR=os.path.join(work, "cupy"),
+                           CUCONV_COMPILE_LOG=os.path.join(work, "compile.jsonl"))
                 if store_env is not None:
                     env["CUCONV_PREBUILT"] = store_env
                 cmd = [sys.executable, "-m", "cuconv.bench.first_call", "--network", args.network,

@@ -3,6 +3,8 @@
     python -m cuconv.prebuilt build                      # the default catalog into cuconv/prebuilt/cubins/
     python -m cuconv.prebuilt build --arch sm_90a --network resnet50 --dtype bfloat16 --out /shared/cuconv-cubins
     python -m cuconv.prebuilt build --dry-run            # count the catalog's variants, compile nothing
+    CUCONV_COMPILE_LOG=used.jsonl python train.py         # on a GPU: log the variants a workload uses...
+    python -m cuconv.prebuilt build --jobs-from used.jsonl   # ...and add them to the store
     python -m cuconv.prebuilt show [FOLDER]              # the store in use (or FOLDER): variants, archs, NVRTC
 
 A store outside the package serves when ``CUCONV_PREBUILT`` names its folder.
@@ -18,7 +20,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from . import _PACKAGE_STORE, open_store, store_dir
-from .build import DEFAULT_ARCHS, DEFAULT_DTYPES, DEFAULT_LAYOUTS, EPILOGUES, MODEL_DEVICES, build, catalog
+from .build import (DEFAULT_ARCHS, DEFAULT_DTYPES, DEFAULT_LAYOUTS, EPILOGUES, MODEL_DEVICES, build, catalog,
+                    logged_jobs)
 
 
 def _build(args) -> int:
@@ -27,8 +30,19 @@ def _build(args) -> int:
         if name not in NETWORKS:
             print(f"--network: expected some of {', '.join(NETWORKS)}, got {name!r}", file=sys.stderr)
             return 2
-    jobs = catalog(archs=args.arch or DEFAULT_ARCHS, networks=args.network, dtypes=args.dtype or DEFAULT_DTYPES,
-                   layouts=args.layout or DEFAULT_LAYOUTS, epilogues=args.epilogue or tuple(EPILOGUES))
+    jobs = [] if args.no_catalog else catalog(
+        archs=args.arch or DEFAULT_ARCHS, networks=args.network, dtypes=args.dtype or DEFAULT_DTYPES,
+        layouts=args.layout or DEFAULT_LAYOUTS, epilogues=args.epilogue or tuple(EPILOGUES))
+    for log in args.jobs_from or ():
+        try:
+            jobs += logged_jobs(log)
+        except (OSError, ValueError) as e:
+            print(f"--jobs-from: {e}", file=sys.stderr)
+            return 2
+    jobs = list(dict.fromkeys(jobs))
+    if not jobs:
+        print("no variants to build (--no-catalog without --jobs-from)", file=sys.stderr)
+        return 2
     per_source = Counter(f"{j.source} ({j.arch})" for j in jobs)
     print(f"{len(jobs)} variants:")
     for what, n in sorted(per_source.items()):
@@ -84,6 +98,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help=f"repeatable; default: {' '.join(DEFAULT_LAYOUTS)}")
     b.add_argument("--epilogue", action="append", choices=list(EPILOGUES),
                    help="a fused epilogue (repeatable; default: all of them)")
+    b.add_argument("--jobs-from", action="append", metavar="LOG",
+                   help="also the variants a compile log lists (a run with CUCONV_COMPILE_LOG=LOG; repeatable)")
+    b.add_argument("--no-catalog", action="store_true", help="only the variants of --jobs-from")
     b.add_argument("--out", default=str(_PACKAGE_STORE),
                    help="the store's folder, replaced whole (default: the package's, %(default)s)")
     b.add_argument("--workers", type=int, help="compile threads (default: one per CPU)")

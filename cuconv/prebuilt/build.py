@@ -3,13 +3,16 @@
 The catalog is what the automatic choice loads for the conv layers of the networks suite
 (:mod:`cuconv.bench.networks`: classifiers, detection, diffusion) on model GPUs of each architecture:
 every layer at the batch the suite lists and at batch 1, in each dtype, layout and fused epilogue asked
-(by default bf16 and fp16; NHWC and NCHW; none, bias, bias + ReLU, bias + SiLU, and bias + residual +
+(by default bf16, fp16 and fp32; NHWC and NCHW; none, bias, bias + ReLU, bias + SiLU, and bias + residual +
 ReLU, the forms a network's conv + norm + activation takes once folded). The plans are made with no
 overrides in force, so the variants are those a call makes without settings. Helper kernels that take
 no defines (the channels-first transpose) come with the plans that use them (:func:`cuconv.precompile.call_jobs`).
 
 A layer of another network mostly meets the same variants: a variant is a tile, a pipeline depth, an
 epilogue and a loader, not a shape. One it does not meet is compiled on its first call, as without a store.
+
+A workload of one's own (gradients, conv3d, other shapes) adds what it uses: run it once on a GPU with
+``CUCONV_COMPILE_LOG=FILE`` and build with ``--jobs-from FILE`` (:func:`logged_jobs`).
 
 ``python -m cuconv.prebuilt build`` writes the store (compiling on a thread pool; NVRTC needs no GPU).
 Building a wheel after it ships the store (``pyproject.toml``: the ``cubins`` folder is a wheel artifact).
@@ -32,7 +35,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from ..device import DeviceInfo
 from . import FORMAT, INDEX, entry_key
 
-__all__ = ["MODEL_DEVICES", "EPILOGUES", "Job", "catalog", "build"]
+__all__ = ["MODEL_DEVICES", "EPILOGUES", "Job", "catalog", "logged_jobs", "build"]
 
 #: The GPUs whose choices the catalog follows, per architecture. A choice depends on the SM count
 #: (tiles, split reductions) and the shared memory a block may take, so each architecture lists the
@@ -69,17 +72,38 @@ STEMS = ((3, 3, 1, 1), (3, 3, 2, 1), (3, 7, 2, 3), (3, 4, 4, 0), (3, 6, 2, 2), (
 STEM_WIDTHS = (32, 64)
 
 DEFAULT_ARCHS = ("sm_90a", "sm_80")
-DEFAULT_DTYPES = ("bfloat16", "float16")
+DEFAULT_DTYPES = ("bfloat16", "float16", "float32")
 DEFAULT_LAYOUTS = ("NHWC", "NCHW")
 
 
 @dataclass(frozen=True)
 class Job:
-    """One variant to compile: ``kernels_cu/<source>`` for ``arch`` with ``defines``."""
+    """One variant to compile: ``kernels_cu/<source>`` for ``arch`` with ``defines`` (sorted items) and
+    ``extra`` NVRTC options."""
 
     source: str
     arch: str
     defines: Tuple[Tuple[str, object], ...]
+    extra: Tuple[str, ...] = ()
+
+
+def logged_jobs(path: os.PathLike) -> List[Job]:
+    """The distinct variants a compile log lists (``$CUCONV_COMPILE_LOG``: a JSON line per variant a process
+    used, :func:`cuconv.compiler._record_use`), in the order they first appear. A line that is not such a
+    record raises ``ValueError`` naming the file and line."""
+    jobs: Dict[Job, None] = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                job = Job(str(rec["source"]), str(rec["arch"]), tuple(sorted(rec["defines"].items())),
+                          tuple(rec.get("extra", ())))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"{path}:{n}: not a compile log record ({e}): {line.strip()[:120]}") from None
+            jobs.setdefault(job, None)
+    return list(jobs)
 
 
 def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[str]] = None,
@@ -133,7 +157,7 @@ def stem_layers() -> list:
 def _compile(job: Job) -> Tuple[Job, str, bytes, str]:
     """(job, key, cubin, ptxas log): NVRTC with the options a call compiles with."""
     from .. import compiler
-    opts = compiler._options(job.arch, dict(job.defines), ())
+    opts = compiler._options(job.arch, dict(job.defines), job.extra)
     cubin, log = compiler._nvrtc_compile(job.source, job.arch, opts)
     return job, entry_key(compiler.tree_hash("cu"), job.source, job.arch, opts), cubin, log
 
