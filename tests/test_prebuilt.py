@@ -277,6 +277,24 @@ def test_catalog_serves_networks_it_is_not_built_from(default_catalog, name):
     assert not missing
 
 
+def test_catalog_holds_the_video_vae_conv3d_layers(default_catalog):
+    from cuconv.bench.conv3d import PADDING, SUITE_3D
+    sources = set()
+    for s3 in SUITE_3D:
+        for layout in ("NDHWC", "NCDHW"):
+            problem = ConvProblem.create(nd=3, batch=s3.N, in_spatial=(s3.D, s3.H, s3.W), channels=s3.C,
+                                         out_channels=s3.K, filter_spatial=(3, 3, 3), stride=1, dilation=1,
+                                         padding=PADDING, groups=1, dtype="float16", layout=layout)
+            for source, defines in call_jobs(dispatch.select(problem, H100, overrides=Overrides())[0]):
+                assert store_build.Job(source, "sm_90a", tuple(sorted(defines.items()))) in default_catalog
+                sources.add(source)
+    assert sources
+    without = store_build.catalog(archs=["sm_90a"], networks=["resnet50"], dtypes=["float16"], layouts=["NHWC"],
+                                  epilogues=["none"], stems=False, conv3d=False)
+    assert set(without) < set(store_build.catalog(archs=["sm_90a"], networks=["resnet50"], dtypes=["float16"],
+                                                  layouts=["NHWC"], epilogues=["none"], stems=False))
+
+
 def test_catalog_follows_each_model_gpu_and_epilogue():
     one = store_build.catalog(archs=["sm_90a"], networks=["sd_unet"], dtypes=["float16"], layouts=["NHWC"],
                               epilogues=["none"])

@@ -1,7 +1,8 @@
 """Building a prebuilt store: which variants (the catalog) and compiling them into a folder.
 
 The catalog is what the automatic choice loads for the conv layers of the networks suite
-(:mod:`cuconv.bench.networks`: classifiers, detection, diffusion) on model GPUs of each architecture:
+(:mod:`cuconv.bench.networks`: classifiers, detection, diffusion), common stems and the video-VAE conv3d
+layers of the benchmark, on model GPUs of each architecture:
 every layer at the batch the suite lists and at batch 1, in each dtype, layout and fused epilogue asked
 (by default bf16, fp16 and fp32; NHWC and NCHW; none, bias, bias + ReLU, bias + SiLU, and bias + residual +
 ReLU, the forms a network's conv + norm + activation takes once folded). The plans are made with no
@@ -108,11 +109,12 @@ def logged_jobs(path: os.PathLike) -> List[Job]:
 
 def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[str]] = None,
             dtypes: Sequence[str] = DEFAULT_DTYPES, layouts: Sequence[str] = DEFAULT_LAYOUTS,
-            epilogues: Sequence[str] = tuple(EPILOGUES), stems: bool = True) -> List[Job]:
+            epilogues: Sequence[str] = tuple(EPILOGUES), stems: bool = True, conv3d: bool = True) -> List[Job]:
     """The distinct variants the automatic choice loads for every conv layer of ``networks`` (default:
-    all of the networks suite) and, with ``stems``, of :func:`stem_layers`, at its listed batch and at
-    batch 1, for each dtype, layout and epilogue, on the model GPUs of each architecture
-    (:data:`MODEL_DEVICES`)."""
+    all of the networks suite), with ``stems`` of :func:`stem_layers` and with ``conv3d`` of the video-VAE
+    layers of the conv3d suite (:data:`cuconv.bench.conv3d.SUITE_3D`, in the 3-D form of each layout), at
+    its listed batch and at batch 1, for each dtype, layout and epilogue, on the model GPUs of each
+    architecture (:data:`MODEL_DEVICES`)."""
     from ..bench.networks import NETWORKS
     from ..dispatch import select
     from ..overrides import Overrides
@@ -131,19 +133,31 @@ def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[st
     layers = [L for name in (networks or NETWORKS) for L in NETWORKS[name].layers]
     if stems:
         layers += stem_layers()
+    # (nd, batch, input, channels, filters, filter, stride, dilation, padding, groups) of every problem
+    shapes = [(2, batch, (L.H, L.W), L.C, L.K, (L.R, L.S), L.stride, L.dilation, L.pad, L.groups)
+              for L in layers for batch in sorted({L.N, 1})]
+    if conv3d:
+        from ..bench.conv3d import PADDING, SUITE_3D
+        shapes += [(3, batch, (s.D, s.H, s.W), s.C, s.K, (3, 3, 3), 1, 1, PADDING, 1)
+                   for s in SUITE_3D for batch in sorted({s.N, 1})]
     jobs: Dict[Job, None] = {}
     none = Overrides()
     for arch in archs:
-        for dev, L, dtype, layout, ep in itertools.product(MODEL_DEVICES[arch], layers, dtypes, layouts, epilogues):
-            for batch in sorted({L.N, 1}):
-                problem = ConvProblem.create(
-                    nd=2, batch=batch, in_spatial=(L.H, L.W), channels=L.C, out_channels=L.K,
-                    filter_spatial=(L.R, L.S), stride=L.stride, dilation=L.dilation, padding=L.pad,
-                    groups=L.groups, dtype=dtype, layout=layout, epilogue=Epilogue(**EPILOGUES[ep]))
-                plan = select(problem, dev, overrides=none)[0]
-                for source, defines in call_jobs(plan):
-                    jobs.setdefault(Job(source, arch, tuple(sorted(defines.items()))), None)
+        for dev, shape, dtype, layout, ep in itertools.product(MODEL_DEVICES[arch], shapes, dtypes, layouts,
+                                                               epilogues):
+            nd, batch, spatial, C, K, filt, stride, dilation, padding, groups = shape
+            problem = ConvProblem.create(
+                nd=nd, batch=batch, in_spatial=spatial, channels=C, out_channels=K, filter_spatial=filt,
+                stride=stride, dilation=dilation, padding=padding, groups=groups, dtype=dtype,
+                layout=layout if nd == 2 else _LAYOUTS_3D[layout], epilogue=Epilogue(**EPILOGUES[ep]))
+            plan = select(problem, dev, overrides=none)[0]
+            for source, defines in call_jobs(plan):
+                jobs.setdefault(Job(source, arch, tuple(sorted(defines.items()))), None)
     return list(jobs)
+
+
+#: The 3-D layout of each 2-D layout name (a conv3d layer of the catalog takes the 3-D form).
+_LAYOUTS_3D = {"NHWC": "NDHWC", "NCHW": "NCDHW"}
 
 
 def stem_layers() -> list:
