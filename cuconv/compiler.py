@@ -138,9 +138,19 @@ def nvrtc_check(result, what: str):
     return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
 
 
-def _options(arch: str, defines: Mapping[str, object], extra: Tuple[str, ...]) -> List[str]:
+def line_info() -> bool:
+    """Whether cubins carry source line tables (``$CUCONV_LINEINFO`` set and not ``0``), for a profiler's
+    source view (``ncu --import-source``). They leave the machine code as it is and make a cubin about
+    three times larger (a bigger cache, slower module loads), so they are off unless asked for."""
+    return os.environ.get("CUCONV_LINEINFO", "").strip() not in ("", "0")
+
+
+def _options(arch: str, defines: Mapping[str, object], extra: Tuple[str, ...],
+             lines: Optional[bool] = None) -> List[str]:
+    """NVRTC's options for a variant; ``lines``: with line tables (default :func:`line_info`)."""
     opts = [f"--gpu-architecture={arch}", "--std=c++17", f"-I{kernels_dir('cu')}", "-Xptxas=-v",
-            "--device-as-default-execution-space", "-lineinfo"]
+            "--device-as-default-execution-space"]
+    opts += ["-lineinfo"] if (line_info() if lines is None else lines) else []
     opts += [f"-D{k}={v}" for k, v in sorted(defines.items())]
     opts += list(extra)
     return opts
@@ -173,17 +183,19 @@ def _nvrtc_compile(source_rel: str, arch: str, opts: List[str]) -> Tuple[bytes, 
     return cubin, log
 
 
-#: (source, arch, defines, options) -> (cache key, cubin path, report): what this process compiled or read.
+#: (source, arch, defines, extra options, line tables) -> (cache key, cubin path, report): what this process
+#: compiled or read.
 _COMPILED: Dict[tuple, Tuple[str, str, PtxasReport]] = {}
 _COMPILE_LOCK = threading.Lock()
 
 
 def _compile(source_rel: str, arch: str, defines_items: tuple, extra: tuple, fresh: bool = False):
-    memo_key = (source_rel, arch, defines_items, extra)
+    lines = line_info()
+    memo_key = (source_rel, arch, defines_items, extra, lines)
     hit = None if fresh else _COMPILED.get(memo_key)
     if hit is not None:
         return hit
-    opts = _options(arch, dict(defines_items), extra)
+    opts = _options(arch, dict(defines_items), extra, lines)
     version = nvrtc_check(_nvrtc().nvrtcVersion(), "version")
     key = (f"{Path(source_rel).stem}-{arch}-"
            + hashlib.sha256(repr((tree_hash("cu"), source_rel, opts, version)).encode()).hexdigest()[:32])

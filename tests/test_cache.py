@@ -208,3 +208,30 @@ def test_a_cubin_the_driver_refuses_is_rebuilt(cache, cp):
     err = float(second.stdout.split("error")[1].split()[0])
     assert err < 1e-5
     assert "refused" in second.stdout.split("warnings")[1]
+
+
+def test_line_tables_only_on_request_and_the_machine_code_is_the_same(cache, monkeypatch, tmp_path):
+    """``CUCONV_LINEINFO`` adds source line tables (another cache entry); the SASS does not change."""
+    import subprocess
+
+    from conftest import find_cuobjdump
+    monkeypatch.delenv("CUCONV_LINEINFO", raising=False)
+    assert "-lineinfo" not in compiler._options(ARCH, {}, ())
+    plain, _ = _compile()
+    for off in ("0", " "):
+        monkeypatch.setenv("CUCONV_LINEINFO", off)
+        assert not compiler.line_info()
+    monkeypatch.setenv("CUCONV_LINEINFO", "1")
+    assert "-lineinfo" in compiler._options(ARCH, {}, ())
+    lines, _ = _compile()
+    assert lines != plain and os.path.getsize(lines) > os.path.getsize(plain)
+    tool = find_cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not installed (the sass extra)")
+
+    def sass(path):
+        text = subprocess.run([tool, "-sass", path], check=True, capture_output=True, text=True).stdout
+        return [ln.split("/*")[0].strip() for ln in text.splitlines() if ln.strip() and "/*" in ln]
+
+    code = sass(plain)
+    assert code and code == sass(lines)

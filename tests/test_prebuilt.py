@@ -63,7 +63,9 @@ def nvrtc_calls(monkeypatch):
 def store(tmp_path_factory):
     """A store of two light variants (built once for the module)."""
     folder = tmp_path_factory.mktemp("store") / "cubins"
-    assert store_build.build(folder, [TRANSPOSE, FLIP, TRANSPOSE], workers=2) == 2
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUCONV_LINEINFO", "1")  # the builder leaves line tables out all the same
+        assert store_build.build(folder, [TRANSPOSE, FLIP, TRANSPOSE], workers=2) == 2
     return folder
 
 
@@ -151,6 +153,19 @@ def test_a_cache_miss_reads_the_store_instead_of_compiling(store, fresh_cache, m
     # a variant the store does not hold is compiled
     _compile(store_build.Job("layout/phase_scatter.cu", "sm_90a", ()))
     assert nvrtc_calls[-1] == ("layout/phase_scatter.cu", "sm_90a")
+
+
+@needs_nvrtc
+def test_line_tables_asked_are_compiled_past_the_store(store, fresh_cache, monkeypatch, nvrtc_calls):
+    """The store holds cubins without line tables (even when built with ``CUCONV_LINEINFO`` set); a process
+    that asks for them compiles its own."""
+    monkeypatch.setenv("CUCONV_PREBUILT", str(store))
+    monkeypatch.setenv("CUCONV_LINEINFO", "1")
+    _compile(TRANSPOSE)
+    assert nvrtc_calls == [(TRANSPOSE.source, TRANSPOSE.arch)]
+    monkeypatch.delenv("CUCONV_LINEINFO")
+    _compile(TRANSPOSE)
+    assert len(nvrtc_calls) == 1
 
 
 @needs_nvrtc

@@ -36,7 +36,7 @@ def test_variants_of_every_path_compile_once(fresh_cache):
     assert len(list(kernel_cache._entries())) == len(jobs)
     # what a run loads is now a cache hit: compiling it again is the memo's answer
     for source, arch, items in jobs:
-        assert (source, arch, items, ()) in compiler._COMPILED
+        assert (source, arch, items, (), compiler.line_info()) in compiler._COMPILED
 
 
 def test_explanations_and_conv_plans_are_accepted(fresh_cache):

@@ -169,9 +169,10 @@ def stem_layers() -> list:
 
 
 def _compile(job: Job) -> Tuple[Job, str, bytes, str]:
-    """(job, key, cubin, ptxas log): NVRTC with the options a call compiles with."""
+    """(job, key, cubin, ptxas log): NVRTC with the options a call compiles with (no line tables, whatever
+    ``CUCONV_LINEINFO`` says: a store serves calls made without them)."""
     from .. import compiler
-    opts = compiler._options(job.arch, dict(job.defines), job.extra)
+    opts = compiler._options(job.arch, dict(job.defines), job.extra, lines=False)
     cubin, log = compiler._nvrtc_compile(job.source, job.arch, opts)
     return job, entry_key(compiler.tree_hash("cu"), job.source, job.arch, opts), cubin, log
 
