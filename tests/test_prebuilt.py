@@ -8,6 +8,7 @@ forgets what the process compiled, so every lookup goes through the store.
 from __future__ import annotations
 
 import json
+import os
 import lzma
 import warnings
 
@@ -421,3 +422,50 @@ def test_cli_builds_a_store_of_logged_variants(tmp_path, capsys):
     log.write_text("not json\n")
     assert cli(["build", "--no-catalog", "--jobs-from", str(log), "--out", str(out)]) == 2
     assert "--jobs-from: " in capsys.readouterr().err
+
+
+# --- on a GPU: a store's cubins load and compute right ------------------------------------------------------
+
+_STORE_SCRIPT = """
+import json, os, sys, numpy as np, cupy as cp, ml_dtypes, cuconv
+rng = np.random.default_rng(0)
+errs = []
+for layout, (C, K, R, stride) in [("NHWC", (64, 64, 3, 1)), ("NHWC", (3, 32, 7, 2)), ("NCHW", (32, 64, 3, 2))]:
+    xs = (2, 20, 20, C) if layout == "NHWC" else (2, C, 20, 20)
+    ws = (K, R, R, C) if layout == "NHWC" else (K, C, R, R)
+    x = rng.standard_normal(xs).astype(ml_dtypes.bfloat16)
+    w = (rng.standard_normal(ws) / (R * (C ** 0.5))).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal(K).astype(ml_dtypes.bfloat16)
+    got = cp.asnumpy(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), stride=stride, padding=R // 2,
+                                   layout=layout, activation="relu")).astype(np.float64)
+    want = cuconv.reference.conv2d(x, w, b, stride=stride, padding=R // 2, layout=layout, activation="relu")
+    errs.append(float(np.linalg.norm(got - want) / np.linalg.norm(want)))
+with open(os.environ["CUCONV_COMPILE_LOG"]) as f:
+    via = sorted({json.loads(line)["via"] for line in f})
+print(json.dumps({"errors": errs, "via": via}))
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_a_store_built_from_a_compile_log_serves_a_fresh_process(tmp_path, cp):
+    """A process on this GPU logs the variants of three layers (NHWC and NCHW, a stem, fused bias + ReLU); a
+    store built from that log serves them to a fresh process with an empty cache: nothing compiled by
+    NVRTC, results as the reference's."""
+    import subprocess
+    import sys
+    log = tmp_path / "used.jsonl"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), CUCONV_PREBUILT="0",
+               CUCONV_CACHE_DIR=str(tmp_path / "cache1"), CUCONV_COMPILE_LOG=str(log))
+    env.pop("CUCONV_LINEINFO", None)
+    first = subprocess.run([sys.executable, "-c", _STORE_SCRIPT], capture_output=True, text=True, env=env)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout.splitlines()[-1])["via"] == ["nvrtc"]
+    store = tmp_path / "store"
+    assert store_build.build(store, store_build.logged_jobs(log)) > 0
+    env.update(CUCONV_PREBUILT=str(store), CUCONV_CACHE_DIR=str(tmp_path / "cache2"),
+               CUCONV_COMPILE_LOG=str(tmp_path / "second.jsonl"))
+    second = subprocess.run([sys.executable, "-c", _STORE_SCRIPT], capture_output=True, text=True, env=env)
+    assert second.returncode == 0, second.stderr
+    result = json.loads(second.stdout.splitlines()[-1])
+    assert result["via"] == ["store"]
+    assert max(result["errors"]) < 1e-2
