@@ -48,7 +48,8 @@ def precompile(plans: Iterable, workers: Optional[int] = None) -> int:
     """Compile every kernel variant ``plans`` will load (those not cached yet) on ``workers`` threads
     (default: one per CPU, at most one per variant); return how many distinct variants there are.
 
-    Compiling a variant already in the cache only checks the cache. Nothing is loaded on the GPU."""
+    A variant already in the kernel cache is only checked there, and one the prebuilt store holds is read from
+    it (:mod:`cuconv.prebuilt`). Nothing is loaded on the GPU."""
     jobs = {}
     for obj in plans:
         plan = _kernel_plan(obj)
