@@ -8,8 +8,9 @@ forgets what the process compiled, so every lookup goes through the store.
 from __future__ import annotations
 
 import json
-import os
 import lzma
+import os
+import shutil
 import warnings
 
 import pytest
@@ -27,6 +28,7 @@ from geometry import H100, problem2d
 
 TRANSPOSE = store_build.Job("layout/transpose.cu", "sm_90a", ())
 FLIP = store_build.Job("layout/flip_filter.cu", "sm_80", ())
+SCATTER = store_build.Job("layout/phase_scatter.cu", "sm_90a", ())  # in no store
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")
 
@@ -333,6 +335,26 @@ def test_catalog_names_a_bad_argument(kwargs, match):
         store_build.catalog(**kwargs)
 
 
+@needs_nvrtc
+def test_build_keeps_what_the_store_in_its_folder_holds(store, tmp_path, nvrtc_calls):
+    folder = tmp_path / "s"
+    shutil.copytree(store, folder)
+    assert store_build.build(folder, [TRANSPOSE, SCATTER], workers=1) == 2
+    assert nvrtc_calls == [(SCATTER.source, SCATTER.arch)]  # the transpose was kept, FLIP dropped
+    held = prebuilt.open_store(folder)
+    assert {e["source"] for e in held.entries.values()} == {TRANSPOSE.source, SCATTER.source}
+    assert all(held.read(k) is not None for k in held.entries)
+    assert store_build.build(folder, [TRANSPOSE, SCATTER], reuse=False) == 2
+    assert len(nvrtc_calls) == 3
+    index = json.loads((folder / prebuilt.INDEX).read_text())
+    index["tree_hash"] = "0" * 64  # a store of other sources keeps nothing
+    (folder / prebuilt.INDEX).write_text(json.dumps(index))
+    prebuilt._load.cache_clear()
+    assert store_build.build(folder, [TRANSPOSE]) == 1
+    assert nvrtc_calls[-1] == (TRANSPOSE.source, TRANSPOSE.arch) and len(nvrtc_calls) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # no staging folder left behind
+
+
 def test_build_rejects_bad_workers(tmp_path):
     with pytest.raises(ValueError, match="workers"):
         store_build.build(tmp_path / "s", [TRANSPOSE], workers=0)
@@ -375,8 +397,6 @@ def test_cli_show(store, monkeypatch, capsys, tmp_path):
 
 
 # --- the compile log and stores of a workload's own variants ----------------------------------------------
-
-SCATTER = store_build.Job("layout/phase_scatter.cu", "sm_90a", ())
 
 
 @needs_nvrtc

@@ -51,18 +51,21 @@ def _build(args) -> int:
         return 0
     from ..compiler import CompileError
     start = time.perf_counter()
+    compiled = [0]
 
     def progress(done, total):
+        compiled[0] = done
         if done % 10 == 0 or done == total:
             print(f"  compiled {done}/{total} ({time.perf_counter() - start:.0f} s)", flush=True)
 
     try:
-        n = build(args.out, jobs, workers=args.workers, progress=progress)
-    except (CompileError, ImportError) as e:
+        n = build(args.out, jobs, workers=args.workers, progress=progress, reuse=not args.fresh)
+    except (CompileError, ImportError, OSError) as e:
         print(f"python -m cuconv.prebuilt build: {e}", file=sys.stderr)
         return 1
     size = sum(p.stat().st_size for p in Path(args.out).iterdir())
-    print(f"{n} variants in {args.out} ({size / 2**20:.1f} MiB), {time.perf_counter() - start:.0f} s")
+    print(f"{n} variants in {args.out} ({size / 2**20:.1f} MiB; {compiled[0]} compiled, {n - compiled[0]} kept "
+          f"from the store that was there), {time.perf_counter() - start:.0f} s")
     return 0
 
 
@@ -104,6 +107,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--out", default=str(_PACKAGE_STORE),
                    help="the store's folder, replaced whole (default: the package's, %(default)s)")
     b.add_argument("--workers", type=int, help="compile threads (default: one per CPU)")
+    b.add_argument("--fresh", action="store_true",
+                   help="compile every variant, even those the store in --out already holds")
     b.add_argument("--dry-run", action="store_true", help="list the variants, compile nothing")
     s = sub.add_parser("show", help="what a store holds")
     s.add_argument("folder", nargs="?", help="default: the store in use")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..device import DeviceInfo
-from . import FORMAT, INDEX, entry_key
+from . import FORMAT, INDEX, entry_key, open_store
 
 __all__ = ["MODEL_DEVICES", "EPILOGUES", "Job", "catalog", "logged_jobs", "build"]
 
@@ -168,40 +168,60 @@ def stem_layers() -> list:
             for C, f, stride, pad in STEMS for K in STEM_WIDTHS]
 
 
-def _compile(job: Job) -> Tuple[Job, str, bytes, str]:
-    """(job, key, cubin, ptxas log): NVRTC with the options a call compiles with (no line tables, whatever
-    ``CUCONV_LINEINFO`` says: a store serves calls made without them)."""
+def _compile(item: Tuple[Job, List[str], str]) -> Tuple[Job, str, bytes, str]:
+    """(job, key, cubin, ptxas log) of one ``(job, options, key)``: NVRTC."""
     from .. import compiler
-    opts = compiler._options(job.arch, dict(job.defines), job.extra, lines=False)
+    job, opts, key = item
     cubin, log = compiler._nvrtc_compile(job.source, job.arch, opts)
-    return job, entry_key(compiler.tree_hash("cu"), job.source, job.arch, opts), cubin, log
+    return job, key, cubin, log
 
 
-def build(folder: os.PathLike, jobs: Iterable[Job], workers: Optional[int] = None,
-          progress=None) -> int:
+def build(folder: os.PathLike, jobs: Iterable[Job], workers: Optional[int] = None, progress=None,
+          reuse: bool = True) -> int:
     """Compile ``jobs`` on ``workers`` threads (default: one per CPU) into a store in ``folder``, which is
-    replaced whole; return how many variants it holds. ``progress(done, total)`` is called after each."""
+    replaced whole; return how many variants it holds. With ``reuse``, a variant the store already in
+    ``folder`` holds (same kernel tree and NVRTC version, its entry sound) is copied, not compiled again.
+    ``progress(done, total)`` is called after each compile.
+
+    The options are those a call compiles with, without line tables whatever ``CUCONV_LINEINFO`` says: a
+    store serves calls made without them."""
     from .. import compiler
     jobs = list(dict.fromkeys(jobs))
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise ValueError(f"workers: expected a positive int or None, got {workers!r}")
+    tree = compiler.tree_hash("cu")
+    version = tuple(compiler.nvrtc_check(compiler._nvrtc().nvrtcVersion(), "version"))
+    keyed = []
+    for job in jobs:
+        opts = compiler._options(job.arch, dict(job.defines), job.extra, lines=False)
+        keyed.append((job, opts, entry_key(tree, job.source, job.arch, opts)))
     folder = Path(folder)
+    old = open_store(folder) if reuse else None
+    if old is not None and (old.tree_hash != tree or old.nvrtc != version):
+        old = None
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
-        entries = {}
-        n = max(1, min(len(jobs), workers or os.cpu_count() or 1))
+        entries, todo = {}, []
+        for job, opts, key in keyed:
+            if key in entries:
+                continue
+            if old is not None and old.read(key) is not None:
+                record = old.entries[key]
+                shutil.copyfile(old.folder / record["file"], staging / record["file"])
+                entries[key] = record
+            else:
+                todo.append((job, opts, key))
+        n = max(1, min(len(todo), workers or os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=n) as pool:
-            for done, (job, key, cubin, log) in enumerate(pool.map(_compile, jobs), 1):
+            for done, (job, key, cubin, log) in enumerate(pool.map(_compile, todo), 1):
                 (staging / f"{key}.cubin.xz").write_bytes(lzma.compress(cubin, preset=9))
                 entries[key] = {"source": job.source, "arch": job.arch, "defines": dict(job.defines),
-                                "file": f"{key}.cubin.xz", "sha256": hashlib.sha256(cubin).hexdigest(),
-                                "log": log}
+                                "extra": list(job.extra), "file": f"{key}.cubin.xz",
+                                "sha256": hashlib.sha256(cubin).hexdigest(), "log": log}
                 if progress is not None:
-                    progress(done, len(jobs))
-        version = compiler.nvrtc_check(compiler._nvrtc().nvrtcVersion(), "version")
-        index = {"format": FORMAT, "tree_hash": compiler.tree_hash("cu"), "nvrtc": list(version),
-                 "entries": entries}
+                    progress(done, len(todo))
+        index = {"format": FORMAT, "tree_hash": tree, "nvrtc": list(version), "entries": entries}
         (staging / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True))
         if folder.exists():
             shutil.rmtree(folder)
