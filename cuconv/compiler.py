@@ -32,7 +32,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from . import kernel_cache, prebuilt
 
 __all__ = ["kernels_dir", "compile_cuda", "load_cuda_module", "load_cuda_function", "clear_cache", "nvrtc_check", "tree_hash",
-           "PtxasReport", "CompileError"]
+           "variant_origin", "line_info", "PtxasReport", "CompileError"]
 
 _PKG = Path(__file__).resolve().parent
 
@@ -196,9 +196,7 @@ def _compile(source_rel: str, arch: str, defines_items: tuple, extra: tuple, fre
     if hit is not None:
         return hit
     opts = _options(arch, dict(defines_items), extra, lines)
-    version = nvrtc_check(_nvrtc().nvrtcVersion(), "version")
-    key = (f"{Path(source_rel).stem}-{arch}-"
-           + hashlib.sha256(repr((tree_hash("cu"), source_rel, opts, version)).encode()).hexdigest()[:32])
+    key = _cache_key(source_rel, arch, opts)
     if fresh:
         kernel_cache.discard(key)
     start = time.perf_counter()
@@ -214,6 +212,28 @@ def _compile(source_rel: str, arch: str, defines_items: tuple, extra: tuple, fre
     with _COMPILE_LOCK:
         _COMPILED[memo_key] = result
     return result
+
+
+def _cache_key(source_rel: str, arch: str, opts: List[str]) -> str:
+    """The kernel-cache key of a variant: the kernel tree, the source, the options and the NVRTC version."""
+    version = nvrtc_check(_nvrtc().nvrtcVersion(), "version")
+    return (f"{Path(source_rel).stem}-{arch}-"
+            + hashlib.sha256(repr((tree_hash("cu"), source_rel, opts, version)).encode()).hexdigest()[:32])
+
+
+def variant_origin(source_rel: str, arch: str, defines: Optional[Mapping[str, object]] = None,
+                   extra_options: Tuple[str, ...] = ()) -> str:
+    """Where the cubin of a variant comes from if it is needed now: ``"process"`` (this process has it),
+    ``"cache"`` (the kernel cache), ``"store"`` (the prebuilt store) or ``"nvrtc"`` (compiled on first use).
+    Reads no cubin and compiles nothing."""
+    items, extra = tuple(sorted((defines or {}).items())), tuple(extra_options)
+    lines = line_info()
+    if (source_rel, arch, items, extra, lines) in _COMPILED:
+        return "process"
+    opts = _options(arch, dict(items), extra, lines)
+    if kernel_cache.holds(_cache_key(source_rel, arch, opts)):
+        return "cache"
+    return "store" if prebuilt.holds(tree_hash("cu"), source_rel, arch, opts) else "nvrtc"
 
 
 _LOG_LOCK = threading.Lock()

@@ -75,6 +75,8 @@ class Explanation:
                  f"precision: {self.precision} ({PRECISION_MEANING[self.precision]})",
                  f"runs: {self.kernel}{' (forced)' if self.forced else ''} [{self.detail}] - {self.reason}",
                  self.layout]
+        if self.variants:
+            lines.append(self.variants)
         if self.overrides.describe():
             lines.append(f"overrides: {self.overrides.describe()}")
         for name, why in self.declined.items():
@@ -88,6 +90,26 @@ class Explanation:
         """How the call's layout reaches the kernel: whether operands are moved to channels-last, by
         what, and the bytes that moves (:func:`cuconv.layout.describe`)."""
         return describe_layout(self.problem, self.device, self.plan)
+
+    @property
+    def variants(self) -> str:
+        """Where the compiled kernels a call loads come from (:func:`cuconv.compiler.variant_origin`): this
+        process, the kernel cache, the prebuilt store, or NVRTC on the first call (about a second each).
+        Empty where nothing is compiled (the CPU) or NVRTC is not installed."""
+        from .precompile import call_jobs
+        if self.device.kind != "cuda":
+            return ""
+        try:
+            from .compiler import variant_origin
+            origins = [variant_origin(source, self.device.arch, defines) for source, defines in call_jobs(self.plan)]
+        except ImportError:
+            return ""
+        if not origins:
+            return ""
+        words = {"process": "loaded by this process", "cache": "in the kernel cache",
+                 "store": "in the prebuilt store", "nvrtc": "compiled by NVRTC on the first call (about a second each)"}
+        counts = [f"{origins.count(o)} {words[o]}" for o in words if o in origins]
+        return f"kernel variants: {len(origins)} (" + ", ".join(counts) + ")"
 
     _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731  (IPython display)
 

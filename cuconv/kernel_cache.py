@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Optional, Tuple
 
-__all__ = ["cache_dir", "read", "write", "discard", "clear_entries", "max_bytes"]
+__all__ = ["cache_dir", "holds", "read", "write", "discard", "clear_entries", "max_bytes"]
 
 _SUFFIXES = (".cubin", ".log", ".json")
 _DEFAULT_MAX_MB = 1024
@@ -107,6 +107,11 @@ def discard(key: str) -> None:
             p.unlink()
         except OSError:
             pass
+
+
+def holds(key: str) -> bool:
+    """Whether the cache has an entry for ``key`` (its metadata written; :func:`read` checks the rest)."""
+    return _paths(key)[2].exists()
 
 
 def read(key: str) -> Optional[Tuple[str, str]]:

@@ -489,3 +489,32 @@ def test_gpu_a_store_built_from_a_compile_log_serves_a_fresh_process(tmp_path, c
     result = json.loads(second.stdout.splitlines()[-1])
     assert result["via"] == ["store"]
     assert max(result["errors"]) < 1e-2
+
+
+@needs_nvrtc
+def test_explain_says_where_the_variants_come_from(store, fresh_cache, monkeypatch):
+    """An explanation's ``variants`` line: NVRTC on the first call, then this process, the kernel cache (a new
+    process), or the prebuilt store."""
+    from cuconv.precompile import call_jobs as jobs_of
+    monkeypatch.setenv("CUCONV_PREBUILT", "0")
+    e = dispatch.select(problem2d(C=16, K=16, groups=16), H100)[1]  # depthwise: one variant
+    (source, defines), = jobs_of(e.plan)
+    assert e.variants == "kernel variants: 1 (1 compiled by NVRTC on the first call (about a second each))"
+    assert e.variants in str(e)
+    compiler.compile_cuda(source, "sm_90a", defines)
+    assert e.variants == "kernel variants: 1 (1 loaded by this process)"
+    compiler._COMPILED.clear()
+    assert e.variants == "kernel variants: 1 (1 in the kernel cache)"
+    kernel_cache.clear_entries()
+    own = fresh_cache / "own-store"
+    store_build.build(own, [store_build.Job(source, "sm_90a", tuple(sorted(defines.items())))])
+    monkeypatch.setenv("CUCONV_PREBUILT", str(own))
+    assert e.variants == "kernel variants: 1 (1 in the prebuilt store)"
+    nchw = dispatch.select(ConvProblem.create(nd=2, batch=2, in_spatial=(9, 11), channels=64, out_channels=64,
+                                              filter_spatial=(3, 3), stride=1, dilation=1, padding=1, groups=1,
+                                              dtype="bfloat16", layout="NCHW"), H100)[1]
+    n = len(jobs_of(nchw.plan))
+    assert nchw.variants.startswith(f"kernel variants: {n} (")
+    import numpy as np
+    import cuconv
+    assert cuconv.explain(np.zeros((1, 5, 5, 4), np.float32), np.zeros((4, 3, 3, 4), np.float32)).variants == ""

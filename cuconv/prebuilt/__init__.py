@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
-__all__ = ["store_dir", "entry_key", "find", "Store", "open_store", "INDEX", "FORMAT"]
+__all__ = ["store_dir", "entry_key", "holds", "find", "Store", "open_store", "INDEX", "FORMAT"]
 
 #: The file that lists a store's entries.
 INDEX = "index.json"
@@ -128,6 +128,13 @@ def open_store(folder: Optional[Path] = None) -> Optional[Store]:
     except OSError:
         return None
     return _load(str(folder), (st.st_mtime_ns, st.st_size))
+
+
+def holds(tree_hash: str, source_rel: str, arch: str, options: Sequence[str]) -> bool:
+    """Whether the store in use lists the variant (its entry is checked when :func:`find` reads it)."""
+    store = open_store()
+    return (store is not None and store.tree_hash == tree_hash
+            and entry_key(tree_hash, source_rel, arch, options) in store.entries)
 
 
 def find(tree_hash: str, source_rel: str, arch: str, options: Sequence[str]) -> Optional[Tuple[bytes, str]]:
