@@ -342,6 +342,20 @@ def test_first_call_kernels_only_needs_no_gpu(monkeypatch, capsys, tmp_path):
     assert len(asked) >= len(NETWORKS["resnet50"].layers) and {a for _, a in asked} == {"sm_90a"}
 
 
+def test_first_call_steps_count_their_time_and_new_variants(monkeypatch, tmp_path):
+    from cuconv.bench import first_call
+    log = tmp_path / "compile.jsonl"
+    monkeypatch.setenv("CUCONV_COMPILE_LOG", str(log))
+    steps, clock = [], iter([10.5, 12.0, 12.25])
+    monkeypatch.setattr(first_call.time, "perf_counter", lambda: next(clock))
+    log.write_text("{}\n{}\n")
+    first_call._step(steps, "conv1", 10.0)
+    first_call._step(steps, "layer1", 10.0)
+    log.write_text("{}\n{}\n{}\n")
+    first_call._step(steps, "layer2", 10.0)
+    assert steps == [(0.5, "conv1", 2), (1.5, "layer1", 0), (0.25, "layer2", 1)]
+
+
 def test_host_work_exits_2_without_a_gpu(monkeypatch, capsys):
     from cuconv.bench import host_work
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(count=0))

@@ -11,8 +11,8 @@ first use too):
 
 Where a prebuilt store is in use, both run again with it off (``CUCONV_PREBUILT=0``), so the table shows
 what the store saves. Each line gives the seconds from the moment the network's arrays exist to the end of
-the first pass (the GPU synchronised), the variants used and how many came from the store and from
-NVRTC (the child's ``CUCONV_COMPILE_LOG``). Needs a
+the first pass (the GPU synchronised after each layer), the variants used and how many came from the
+store and from NVRTC (the child's ``CUCONV_COMPILE_LOG``), then its slowest steps (``--slowest N``). Needs a
 GPU (exit 2 without one), except with ``--kernels-only ARCH``: the kernels' half of the pass alone (each
 layer's variants read from the store or compiled, for the model GPU of ``ARCH``), with no GPU.
 """
@@ -49,8 +49,10 @@ def _line(network: str, dtype: str, precompile: bool, seconds: float, what: str)
             f"{via['store']} from the store, {via['nvrtc']} compiled by NVRTC)")
 
 
-def first_pass(network: str, dtype: str, precompile: bool) -> str:
-    """One measurement in this process (its kernel cache must be empty): a line of results."""
+def first_pass(network: str, dtype: str, precompile: bool, slowest_steps: int = 3) -> str:
+    """One measurement in this process (its kernel cache must be empty): a line of results, then the
+    ``slowest_steps`` slowest steps of the pass (a layer's call, with the GPU synchronised after it; the
+    plans; the precompile), each with the variants it brought in."""
     import cupy as cp
 
     import cuconv
@@ -63,16 +65,37 @@ def first_pass(network: str, dtype: str, precompile: bool) -> str:
         layers.append((x, w, dict(stride=L.stride, padding=L.pad, dilation=L.dilation, groups=L.groups)))
     cp.cuda.Device().synchronize()
     start = time.perf_counter()
+    steps = []  # (seconds, what, variants logged meanwhile): where the first pass spends its time
     if precompile:
         plans = [cuconv.plan_conv2d(x, w, **kw) for x, w, kw in layers]
+        _step(steps, "plans", start)
         cuconv.precompile(plans)
-        for (x, w, _), plan in zip(layers, plans):
+        _step(steps, "precompile", start)
+        for (x, w, _), plan, L in zip(layers, plans, NETWORKS[network].layers):
             plan(x, w)
+            cp.cuda.Device().synchronize()
+            _step(steps, L.name, start)
     else:
-        for x, w, kw in layers:
+        for (x, w, kw), L in zip(layers, NETWORKS[network].layers):
             cuconv.conv2d(x, w, **kw)
+            cp.cuda.Device().synchronize()
+            _step(steps, L.name, start)
     cp.cuda.Device().synchronize()
-    return _line(network, dtype, precompile, time.perf_counter() - start, "first pass ready")
+    line = _line(network, dtype, precompile, time.perf_counter() - start, "first pass ready")
+    slowest = sorted(steps, key=lambda st: -st[0])[:slowest_steps]
+    return line + "".join(f"\n    {sec:6.3f} s  {what} ({n} new variants)" for sec, what, n in slowest)
+
+
+def _step(steps: list, what: str, start: float) -> None:
+    """Append (seconds since the previous step, ``what``, variants the compile log gained meanwhile)."""
+    now = time.perf_counter()
+    log = os.environ.get("CUCONV_COMPILE_LOG")
+    logged = 0
+    if log and os.path.exists(log):
+        with open(log) as f:
+            logged = sum(1 for _ in f)
+    done = sum(st[0] for st in steps)
+    steps.append((now - start - done, what, logged - sum(st[2] for st in steps)))
 
 
 def kernels_of_first_pass(network: str, dtype: str, precompile: bool, arch: str) -> str:
@@ -107,11 +130,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--kernels-only", metavar="ARCH", choices=["sm_90a", "sm_80"],
                     help="no GPU: time only the kernels' half of the pass (read from the store or compiled) "
                          "for the model GPU of ARCH")
+    ap.add_argument("--slowest", type=int, default=3, metavar="N",
+                    help="list the N slowest steps of each first pass (default 3)")
     ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one measurement, in a child process
     args = ap.parse_args(argv)
     if args.mode is not None:
         precompile = args.mode == "precompile"
-        print(first_pass(args.network, args.dtype, precompile) if args.kernels_only is None else
+        print(first_pass(args.network, args.dtype, precompile, args.slowest) if args.kernels_only is None else
               kernels_of_first_pass(args.network, args.dtype, precompile, args.kernels_only), flush=True)
         return 0
     if args.kernels_only is None:
@@ -137,7 +162,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if store_env is not None:
                     env["CUCONV_PREBUILT"] = store_env
                 cmd = [sys.executable, "-m", "cuconv.bench.first_call", "--network", args.network,
-                       "--dtype", args.dtype, "--mode", mode]
+                       "--dtype", args.dtype, "--mode", mode, "--slowest", str(args.slowest)]
                 if args.kernels_only is not None:
                     cmd += ["--kernels-only", args.kernels_only]
                 rc = subprocess.run(cmd, env=env).returncode
