@@ -29,8 +29,12 @@ def _kernel_plan(obj) -> Plan:
     """The kernel plan of a ConvPlan, an Explanation or a Plan."""
     plan = getattr(getattr(obj, "explanation", obj), "plan", obj)
     if not isinstance(plan, Plan):
+        from .grad import GradExplanation
+        hint = ("; a gradient's variants are made from its arrays on the first call: a run with "
+                "CUCONV_COMPILE_LOG set lists them for python -m cuconv.prebuilt build --jobs-from"
+                if isinstance(obj, GradExplanation) else "")
         raise TypeError(f"plans: expected cuconv.ConvPlan, cuconv.Explanation or cuconv.plan.Plan objects, "
-                        f"got {type(obj).__name__}")
+                        f"got {type(obj).__name__}{hint}")
     return plan
 
 

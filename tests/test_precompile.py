@@ -49,7 +49,12 @@ def test_explanations_and_conv_plans_are_accepted(fresh_cache):
 
 
 def test_bad_arguments():
+    import numpy as np
     with pytest.raises(TypeError, match="plans: expected"):
         cuconv.precompile(["resnet"])
+    g = cuconv.explain_input_grad(np.zeros((1, 4, 4, 8), np.float32), np.zeros((8, 3, 3, 4), np.float32),
+                                  (1, 4, 4, 4), padding=1)
+    with pytest.raises(TypeError, match="got GradExplanation; a gradient's variants .* --jobs-from"):
+        cuconv.precompile([g])
     with pytest.raises(ValueError, match="workers"):
         cuconv.precompile([dispatch.select(problem2d(), H100)[0]], workers=0)
