@@ -860,6 +860,10 @@ class GradExplanation:
     declined: dict
     steps: tuple
 
+    #: Why :func:`cuconv.precompile` does not take it (its message says so).
+    precompile_note = ("a gradient's variants are made from its arrays on the first call: a run with "
+                       "CUCONV_COMPILE_LOG set lists them for python -m cuconv.prebuilt build --jobs-from")
+
     def __str__(self) -> str:
         lines = [f"{self.what} of {self.problem.describe()}", f"runs: {self.kernel} [{self.detail}]"]
         lines += [f"  declined {name}: {why}" for name, why in self.declined.items()]

@@ -29,12 +29,9 @@ def _kernel_plan(obj) -> Plan:
     """The kernel plan of a ConvPlan, an Explanation or a Plan."""
     plan = getattr(getattr(obj, "explanation", obj), "plan", obj)
     if not isinstance(plan, Plan):
-        from .grad import GradExplanation
-        hint = ("; a gradient's variants are made from its arrays on the first call: a run with "
-                "CUCONV_COMPILE_LOG set lists them for python -m cuconv.prebuilt build --jobs-from"
-                if isinstance(obj, GradExplanation) else "")
+        hint = getattr(obj, "precompile_note", "")  # an object that says why it cannot be precompiled
         raise TypeError(f"plans: expected cuconv.ConvPlan, cuconv.Explanation or cuconv.plan.Plan objects, "
-                        f"got {type(obj).__name__}{hint}")
+                        f"got {type(obj).__name__}{'; ' + hint if hint else ''}")
     return plan
 
 
