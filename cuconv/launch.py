@@ -254,8 +254,28 @@ class PackedLaunch:
         already)."""
         with self._lock:
             self._write_slots(*pointers)
-            self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem, stream_ptr,
-                                self._table_ptr, 0)
+            try:
+                self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem, stream_ptr,
+                                    self._table_ptr, 0)
+            except Exception as e:
+                if getattr(e, "status", None) != CUDA_ERROR_INVALID_CONTEXT:
+                    raise
+                # A thread's first launch: no context is current in it yet (CuPy binds one lazily, and a
+                # pooled allocation need not): bind the current device's and launch again.
+                bind_current_context()
+                self._launch_kernel(self._function, *self._grid, self._block, 1, 1, self._smem, stream_ptr,
+                                    self._table_ptr, 0)
+
+
+#: The driver's status for a launch from a thread with no current context.
+CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+def bind_current_context() -> None:
+    """Make the current device's primary context current in the calling thread (``cudaSetDevice`` binds it,
+    CUDA 12 and newer): what a launch through the driver API needs in a thread that has made none."""
+    from cupy.cuda import runtime
+    runtime.setDevice(runtime.getDevice())
 
 
 class LaunchRecords:

@@ -284,20 +284,24 @@ def test_gpu_threads_calling_one_layer_get_their_own_results(cp, layer):
     inputs = [cp.asarray(random_array(rng, xs, "float16")) for _ in range(6)]
     alone = [cuconv.conv2d(x, w, **kw) for x in inputs]
     cp.cuda.Device().synchronize()
-    bad = []
+    bad, errors = [], []
 
     def worker(i):
-        for _ in range(30):
-            y = cuconv.conv2d(inputs[i], w, **kw)
-            cp.cuda.get_current_stream().synchronize()
-            if not bool((y.view(cp.uint16) == alone[i].view(cp.uint16)).all()):
-                bad.append(i)
+        try:
+            for _ in range(30):
+                y = cuconv.conv2d(inputs[i], w, **kw)
+                cp.cuda.get_current_stream().synchronize()
+                if not bool((y.view(cp.uint16) == alone[i].view(cp.uint16)).all()):
+                    bad.append(i)
+        except Exception as e:  # a thread's failure fails the test (pytest only warns of it)
+            errors.append(f"thread {i}: {type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(inputs))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert not errors, errors
     assert not bad, f"threads {sorted(set(bad))} got another thread's result"
 
 

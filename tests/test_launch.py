@@ -122,6 +122,38 @@ def test_packed_launch_from_several_threads_launches_each_threads_pointers():
         assert a // 1000 == stream and b - a == 1000 * stream, (stream, a, b)
 
 
+def test_a_threads_first_launch_binds_a_context_and_launches_again(monkeypatch):
+    """A launch from a thread with no current context fails with CUDA_ERROR_INVALID_CONTEXT: the record
+    binds the current device's context and launches once more; any other failure is raised as it is."""
+    from types import SimpleNamespace
+
+    from cuconv import launch as launch_mod
+    from cuconv.launch import PackedLaunch
+
+    class DriverError(RuntimeError):
+        def __init__(self, status):
+            super().__init__(f"status {status}")
+            self.status = status
+
+    record = PackedLaunch(SimpleNamespace(kernel=SimpleNamespace(ptr=1)), 1, 32, 0, (np.uint64(0),), slots=(0,))
+    calls, bound = [], []
+    failures = [launch_mod.CUDA_ERROR_INVALID_CONTEXT]
+
+    def driver(*a):
+        calls.append(a)
+        if failures:
+            raise DriverError(failures.pop(0))
+
+    record._launch_kernel = driver
+    monkeypatch.setattr(launch_mod, "bind_current_context", lambda: bound.append(True))
+    record.on_stream(7, 0x1000)
+    assert len(calls) == 2 and bound == [True] and calls[0] == calls[1]
+    failures.append(700)  # CUDA_ERROR_ILLEGAL_ADDRESS: not for the context to mend
+    with pytest.raises(DriverError, match="status 700"):
+        record.on_stream(7, 0x1000)
+    assert bound == [True]
+
+
 def test_launch_records_keep_the_most_recently_used():
     from cuconv.launch import LaunchRecords
     records = LaunchRecords(2)
