@@ -189,13 +189,17 @@ _COMPILED: Dict[tuple, Tuple[str, str, PtxasReport]] = {}
 _COMPILE_LOCK = threading.Lock()
 
 
+def _memo_key(source_rel: str, arch: str, defines_items: tuple, extra: tuple) -> tuple:
+    """A variant's key in :data:`_COMPILED`, as this process compiles it now (with line tables or not)."""
+    return source_rel, arch, defines_items, extra, line_info()
+
+
 def _compile(source_rel: str, arch: str, defines_items: tuple, extra: tuple, fresh: bool = False):
-    lines = line_info()
-    memo_key = (source_rel, arch, defines_items, extra, lines)
+    memo_key = _memo_key(source_rel, arch, defines_items, extra)
     hit = None if fresh else _COMPILED.get(memo_key)
     if hit is not None:
         return hit
-    opts = _options(arch, dict(defines_items), extra, lines)
+    opts = _options(arch, dict(defines_items), extra, memo_key[-1])
     key = _cache_key(source_rel, arch, opts)
     if fresh:
         kernel_cache.discard(key)
@@ -227,10 +231,10 @@ def variant_origin(source_rel: str, arch: str, defines: Optional[Mapping[str, ob
     ``"cache"`` (the kernel cache), ``"store"`` (the prebuilt store) or ``"nvrtc"`` (compiled on first use).
     Reads no cubin and compiles nothing."""
     items, extra = tuple(sorted((defines or {}).items())), tuple(extra_options)
-    lines = line_info()
-    if (source_rel, arch, items, extra, lines) in _COMPILED:
+    memo_key = _memo_key(source_rel, arch, items, extra)
+    if memo_key in _COMPILED:
         return "process"
-    opts = _options(arch, dict(items), extra, lines)
+    opts = _options(arch, dict(items), extra, memo_key[-1])
     if kernel_cache.holds(_cache_key(source_rel, arch, opts)):
         return "cache"
     return "store" if prebuilt.holds(tree_hash("cu"), source_rel, arch, opts) else "nvrtc"

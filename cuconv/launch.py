@@ -196,8 +196,9 @@ class PackedLaunch:
     Hopper kernel's seven, three of them 128-byte TMA descriptors); this keeps each argument's bytes
     in host memory (the pointer slots side by side, each other argument 64-byte aligned, as a
     ``CUtensorMap`` wants) with a ``void*`` table pointing at them, and launches through
-    ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``, a fraction of that cost). Arguments that change between launches (``slots``: the increasing indices of 64-bit pointers,
-    such as the operands' addresses) are rewritten in place by :meth:`__call__`, all with one write.
+    ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``, a fraction of that cost). Arguments that
+    change between launches (``slots``: the increasing indices of 64-bit pointers, such as the operands'
+    addresses) are rewritten in place by :meth:`__call__`, all with one write.
 
     A record may be launched from several host threads at once (dask's threaded scheduler calls one
     layer's plan from each of its threads): a launch holds the record's lock from writing its slots

@@ -107,12 +107,10 @@ def kernels_of_first_pass(network: str, dtype: str, precompile: bool, arch: str)
     from cuconv.dispatch import select
     from cuconv.precompile import call_jobs
     from cuconv.prebuilt.build import MODEL_DEVICES
-    from cuconv.problem import ConvProblem
+
+    from .layer_ab import problem_of
     device = MODEL_DEVICES[arch][0]
-    plans = [select(ConvProblem.create(nd=2, batch=L.N, in_spatial=(L.H, L.W), channels=L.C, out_channels=L.K,
-                                       filter_spatial=(L.R, L.S), stride=L.stride, dilation=L.dilation,
-                                       padding=L.pad, groups=L.groups, dtype=dtype, layout="NHWC"), device)[0]
-             for L in NETWORKS[network].layers]
+    plans = [select(problem_of(L, dtype), device)[0] for L in NETWORKS[network].layers]
     start = time.perf_counter()
     if precompile:
         cuconv.precompile(plans)

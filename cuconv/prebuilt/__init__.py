@@ -130,17 +130,22 @@ def open_store(folder: Optional[Path] = None) -> Optional[Store]:
     return _load(str(folder), (st.st_mtime_ns, st.st_size))
 
 
+def _lookup(tree_hash: str, source_rel: str, arch: str, options: Sequence[str]):
+    """``(store, key)`` of a variant in the store in use, or None (no store, or one of another kernel tree)."""
+    store = open_store()
+    if store is None or store.tree_hash != tree_hash:
+        return None
+    return store, entry_key(tree_hash, source_rel, arch, options)
+
+
 def holds(tree_hash: str, source_rel: str, arch: str, options: Sequence[str]) -> bool:
     """Whether the store in use lists the variant (its entry is checked when :func:`find` reads it)."""
-    store = open_store()
-    return (store is not None and store.tree_hash == tree_hash
-            and entry_key(tree_hash, source_rel, arch, options) in store.entries)
+    found = _lookup(tree_hash, source_rel, arch, options)
+    return found is not None and found[1] in found[0].entries
 
 
 def find(tree_hash: str, source_rel: str, arch: str, options: Sequence[str]) -> Optional[Tuple[bytes, str]]:
     """``(cubin, ptxas log)`` of a variant from the store in use, or None (no store, another kernel tree,
     a variant it does not hold, or a damaged entry)."""
-    store = open_store()
-    if store is None or store.tree_hash != tree_hash:
-        return None
-    return store.read(entry_key(tree_hash, source_rel, arch, options))
+    found = _lookup(tree_hash, source_rel, arch, options)
+    return None if found is None else found[0].read(found[1])
