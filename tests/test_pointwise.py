@@ -2,10 +2,11 @@
 
 CPU: :func:`pw_config` keeps its invariants (whole k16 steps, whole n16 pairs per warp, tiles covering
 M and K), the kernel declines what it cannot take and says why, the automatic choice takes mobile
-networks' expansions and projections on sm_80+ and leaves the rest (:meth:`passes_over`); every
+networks' expansions and projections and outputs off the multiples of 8 on sm_80+, with any epilogue,
+and leaves the rest (:meth:`passes_over`); every
 catalog variant compiles without spills (tests/test_compile.py compiles them too).
-GPU (gpu-marked): drawn pointwise convolutions (C 8-256, K 8-384: chunks of K included, partial
-tiles, fp16 / bf16, conv2d and conv3d, the whole epilogue) run forced onto the kernel with a
+GPU (gpu-marked): drawn pointwise convolutions (C 8-256, K 8-384: chunks of K included, any K with
+single-channel stores, partial tiles, fp16 / bf16, conv2d and conv3d, the whole epilogue) run forced onto the kernel with a
 NaN-poisoned output, or written in place over the residual; mobile-network layers at full size,
 chosen automatically; operands off the 16-byte grid; two runs give the same bits.
 """
@@ -60,8 +61,7 @@ def test_declines_name_the_reason():
     assert "not a pointwise layer" in why(C=16, K=96, R=1, S=1, padding=0, stride=2)
     assert "not a pointwise layer" in why(C=16, K=96, R=1, S=1, padding=1)
     assert "grouped" in why(C=32, K=96, R=1, S=1, padding=0, groups=2)
-    assert "multiples of 8" in why(C=20, K=96, R=1, S=1, padding=0)
-    assert "multiples of 8" in why(C=24, K=100, R=1, S=1, padding=0)
+    assert "multiple of 8" in why(C=20, K=96, R=1, S=1, padding=0)
     assert f"at most {MAX_C}" in why(C=MAX_C + 8, K=32, R=1, S=1, padding=0)
     assert "computes float16, bfloat16" in why(C=24, K=144, R=1, S=1, padding=0, dtype="float32")
     nchw = dataclasses.replace(problem2d(C=24, K=144, R=1, S=1, padding=0), layout="NCHW")
@@ -85,16 +85,30 @@ def test_automatic_choice_takes_mobile_pointwise_layers(c, hw, k):
             assert why.kernel == KERNEL, str(why)
 
 
-def test_automatic_choice_leaves_epilogue_terms_and_conv3d_to_the_other_kernels():
+def test_automatic_choice_takes_epilogue_terms_and_conv3d():
     from cuconv.problem import Epilogue
-    for ep in (Epilogue(has_bias=True), Epilogue(has_residual=True), Epilogue(activation="relu"), Epilogue(alpha=0.5)):
-        plan, why = dispatch.select(problem2d(N=32, H=56, W=56, C=24, K=144, R=1, S=1, padding=0, epilogue=ep), H100)
-        assert why.kernel != KERNEL and "fused epilogue term" in why.declined[KERNEL], str(why)
-        forced, _ = dispatch.select(problem2d(N=32, H=56, W=56, C=24, K=144, R=1, S=1, padding=0, epilogue=ep), H100,
-                                    forced=KERNEL)
-        assert forced.kernel.name == KERNEL
+    for ep in (Epilogue(has_bias=True), Epilogue(has_residual=True), Epilogue(activation="relu"), Epilogue(alpha=0.5),
+               Epilogue(has_bias=True, has_residual=True, activation="silu")):
+        _, why = dispatch.select(problem2d(N=32, H=56, W=56, C=24, K=144, R=1, S=1, padding=0, epilogue=ep), H100)
+        assert why.kernel == KERNEL, str(why)
     _, why = dispatch.select(problem3d(C=24, K=144, T=1, R=1, S=1, padding=0), H100)
-    assert why.kernel != KERNEL and "conv3d" in why.declined[KERNEL]
+    assert why.kernel == KERNEL, str(why)
+
+
+@pytest.mark.parametrize("c, hw, k", [
+    (16, 80, 1),      # YOLOv8 Detect.dfl (distribution to box: 16 bins -> 1)
+    (64, 128, 3),     # an RGB map
+    (96, 1, 4),       # EfficientNet-B0 squeeze-excite reduction on a 1x1 image
+    (256, 56, 100),   # a wide output off the 16-byte grid
+])
+def test_automatic_choice_takes_outputs_off_the_16_byte_grid(c, hw, k):
+    """K not a multiple of 8: the Hopper kernels decline, and the epilogue stores single channels."""
+    for dev in (H100, A100):
+        plan, why = dispatch.select(problem2d(N=16, H=hw, W=hw, C=c, K=k, R=1, S=1, padding=0), dev)
+        assert why.kernel == KERNEL, str(why)
+        assert plan.cfg.vec == 1 and plan.defines["PW_OVEC"] == 1 and "_v1_" in plan.name
+    plan, _ = dispatch.select(problem2d(N=16, H=8, W=8, C=c, K=8 * k, R=1, S=1, padding=0), H100, forced=KERNEL)
+    assert plan.cfg.vec == 8 and "PW_OVEC" not in plan.defines
 
 
 @pytest.mark.parametrize("c, hw, k", [
@@ -115,6 +129,21 @@ def test_automatic_choice_leaves_dense_pointwise_layers_on_hopper(c, hw, k):
 def test_compiles_without_spills(key, arch):
     p = CATALOG[key]
     assert_compiles_without_spills(PW_SOURCE, arch, *pw_variant(p, pw_config(p)), no_stack=True)
+
+
+def test_run_passes_outputs_off_the_16_byte_grid_as_they_are():
+    """Single-channel epilogue accesses (K not a multiple of 8): out, bias and the residual need only their
+    element's alignment; x (16-byte copies of its rows) still goes through an aligned copy."""
+    from cuconv.problem import Epilogue
+    p = problem2d(N=4, H=8, W=8, C=16, K=3, R=1, S=1, padding=0, epilogue=Epilogue(has_bias=True, has_residual=True))
+    plan = PointwiseKernel().plan(p, H100, Overrides())
+    sent = []
+    plan._launch = lambda *ptrs: sent.append(ptrs)
+    odd = [DeviceBuf(DeviceBuf().data.ptr + 2) for _ in range(5)]
+    plan.run(*odd)
+    assert sent[-1][0] % 16 == 0 and sent[-1][0] != odd[0].data.ptr
+    assert sent[-1][2:] == (odd[2].data.ptr, odd[3].data.ptr, odd[4].data.ptr)
+    assert odd[4].assigned is None, "out is written in place"
 
 
 def test_run_passes_aligned_addresses():
@@ -138,13 +167,15 @@ def test_run_passes_aligned_addresses():
 
 # ------------------------------------------------------------------------------------------ GPU
 @st.composite
-def pointwise_cases(draw, nd=2, max_spatial=20, max_k=48, epilogue=True):
+def pointwise_cases(draw, nd=2, max_spatial=20, max_k=48, epilogue=True, any_k=False):
     """A dense 16-bit pointwise convolution the kernel takes: C 8-256 and K 8-8*max_k in steps of 8 (K
-    over 256: chunks), any number of pixels (partial tiles), conv2d or conv3d."""
+    over 256: chunks), or with ``any_k`` any K up to 8*max_k (single-channel stores off the multiples of
+    8), any number of pixels (partial tiles), conv2d or conv3d."""
     spatial = tuple(draw(st.integers(1, max_spatial if nd == 2 else 6)) for _ in range(nd))
     ep = draw_epilogue(draw) if epilogue else {}
     return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=8 * draw(st.integers(1, MAX_C // 8)),
-                out_channels=8 * draw(st.integers(1, max_k)), filt=(1,) * nd, stride=(1,) * nd, dilation=(1,) * nd,
+                out_channels=draw(st.integers(1, 8 * max_k)) if any_k else 8 * draw(st.integers(1, max_k)),
+                filt=(1,) * nd, stride=(1,) * nd, dilation=(1,) * nd,
                 padding=0, groups=1, dtype=draw(st.sampled_from(("bfloat16", "float16"))),
                 layout="NHWC" if nd == 2 else "NDHWC", epilogue=ep, seed=draw(st.integers(0, 2**31 - 1)))
 
@@ -159,6 +190,8 @@ SETTINGS = [
     Setting("2d_large", pointwise_cases(max_spatial=70, epilogue=False), max_examples=15),
     Setting("3d", pointwise_cases(nd=3), max_examples=20),
     Setting("2d_in_place", pointwise_cases(), in_place=True, max_examples=20),
+    Setting("2d_any_k", pointwise_cases(any_k=True, max_k=40), max_examples=40),
+    Setting("3d_any_k_in_place", pointwise_cases(nd=3, any_k=True, max_k=8), in_place=True, max_examples=15),
 ]
 
 
@@ -176,15 +209,16 @@ def test_drawn(cp, setting):
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_network_layers(cp, n, hw, c, k, dtype):
-    """Full-size layers: plain ones chosen automatically; forced with bias, a residual and an activation,
-    within the tolerance of the reference; two calls give the same bits."""
+    """Full-size layers, chosen automatically with and without bias, a residual and an activation, within
+    the tolerance of the reference; two calls give the same bits."""
     rng = np.random.default_rng(c * k + hw)
     x = cp.asarray(random_array(rng, (n, hw, hw, c), dtype))
     w = cp.asarray(random_array(rng, (k, 1, 1, c), dtype, scale=1.0 / np.sqrt(c)))
     b = cp.asarray(random_array(rng, (k,), dtype))
     r = cp.asarray(random_array(rng, (n, hw, hw, k), dtype))
-    assert cuconv.explain(x, w).kernel == KERNEL  # plain layers: the automatic choice
-    kw = dict(residual=r, activation="silu", kernel=KERNEL)
+    assert cuconv.explain(x, w).kernel == KERNEL
+    kw = dict(residual=r, activation="silu")
+    assert cuconv.explain(x, w, b, **kw).kernel == KERNEL
     y = cuconv.conv2d(x, w, b, **kw)
     ref = cuconv.reference.conv2d(cp.asnumpy(x[:4]), cp.asnumpy(w), cp.asnumpy(b), residual=cp.asnumpy(r[:4]),
                                   activation="silu")

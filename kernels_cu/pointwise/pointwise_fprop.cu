@@ -23,10 +23,13 @@
 //   4. Epilogue act(alpha * acc + bias + beta * residual) in fp32: per 64 channels the warp stages its
 //      16 x 64 sums in its own shared memory, then lanes write 16-byte vectors along each pixel's
 //      channels (a pixel's row segment of the chunk is contiguous; with one chunk the warp's 16 rows
-//      are one contiguous run of out), reading bias and residual as 16-byte vectors too.
+//      are one contiguous run of out), reading bias and residual as 16-byte vectors too. Where K is
+//      not a multiple of 8 (OVEC = 1: a head's 1-7 maps, any K off the 16-byte grid) the rows of out
+//      are not 16-byte aligned, and consecutive lanes take single channels of a row instead.
 //
 // Compile-time (host: cuconv.backends.pointwise.variants): dtype, KC (C rounded up to 16), NT, WN,
-// MIN_BLOCKS. Run time (PwGeometry): M, C, K, the tile counts.
+// OVEC (channels per epilogue access: 8 or 1), MIN_BLOCKS. Run time (PwGeometry): M, C, K, the tile
+// counts.
 #include "common/types.cuh"
 #include "common/smem.cuh"
 #include "common/epilogue_math.cuh"
@@ -41,6 +44,9 @@
 #endif
 #ifndef PW_WN
 #define PW_WN 1
+#endif
+#ifndef PW_OVEC  // channels per access of out, bias and the residual: 8 (16 bytes) or 1
+#define PW_OVEC 8
 #endif
 #ifndef PW_MIN_BLOCKS
 #define PW_MIN_BLOCKS 2
@@ -57,7 +63,7 @@ using dw::store_vec;
 
 constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
-constexpr int KC = PW_KC, NT = PW_NT, WN = PW_WN;
+constexpr int KC = PW_KC, NT = PW_NT, WN = PW_WN, OVEC = PW_OVEC;
 constexpr int WM = WARPS / WN;
 constexpr int BM = 16 * WM;           // output pixels per tile
 constexpr int NW = NT / WN;           // output channels per warp
@@ -67,12 +73,13 @@ constexpr int SUB = 64;               // channels per staged block of the epilog
 constexpr int SLD = SUB + 8;          // staged row stride (floats): float2 stores of 8 rows conflict-free
 static_assert(KC % 16 == 0 && KC <= 256, "KC: whole k16 steps, at most 256 channels");
 static_assert(WN == 1 || WN == 2, "WN: one or two warps along the channels");
+static_assert(OVEC == 8 || OVEC == 1, "OVEC: 16-byte vectors or single channels in the epilogue");
 static_assert(NT % (16 * WN) == 0 && NW <= 128, "NW: whole pairs of n8 fragments, at most 128 per warp");
 
 // The run-time geometry (cuconv.backends.pointwise.variants.pw_geometry builds it; same field order).
 struct PwGeometry {
   long long M;      // output pixels: N * (D) * H * W
-  int C, K;         // input and output channels (multiples of 8)
+  int C, K;         // input channels (a multiple of 8) and output channels (one of 8 where OVEC = 8)
   int m_tiles;      // tiles of BM pixels
   int chunks;       // column chunks of NT channels
   int tiles;        // m_tiles * chunks, chunk by chunk
@@ -171,6 +178,42 @@ __device__ __forceinline__ void store_block(const float* stage, const elem_t* bi
   }
 }
 
+// The epilogue of a staged block of COLS channels per pixel, one channel per lane and access (OVEC =
+// 1: rows of out off the 16-byte grid): consecutive lanes along a pixel's channels, then along the
+// pixels, so a warp's stores cover each row's channels of the block contiguously.
+template <int COLS>
+__device__ __forceinline__ void store_block_scalar(const float* stage, const elem_t* bias, const elem_t* residual,
+                                                   elem_t* out, const PwGeometry& g, const EpilogueParams& ep,
+                                                   long long m0, int k0, int lane) {
+  static_assert(COLS % 8 == 0, "COLS: whole n8 fragments");
+  constexpr int ITERS = 16 * COLS / 32;
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int i = lane + 32 * it;
+    const int r = i / COLS, c = i - r * COLS;
+    const long long m = m0 + r;
+    const int k = k0 + c;
+    if (m < g.M && k < g.K) {
+      const long long off = m * g.K + k;
+      const float bv = ep.has_bias ? to_float(bias[k]) : 0.f;
+      const float rv = ep.has_residual ? to_float(residual[off]) : 0.f;
+      out[off] = from_float<elem_t>(apply_epilogue(stage[r * SLD + c], bv, rv, ep));
+    }
+  }
+}
+
+// Staged block (COLS channels from k0) -> out, in the epilogue's access width.
+template <int COLS>
+__device__ __forceinline__ void store_staged(const float* stage, const elem_t* bias, const elem_t* residual,
+                                             elem_t* out, const PwGeometry& g, const EpilogueParams& ep,
+                                             long long m0, int k0, int lane) {
+  if constexpr (OVEC == 8) {
+    store_block<COLS / 8>(stage, bias, residual, out, g, ep, m0, k0, lane);
+  } else {
+    store_block_scalar<COLS>(stage, bias, residual, out, g, ep, m0, k0, lane);
+  }
+}
+
 }  // namespace pw
 }  // namespace cuconv
 
@@ -234,12 +277,12 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     const int k_warp = chunk * NT + wn * NW;
     stage_block<0>(acc, my_stage, g8, t4);
     __syncwarp();
-    store_block<(NW < SUB ? NW : SUB) / 8>(my_stage, bias, residual, out, g, ep, m_warp, k_warp, lane);
+    store_staged<(NW < SUB ? NW : SUB)>(my_stage, bias, residual, out, g, ep, m_warp, k_warp, lane);
     if constexpr (NW > SUB) {
       __syncwarp();  // the staging is written again
       stage_block<(NW > SUB ? 1 : 0)>(acc, my_stage, g8, t4);
       __syncwarp();
-      store_block<(NW > SUB ? NW - SUB : 8) / 8>(my_stage, bias, residual, out, g, ep, m_warp, k_warp + SUB, lane);
+      store_staged<(NW > SUB ? NW - SUB : 8)>(my_stage, bias, residual, out, g, ep, m_warp, k_warp + SUB, lane);
     }
     __syncthreads();  // every warp is done with this buffer (copied into again) and the filter
   }

@@ -2,7 +2,7 @@
 channels, NHWC / NDHWC, fp16 / bf16, on every sm_80+ NVIDIA GPU.
 
 Such a layer (a mobile network's expansion C = 16-40 -> K = 96-240, its projection back, a detection
-head's 1x1) is a GEMM ``out[M][K] = x[M][C] w[K][C]^T`` over the output pixels that moves far more
+head's 1x1, a map to 1-7 channels) is a GEMM ``out[M][K] = x[M][C] w[K][C]^T`` over the output pixels that moves far more
 bytes than it multiplies. The implicit GEMM kernels read it in 64-channel reduction blocks, mostly
 zero for C = 24, and store it from accumulator fragments. This kernel
 (kernels_cu/pointwise/pointwise_fprop.cu) reads each tile's x rows as one contiguous run into shared
@@ -45,19 +45,13 @@ class PointwiseKernel(DirectKernel):
         return pw_config(problem)
 
     def passes_over(self, plan):
-        """The automatic choice takes the conv2d layers without fused epilogue terms whose reduction is
-        short (C <= :data:`SHORT_C`: less than one of the implicit GEMM kernels' 64-channel reduction
-        blocks) or whose output is narrow (K <= :data:`NARROW_K`: less than their narrowest efficient
-        tile); the others, long and wide, run faster there (docs/tuning.md#T-pointwise). Calls with
-        bias, residual, activation or alpha != 1, and conv3d, run here when ``kernel=`` asks: their GPU
-        property tests (tests/test_pointwise.py) have not run on a GPU, where the plain conv2d layers of
-        the networks suite are checked against the reference."""
+        """The automatic choice takes the layers whose reduction is short (C <= :data:`SHORT_C`: less than
+        one of the implicit GEMM kernels' 64-channel reduction blocks), whose output is narrow (K <=
+        :data:`NARROW_K`: less than their narrowest efficient tile) or whose output rows are off the
+        16-byte grid (K not a multiple of 8, which the Hopper kernels decline), with any fused epilogue,
+        conv2d and conv3d; the others, long and wide, run faster there (docs/tuning.md#T-pointwise)."""
         p = plan.problem
-        e = p.epilogue
-        if p.nd != 2 or e.has_bias or e.loads_residual or e.activation is not None or e.alpha != 1.0:
-            return ("a conv3d or a fused epilogue term (bias, residual, activation, alpha != 1): the automatic "
-                    "choice takes this kernel for plain conv2d layers, the ones checked on a GPU")
-        if p.channels <= SHORT_C or p.out_channels <= NARROW_K:
+        if p.channels <= SHORT_C or p.out_channels <= NARROW_K or p.out_channels % 8:
             return None
         return (f"C = {p.channels} -> K = {p.out_channels}: neither a short reduction (C <= {SHORT_C}) nor a "
                 f"narrow output (K <= {NARROW_K}), which the implicit GEMM kernels run at least as fast")

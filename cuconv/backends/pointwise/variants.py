@@ -3,7 +3,8 @@
 
 A pure function of the problem: :func:`pw_config` picks the reduction width KC (C rounded up to whole
 k16 steps), the channels of one tile NT (all of K up to :data:`MAX_NT`, else chunks of 128), the warps
-along the channels WN and so the tile's pixels BM; :func:`pw_variant` names the compiled variant and
+along the channels WN and so the tile's pixels BM, and the epilogue's access width (16-byte vectors, or
+single channels where K is not a multiple of 8); :func:`pw_variant` names the compiled variant and
 its ``-D`` defines; :func:`pw_geometry` packs the run-time ``PwGeometry``.
 """
 
@@ -48,6 +49,7 @@ class PwConfig:
     chunks: int      # column chunks of nt channels covering K
     m_tiles: int     # tiles of bm pixels covering M
     min_blocks: int  # CTAs per SM the registers must allow (__launch_bounds__)
+    ovec: int = 8    # channels per epilogue access of out, bias and the residual: 8 (16 bytes) or 1
 
     @property
     def bm(self) -> int:
@@ -70,8 +72,9 @@ class PwConfig:
 
     @property
     def vec(self) -> int:
-        """Channels per epilogue access of out, bias and the residual: 16-byte vectors."""
-        return 8
+        """Channels per epilogue access of out, bias and the residual: 16-byte vectors where K is a multiple
+        of 8 (each output row on the 16-byte grid), else single channels."""
+        return self.ovec
 
     @property
     def smem(self) -> int:
@@ -85,8 +88,9 @@ class PwConfig:
 
 def pw_declined(p: ConvProblem) -> Optional[str]:
     """Why the pointwise kernel cannot take ``p``, or None: a dense 1x1 convolution of stride 1 without
-    padding (the GEMM ``out = x w^T`` over pixels), channels-last, C and K multiples of 8 (16-byte
-    vectors), C at most :data:`MAX_C`."""
+    padding (the GEMM ``out = x w^T`` over pixels), channels-last, C a multiple of 8 (16-byte copies of
+    x's rows) and at most :data:`MAX_C`; any K (off the multiples of 8, the epilogue stores single
+    channels)."""
     if not p.is_pointwise:
         return "not a pointwise layer: the kernel takes 1x1 filters of stride 1 without padding"
     if p.groups != 1:
@@ -94,9 +98,9 @@ def pw_declined(p: ConvProblem) -> Optional[str]:
     if not p.layout.endswith("C"):
         return (f"{p.layout} operands: the kernel reads x and writes out channels-last, and the Hopper kernel "
                 f"reads and writes channels-first 1x1 layers without moving them")
-    if p.channels % 8 or p.out_channels % 8:
-        return (f"C = {p.channels}, K = {p.out_channels}: the kernel moves 16-byte vectors of 8 channels, so "
-                f"both must be multiples of 8")
+    if p.channels % 8:
+        return (f"C = {p.channels}: the kernel copies x's rows in 16-byte vectors of 8 channels, so C must be a "
+                f"multiple of 8")
     if p.channels > MAX_C:
         return (f"C = {p.channels}: the kernel keeps a tile's whole reduction in shared memory, at most "
                 f"{MAX_C} channels")
@@ -110,7 +114,8 @@ def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
     along it) up to :data:`MAX_NT` channels, else chunks of :data:`CHUNK_NT` (or half that, whichever is
     the widest whose shared memory is within :data:`SMEM_BUDGET`); two warps share a tile's
     channels where they are more than 128 (a warp's accumulators: NW / 2 registers) or C is more than
-    64 (then 64-pixel tiles keep the two x buffers small). The device's own limit is checked by the
+    64 (then 64-pixel tiles keep the two x buffers small). Output rows off the 16-byte grid (K not a
+    multiple of 8) are stored one channel per access. The device's own limit is checked by the
     kernel's plan (:meth:`cuconv.backends.pointwise.kernel.PointwiseKernel.plan_for`)."""
     kc = -(-p.channels // 16) * 16
     k16 = -(-p.out_channels // 16) * 16
@@ -123,7 +128,8 @@ def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
             nt, chunks = nt_max, -(-p.out_channels // nt_max)
         bm = 16 * (8 // wn)
         m_tiles = -(-p.gemm_m // bm)
-        cfg = PwConfig(kc=kc, nt=nt, wn=wn, chunks=chunks, m_tiles=m_tiles, min_blocks=2 if nt // wn > 64 else 3)
+        cfg = PwConfig(kc=kc, nt=nt, wn=wn, chunks=chunks, m_tiles=m_tiles, min_blocks=2 if nt // wn > 64 else 3,
+                       ovec=1 if p.out_channels % 8 else 8)
         if cfg.smem <= SMEM_BUDGET:
             break
     if m_tiles * chunks >= 2**31:
@@ -133,9 +139,12 @@ def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
 
 def pw_variant(p: ConvProblem, cfg: PwConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
-    name = f"pointwise_fprop_{_DTYPE_TAG[p.dtype]}_kc{cfg.kc}_n{cfg.nt}_wn{cfg.wn}_b{cfg.min_blocks}"
+    scalar = "_v1" if cfg.ovec == 1 else ""
+    name = f"pointwise_fprop_{_DTYPE_TAG[p.dtype]}_kc{cfg.kc}_n{cfg.nt}_wn{cfg.wn}{scalar}_b{cfg.min_blocks}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), PW_KC=cfg.kc, PW_NT=cfg.nt, PW_WN=cfg.wn,
                    PW_MIN_BLOCKS=cfg.min_blocks, CUCONV_KERNEL_NAME=name)
+    if cfg.ovec == 1:
+        defines["PW_OVEC"] = 1
     return name, defines
 
 
@@ -152,7 +161,9 @@ def pw_geometry(p: ConvProblem, cfg: PwConfig) -> np.void:
 def _catalog():
     """Pointwise problems whose variants CI compiles: mobile networks' expansions (16 -> 96, 24 -> 144,
     32 -> 192, 40 -> 240) and projections (96 -> 24, 144 -> 24, 192 -> 32), a wide output in chunks
-    (64 -> 384), a long reduction (256 -> 64), float16 and a 1x1x1 conv3d."""
+    (64 -> 384), a long reduction (256 -> 64), float16, a 1x1x1 conv3d, and outputs off the multiples of 8:
+    a detection head's distribution-to-box map (16 -> 1), an RGB map (64 -> 3), a squeeze-excite
+    reduction (96 -> 4) and a wide one (256 -> 100)."""
     def conv(c, k, hw=8, dtype="bfloat16", nd=2):
         return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=k,
                                   filter_spatial=(1,) * nd, stride=1, dilation=1, padding=0, groups=1, dtype=dtype,
@@ -160,7 +171,9 @@ def _catalog():
     return dict(expand_16_96=conv(16, 96), expand_24_144=conv(24, 144), expand_32_192=conv(32, 192),
                 expand_40_240=conv(40, 240), project_96_24=conv(96, 24), project_144_24=conv(144, 24),
                 project_192_32=conv(192, 32), wide_64_384=conv(64, 384), long_256_64=conv(256, 64),
-                fp16_24_144=conv(24, 144, dtype="float16"), conv3d_32_64=conv(32, 64, hw=4, nd=3))
+                fp16_24_144=conv(24, 144, dtype="float16"), conv3d_32_64=conv(32, 64, hw=4, nd=3),
+                narrow_16_1=conv(16, 1), narrow_64_3=conv(64, 3), narrow_96_4=conv(96, 4),
+                odd_256_100=conv(256, 100))
 
 
 #: Named pointwise problems covering the compiled variants (tests/test_pointwise.py).
