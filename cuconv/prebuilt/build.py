@@ -72,6 +72,11 @@ EPILOGUES: Dict[str, dict] = {
 STEMS = ((3, 3, 1, 1), (3, 3, 2, 1), (3, 7, 2, 3), (3, 4, 4, 0), (3, 6, 2, 2), (1, 3, 1, 1), (1, 7, 2, 3))
 STEM_WIDTHS = (32, 64)
 
+#: Last layers of image networks beyond the suite's own: 1x1 maps to a few channels (segmentation logits,
+#: masks, an RGB map) run on ``pointwise_mma``'s single-channel-store variants, which are specialised to C
+#: (rounded up to 16). (C, K) of each, on a 256 x 256 image (batch 32 and 1).
+HEADS = tuple((C, K) for C in (16, 32, 48, 64, 96, 128, 192, 256) for K in (1, 3))
+
 DEFAULT_ARCHS = ("sm_90a", "sm_80")
 DEFAULT_DTYPES = ("bfloat16", "float16", "float32")
 DEFAULT_LAYOUTS = ("NHWC", "NCHW")
@@ -111,7 +116,8 @@ def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[st
             dtypes: Sequence[str] = DEFAULT_DTYPES, layouts: Sequence[str] = DEFAULT_LAYOUTS,
             epilogues: Sequence[str] = tuple(EPILOGUES), stems: bool = True, conv3d: bool = True) -> List[Job]:
     """The distinct variants the automatic choice loads for every conv layer of ``networks`` (default:
-    all of the networks suite), with ``stems`` of :func:`stem_layers` and with ``conv3d`` of the video-VAE
+    all of the networks suite), with ``stems`` the first layers of :func:`stem_layers` and the last ones of
+    :func:`head_layers`, with ``conv3d`` those of the video-VAE
     layers of the conv3d suite (:data:`cuconv.bench.conv3d.SUITE_3D`, in the 3-D form of each layout), at
     its listed batch and at batch 1, for each dtype, layout and epilogue, on the model GPUs of each
     architecture (:data:`MODEL_DEVICES`)."""
@@ -132,7 +138,7 @@ def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[st
             raise ValueError(f"epilogues: expected some of {sorted(EPILOGUES)}, got {name!r}")
     layers = [L for name in (networks or NETWORKS) for L in NETWORKS[name].layers]
     if stems:
-        layers += stem_layers()
+        layers += stem_layers() + head_layers()
     # (nd, batch, input, channels, filters, filter, stride, dilation, padding, groups) of every problem
     shapes = [(2, batch, (L.H, L.W), L.C, L.K, (L.R, L.S), L.stride, L.dilation, L.pad, L.groups)
               for L in layers for batch in sorted({L.N, 1})]
@@ -158,6 +164,13 @@ def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[st
 
 #: The 3-D layout of each 2-D layout name (a conv3d layer of the catalog takes the 3-D form).
 _LAYOUTS_3D = {"NHWC": "NDHWC", "NCHW": "NCDHW"}
+
+
+def head_layers() -> list:
+    """The 1x1 last layers of :data:`HEADS`, as networks-suite layers."""
+    from ..bench.networks import Layer
+    return [Layer(name=f"head c{C} 1x1 -> {K}", N=32, H=256, W=256, C=C, K=K, R=1, S=1, stride=1, pad=0)
+            for C, K in HEADS]
 
 
 def stem_layers() -> list:
