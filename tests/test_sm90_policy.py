@@ -365,3 +365,24 @@ def test_env_rejects_bad_values(cuconv_env, name, value):
         with pytest.raises(ValueError, match=name) as err:
             env_overrides()
         assert repr(value) in str(err.value)
+
+
+@pytest.mark.parametrize("m,n,k_iters_,want", [
+    (32 * 7 * 7, 512, 72, (256, 5)),     # ResNet-50 layer4 3x3 512 at 7x7: 78 tiles of 96 -> 26 of 256 in 5 parts
+    (16 * 20 * 20, 128, 72, (128, 2)),   # YOLOv8s head 3x3 512->128 at 20x20: 100 tiles of 96 -> 50 of 128 in 2
+    (2 * 32 * 32, 640, 270, (160, 2)),   # UNet 3x3 1920->640 at 32x32: 112 tiles of 96 -> 64 of 160 in 2
+    (32 * 14 * 14, 256, 36, None),       # ResNet-50 layer3 3x3 256 at 14x14: 98 tiles, 36 steps: parts cost more
+    (2 * 32 * 32, 640, 24, None),        # too short a reduction
+    (64 * 56 * 56, 256, 72, None),       # many waves
+])
+def test_partial_wave_split_wider(m, n, k_iters_, want):
+    """Tiles that fill one partial wave with a long reduction become wider tiles in parts where the model
+    says so (docs/tuning.md T-split-wider); only with the width, height and split left automatic."""
+    cfg = choose_tile_config(m, n, 132, k_iters=k_iters_)
+    if want is None:
+        assert "T-split-wider" not in cfg.note
+        return
+    assert (cfg.block_n, cfg.split_ways, cfg.block_m) == (*want, 128) and "T-split-wider" in cfg.note
+    assert cfg.split_tiles == cfg.num_tiles and cfg.num_units == cfg.grid <= 132 and min(cfg.split_steps) >= 10
+    for forced in (dict(block_n=96), dict(block_m=128), dict(split=False), dict(split_ways=2), dict(tf32=True)):
+        assert "T-split-wider" not in choose_tile_config(m, n, 132, k_iters=k_iters_, **forced).note, forced

@@ -91,13 +91,13 @@ def hopper(sm_count: int):
 
 
 def few_tiles(layer, dtype: str, sm_count: int):
-    """Why a layer is a small problem for the split (its automatic tiling), or None when it is not: dense,
-    at most ``sm_count // 2`` tiles, at least two reduction steps."""
+    """Why a layer is a small problem for the split (its automatic tiling with no split), or None when it is
+    not: dense, at most ``sm_count // 2`` tiles, at least two reduction steps."""
     from ..backends.sm90.tiles import tile_config
     from ..overrides import Overrides
     if layer.groups != 1:
         return None
-    cfg = tile_config(problem_of(layer, dtype), sm_count, Overrides())
+    cfg = tile_config(problem_of(layer, dtype), sm_count, Overrides(split=False))
     if 2 * cfg.num_tiles <= sm_count and cfg.k_iters >= 2:
         return f"{cfg.num_tiles} tiles of {cfg.block_m}x{cfg.block_n}, {cfg.k_iters} reduction steps"
     return None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 from ...launch import header_constants
 
@@ -69,6 +69,10 @@ SPLIT_WAYS = tuple(range(2, 17))
 #: The automatic split of small problems (docs/tuning.md T-split-small): at least this many reduction
 #: steps per tile, and at least this many per part.
 _SMALL_SPLIT_MIN_K_ITERS, _SMALL_SPLIT_PART_K_ITERS = 32, 10
+#: Reduction steps that the fp32 hand-over of a split tile's part costs on top of its own steps (its
+#: partial sums written to and read back through L2), in :func:`_split_wider`'s model
+#: (docs/tuning.md T-split-wider).
+_SPLIT_HANDOVER_K_ITERS = 4
 #: 256-row tiles may take up to this many times the waves-times-rows of 128-row ones (docs/tuning.md
 #: T-bm-tall): their rows run faster, which pays for a slightly emptier last wave.
 _TALL_WAVE_SLACK = 1.125
@@ -347,6 +351,32 @@ def _small_split_ways(tiles: int, sm_count: int, k_iters_: int, cluster: int, sp
     return ways if ways >= 2 else 0
 
 
+def _split_wider(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, bn: int) -> Optional[Tuple[int, int]]:
+    """``(BN, parts)`` of wider tiles cut along the reduction for a problem whose ``bn``-wide tiles of 128
+    rows fill one partial wave (more than half of the SMs, at most all of them) with long reductions (at
+    least 32 steps), or None to keep ``bn`` whole (docs/tuning.md T-split-wider).
+
+    Such a wave takes one tile's time while some SMs idle; wider tiles cut into as many parts as leave every
+    part its own SM (at most 16, at least 10 steps each, as for small problems) take a part's time instead.
+    The model: a tile's step costs BN + 32 (:func:`_modelled_cost`), a part ``ceil(k_iters / parts)`` steps
+    plus :data:`_SPLIT_HANDOVER_K_ITERS` for its hand-over; the cheapest width is taken where it models at
+    least 12% less time than ``bn`` whole."""
+    tiles = m_tiles * -(-gemm_n // bn)
+    if not sm_count // 2 < tiles <= sm_count or k_iters_ < _SMALL_SPLIT_MIN_K_ITERS:
+        return None
+
+    def cost(b: int, ways: int) -> int:
+        return (b + 32) * (-(-k_iters_ // ways) + (_SPLIT_HANDOVER_K_ITERS if ways > 1 else 0))
+
+    whole = cost(bn, 1)
+    best = None
+    for b in sorted(STAGES):
+        ways = min(SPLIT_WAYS[-1], k_iters_ // _SMALL_SPLIT_PART_K_ITERS, sm_count // (m_tiles * -(-gemm_n // b)))
+        if ways >= 2 and (best is None or cost(b, ways) < cost(*best)):
+            best = (b, ways)
+    return best if best is not None and cost(*best) <= 0.88 * whole else None
+
+
 def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
     """The base rule over BN in {64, 128, 256} (docs/tuning.md T-bn-rule): the smallest BN covering N up
     to 128; above, 256 (twice the MMA work per A byte) unless it pads N more than 128 would or leaves
@@ -477,7 +507,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     * The split tail (:func:`_split_tiles`); ``split`` forces it on or off.
     * Small problems (at most half as many tiles as SMs, long reductions): every tile cut into parts
       along the reduction (:func:`_small_split_ways`); ``split_ways`` forces the count, ``split=False``
-      switches it off.
+      switches it off. Where the tiles would fill one partial wave, wider tiles in parts where
+      :func:`_split_wider` models them faster (automatic width, height and split only).
     * Halo tiles where ``halo_geometry`` = (planes, P, Q, R*S) is given (else the problem cannot use
       them) and :func:`_halo_rule` or ``halo`` says so; with a residual only where the filter ring keeps
       :data:`HALO_MIN_RES_STAGES` slots, or as 192 x 128 tiles (:func:`_narrow_halo_res_pays`).
@@ -556,6 +587,15 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     cl = cl if m_tiles >= 2 else 1
     n_tiles = -(-gemm_n // bn)
     ways = _small_split_ways(m_tiles * n_tiles, sm_count, k_iters, cl, split, split_ways)
+    wider = None
+    if not ways and auto_bn and not tf32 and block_m is None and bm == BLOCK_M and cl == 1 and split is None \
+            and split_ways is None:
+        wider = _split_wider(m_tiles, gemm_n, sm_count, k_iters, bn)
+    if wider:
+        bn, ways = wider
+        n_tiles = -(-gemm_n // bn)
+        note = (f"BN {bn} in {ways} parts along the reduction: narrower whole tiles would fill one partial wave "
+                f"of the SMs (docs/tuning.md T-split-wider)")
     if ways:
         sp = m_tiles * n_tiles
     else:
@@ -563,7 +603,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     units = -(-m_tiles // cl) * n_tiles + sp * (ways - 1)
     return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages_for(bm, bn, loads_residual),
                       m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
-                      split_tiles=sp, split_ways=ways, k_iters=k_iters)
+                      split_tiles=sp, split_ways=ways, k_iters=k_iters, note=note)
 
 
 #: Tile widths of the float32-output variant: its promotion (kernels_cu/sm90/wgmma_mainloop.cuh)
