@@ -43,11 +43,12 @@ PROBLEMS = {
     "conv2d_depthwise": problem2d(C=48, K=96, groups=48),
     "conv3d_depthwise": problem3d(C=24, K=24, groups=24, dtype="float32"),
     "conv2d_stem": problem2d(N=1, H=32, W=32, C=3, K=64, R=7, S=7, stride=2, padding=3),
+    "conv2d_patch": problem2d(N=1, H=32, W=32, C=3, K=64, R=16, S=16, stride=16, padding=0),
     "conv2d_residual": problem2d(C=64, K=128, epilogue=Epilogue(has_residual=True, has_bias=True, activation="relu")),
     "conv3d_bf16": problem3d(C=64, K=64),
     "conv3d_temporal_pad": problem3d(C=32, K=32, padding=1, dtype="float16"),
 }
-KERNEL_NAMES = ["cpu", "generic_gpu", "sm90_tma", "sm90_bf16x3", "conv3d_native_bf16x3", "sm90_tf32", "conv3d_native_tf32", "conv3d_native", "conv3d_qslice", "sm80_igemm", "sm80_tf32", "sm90_fold", "sm90_wpack", "conv3d_native_wpack", "sm90_grouped", "conv3d_grouped", "depthwise_direct", "smallc_mma",
+KERNEL_NAMES = ["cpu", "generic_gpu", "sm90_tma", "sm90_bf16x3", "conv3d_native_bf16x3", "sm90_tf32", "conv3d_native_tf32", "conv3d_native", "conv3d_qslice", "sm80_igemm", "sm80_tf32", "sm90_fold", "sm90_patch", "sm90_wpack", "conv3d_native_wpack", "sm90_grouped", "conv3d_grouped", "depthwise_direct", "smallc_mma",
                 "smallc_direct", "narrowk_direct", "pointwise_mma",
                 "cdna3_depthwise",
                 "cdna3_igemm"]

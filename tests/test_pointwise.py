@@ -85,19 +85,30 @@ def test_automatic_choice_takes_mobile_pointwise_layers(c, hw, k):
             assert why.kernel == KERNEL, str(why)
 
 
-def test_automatic_choice_takes_epilogue_terms_and_conv3d():
+def test_automatic_choice_takes_epilogue_terms_and_conv3d_off_the_16_byte_grid():
     from cuconv.problem import Epilogue
     for ep in (Epilogue(has_bias=True), Epilogue(has_residual=True), Epilogue(activation="relu"), Epilogue(alpha=0.5),
                Epilogue(has_bias=True, has_residual=True, activation="silu")):
         _, why = dispatch.select(problem2d(N=32, H=56, W=56, C=24, K=144, R=1, S=1, padding=0, epilogue=ep), H100)
         assert why.kernel == KERNEL, str(why)
     _, why = dispatch.select(problem3d(C=24, K=144, T=1, R=1, S=1, padding=0), H100)
-    assert why.kernel == KERNEL, str(why)
+    assert why.kernel == "conv3d_native" and "conv3d_native runs it" in why.declined[KERNEL], str(why)
+    for p, dev in ((problem3d(C=24, K=144, T=1, R=1, S=1, padding=0), A100),
+                   (problem3d(C=128, K=3, T=1, R=1, S=1, padding=0), H100)):
+        _, why = dispatch.select(p, dev)
+        assert why.kernel == KERNEL, str(why)
+
+
+def test_automatic_choice_leaves_short_reductions_to_few_channels_to_sm80():
+    """A detection head's 16 -> 1 map (YOLOv8 Detect.dfl) runs faster on sm80_igemm's pointwise loader."""
+    _, why = dispatch.select(problem2d(N=16, H=4, W=8400, C=16, K=1, R=1, S=1, padding=0), H100)
+    assert why.kernel == "sm80_igemm" and "fewer than 8 channels" in why.declined[KERNEL], str(why)
 
 
 @pytest.mark.parametrize("c, hw, k", [
-    (16, 80, 1),      # YOLOv8 Detect.dfl (distribution to box: 16 bins -> 1)
+    (32, 80, 1),      # a mask logit
     (64, 128, 3),     # an RGB map
+    (128, 80, 255),   # a YOLOv3/v5 head: 3 anchors x (80 classes + 5)
     (96, 1, 4),       # EfficientNet-B0 squeeze-excite reduction on a 1x1 image
     (256, 56, 100),   # a wide output off the 16-byte grid
 ])

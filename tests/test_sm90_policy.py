@@ -368,11 +368,13 @@ def test_env_rejects_bad_values(cuconv_env, name, value):
 
 
 @pytest.mark.parametrize("m,n,k_iters_,want", [
-    (32 * 7 * 7, 512, 72, (256, 5)),     # ResNet-50 layer4 3x3 512 at 7x7: 78 tiles of 96 -> 26 of 256 in 5 parts
+    (32 * 7 * 7, 512, 72, (128, 2)),     # ResNet-50 layer4 3x3 512 at 7x7: 78 tiles of 96 -> 52 of 128 in 2 parts
     (16 * 20 * 20, 128, 72, (128, 2)),   # YOLOv8s head 3x3 512->128 at 20x20: 100 tiles of 96 -> 50 of 128 in 2
     (2 * 32 * 32, 640, 270, (160, 2)),   # UNet 3x3 1920->640 at 32x32: 112 tiles of 96 -> 64 of 160 in 2
-    (32 * 14 * 14, 256, 36, None),       # ResNet-50 layer3 3x3 256 at 14x14: 98 tiles, 36 steps: parts cost more
-    (2 * 32 * 32, 640, 24, None),        # too short a reduction
+    (1 * 32 * 32, 1280, 180, (160, 2)),  # UNet 3x3 1280 at 32x32, batch 1: 112 tiles of 96 -> 64 of 160
+    (32 * 14 * 14, 256, 36, None),       # ResNet-50 layer3 3x3 256 at 14x14: 98 tiles, 36 steps
+    (32 * 7 * 7, 512, 32, None),         # ResNet-50 layer4 1x1 2048->512: 32 steps (the hand-over costs more)
+    (2 * 32 * 32, 640, 45, None),        # UNet 3x3 320->640 at 32x32: 45 steps
     (64 * 56 * 56, 256, 72, None),       # many waves
 ])
 def test_partial_wave_split_wider(m, n, k_iters_, want):

@@ -2,8 +2,8 @@
 channels, NHWC / NDHWC, fp16 / bf16, on every sm_80+ NVIDIA GPU.
 
 Such a layer (a mobile network's expansion C = 16-40 -> K = 96-240, its projection back, a detection
-head's 1x1, a map to 1-7 channels) is a GEMM ``out[M][K] = x[M][C] w[K][C]^T`` over the output pixels that moves far more
-bytes than it multiplies. The implicit GEMM kernels read it in 64-channel reduction blocks, mostly
+head's 1x1, a map to 1-7 channels) is a GEMM ``out[M][K] = x[M][C] w[K][C]^T`` over the output pixels
+that moves far more bytes than it multiplies. The implicit GEMM kernels read it in 64-channel reduction blocks, mostly
 zero for C = 24, and store it from accumulator fragments. This kernel
 (kernels_cu/pointwise/pointwise_fprop.cu) reads each tile's x rows as one contiguous run into shared
 memory (the next tile's copy in flight while the tensor cores multiply the current one), keeps the
@@ -18,12 +18,14 @@ from ...registry import register
 from ..depthwise.kernel import DirectKernel, DirectPlan
 from .variants import PW_SOURCE, PwConfig, pw_config, pw_declined, pw_geometry, pw_variant
 
-__all__ = ["PointwiseKernel", "PointwisePlan", "SHORT_C", "NARROW_K"]
+__all__ = ["PointwiseKernel", "PointwisePlan", "SHORT_C", "NARROW_K", "SHORT_C_NARROW_K"]
 
 #: Input channels up to which the automatic choice takes a pointwise layer (:meth:`PointwiseKernel.passes_over`).
 SHORT_C = 48
 #: Output channels up to which the automatic choice takes a pointwise layer.
 NARROW_K = 32
+#: Input channels up to which an output of fewer than 8 channels is left to sm80_igemm.
+SHORT_C_NARROW_K = 16
 
 
 class PointwiseKernel(DirectKernel):
@@ -45,16 +47,25 @@ class PointwiseKernel(DirectKernel):
         return pw_config(problem)
 
     def passes_over(self, plan):
-        """The automatic choice takes the layers whose reduction is short (C <= :data:`SHORT_C`: less than
-        one of the implicit GEMM kernels' 64-channel reduction blocks), whose output is narrow (K <=
-        :data:`NARROW_K`: less than their narrowest efficient tile) or whose output rows are off the
-        16-byte grid (K not a multiple of 8, which the Hopper kernels decline), with any fused epilogue,
-        conv2d and conv3d; the others, long and wide, run faster there (docs/tuning.md#T-pointwise)."""
+        """The automatic choice takes the conv2d layers whose reduction is short (C <= :data:`SHORT_C`: less
+        than one of the implicit GEMM kernels' 64-channel reduction blocks), whose output is narrow (K <=
+        :data:`NARROW_K`: less than their narrowest efficient tile) or whose output rows are off the 16-byte
+        grid (K not a multiple of 8, which the Hopper kernels decline), with any fused epilogue; conv3d
+        layers only where K is not a multiple of 8 or the GPU is not a Hopper one (conv3d_native runs the
+        others at least as fast). It leaves outputs of fewer than 8 channels from at most
+        :data:`SHORT_C_NARROW_K` channels (a detection head's 16 -> 1 map) to sm80_igemm's pointwise loader,
+        and long reductions with wide outputs to the implicit GEMM kernels (docs/tuning.md#T-pointwise)."""
         p = plan.problem
-        if p.channels <= SHORT_C or p.out_channels <= NARROW_K or p.out_channels % 8:
+        k, c = p.out_channels, p.channels
+        if k < 8 and c <= SHORT_C_NARROW_K:
+            return (f"C = {c} -> K = {k}: a short reduction to fewer than 8 channels, which sm80_igemm's pointwise "
+                    f"loader runs faster")
+        if p.nd == 3 and k % 8 == 0 and plan.device.is_hopper:
+            return f"a conv3d layer with K = {k}, a multiple of 8: conv3d_native runs it at least as fast"
+        if c <= SHORT_C or k <= NARROW_K or k % 8:
             return None
-        return (f"C = {p.channels} -> K = {p.out_channels}: neither a short reduction (C <= {SHORT_C}) nor a "
-                f"narrow output (K <= {NARROW_K}), which the implicit GEMM kernels run at least as fast")
+        return (f"C = {c} -> K = {k}: neither a short reduction (C <= {SHORT_C}) nor a narrow output (K <= "
+                f"{NARROW_K}), which the implicit GEMM kernels run at least as fast")
 
     def plan_for(self, problem, device, cfg: PwConfig):
         if device.smem_per_block_optin and cfg.smem > device.smem_per_block_optin:

@@ -69,10 +69,10 @@ SPLIT_WAYS = tuple(range(2, 17))
 #: The automatic split of small problems (docs/tuning.md T-split-small): at least this many reduction
 #: steps per tile, and at least this many per part.
 _SMALL_SPLIT_MIN_K_ITERS, _SMALL_SPLIT_PART_K_ITERS = 32, 10
-#: Reduction steps that the fp32 hand-over of a split tile's part costs on top of its own steps (its
-#: partial sums written to and read back through L2), in :func:`_split_wider`'s model
-#: (docs/tuning.md T-split-wider).
-_SPLIT_HANDOVER_K_ITERS = 4
+#: :func:`_split_wider`: the widths it tries, the parts (two), the reduction steps a tile needs at least,
+#: and the steps that the fp32 hand-over of a part costs on top of its own (its partial sums written to
+#: and read back through L2) in its model (docs/tuning.md T-split-wider).
+_SPLIT_WIDER_BN, _SPLIT_WIDER_WAYS, _SPLIT_WIDER_MIN_K_ITERS, _SPLIT_HANDOVER_K_ITERS = (128, 160), 2, 64, 4
 #: 256-row tiles may take up to this many times the waves-times-rows of 128-row ones (docs/tuning.md
 #: T-bm-tall): their rows run faster, which pays for a slightly emptier last wave.
 _TALL_WAVE_SLACK = 1.125
@@ -352,29 +352,28 @@ def _small_split_ways(tiles: int, sm_count: int, k_iters_: int, cluster: int, sp
 
 
 def _split_wider(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, bn: int) -> Optional[Tuple[int, int]]:
-    """``(BN, parts)`` of wider tiles cut along the reduction for a problem whose ``bn``-wide tiles of 128
+    """``(BN, 2)``: wider tiles cut in two along the reduction, for a problem whose ``bn``-wide tiles of 128
     rows fill one partial wave (more than half of the SMs, at most all of them) with long reductions (at
-    least 32 steps), or None to keep ``bn`` whole (docs/tuning.md T-split-wider).
+    least 64 steps), or None to keep ``bn`` whole (docs/tuning.md T-split-wider).
 
-    Such a wave takes one tile's time while some SMs idle; wider tiles cut into as many parts as leave every
-    part its own SM (at most 16, at least 10 steps each, as for small problems) take a part's time instead.
-    The model: a tile's step costs BN + 32 (:func:`_modelled_cost`), a part ``ceil(k_iters / parts)`` steps
-    plus :data:`_SPLIT_HANDOVER_K_ITERS` for its hand-over; the cheapest width is taken where it models at
-    least 12% less time than ``bn`` whole."""
+    Such a wave takes one tile's time while some SMs idle; 128- or 160-wide tiles in two parts, each on an
+    SM of its own, take a part's time instead. The model: a tile's step costs BN + 32
+    (:func:`_modelled_cost`), a part ``ceil(k_iters / 2)`` steps plus :data:`_SPLIT_HANDOVER_K_ITERS` for
+    its hand-over; the cheaper width is taken where it models at least 12% less time than ``bn`` whole.
+    Wider tiles (192, 256) and more parts measure slower than the model says, and so do reductions of
+    fewer steps."""
     tiles = m_tiles * -(-gemm_n // bn)
-    if not sm_count // 2 < tiles <= sm_count or k_iters_ < _SMALL_SPLIT_MIN_K_ITERS:
+    if not sm_count // 2 < tiles <= sm_count or k_iters_ < _SPLIT_WIDER_MIN_K_ITERS:
         return None
 
     def cost(b: int, ways: int) -> int:
         return (b + 32) * (-(-k_iters_ // ways) + (_SPLIT_HANDOVER_K_ITERS if ways > 1 else 0))
 
-    whole = cost(bn, 1)
-    best = None
-    for b in sorted(STAGES):
-        ways = min(SPLIT_WAYS[-1], k_iters_ // _SMALL_SPLIT_PART_K_ITERS, sm_count // (m_tiles * -(-gemm_n // b)))
-        if ways >= 2 and (best is None or cost(b, ways) < cost(*best)):
-            best = (b, ways)
-    return best if best is not None and cost(*best) <= 0.88 * whole else None
+    fits = [b for b in _SPLIT_WIDER_BN if m_tiles * -(-gemm_n // b) * _SPLIT_WIDER_WAYS <= sm_count]
+    best = min(fits, key=lambda b: cost(b, _SPLIT_WIDER_WAYS), default=None)
+    if best is None or cost(best, _SPLIT_WIDER_WAYS) > 0.88 * cost(bn, 1):
+        return None
+    return best, _SPLIT_WIDER_WAYS
 
 
 def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
