@@ -6,6 +6,10 @@ Two questions, one tool:
   forced to N parts (``cuconv.overrides(split_ways=N, halo=False)``) against its automatic rule
   (docs/tuning.md T-split-small). The layers are those whose automatic tiling leaves at
   least half of the SMs without a tile (few output tiles, often a long reduction).
+* ``python -m cuconv.bench.layer_ab --wider-split 128 160 192 256``: layers whose unsplit tiles fill one
+  partial wave of the SMs with long reductions, unsplit (``cuconv.overrides(split=False)``) and as tiles of
+  each width cut in two along the reduction (``block_n=BN, block_m=128, split_ways=2, halo=False``), against
+  the automatic rule (docs/tuning.md T-split-wider).
 * ``python -m cuconv.bench.layer_ab --kernel sm90_fold``: a kernel that the automatic choice does not
   take (``kernel=NAME``). The layers are those it accepts.
 
@@ -39,6 +43,8 @@ def parser() -> argparse.ArgumentParser:
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--split-ways", type=int, nargs="+", metavar="N",
                       help="part counts (2-16) of the Hopper split of small problems")
+    what.add_argument("--wider-split", type=int, nargs="+", metavar="BN",
+                      help="tile widths to cut in two along the reduction, on layers filling one partial wave")
     what.add_argument("--kernel", help="a kernel to force on every layer it accepts (cuconv.kernels())")
     ap.add_argument("--network", action="append", choices=sorted(NETWORKS),
                     help=f"a network of the suite (repeatable; default {', '.join(DEFAULT_NETWORKS)})")
@@ -53,11 +59,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def check_args(args) -> None:
-    from ..backends.sm90.tiles import SPLIT_WAYS
+    from ..backends.sm90.tiles import SPLIT_WAYS, STAGES
     from ..dispatch import kernels
     bad = [w for w in args.split_ways or () if w not in SPLIT_WAYS]
     if bad:
         raise SystemExit(f"--split-ways: each must be one of {SPLIT_WAYS[0]}-{SPLIT_WAYS[-1]}, got {bad}")
+    bad = [b for b in getattr(args, "wider_split", None) or () if b not in STAGES]
+    if bad:
+        raise SystemExit(f"--wider-split: each must be one of {sorted(STAGES)}, got {bad}")
     names = [k.name for k in kernels()]
     if args.kernel is not None and args.kernel not in names:
         raise SystemExit(f"--kernel: expected one of {names}, got {args.kernel!r}")
@@ -71,6 +80,9 @@ def configurations(args) -> List[tuple]:
     """``[(label, overrides, kernel)]``: the alternatives each layer is timed under."""
     if args.split_ways:
         return [(f"{n} parts", dict(split_ways=n, halo=False), None) for n in args.split_ways]
+    if getattr(args, "wider_split", None):
+        return [("unsplit", dict(split=False), None)] + [
+            (f"{bn} in 2", dict(block_n=bn, block_m=128, split_ways=2, halo=False), None) for bn in args.wider_split]
     return [(args.kernel, {}, args.kernel)]
 
 
@@ -99,6 +111,19 @@ def few_tiles(layer, dtype: str, sm_count: int):
         return None
     cfg = tile_config(problem_of(layer, dtype), sm_count, Overrides(split=False))
     if 2 * cfg.num_tiles <= sm_count and cfg.k_iters >= 2:
+        return f"{cfg.num_tiles} tiles of {cfg.block_m}x{cfg.block_n}, {cfg.k_iters} reduction steps"
+    return None
+
+
+def partial_wave(layer, dtype: str, sm_count: int):
+    """Why a layer's unsplit tiles fill one partial wave (more than ``sm_count // 2`` tiles, at most
+    ``sm_count``) with a long reduction (at least 24 steps), or None: the layers the wider split may take."""
+    from ..backends.sm90.tiles import tile_config
+    from ..overrides import Overrides
+    if layer.groups != 1:
+        return None
+    cfg = tile_config(problem_of(layer, dtype), sm_count, Overrides(split=False))
+    if sm_count // 2 < cfg.num_tiles <= sm_count and cfg.k_iters >= 24:
         return f"{cfg.num_tiles} tiles of {cfg.block_m}x{cfg.block_n}, {cfg.k_iters} reduction steps"
     return None
 
@@ -200,9 +225,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         sm_count = gpu_info(0).sm_count
     sm_count = sm_count or 132
-    select = few_tiles if args.split_ways else accepted_by(args.kernel)
+    if args.split_ways:
+        select, what = few_tiles, f"with at most {sm_count // 2} tiles"
+    elif args.wider_split:
+        select, what = partial_wave, f"filling one partial wave of {sm_count} SMs"
+    else:
+        select, what = accepted_by(args.kernel), f"that {args.kernel} accepts"
     chosen = layers(names, args.batch, args.dtype, sm_count, select)
-    what = "with at most {} tiles".format(sm_count // 2) if args.split_ways else f"that {args.kernel} accepts"
     print(f"{len(chosen)} layers of {', '.join(names)} {what}" + (f" (batch {args.batch})" if args.batch else ""))
     if args.list:
         for name, layer, why in chosen:
