@@ -236,6 +236,7 @@ DESIGN = {
     "sm90_tma": (H100, dict(C=64, K=64), SIXTEEN_BIT),
     "sm90_bf16x3": (H100, dict(C=64, K=64), FLOAT32_SPLIT),
     "sm90_fold": (H100, dict(C=4, K=64), SIXTEEN_BIT),
+    "sm90_patch": (H100, dict(H=32, W=32, C=3, K=64, R=16, S=16, stride=16, padding=0), SIXTEEN_BIT),
     "sm90_wpack": (H100, dict(N=16, H=160, W=160, C=32, K=32), SIXTEEN_BIT),
     "conv3d_native_wpack": (H100, dict(nd=3, N=4, D=16, H=96, W=96, C=32, K=32), SIXTEEN_BIT),
     "sm90_grouped": (H100, dict(C=128, K=128, groups=8), SIXTEEN_BIT),

@@ -134,7 +134,7 @@ def test_dispatch_packs_3d_layers_on_the_native_kernel():
 
 
 @pytest.mark.parametrize("kw,kernel,why", [
-    (dict(c=32, k=32, f=1), "sm90_tma", "one-column filter"),
+    (dict(c=32, k=32, f=1), "pointwise_mma", "one-column filter"),
     (dict(c=32, k=64, f=3), "sm90_tma", "1.00 of the tensor-core work"),
     (dict(c=64, k=32, f=3), "sm90_tma", "C=64"),
     (dict(c=32, k=32, f=3, w=63), "sm90_tma", "W=63 is not a multiple of 2"),
@@ -147,7 +147,8 @@ def test_dispatch_declines_with_a_reason(kw, kernel, why):
     assert why in ex.declined["sm90_wpack"], ex.declined["sm90_wpack"]
 
 
-@pytest.mark.parametrize("kw", [dict(c=32, k=32, f=1), dict(c=32, k=64, f=3), dict(c=32, k=32, f=3, h=96, w=96)])
+@pytest.mark.parametrize("kw", [dict(c=32, k=128, f=1, stride=2), dict(c=32, k=64, f=3),
+                                dict(c=32, k=32, f=3, h=96, w=96)])
 def test_what_the_automatic_choice_passes_over_runs_when_forced(kw):
     """The pay-off rules are the automatic choice's (``passes_over``): forced, the kernel packs the problem."""
     p = _p(**kw)
