@@ -72,6 +72,10 @@ EPILOGUES: Dict[str, dict] = {
 STEMS = ((3, 3, 1, 1), (3, 3, 2, 1), (3, 7, 2, 3), (3, 4, 4, 0), (3, 6, 2, 2), (1, 3, 1, 1), (1, 7, 2, 3))
 STEM_WIDTHS = (32, 64)
 
+#: Patch embeddings of vision transformers (``sm90_patch``): (C, patch, K) of ViT-B/16, ViT-L/16 and
+#: ViT-H/14-style widths on a 224 x 224 image (batch 32 and 1).
+PATCHES = ((3, 16, 768), (3, 16, 1024), (3, 32, 768), (3, 8, 384))
+
 #: Last layers of image networks beyond the suite's own: 1x1 maps to a few channels (segmentation logits,
 #: masks, an RGB map) run on ``pointwise_mma``'s single-channel-store variants, which are specialised to C
 #: (rounded up to 16). (C, K) of each, on a 256 x 256 image (batch 32 and 1).
@@ -116,8 +120,8 @@ def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[st
             dtypes: Sequence[str] = DEFAULT_DTYPES, layouts: Sequence[str] = DEFAULT_LAYOUTS,
             epilogues: Sequence[str] = tuple(EPILOGUES), stems: bool = True, conv3d: bool = True) -> List[Job]:
     """The distinct variants the automatic choice loads for every conv layer of ``networks`` (default:
-    all of the networks suite), with ``stems`` the first layers of :func:`stem_layers` and the last ones of
-    :func:`head_layers`, with ``conv3d`` those of the video-VAE
+    all of the networks suite), with ``stems`` the first layers of :func:`stem_layers` and
+    :func:`patch_layers` and the last ones of :func:`head_layers`, with ``conv3d`` those of the video-VAE
     layers of the conv3d suite (:data:`cuconv.bench.conv3d.SUITE_3D`, in the 3-D form of each layout), at
     its listed batch and at batch 1, for each dtype, layout and epilogue, on the model GPUs of each
     architecture (:data:`MODEL_DEVICES`)."""
@@ -138,7 +142,7 @@ def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[st
             raise ValueError(f"epilogues: expected some of {sorted(EPILOGUES)}, got {name!r}")
     layers = [L for name in (networks or NETWORKS) for L in NETWORKS[name].layers]
     if stems:
-        layers += stem_layers() + head_layers()
+        layers += stem_layers() + patch_layers() + head_layers()
     # (nd, batch, input, channels, filters, filter, stride, dilation, padding, groups) of every problem
     shapes = [(2, batch, (L.H, L.W), L.C, L.K, (L.R, L.S), L.stride, L.dilation, L.pad, L.groups)
               for L in layers for batch in sorted({L.N, 1})]
@@ -164,6 +168,13 @@ def catalog(archs: Sequence[str] = DEFAULT_ARCHS, networks: Optional[Sequence[st
 
 #: The 3-D layout of each 2-D layout name (a conv3d layer of the catalog takes the 3-D form).
 _LAYOUTS_3D = {"NHWC": "NDHWC", "NCHW": "NCDHW"}
+
+
+def patch_layers() -> list:
+    """The patch embeddings of :data:`PATCHES`, as networks-suite layers."""
+    from ..bench.networks import Layer
+    return [Layer(name=f"patch c{C} {f}x{f}/{f} -> {K}", N=32, H=224, W=224, C=C, K=K, R=f, S=f, stride=f, pad=0)
+            for C, f, K in PATCHES]
 
 
 def head_layers() -> list:
