@@ -388,3 +388,22 @@ def test_partial_wave_split_wider(m, n, k_iters_, want):
     assert cfg.split_tiles == cfg.num_tiles and cfg.num_units == cfg.grid <= 132 and min(cfg.split_steps) >= 10
     for forced in (dict(block_n=96), dict(block_m=128), dict(split=False), dict(split_ways=2), dict(tf32=True)):
         assert "T-split-wider" not in choose_tile_config(m, n, 132, k_iters=k_iters_, **forced).note, forced
+
+
+@pytest.mark.parametrize("m,n,k_iters_,want", [
+    (2 * 16 * 16, 1280, 360, (128, 3)),  # UNet 3x3 2560->1280 at 16x16: 56 tiles of 96 in 2 -> 40 of 128 in 3
+    (2 * 16 * 16, 1280, 90, (128, 3)),   # UNet 3x3 640->1280 at 16x16
+    (2 * 16 * 16, 640, 90, None),        # UNet 3x3 s2 640 at 32x32: 28 tiles of 96 in 4 parts stay
+    (2 * 8 * 8, 1280, 180, None),        # UNet 3x3 1280 at 8x8: 14 tiles of 96 in 9 parts stay
+    (2 * 16 * 16, 1280, 40, None),       # a 1x1 2560->1280: too short a reduction
+])
+def test_small_problem_split_wider(m, n, k_iters_, want):
+    """A small problem's split (every part on its own SM) takes 128- or 160-wide tiles in three parts where
+    the model says a part is at least 12% faster (docs/tuning.md T-split-wider)."""
+    cfg = choose_tile_config(m, n, 132, k_iters=k_iters_)
+    if want is None:
+        assert "T-split-wider" not in cfg.note
+        return
+    assert (cfg.block_n, cfg.split_ways) == want and "T-split-wider" in cfg.note
+    assert cfg.split_tiles == cfg.num_tiles and cfg.num_units == cfg.grid <= 132
+    assert "T-split-wider" not in choose_tile_config(m, n, 132, k_iters=k_iters_, block_n=96).note

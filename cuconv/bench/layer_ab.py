@@ -6,10 +6,10 @@ Two questions, one tool:
   forced to N parts (``cuconv.overrides(split_ways=N, halo=False)``) against its automatic rule
   (docs/tuning.md T-split-small). The layers are those whose automatic tiling leaves at
   least half of the SMs without a tile (few output tiles, often a long reduction).
-* ``python -m cuconv.bench.layer_ab --wider-split 128 160 192 256``: layers whose unsplit tiles fill one
-  partial wave of the SMs with long reductions, unsplit (``cuconv.overrides(split=False)``) and as tiles of
-  each width cut in two along the reduction (``block_n=BN, block_m=128, split_ways=2, halo=False``), against
-  the automatic rule (docs/tuning.md T-split-wider).
+* ``python -m cuconv.bench.layer_ab --wider-split 128 160 192 256 [--parts 2 3]``: layers whose unsplit
+  tiles fit one wave of the SMs with long reductions, unsplit (``cuconv.overrides(split=False)``) and as
+  tiles of each width cut into each part count along the reduction (``block_n=BN, block_m=128,
+  split_ways=N, halo=False``), against the automatic rule (docs/tuning.md T-split-wider).
 * ``python -m cuconv.bench.layer_ab --kernel sm90_fold``: a kernel that the automatic choice does not
   take (``kernel=NAME``). The layers are those it accepts.
 
@@ -46,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--wider-split", type=int, nargs="+", metavar="BN",
                       help="tile widths to cut in two along the reduction, on layers filling one partial wave")
     what.add_argument("--kernel", help="a kernel to force on every layer it accepts (cuconv.kernels())")
+    ap.add_argument("--parts", type=int, nargs="+", default=[2], metavar="N",
+                    help="--wider-split: part counts of the wider tiles (default 2)")
     ap.add_argument("--network", action="append", choices=sorted(NETWORKS),
                     help=f"a network of the suite (repeatable; default {', '.join(DEFAULT_NETWORKS)})")
     ap.add_argument("--batch", type=int, help="batch size of every layer instead of the network's")
@@ -67,6 +69,9 @@ def check_args(args) -> None:
     bad = [b for b in getattr(args, "wider_split", None) or () if b not in STAGES]
     if bad:
         raise SystemExit(f"--wider-split: each must be one of {sorted(STAGES)}, got {bad}")
+    bad = [w for w in getattr(args, "parts", None) or () if w not in SPLIT_WAYS]
+    if bad:
+        raise SystemExit(f"--parts: each must be one of {SPLIT_WAYS[0]}-{SPLIT_WAYS[-1]}, got {bad}")
     names = [k.name for k in kernels()]
     if args.kernel is not None and args.kernel not in names:
         raise SystemExit(f"--kernel: expected one of {names}, got {args.kernel!r}")
@@ -82,7 +87,8 @@ def configurations(args) -> List[tuple]:
         return [(f"{n} parts", dict(split_ways=n, halo=False), None) for n in args.split_ways]
     if getattr(args, "wider_split", None):
         return [("unsplit", dict(split=False), None)] + [
-            (f"{bn} in 2", dict(block_n=bn, block_m=128, split_ways=2, halo=False), None) for bn in args.wider_split]
+            (f"{bn} in {n}", dict(block_n=bn, block_m=128, split_ways=n, halo=False), None)
+            for bn in args.wider_split for n in getattr(args, "parts", None) or (2,)]
     return [(args.kernel, {}, args.kernel)]
 
 
@@ -116,14 +122,14 @@ def few_tiles(layer, dtype: str, sm_count: int):
 
 
 def partial_wave(layer, dtype: str, sm_count: int):
-    """Why a layer's unsplit tiles fill one partial wave (more than ``sm_count // 2`` tiles, at most
-    ``sm_count``) with a long reduction (at least 24 steps), or None: the layers the wider split may take."""
+    """Why a layer's unsplit tiles fit one wave (at most ``sm_count``) with a long reduction (at least 24
+    steps), or None: the layers the wider split may take."""
     from ..backends.sm90.tiles import tile_config
     from ..overrides import Overrides
     if layer.groups != 1:
         return None
     cfg = tile_config(problem_of(layer, dtype), sm_count, Overrides(split=False))
-    if sm_count // 2 < cfg.num_tiles <= sm_count and cfg.k_iters >= 24:
+    if cfg.num_tiles <= sm_count and cfg.k_iters >= 24:
         return f"{cfg.num_tiles} tiles of {cfg.block_m}x{cfg.block_n}, {cfg.k_iters} reduction steps"
     return None
 
@@ -228,7 +234,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.split_ways:
         select, what = few_tiles, f"with at most {sm_count // 2} tiles"
     elif args.wider_split:
-        select, what = partial_wave, f"filling one partial wave of {sm_count} SMs"
+        select, what = partial_wave, f"fitting one wave of {sm_count} SMs"
     else:
         select, what = accepted_by(args.kernel), f"that {args.kernel} accepts"
     chosen = layers(names, args.batch, args.dtype, sm_count, select)

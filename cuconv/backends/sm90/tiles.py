@@ -376,6 +376,33 @@ def _split_wider(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, bn: in
     return best, _SPLIT_WIDER_WAYS
 
 
+#: :func:`_split_wider_small`: the parts of its wider tiles.
+_SPLIT_WIDER_SMALL_WAYS = 3
+
+
+def _split_wider_small(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, bn: int,
+                       ways: int) -> Optional[Tuple[int, int]]:
+    """``(BN, 3)``: for a small problem split into ``ways`` parts of ``bn``-wide tiles (:func:`_small_split_ways`)
+    with a reduction of at least 64 steps, 128- or 160-wide tiles in three parts where every part still has
+    an SM of its own and :func:`_split_wider`'s model predicts at least 12% less time for a part; else None
+    (docs/tuning.md T-split-wider). A small problem's parts run in one round, so the slowest part sets the
+    time: fewer, wider tiles in a few parts each beat many narrow ones in two (the SD UNet's 3x3 layers of
+    1280 filters at 16x16)."""
+    if k_iters_ < _SPLIT_WIDER_MIN_K_ITERS:
+        return None
+
+    def cost(b: int, w: int) -> int:
+        return (b + 32) * (-(-k_iters_ // w) + _SPLIT_HANDOVER_K_ITERS)
+
+    w = _SPLIT_WIDER_SMALL_WAYS
+    fits = [b for b in _SPLIT_WIDER_BN if b > bn and m_tiles * -(-gemm_n // b) * w <= sm_count
+            and k_iters_ // w >= _SMALL_SPLIT_PART_K_ITERS]
+    best = min(fits, key=lambda b: cost(b, w), default=None)
+    if best is None or cost(best, w) > 0.88 * cost(bn, ways):
+        return None
+    return best, w
+
+
 def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
     """The base rule over BN in {64, 128, 256} (docs/tuning.md T-bn-rule): the smallest BN covering N up
     to 128; above, 256 (twice the MMA work per A byte) unless it pads N more than 128 would or leaves
@@ -587,13 +614,14 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     n_tiles = -(-gemm_n // bn)
     ways = _small_split_ways(m_tiles * n_tiles, sm_count, k_iters, cl, split, split_ways)
     wider = None
-    if not ways and auto_bn and not tf32 and block_m is None and bm == BLOCK_M and cl == 1 and split is None \
+    if auto_bn and not tf32 and block_m is None and bm == BLOCK_M and cl == 1 and split is None \
             and split_ways is None:
-        wider = _split_wider(m_tiles, gemm_n, sm_count, k_iters, bn)
+        wider = (_split_wider_small(m_tiles, gemm_n, sm_count, k_iters, bn, ways) if ways
+                 else _split_wider(m_tiles, gemm_n, sm_count, k_iters, bn))
     if wider:
         bn, ways = wider
         n_tiles = -(-gemm_n // bn)
-        note = (f"BN {bn} in {ways} parts along the reduction: narrower whole tiles would fill one partial wave "
+        note = (f"BN {bn} in {ways} parts along the reduction: narrower tiles would fill one partial wave "
                 f"of the SMs (docs/tuning.md T-split-wider)")
     if ways:
         sp = m_tiles * n_tiles
