@@ -361,3 +361,32 @@ def test_sm90_halo_cta_pairs(cp, name):
         detail = _sm90_detail(cp, case)
         assert "_c2_halo" in detail, detail
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("n, hw, c, k, parts", [
+    (16, 20, 512, 128, 2),    # YOLOv8s Detect.cv3.2.0: one partial wave of 96-wide tiles -> 128 wide in 2 parts
+    (2, 16, 1280, 1280, 3),   # SD UNet 3x3 at 16x16: a small problem's 96-wide parts -> 128 wide in 3 parts
+])
+def test_sm90_wider_split_chosen_automatically(cp, n, hw, c, k, parts):
+    """The wider split (docs/tuning.md T-split-wider), chosen without being asked, with a bias, a residual
+    and an activation: within the tolerance of the reference on the first image, the same bits twice, and
+    close to the unsplit kernel's result."""
+    from conftest import assert_close
+    rng = np.random.default_rng(c + k)
+    x = cp.asarray(rng.standard_normal((n, hw, hw, c)).astype(np.float16))
+    w = cp.asarray((rng.standard_normal((k, 3, 3, c)) / np.sqrt(9 * c)).astype(np.float16))
+    b = cp.asarray(rng.standard_normal((k,)).astype(np.float16))
+    res = cp.asarray(rng.standard_normal((n, hw, hw, k)).astype(np.float16))
+    kw = dict(padding=1, residual=res, activation="relu")
+    detail = cuconv.explain(x, w, b, **kw).detail
+    assert "T-split-wider" in detail and (" in two " if parts == 2 else f"{parts} ways") in detail, detail
+    a = cuconv.conv2d(x, w, b, **kw)
+    assert bool((cuconv.conv2d(x, w, b, **kw).view(cp.uint16) == a.view(cp.uint16)).all())
+    want = cuconv.reference.conv2d(cp.asnumpy(x[:1]), cp.asnumpy(w), cp.asnumpy(b), padding=1,
+                                   residual=cp.asnumpy(res[:1]), activation="relu")
+    assert_close(cp.asnumpy(a[:1]), want, "float16")
+    with cuconv.overrides(split=False):
+        whole = cuconv.conv2d(x, w, b, **kw)
+    assert float(cp.abs(a.astype(cp.float32) - whole.astype(cp.float32)).max()) < 0.05
