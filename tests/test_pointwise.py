@@ -103,6 +103,8 @@ def test_automatic_choice_leaves_short_reductions_to_few_channels_to_sm80():
     """A detection head's 16 -> 1 map (YOLOv8 Detect.dfl) runs faster on sm80_igemm's pointwise loader."""
     _, why = dispatch.select(problem2d(N=16, H=4, W=8400, C=16, K=1, R=1, S=1, padding=0), H100)
     assert why.kernel == "sm80_igemm" and "fewer than 8 channels" in why.declined[KERNEL], str(why)
+    _, why = dispatch.select(problem3d(C=16, K=3, T=1, R=1, S=1, padding=0), H100)  # sm80_igemm serves conv2d only
+    assert why.kernel == KERNEL, str(why)
 
 
 @pytest.mark.parametrize("c, hw, k", [

@@ -52,12 +52,12 @@ class PointwiseKernel(DirectKernel):
         :data:`NARROW_K`: less than their narrowest efficient tile) or whose output rows are off the 16-byte
         grid (K not a multiple of 8, which the Hopper kernels decline), with any fused epilogue; conv3d
         layers only where K is not a multiple of 8 or the GPU is not a Hopper one (conv3d_native runs the
-        others at least as fast). It leaves outputs of fewer than 8 channels from at most
+        others at least as fast). It leaves conv2d outputs of fewer than 8 channels from at most
         :data:`SHORT_C_NARROW_K` channels (a detection head's 16 -> 1 map) to sm80_igemm's pointwise loader,
         and long reductions with wide outputs to the implicit GEMM kernels (docs/tuning.md#T-pointwise)."""
         p = plan.problem
         k, c = p.out_channels, p.channels
-        if k < 8 and c <= SHORT_C_NARROW_K:
+        if p.nd == 2 and k < 8 and c <= SHORT_C_NARROW_K:
             return (f"C = {c} -> K = {k}: a short reduction to fewer than 8 channels, which sm80_igemm's pointwise "
                     f"loader runs faster")
         if p.nd == 3 and k % 8 == 0 and plan.device.is_hopper:
