@@ -365,15 +365,26 @@ def _split_wider(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, bn: in
     tiles = m_tiles * -(-gemm_n // bn)
     if not sm_count // 2 < tiles <= sm_count or k_iters_ < _SPLIT_WIDER_MIN_K_ITERS:
         return None
+    return _wider_in_parts(m_tiles, gemm_n, sm_count, k_iters_, _part_cost(bn, k_iters_, 1), _SPLIT_WIDER_WAYS)
 
-    def cost(b: int, ways: int) -> int:
-        return (b + 32) * (-(-k_iters_ // ways) + (_SPLIT_HANDOVER_K_ITERS if ways > 1 else 0))
 
-    fits = [b for b in _SPLIT_WIDER_BN if m_tiles * -(-gemm_n // b) * _SPLIT_WIDER_WAYS <= sm_count]
-    best = min(fits, key=lambda b: cost(b, _SPLIT_WIDER_WAYS), default=None)
-    if best is None or cost(best, _SPLIT_WIDER_WAYS) > 0.88 * cost(bn, 1):
+def _part_cost(bn: int, k_iters_: int, ways: int) -> int:
+    """The model's time of one part of a ``bn``-wide tile cut into ``ways`` parts (a whole tile: 1): its
+    steps at BN + 32 each, plus :data:`_SPLIT_HANDOVER_K_ITERS` for a part's hand-over."""
+    return (bn + 32) * (-(-k_iters_ // ways) + (_SPLIT_HANDOVER_K_ITERS if ways > 1 else 0))
+
+
+def _wider_in_parts(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, now: int, ways: int,
+                    above: int = 0) -> Optional[Tuple[int, int]]:
+    """``(BN, ways)`` for the cheapest width of :data:`_SPLIT_WIDER_BN` above ``above`` whose tiles in
+    ``ways`` parts (each at least 10 steps) all have an SM of their own, where its part models at least 12%
+    less time than ``now``; else None."""
+    fits = [b for b in _SPLIT_WIDER_BN if b > above and m_tiles * -(-gemm_n // b) * ways <= sm_count
+            and k_iters_ // ways >= _SMALL_SPLIT_PART_K_ITERS]
+    best = min(fits, key=lambda b: _part_cost(b, k_iters_, ways), default=None)
+    if best is None or _part_cost(best, k_iters_, ways) > 0.88 * now:
         return None
-    return best, _SPLIT_WIDER_WAYS
+    return best, ways
 
 
 #: :func:`_split_wider_small`: the parts of its wider tiles.
@@ -390,17 +401,8 @@ def _split_wider_small(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, 
     1280 filters at 16x16)."""
     if k_iters_ < _SPLIT_WIDER_MIN_K_ITERS:
         return None
-
-    def cost(b: int, w: int) -> int:
-        return (b + 32) * (-(-k_iters_ // w) + _SPLIT_HANDOVER_K_ITERS)
-
-    w = _SPLIT_WIDER_SMALL_WAYS
-    fits = [b for b in _SPLIT_WIDER_BN if b > bn and m_tiles * -(-gemm_n // b) * w <= sm_count
-            and k_iters_ // w >= _SMALL_SPLIT_PART_K_ITERS]
-    best = min(fits, key=lambda b: cost(b, w), default=None)
-    if best is None or cost(best, w) > 0.88 * cost(bn, ways):
-        return None
-    return best, w
+    return _wider_in_parts(m_tiles, gemm_n, sm_count, k_iters_, _part_cost(bn, k_iters_, ways),
+                           _SPLIT_WIDER_SMALL_WAYS, above=bn)
 
 
 def _bn_rule(m_tiles: int, gemm_n: int, sm_count: int) -> int:
@@ -533,8 +535,9 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     * The split tail (:func:`_split_tiles`); ``split`` forces it on or off.
     * Small problems (at most half as many tiles as SMs, long reductions): every tile cut into parts
       along the reduction (:func:`_small_split_ways`); ``split_ways`` forces the count, ``split=False``
-      switches it off. Where the tiles would fill one partial wave, wider tiles in parts where
-      :func:`_split_wider` models them faster (automatic width, height and split only).
+      switches it off. Where the tiles (or a small problem's parts) would fill one partial wave, wider
+      tiles in two (three) parts where :func:`_split_wider` (:func:`_split_wider_small`) models them
+      faster (automatic width, height and split only).
     * Halo tiles where ``halo_geometry`` = (planes, P, Q, R*S) is given (else the problem cannot use
       them) and :func:`_halo_rule` or ``halo`` says so; with a residual only where the filter ring keeps
       :data:`HALO_MIN_RES_STAGES` slots, or as 192 x 128 tiles (:func:`_narrow_halo_res_pays`).
