@@ -162,3 +162,27 @@ def test_vit_patch_embedding_runs_on_the_view(cp, dtype):
     want = cuconv.reference.conv2d(cp.asnumpy(x[:2]), cp.asnumpy(w), cp.asnumpy(b), stride=16)
     assert_close(cp.asnumpy(y[:2]), want, dtype)
     assert bool((cuconv.conv2d(x, w, b, stride=16).view(cp.uint16) == y.view(cp.uint16)).all())
+
+
+def test_run_passes_views_and_keeps_an_in_place_residual_in_place():
+    """``PatchPlan.run`` hands the inner plan views of x, w, the residual and out in the viewed problem's
+    shapes; a residual that is ``out`` stays the same array as the inner plan's out."""
+    from geometry import problem2d
+    plan, _ = dispatch.select(problem2d(N=2, H=32, W=32, C=3, K=64, R=16, S=16, stride=16, padding=0,
+                                        epilogue=Epilogue(has_residual=True)), H100)
+    seen = []
+    plan.inner.run = lambda *args: seen.append(args)
+
+    class View:
+        def __init__(self, shape):
+            self.shape, self.flags = shape, type("F", (), {"c_contiguous": True})()
+
+        def reshape(self, shape):
+            return View(shape)
+    x, w, out = View(plan.problem.x_shape), View(plan.problem.w_shape), View(plan.problem.out_shape)
+    plan.run(x, w, None, out, out)
+    xv, wv, _, rv, ov = seen[-1]
+    ip = plan.inner.problem
+    assert (xv.shape, wv.shape, ov.shape) == (ip.x_shape, ip.w_shape, ip.out_shape) and rv is ov
+    plan.run(x, w, None, View(plan.problem.out_shape), out)
+    assert seen[-1][3] is not seen[-1][4] and seen[-1][3].shape == ip.out_shape

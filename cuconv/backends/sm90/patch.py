@@ -130,9 +130,9 @@ class PatchPlan(Plan):
     def run(self, x, w, bias, residual, out):
         import cupy as cp
         x, w = (a if a.flags.c_contiguous else cp.ascontiguousarray(a) for a in (x, w))
-        view = self._out_shape
-        self.inner.run(x.reshape(self._x_shape), w.reshape(self._w_shape), bias,
-                       None if residual is None else residual.reshape(view), out.reshape(view))
+        out_v = out.reshape(self._out_shape)
+        res_v = None if residual is None else out_v if residual is out else residual.reshape(self._out_shape)
+        self.inner.run(x.reshape(self._x_shape), w.reshape(self._w_shape), bias, res_v, out_v)
 
 
 register(Sm90PatchKernel(Sm90TmaKernel()))
