@@ -108,30 +108,29 @@ def hopper(sm_count: int):
                       smem_per_block_optin=232448)
 
 
-def few_tiles(layer, dtype: str, sm_count: int):
-    """Why a layer is a small problem for the split (its automatic tiling with no split), or None when it is
-    not: dense, at most ``sm_count // 2`` tiles, at least two reduction steps."""
+def _unsplit_tiling(layer, dtype: str, sm_count: int, max_tiles: int, min_k_iters: int):
+    """Why a dense layer's automatic tiling with no split has at most ``max_tiles`` tiles of at least
+    ``min_k_iters`` reduction steps, or None (a grouped layer, or other tiles)."""
     from ..backends.sm90.tiles import tile_config
     from ..overrides import Overrides
     if layer.groups != 1:
         return None
     cfg = tile_config(problem_of(layer, dtype), sm_count, Overrides(split=False))
-    if 2 * cfg.num_tiles <= sm_count and cfg.k_iters >= 2:
+    if cfg.num_tiles <= max_tiles and cfg.k_iters >= min_k_iters:
         return f"{cfg.num_tiles} tiles of {cfg.block_m}x{cfg.block_n}, {cfg.k_iters} reduction steps"
     return None
+
+
+def few_tiles(layer, dtype: str, sm_count: int):
+    """Why a layer is a small problem for the split (its automatic tiling with no split), or None when it is
+    not: dense, at most ``sm_count // 2`` tiles, at least two reduction steps."""
+    return _unsplit_tiling(layer, dtype, sm_count, sm_count // 2, 2)
 
 
 def partial_wave(layer, dtype: str, sm_count: int):
     """Why a layer's unsplit tiles fit one wave (at most ``sm_count``) with a long reduction (at least 24
     steps), or None: the layers the wider split may take."""
-    from ..backends.sm90.tiles import tile_config
-    from ..overrides import Overrides
-    if layer.groups != 1:
-        return None
-    cfg = tile_config(problem_of(layer, dtype), sm_count, Overrides(split=False))
-    if cfg.num_tiles <= sm_count and cfg.k_iters >= 24:
-        return f"{cfg.num_tiles} tiles of {cfg.block_m}x{cfg.block_n}, {cfg.k_iters} reduction steps"
-    return None
+    return _unsplit_tiling(layer, dtype, sm_count, sm_count, 24)
 
 
 def accepted_by(kernel_name: str):
