@@ -38,6 +38,7 @@ and come out; channels-first operands are moved to channels-last for the computa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -54,6 +55,7 @@ from .problem import LAYOUTS, normalize_spatial
 from .registry import on_change
 from .scratch import scratch
 from .overrides import current_overrides
+from .plan import KernelDeclined
 from .validate import activation_of, check_ranks, layout_of, precision_of
 
 __all__ = ["conv2d_input_grad", "conv3d_input_grad", "conv2d_weight_grad", "conv3d_weight_grad",
@@ -560,14 +562,42 @@ _PHASE_PLANS_MAX = 2048
 on_change(_PHASE_PLANS.clear)  # a kernel registered later may plan these calls differently
 
 
+#: Kernels the automatic choice may take for a gradient's forward convolution that have no variant storing
+#: phases into place or reading the filter from w as it is (backends/sm90/phase_scatter.py serves the
+#: Hopper kernel's plans only). On Hopper a gradient runs such a convolution on :data:`_IN_PLACE_KERNEL`
+#: instead where that accepts it: the flip launch and the pass putting phases into place are saved.
+_NO_IN_PLACE_VARIANT = frozenset({"pointwise_mma"})
+_IN_PLACE_KERNEL = "sm90_tma"
+
+
+def _in_place_instead(plan, kernel) -> bool:
+    """Whether a gradient asks :data:`_IN_PLACE_KERNEL` for the forward convolution the automatic choice
+    (``kernel`` None) gave to ``plan``."""
+    return kernel is None and plan.kernel.name in _NO_IN_PLACE_VARIANT and plan.device.is_hopper
+
+
+def _in_place_note(passed_over: str) -> str:
+    return (f"; {_IN_PLACE_KERNEL} chosen over {passed_over}, which has no variant storing phases into place or "
+            f"reading the filter from w")
+
+
 def _phase_plan(memo, i, nd, src, wt, ep, residual, part, g, spec, kernel, precision):
-    """The forward plan of phase ``i`` (validated and dispatched as :func:`cuconv.conv2d` would), made on
-    the first call with this ``memo`` key and kept: later calls only launch it (:func:`cuconv.api.execute`)."""
+    """The forward plan of phase ``i`` (validated and dispatched as :func:`cuconv.conv2d` would, but on Hopper
+    on the Hopper kernel where the automatic choice has no in-place variant: :func:`_in_place_instead`), made
+    on the first call with this ``memo`` key and kept: later calls only launch it (:func:`cuconv.api.execute`)."""
     fplan = None if memo is None else _PHASE_PLANS.get((memo, i))
     if fplan is None:
         from .api import _prepare
-        fplan = _prepare(nd, src, wt, ep["bias"], 1, spec["pad"], spec["dil"], g, "NHWC" if nd == 2 else "NDHWC",
-                         residual, ep["alpha"], ep["beta"], ep["activation"], part, kernel, None, precision).plan
+
+        def prepare(k):
+            return _prepare(nd, src, wt, ep["bias"], 1, spec["pad"], spec["dil"], g, "NHWC" if nd == 2 else "NDHWC",
+                            residual, ep["alpha"], ep["beta"], ep["activation"], part, k, None, precision).plan
+        fplan = prepare(kernel)
+        if _in_place_instead(fplan, kernel):
+            try:
+                fplan = prepare(_IN_PLACE_KERNEL)
+            except KernelDeclined:
+                pass
         if memo is not None:
             if len(_PHASE_PLANS) >= _PHASE_PLANS_MAX:
                 _PHASE_PLANS.clear()
@@ -889,6 +919,12 @@ def _forward_explanation(p, device, x_shape, w_shape, stride, padding, dilation,
                       ep.get("bias") is not None, ep.get("residual") is not None,
                       activation_of(ep.get("activation")), p.precision)
     hit = dispatch.select(fp, device, forced=kernel)
+    if _in_place_instead(hit[0], kernel):  # as _phase_plan runs it
+        try:
+            plan, e = dispatch.select(fp, device, forced=_IN_PLACE_KERNEL)
+            hit = plan, dataclasses.replace(e, detail=e.detail + _in_place_note(hit[1].kernel))
+        except KernelDeclined:
+            pass
     return hit if with_plan else hit[1]
 
 

@@ -365,3 +365,19 @@ def test_exchanged_then_folded_weight_gradient_is_the_original(C, K, R, S, dil, 
                                     padding=tuple(zip(qf.pad_lo, qf.pad_hi)))
     dwx = unfold_w_dense(dwf, S, K)                                    # (C, R, S, K)
     np.testing.assert_allclose(np.moveaxis(dwx[:, ::-1, ::-1, :], (0, 3), (3, 0)), want, rtol=1e-10, atol=1e-10)
+
+
+def test_gradient_convolutions_on_hopper_take_the_kernel_with_in_place_variants():
+    """The automatic choice gives a 1x1 convolution from 40 channels to pointwise_mma, which has no variant
+    storing phases into place or reading the filter from w; a gradient's forward convolution on Hopper runs
+    on sm90_tma instead and says so, while a forced kernel and other GPUs keep the automatic choice."""
+    from cuconv.problem import ConvProblem
+    from geometry import A100, H100
+    p = ConvProblem.create(nd=2, batch=2, in_spatial=(12, 10), channels=64, out_channels=40, filter_spatial=(1, 1),
+                           stride=1, dilation=1, padding=0, groups=1, dtype="bfloat16", layout="NHWC")
+    args = ((2, 12, 10, 40), (64, 1, 1, 40), 1, 0, 1, 1, {})
+    plan, e = grad._forward_explanation(p, H100, *args, None, with_plan=True)
+    assert e.kernel == plan.kernel.name == "sm90_tma", e.kernel
+    assert "chosen over pointwise_mma" in e.detail, e.detail
+    assert grad._forward_explanation(p, H100, *args, "pointwise_mma").kernel == "pointwise_mma"
+    assert grad._forward_explanation(p, A100, *args, None).kernel == "pointwise_mma"
