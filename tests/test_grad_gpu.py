@@ -268,6 +268,76 @@ def test_sm90_wgrad_tma_form_matches_the_reference(cp, groups, cg, kg, R, S, str
     assert e.kernel == "sm90_wgrad" and "TMA" in e.detail, e.detail
 
 
+def _with_parts(forced, fn):
+    """``fn()`` with sm90_wgrad's balanced parts forced on or off (``wgrad.PARTS``), the launch and choice
+    caches cleared before and after (plans made under the forced setting are not the automatic ones)."""
+    from unittest import mock
+    from cuconv.backends.sm90 import wgrad as w90
+
+    def clear():
+        w90.launch_for.cache_clear()
+        cuconv.grad._wgrad_choice.cache_clear()
+        cuconv.grad._WGRAD_CALLS.clear()
+    clear()
+    try:
+        with mock.patch.object(w90, "PARTS", forced):
+            return fn()
+    finally:
+        clear()
+
+
+@needs_hopper
+@settings(max_examples=30)
+@given(groups=st.sampled_from([1, 1, 2]), cg=st.sampled_from([64, 128]), kg=st.sampled_from([8, 64, 136, 200]),
+       R=st.integers(1, 3), S=st.integers(1, 3), stride=st.integers(1, 2), pad=st.integers(0, 1),
+       H=st.integers(5, 30), W=st.integers(5, 30), N=st.sampled_from([1, 2, 5]),
+       dtype=st.sampled_from(["bfloat16", "float16"]), parts=st.booleans())
+def test_sm90_wgrad_balanced_parts_and_split_grid_match_the_reference(cp, groups, cg, kg, R, S, stride, pad, H, W, N,
+                                                                       dtype, parts):
+    """sm90_wgrad's TMA form with its reduction in balanced parts (every CTA an equal run of the output tiles'
+    steps, a tile's parts in their own planes) or in the split grid, forced either way: partial filter tiles,
+    columns past the last tile, groups; against the float64 reference, two calls giving the same bits, and
+    the explanation naming the schedule."""
+    rng = np.random.default_rng(13)
+    dt = DTYPES[dtype]
+    w_shape = (kg * groups, R, S, cg)
+    x = rng.standard_normal((N, H, W, cg * groups)).astype(dt)
+    kw = dict(stride=stride, padding=pad, groups=groups)
+    p = cuconv.grad._forward_problem(2, x.shape, w_shape, dtype, "NHWC", stride, pad, 1, groups, None)
+    dy = rng.standard_normal(p.out_shape).astype(dt)
+    want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), w_shape, **kw)
+    xg, dyg = cp.asarray(x), cp.asarray(dy)
+
+    def run():
+        e = cuconv.explain_weight_grad(xg, dyg, w_shape, kernel="sm90_wgrad", **kw)
+        got = [cuconv.conv2d_weight_grad(xg, dyg, w_shape, kernel="sm90_wgrad", **kw) for _ in range(2)]
+        return e, got
+    e, (got, again) = _with_parts(parts, run)
+    assert ("balanced parts" in e.detail) == parts, e.detail
+    assert got.dtype == dt and got.shape == w_shape
+    assert rel_error(got, want) <= TOLERANCE[dtype], e.detail
+    assert bool((got == again).all())
+
+
+@needs_hopper
+def test_sm90_wgrad_balanced_parts_are_chosen_and_deterministic(cp):
+    """The VAE's 3x3 512 -> 512 at 64x64 (144 output tiles on 132 SMs): the automatic choice takes balanced
+    parts on an H100 / H200, and the result is the reference's, with equal bits on every call."""
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((1, 64, 64, 512)).astype(ml_dtypes.bfloat16)
+    dy = rng.standard_normal((1, 64, 64, 512)).astype(ml_dtypes.bfloat16)
+    w_shape = (512, 3, 3, 512)
+    xg, dyg = cp.asarray(x), cp.asarray(dy)
+    e = cuconv.explain_weight_grad(xg, dyg, w_shape, padding=1)
+    if cp.cuda.Device().attributes["MultiProcessorCount"] < 120:
+        pytest.skip("the choice is for 132-SM Hopper GPUs")
+    assert e.kernel == "sm90_wgrad" and "balanced parts" in e.detail, e.detail
+    want = cuconv.conv2d_weight_grad(x.astype(np.float32), dy.astype(np.float32), w_shape, padding=1)
+    got = [cuconv.conv2d_weight_grad(xg, dyg, w_shape, padding=1) for _ in range(3)]
+    assert rel_error(got[0], want) <= TOLERANCE["bfloat16"]
+    assert all(bool((g == got[0]).all()) for g in got[1:])
+
+
 @needs_hopper
 @pytest.mark.parametrize("K,C", [(3, 128), (5, 64), (7, 24)])
 def test_few_filters_pad_to_eight_on_sm90_wgrad(cp, K, C):

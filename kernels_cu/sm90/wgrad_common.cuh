@@ -8,7 +8,8 @@
 //   epilogue   a warpgroup's fp32 partial sums of its 64 filter rows x BN columns into the split's
 //              workspace slice, ws[split][g Kg + k][j] (element layout): rows past the group's filters
 //              and columns past the group's R*S*Cg are not stored;
-//   reduce     the entry <name>_reduce adds the splits in a fixed order (common/split_sum.cuh).
+//   reduce     the entry <name>_reduce adds the splits in a fixed order (common/split_sum.cuh); the TMA
+//              form's balanced parts (WgradParts) have their own, <name>_reduce_parts.
 //
 // Accumulator layout (wgmma_mainloop.cuh): acc[j*4 + 2*i + e] <-> row 16*warp + lane/4 + 8*i, column
 // 8*j + 2*(lane%4) + e of the warpgroup's 64 rows.
@@ -85,8 +86,119 @@ __device__ __forceinline__ void store_wgrad_partials(const float (&acc)[kBN / 2]
   }
 }
 
+// Balanced parts (the TMA form; host: cuconv.backends.sm90.wgrad.balanced_parts). The reduction of every
+// output tile is k_tiles steps of BK pixels: U = tiles * k_tiles units, the output tiles numbered
+// (group, m tile, n tile) with the n tile fastest. CTA b of gridDim.x = ctas takes units
+// [b U / ctas, (b + 1) U / ctas), so every CTA multiplies the same count (within one step) whatever the
+// tile count. Its run within one output tile is a part, stored to workspace plane `slot`: its place among
+// that tile's parts. The reduce (_reduce_parts) adds a tile's planes in slot order, so the sum's order is
+// fixed by the problem and the CTA count alone. ctas == 0: the split grid (one part per CTA).
+struct WgradParts {
+  long long units;
+  int k_tiles, ctas;
+};
+
+// The CTA whose run holds unit u (the largest b with b U / ctas <= u).
+__device__ __forceinline__ int parts_cta_of(long long u, const WgradParts& s) {
+  return (int)(((u + 1) * s.ctas - 1) / s.units);
+}
+
+struct WgradPart {
+  int group, m_tile, n_tile;
+  int kt0, kt1;  // reduction steps [kt0, kt1) of BK pixels
+  int slot;      // workspace plane
+};
+
+// The parts of this CTA in order: the producer and the consumers each walk the same sequence. (The fields
+// it needs are copied: a reference to a kernel parameter would move the parameter to local memory.)
+class WgradPartWalk {
+ public:
+  __device__ __forceinline__ WgradPartWalk(const cuconv::sm80::WgradGeometry& geo, const WgradParts& s)
+      : s_(s), L_(geo.L), split_len_(geo.split_len), splits_(geo.splits), m_tiles_(geo.m_tiles),
+        n_tiles_(geo.n_tiles) {
+    if (s.ctas > 0) {
+      u_ = (long long)blockIdx.x * s.units / s.ctas;
+      end_ = (long long)(blockIdx.x + 1) * s.units / s.ctas;
+    } else {
+      u_ = 0;
+      end_ = 1;
+    }
+  }
+
+  __device__ __forceinline__ bool next(WgradPart& p) {
+    if (u_ >= end_) return false;
+    if (s_.ctas == 0) {  // the split grid: output tile (y, x), split z % splits of group z / splits
+      const int split = blockIdx.z % splits_;
+      const int l_begin = split * split_len_, l_end = min(L_, l_begin + split_len_);
+      p.group = blockIdx.z / splits_;
+      p.m_tile = blockIdx.y;
+      p.n_tile = blockIdx.x;
+      p.kt0 = l_begin / kBK;  // the host's split length is a multiple of BK
+      p.kt1 = p.kt0 + (l_end - l_begin + kBK - 1) / kBK;
+      p.slot = split;
+      u_ = end_;
+      return true;
+    }
+    const long long tile = u_ / s_.k_tiles, first = tile * s_.k_tiles;
+    p.kt0 = (int)(u_ - first);
+    p.kt1 = (int)min((long long)s_.k_tiles, end_ - first);
+    p.slot = (int)blockIdx.x - parts_cta_of(first, s_);
+    const int t = (int)tile;
+    p.n_tile = t % n_tiles_;
+    p.m_tile = (t / n_tiles_) % m_tiles_;
+    p.group = t / (n_tiles_ * m_tiles_);
+    u_ = first + p.kt1;
+    return true;
+  }
+
+ private:
+  WgradParts s_;
+  int L_, split_len_, splits_, m_tiles_, n_tiles_;
+  long long u_, end_;
+};
+
+// dw = each output tile's parts added in slot order. Grid (ceil(cols / 1024), K): a CTA takes 1024
+// columns of one row g Kg + k of dw, thread t the columns t, t + 256, t + 512, t + 768 (coalesced);
+// tile_parts[t]: the parts of output tile t.
+__device__ __forceinline__ void wgrad_parts_sum(const float* __restrict__ ws, elem_t* __restrict__ dw,
+                                                const cuconv::sm80::WgradGeometry& geo,
+                                                const int* __restrict__ tile_parts) {
+  const int row = blockIdx.y;
+  const int group = row / geo.Kg, k = row - group * geo.Kg;
+  const long long plane = (long long)geo.K * geo.cols;
+  const int* parts_of_row = tile_parts + (group * geo.m_tiles + k / kBM) * geo.n_tiles;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int col = blockIdx.x * 1024 + e * 256 + (int)threadIdx.x;
+    if (col >= geo.cols) break;
+    const int n = parts_of_row[col / kBN];
+    const long long i = (long long)row * geo.cols + col;
+    // The planes' loads four at a time (in flight together), added one after another in slot order.
+    float sum = 0.f;
+    int s = 0;
+    for (; s + 4 <= n; s += 4) {
+      const float v0 = ws[s * plane + i], v1 = ws[(s + 1) * plane + i];
+      const float v2 = ws[(s + 2) * plane + i], v3 = ws[(s + 3) * plane + i];
+      sum += v0;
+      sum += v1;
+      sum += v2;
+      sum += v3;
+    }
+    for (; s < n; ++s) sum += ws[s * plane + i];
+    dw[i] = from_float<elem_t>(sum);
+  }
+}
+
 }  // namespace sm90
 }  // namespace cuconv
+
+// dw = the parts of ws added in slot order (balanced parts): the <name>_reduce_parts entry of the TMA form.
+#define CUCONV_WGRAD_REDUCE_PARTS_ENTRY                                                                            \
+  extern "C" __global__ void __launch_bounds__(256) CUCONV_CAT(CUCONV_KERNEL_NAME, _reduce_parts)(                 \
+      const float* __restrict__ ws, elem_t* __restrict__ dw, cuconv::sm80::WgradGeometry geo,                      \
+      const int* __restrict__ tile_parts) {                                                                        \
+    cuconv::sm90::wgrad_parts_sum(ws, dw, geo, tile_parts);                                                        \
+  }
 
 // dw = the splits of ws added in a fixed order (common/split_sum.cuh): the <name>_reduce entry of a form.
 #define CUCONV_WGRAD_REDUCE_ENTRY                                                                                  \
