@@ -173,18 +173,8 @@ __device__ __forceinline__ void wgrad_parts_sum(const float* __restrict__ ws, el
     if (col >= geo.cols) break;
     const int n = parts_of_row[col / kBN];
     const long long i = (long long)row * geo.cols + col;
-    // The planes' loads four at a time (in flight together), added one after another in slot order.
     float sum = 0.f;
-    int s = 0;
-    for (; s + 4 <= n; s += 4) {
-      const float v0 = ws[s * plane + i], v1 = ws[(s + 1) * plane + i];
-      const float v2 = ws[(s + 2) * plane + i], v3 = ws[(s + 3) * plane + i];
-      sum += v0;
-      sum += v1;
-      sum += v2;
-      sum += v3;
-    }
-    for (; s < n; ++s) sum += ws[s * plane + i];
+    for (int s = 0; s < n; ++s) sum += ws[s * plane + i];
     dw[i] = from_float<elem_t>(sum);
   }
 }
