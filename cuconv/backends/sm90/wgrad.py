@@ -163,8 +163,8 @@ def parts_pay(p: ConvProblem, v: WgradVariant, splits, parts: Parts) -> bool:
     * The model of ``choose_splits`` gives the parts less time: steps of 64 pixels per CTA, two more per
       part (prologue and partial-sum store) and per wave of splits, plus the partial sums past
       :data:`PARTIALS_IN_L2` written and read back. The split grid quantises (whole waves of whole
-      splits); equal runs do not: ResNet-50's 1x1 2048 -> 512 at 7x7 (N=32) is 3 waves of 13 steps in
-      splits, 13 steps per CTA in parts, 57.7 -> 49.4 us on an H100.
+      splits); equal runs do not: ResNet-50's 3x3 512 -> 512 at 7x7 (N=32, 144 output tiles of 25
+      steps) is 3 waves of 2 x 13 steps in splits, 28 steps per CTA in parts, 33.9 -> 31.4 us on an H100.
 
     Evidence: docs/tuning.md#T-wgrad-parts."""
     if parts.planes > _PARTS_MAX_PLANES:
