@@ -28,10 +28,10 @@ import numpy as np
 
 from ...launch import RowKernel
 from ...models.fold import padded_channels
-from ...plan import SIXTEEN_BIT, Declined, Plan
+from ...plan import SIXTEEN_BIT, Declined
 from ...registry import register
 from ...scratch import scratch
-from .kernel import RewritingKernel, Sm90TmaKernel
+from .kernel import RewritingKernel, RewritingPlan, Sm90TmaKernel
 
 __all__ = ["Sm90FoldKernel", "FoldPlan", "FoldWidth", "DenseFoldWidth", "UnfoldChannels", "fold_width_problem", "FOLD_SOURCE"]
 
@@ -123,12 +123,13 @@ class Sm90FoldKernel(RewritingKernel):
                         f"the filter's {S} columns folded into the channels ({S} x {cp_}), then the Hopper kernel")
 
 
-class FoldPlan(Plan):
+class FoldPlan(RewritingPlan):
     """Fold x and w into scratch buffers, then the Hopper plan of the folded problem."""
 
+    extra_jobs = ((FOLD_SOURCE, {}),)
+
     def __init__(self, kernel, problem, device, inner, reason: str):
-        super().__init__(kernel, problem, device, reason)
-        self.inner = inner
+        super().__init__(kernel, problem, device, inner, reason)
         self.writes_channels_first = inner.writes_channels_first
         c, n, k = problem.channels, problem.batch, problem.out_channels
         (H, W), (R, S), Q = problem.in_spatial, problem.filter_spatial, problem.out_spatial[1]
@@ -141,9 +142,6 @@ class FoldPlan(Plan):
         S, cp_ = p.filter_spatial[-1], padded_channels(p.channels)
         return (f"fold_width: x as {S} columns x {cp_} channels per output column, w as {S} x {cp_} under a "
                 f"{p.filter_spatial[0]}x1 filter, then {self.inner.describe()}")
-
-    def compile_jobs(self):
-        return self.inner.compile_jobs() + ((FOLD_SOURCE, {}),)
 
     def run(self, x, w, bias, residual, out):
         import cupy as cp

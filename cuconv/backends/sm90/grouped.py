@@ -29,9 +29,9 @@ import math
 
 import numpy as np
 
-from ...plan import SIXTEEN_BIT, Declined, Kernel, Plan
+from ...plan import SIXTEEN_BIT, Declined, Kernel
 from ...registry import register
-from .kernel import Sm90TmaConv3d, Sm90TmaKernel, not_hopper
+from .kernel import RewritingPlan, Sm90TmaConv3d, Sm90TmaKernel, not_hopper
 
 __all__ = ["Sm90GroupedKernel", "Sm90GroupedConv3d", "GroupedPlan", "grouped_form", "MIN_GROUP_CHANNELS"]
 
@@ -113,13 +113,12 @@ class Sm90GroupedConv3d(Sm90GroupedKernel):
     inner_kernel = Sm90TmaConv3d
 
 
-class GroupedPlan(Plan):
+class GroupedPlan(RewritingPlan):
     """The Hopper plan of one tile's dense problem, reading each tile's channels of x (and, for narrow
     groups, writing the block-diagonal filter from ``w`` first, in the same launch)."""
 
     def __init__(self, kernel, problem, device, inner, narrow: bool, reason: str):
-        super().__init__(kernel, problem, device, reason)
-        self.inner = inner
+        super().__init__(kernel, problem, device, inner, reason)
         self.narrow = narrow
         self.writes_channels_first = inner.writes_channels_first
 
@@ -130,9 +129,6 @@ class GroupedPlan(Plan):
                  f"by the grid before a grid barrier, then read by TMA), " if self.narrow else
                  f"{p.groups} groups of {p.out_channels // p.groups} filters over {cg} channels, ")
         return first + f"each 64-filter tile over its channels of x: {self.inner.describe()}"
-
-    def compile_jobs(self):
-        return self.inner.compile_jobs()
 
     def run(self, x, w, bias, residual, out):
         self.inner.run(x, w, bias, residual, out)

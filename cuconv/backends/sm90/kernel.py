@@ -179,6 +179,22 @@ class RewritingKernel(Kernel):
         raise NotImplementedError
 
 
+class RewritingPlan(Plan):
+    """The plan of a rewritten problem: ``inner``, the Hopper plan of what the problem was rewritten to,
+    which :meth:`run` of a subclass calls on the rewritten operands. Its compile jobs are the inner plan's
+    and the subclass's own passes (:attr:`extra_jobs`)."""
+
+    #: ``(source, defines)`` of the passes the rewrite launches besides the inner plan.
+    extra_jobs: tuple = ()
+
+    def __init__(self, kernel, problem, device, inner, reason: str):
+        super().__init__(kernel, problem, device, reason)
+        self.inner = inner
+
+    def compile_jobs(self):
+        return self.inner.compile_jobs() + self.extra_jobs
+
+
 
 
 def not_hopper(device) -> Declined:

@@ -25,10 +25,10 @@ few-channel kernels (``smallc_mma``, ``smallc_direct``), which take the small wi
 
 from __future__ import annotations
 
-from ...plan import SIXTEEN_BIT, Declined, Plan
+from ...plan import SIXTEEN_BIT, Declined
 from ...registry import register
 from .fold import fold_width_problem
-from .kernel import RewritingKernel, Sm90TmaKernel
+from .kernel import RewritingKernel, RewritingPlan, Sm90TmaKernel
 
 __all__ = ["Sm90PatchKernel", "PatchPlan", "patch_decline", "patch_problem"]
 
@@ -103,12 +103,11 @@ class Sm90PatchKernel(RewritingKernel):
                          f"{S * problem.channels} channels (a view of x and w, no pass), then the Hopper kernel")
 
 
-class PatchPlan(Plan):
+class PatchPlan(RewritingPlan):
     """The Hopper plan of the viewed problem, run on views of x and w."""
 
     def __init__(self, kernel, problem, device, inner, reason: str):
-        super().__init__(kernel, problem, device, reason)
-        self.inner = inner
+        super().__init__(kernel, problem, device, inner, reason)
         self.writes_channels_first = inner.writes_channels_first
         ip = inner.problem
         self._x_shape, self._w_shape = ip.x_shape, ip.w_shape
@@ -123,9 +122,6 @@ class PatchPlan(Plan):
                 if ip.batch != p.batch else "")
         return (f"patch view: x as {p.in_spatial[1] // S} columns of {S} x {p.channels} channels{rows}, w under a "
                 f"{p.filter_spatial[0]}x1 filter, then {self.inner.describe()}")
-
-    def compile_jobs(self):
-        return self.inner.compile_jobs()
 
     def run(self, x, w, bias, residual, out):
         import cupy as cp

@@ -36,12 +36,12 @@ import numpy as np
 
 from ...launch import RowKernel
 from ...models.fold import padded_channels  # channels per part block (16-byte rows for TMA)
-from ...plan import Declined, Plan, tf32_note
+from ...plan import Declined, tf32_note
 from ...registry import register
 from ...scratch import scratch
 from .fold import fold_width_problem
 from ...problem import sixteen_bit_problem
-from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
+from .kernel import RewritingKernel, RewritingPlan, Sm90TmaConv3d, Sm90TmaKernel
 
 __all__ = ["Sm90SplitBf16Kernel", "Sm90SplitBf16Conv3d", "split_bf16x3", "SPLIT_SOURCE", "X_PARTS", "W_PARTS"]
 
@@ -175,12 +175,13 @@ def folded_problem(problem):
     return fold_width_problem(problem, 3 * padded_channels(problem.channels), "bfloat16", "NHWC")
 
 
-class SplitBf16Plan(Plan):
+class SplitBf16Plan(RewritingPlan):
     """Split x and w into scratch buffers, then the float32-output Hopper plan on the parts."""
 
+    extra_jobs = ((SPLIT_SOURCE, {}),)
+
     def __init__(self, kernel, problem, device, inner, reason: str):
-        super().__init__(kernel, problem, device, reason)
-        self.inner = inner
+        super().__init__(kernel, problem, device, inner, reason)
         c, n, k = problem.channels, problem.batch, problem.out_channels
         self.folded = folds(problem)
         if self.folded:
@@ -206,9 +207,6 @@ class SplitBf16Plan(Plan):
              else "x as hi | lo | hi (3 x {0} channels)").format(cp_)
         return (f"split_bf16x3: {x}, w as hi | hi | lo (3 x {cp_}), then {self.inner.describe()}")
 
-    def compile_jobs(self):
-        return self.inner.compile_jobs() + ((SPLIT_SOURCE, {}),)
-
     def run(self, x, w, bias, residual, out):
         ip = self.inner.problem
         xs = scratch("bf16x3 x", (*ip.x_shape[:-1], self.inner.x_channels), "uint16")
@@ -218,23 +216,21 @@ class SplitBf16Plan(Plan):
         self.inner.run(xs, ws, bias, residual, out)
 
 
-class XSplitPlan(Plan):
+class XSplitPlan(RewritingPlan):
     """Split w per 16 channels into a scratch buffer ([hi x 16 | lo x 16] bf16, the bytes of w; each eight
     channels in the order 0 4 1 5 2 6 3 7, as the kernel's fragments hold x's), then the split-x Hopper
     plan on x's 16-bit view (no copy of x)."""
 
+    extra_jobs = ((SPLIT_SOURCE, {}),)
+
     def __init__(self, kernel, problem, device, inner, reason: str):
-        super().__init__(kernel, problem, device, reason)
-        self.inner = inner
+        super().__init__(kernel, problem, device, inner, reason)
         c, k = problem.channels, problem.out_channels
         self._w_split = _Split(device.index, k * int(np.prod(problem.filter_spatial)) * c // 16, 16, 0b10, 2,
                                interleave=True)
 
     def describe(self) -> str:
         return f"w split as [hi x 16 | lo x 16] per 16 channels, x split in registers: {self.inner.describe()}"
-
-    def compile_jobs(self):
-        return self.inner.compile_jobs() + ((SPLIT_SOURCE, {}),)
 
     def run(self, x, w, bias, residual, out):
         import cupy as cp

@@ -26,11 +26,11 @@ Precision ``"float32"`` is not served here (``sm90_bf16x3`` computes it to about
 from __future__ import annotations
 
 from ...models.fold import padded_channels
-from ...plan import Declined, Plan
+from ...plan import Declined
 from ...registry import register
 from .fold import FoldPlan, fold_width_problem
 from ...problem import sixteen_bit_problem
-from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
+from .kernel import RewritingKernel, RewritingPlan, Sm90TmaConv3d, Sm90TmaKernel
 
 #: The Hopper kernel's channel block in 16-bit elements (32 floats): a width fold must fit one.
 _BLOCK = 64
@@ -71,18 +71,11 @@ class Sm90Tf32Kernel(RewritingKernel):
         return Tf32Plan(self, problem, device, inner, how)
 
 
-class Tf32Plan(Plan):
+class Tf32Plan(RewritingPlan):
     """The inner Hopper plan on 16-bit views of x and w (no copies)."""
-
-    def __init__(self, kernel, problem, device, inner, reason: str):
-        super().__init__(kernel, problem, device, reason)
-        self.inner = inner
 
     def describe(self) -> str:
         return f"tf32 on the 16-bit view of float32 x and w, then {self.inner.describe()}"
-
-    def compile_jobs(self):
-        return self.inner.compile_jobs()
 
     def run(self, x, w, bias, residual, out):
         import cupy as cp

@@ -31,12 +31,12 @@ from typing import Optional
 import numpy as np
 
 from ...models.wpack import BLOCK_CHANNELS, WPack, pack_filter_index, work_ratio, wpack_or_reason
-from ...plan import SIXTEEN_BIT, Declined, Plan
+from ...plan import SIXTEEN_BIT, Declined
 from ...problem import ConvProblem
 from ...registry import register
 from ...scratch import scratch
 from ...subpixel import GATHER_SOURCE, gather_launch, gather_pair_launch, repeat_index
-from .kernel import RewritingKernel, Sm90TmaConv3d, Sm90TmaKernel
+from .kernel import RewritingKernel, RewritingPlan, Sm90TmaConv3d, Sm90TmaKernel
 
 __all__ = ["Sm90WPackKernel", "Sm90WPackConv3d", "WPackPlan", "wpack_problem", "MAX_WORK_RATIO", "MIN_WAVES"]
 
@@ -126,12 +126,14 @@ class Sm90WPackConv3d(Sm90WPackKernel):
         super().__init__(Sm90TmaConv3d())
 
 
-class WPackPlan(Plan):
+class WPackPlan(RewritingPlan):
     """Gather the packed filter (and bias), then the Hopper plan of the packed problem on x and out as they are."""
 
+    extra_jobs = ((GATHER_SOURCE, {}),)
+
     def __init__(self, kernel, problem, device, inner, pack: WPack, ratio: float, reason: str, direct=None):
-        super().__init__(kernel, problem, device, reason)
-        self.inner, self.pack, self.ratio = inner, pack, ratio
+        super().__init__(kernel, problem, device, inner, reason)
+        self.pack, self.ratio = pack, ratio
         #: The inner kernel's plan of the problem unpacked, None where that kernel declines it.
         self.direct = direct
         self._gathers = None  # (with a bias, (launch, tables)): made on the first run (:meth:`_gathers_for`)
@@ -146,9 +148,6 @@ class WPackPlan(Plan):
         return (f"width pack: {pk.g} pixels of {p.channels} channels as one of {pk.g * p.channels}{outputs} "
                 f"(filter gathered to {pk.taps} taps along W, stride {pk.stride}; {self.ratio:.2f} of the unpacked "
                 f"tensor-core work), then {self.inner.describe()}")
-
-    def compile_jobs(self):
-        return self.inner.compile_jobs() + ((GATHER_SOURCE, {}),)
 
     @property
     def direct_units(self) -> Optional[int]:
