@@ -28,7 +28,7 @@ from ...launch import LaunchRecords, PackedLaunch, c_struct, dtype_code
 from ...problem import ConvProblem
 from ...scratch import scratch
 from ..sm80.variants import _DTYPE_TAG
-from ..sm80.wgrad import PARTIALS_IN_L2, SPILL_BYTES_PER_STEP, WgradLaunch, WgradVariant
+from ..sm80.wgrad import PARTIALS_IN_L2, WgradLaunch, WgradVariant, split_cost, spill_cost
 from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
@@ -124,8 +124,10 @@ class Parts:
 
     @property
     def most_per_cta(self) -> int:
-        """The most parts one CTA computes (a run of ``ceil(U / ctas)`` units meets at most this many tiles)."""
-        return -(-(-(-self.units // self.ctas) - 1) // self.k_tiles) + 1
+        """The most parts one CTA computes: a run of ``ceil(U / ctas)`` units crosses at most
+        ``ceil((run - 1) / k_tiles)`` tile boundaries."""
+        run = -(-self.units // self.ctas)
+        return -(-(run - 1) // self.k_tiles) + 1
 
 
 def _cta_of(u: int, units: int, ctas: int) -> int:
@@ -171,16 +173,9 @@ def parts_pay(p: ConvProblem, v: WgradVariant, splits, parts: Parts) -> bool:
         return False
     if p.itemsize * (p.batch * p.channels * int(np.prod(p.in_spatial)) + p.gemm_m * p.out_channels) > PARTIALS_IN_L2:
         return False
-    step_bytes = SPILL_BYTES_PER_STEP * v.bm * v.bn * v.bk / (128 * 128 * 64)
-    k_tiles = -(-p.gemm_m // v.bk)
-    length = splits.length // v.bk
-    split_bytes = splits.count * 4 * p.out_channels * p.gemm_k
-    split_cost = (-(-splits.tiles * splits.count // parts.ctas) * (length + 2)
-                  + 2 * max(0, split_bytes - PARTIALS_IN_L2) / step_bytes)
-    parts_bytes = sum(parts.tile_parts) * 4 * v.bm * v.bn
     parts_cost = (-(-parts.units // parts.ctas) + 2 * parts.most_per_cta
-                  + 2 * max(0, parts_bytes - PARTIALS_IN_L2) / step_bytes)
-    return k_tiles == parts.k_tiles and parts_cost < split_cost
+                  + spill_cost(v, sum(parts.tile_parts) * 4 * v.bm * v.bn))
+    return parts_cost < split_cost(p, v, splits.tiles, splits.count, splits.length // v.bk, parts.ctas)
 
 
 def parts_declined(p: ConvProblem, tiles: int) -> Optional[str]:
