@@ -576,6 +576,17 @@ def _in_place_instead(plan, kernel) -> bool:
     return kernel is None and plan.kernel.name in _NO_IN_PLACE_VARIANT and plan.device.is_hopper
 
 
+def _in_place_retry(plan, kernel, choose):
+    """``choose(_IN_PLACE_KERNEL)`` (a plan, or a plan and its explanation) where :func:`_in_place_instead`
+    asks for it and that kernel accepts the problem, else None."""
+    if not _in_place_instead(plan, kernel):
+        return None
+    try:
+        return choose(_IN_PLACE_KERNEL)
+    except KernelDeclined:
+        return None
+
+
 def _in_place_note(passed_over: str) -> str:
     return (f"; {_IN_PLACE_KERNEL} chosen over {passed_over}, which has no variant storing phases into place or "
             f"reading the filter from w")
@@ -593,11 +604,7 @@ def _phase_plan(memo, i, nd, src, wt, ep, residual, part, g, spec, kernel, preci
             return _prepare(nd, src, wt, ep["bias"], 1, spec["pad"], spec["dil"], g, "NHWC" if nd == 2 else "NDHWC",
                             residual, ep["alpha"], ep["beta"], ep["activation"], part, k, None, precision).plan
         fplan = prepare(kernel)
-        if _in_place_instead(fplan, kernel):
-            try:
-                fplan = prepare(_IN_PLACE_KERNEL)
-            except KernelDeclined:
-                pass
+        fplan = _in_place_retry(fplan, kernel, prepare) or fplan
         if memo is not None:
             if len(_PHASE_PLANS) >= _PHASE_PLANS_MAX:
                 _PHASE_PLANS.clear()
@@ -919,12 +926,9 @@ def _forward_explanation(p, device, x_shape, w_shape, stride, padding, dilation,
                       ep.get("bias") is not None, ep.get("residual") is not None,
                       activation_of(ep.get("activation")), p.precision)
     hit = dispatch.select(fp, device, forced=kernel)
-    if _in_place_instead(hit[0], kernel):  # as _phase_plan runs it
-        try:
-            plan, e = dispatch.select(fp, device, forced=_IN_PLACE_KERNEL)
-            hit = plan, dataclasses.replace(e, detail=e.detail + _in_place_note(hit[1].kernel))
-        except KernelDeclined:
-            pass
+    again = _in_place_retry(hit[0], kernel, lambda k: dispatch.select(fp, device, forced=k))  # as _phase_plan
+    if again is not None:
+        hit = again[0], dataclasses.replace(again[1], detail=again[1].detail + _in_place_note(hit[1].kernel))
     return hit if with_plan else hit[1]
 
 

@@ -35,7 +35,14 @@ settings.register_profile("gpu", max_examples=60, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
 
 
+#: ``config.stash`` key of the tests selected to run (after ``-k`` / ``-m`` deselection): the compile
+#: tests build their selected variants in parallel first (tests/test_compile.py).
+SELECTED_TESTS = pytest.StashKey()
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
+    config.stash[SELECTED_TESTS] = items  # the list pytest runs, as deselection left it
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="needs a GPU visible to CuPy (none here)")

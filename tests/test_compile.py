@@ -17,7 +17,7 @@ import pytest
 import cuconv.backends
 from cuconv.compiler import compile_cuda, kernels_dir
 
-from conftest import nvrtc_available
+from conftest import SELECTED_TESTS, nvrtc_available
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (the cuda13 extra) not installed")
 
@@ -50,7 +50,7 @@ def compiled_in_parallel(request):
     test below finds its variant in the compiler's memo. A variant that fails here is compiled again
     by its own test, which reports the error."""
     jobs = {(p["source"], p["arch"], tuple(sorted(p["defines"].items())))
-            for item in request.session.items
+            for item in request.config.stash[SELECTED_TESTS]
             if item.module is request.module and hasattr(item, "callspec") and "source" in item.callspec.params
             for p in [item.callspec.params]}
 
