@@ -783,7 +783,8 @@ def _wgrad_choice(p, device, x_align: int, dy_align: int, kernel):
     from .backends.sm80 import wgrad as w80
     from .backends.sm90 import wgrad as w90
     reasons = {"sm90_wgrad": w90.declines(p, device, x_align, dy_align), "sm80_wgrad": w80.declines(p, device)}
-    launches = {"sm90_wgrad": lambda: w90.launch_for(p, device, w90.variant(p)),
+    sms = max(device.sm_count, 1)
+    launches = {"sm90_wgrad": lambda: w90.launch_for(p, device, w90.variant(p, sm_count=sms)),
                 "sm80_wgrad": lambda: w80.launch_for(p, device, w80.sm80_variant(p, x_align, dy_align))}
     px = w90.exchanged_roles(p) if reasons["sm90_wgrad"] is not None and kernel != "sm80_wgrad" else None
     if px is not None:  # dy as the input, x as the output gradient, on sm90_wgrad (its own choice of form)
@@ -794,14 +795,14 @@ def _wgrad_choice(p, device, x_align: int, dy_align: int, kernel):
     p8 = w90.padded_filters(p) if reasons["sm90_wgrad"] is not None else None
     if p8 is not None and w90.declines(p8, device, x_align, 0) is None:  # the padded dy is a new buffer
         reasons["sm90_wgrad"] = None
-        launches["sm90_wgrad"] = lambda: w90.PaddedFilters(w90.launch_for(p8, device, w90.variant(p8)),
+        launches["sm90_wgrad"] = lambda: w90.PaddedFilters(w90.launch_for(p8, device, w90.variant(p8, sm_count=sms)),
                                                            p.out_channels, p8.out_channels, device)
     if reasons["sm90_wgrad"] is not None and p.groups == 1 and p.channels % 8:
         pf = w90.folded_width(p)
         if pf is not None and w90.declines(pf, device, 0, dy_align) is None:  # the folded x is a new buffer
             reasons["sm90_wgrad"] = None
             launches["sm90_wgrad"] = lambda: w90.FoldedWidth(
-                w90.launch_for(pf, device, w90.variant(pf, bm=w90.folded_tile(pf))), p, pf, device)
+                w90.launch_for(pf, device, w90.variant(pf, bm=w90.folded_tile(pf), sm_count=sms)), p, pf, device)
         elif device.cc == (9, 0):
             why = w90.fold_declined(p) or f"the width-folded problem: {w90.declines(pf, device, 0, dy_align)}"
             reasons["sm90_wgrad"] += f"; {why}"

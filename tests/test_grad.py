@@ -263,27 +263,46 @@ def test_repeated_calls_skip_validation_but_not_its_errors():
 
 def test_sm90_wgrad_takes_its_tma_form_where_64_channels_of_one_tap_fill_a_box():
     """The TMA form of sm90_wgrad needs the channels per group in multiples of 64 (an im2col box holds
-    64 channels of one tap); its tile: 64 x 128 for few filters over many columns, 128 x 256 for 512+
-    filters over 32K+ pixels, else 128 x 128; other channel counts take the cp.async form."""
+    64 channels of one tap); its tile: 64 x 128 for few filters over many columns, else the one of
+    128 x 128 and 128 x 256 with the shorter modelled time (tile_time); other channel counts take the
+    cp.async form."""
     from cuconv.backends.sm90 import wgrad as w90
     from cuconv.problem import ConvProblem
 
-    def problem(c, k, side=16, batch=2, groups=1):
+    def problem(c, k, side=16, batch=2, groups=1, f=3):
         return ConvProblem.create(nd=2, batch=batch, in_spatial=(side, side), channels=c, out_channels=k,
-                                  filter_spatial=(3, 3), stride=1, dilation=1, padding=1, groups=groups,
+                                  filter_spatial=(f, f), stride=1, dilation=1, padding=f // 2, groups=groups,
                                   dtype="bfloat16", layout="NHWC")
     v = w90.variant(problem(64, 64, side=56, batch=32))
     assert v.tma and (v.bm, v.bn) == (64, 128) and v.threads == 64 * 2 + 32 and v.source == w90.TMA_SOURCE
-    assert (w90.variant(problem(512, 512, side=256, batch=1)).bm, w90.variant(problem(512, 512, side=256)).bn) \
-        == (128, 256)
-    v = w90.variant(problem(512, 512, side=64, batch=1))
-    assert v.tma and (v.bm, v.bn) == (128, 128)
     assert w90.variant(problem(256, 80, groups=2)).tma  # 128 channels per group
     for c, groups in ((96, 1), (64, 2)):  # 96 or 32 channels per group: the cp.async form
         p = problem(c, 64, groups=groups)
         assert "64 channels of one tap" in w90.tma_declines(p)
         v = w90.variant(p)
         assert not v.tma and v.source == w90.SOURCE
+
+
+@pytest.mark.parametrize("c,k,side,batch,f,tile", [
+    (512, 512, 64, 1, 3, (128, 256)),    # the VAE's 3x3 layers: long splits, full column tiles
+    (512, 512, 128, 1, 3, (128, 256)),
+    (128, 128, 512, 1, 3, (128, 256)),   # a half-empty last column tile, but a long reduction
+    (512, 512, 7, 32, 3, (128, 256)),    # ResNet-50's 3x3 512 at 7x7
+    (128, 128, 28, 32, 3, (128, 128)),   # ResNet-50's 3x3 128: short splits and a half-empty column tile
+    (256, 128, 512, 1, 1, (128, 128)),   # 1x1 layers: bound by DRAM, twice the splits cost more
+    (1024, 256, 14, 32, 1, (128, 128)),
+])
+def test_sm90_wgrad_tma_tile_is_the_one_with_the_shorter_modelled_time(c, k, side, batch, f, tile):
+    """The TMA form's automatic tile (H100, 132 SMs): the layers where the 128 x 256 tile measured faster take
+    it, those where 128 x 128 did keep that (docs/tuning.md#T-wgrad-tile)."""
+    from cuconv.backends.sm90 import wgrad as w90
+    from cuconv.problem import ConvProblem
+    p = ConvProblem.create(nd=2, batch=batch, in_spatial=(side, side), channels=c, out_channels=k,
+                           filter_spatial=(f, f), stride=1, dilation=1, padding=f // 2, groups=1,
+                           dtype="bfloat16", layout="NHWC")
+    assert w90.tma_tile_for(p, 132) == tile
+    times = {t: w90.tile_time(p, *t, 132) for t in w90.TMA_TILES}
+    assert min(times, key=times.get) == tile, times
 
 
 def test_sm90_wgrad_pads_a_few_filters_to_eight():

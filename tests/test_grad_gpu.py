@@ -321,12 +321,13 @@ def test_sm90_wgrad_balanced_parts_and_split_grid_match_the_reference(cp, groups
 
 @needs_hopper
 def test_sm90_wgrad_balanced_parts_are_chosen_and_deterministic(cp):
-    """The VAE's 3x3 512 -> 512 at 64x64 (144 output tiles on 132 SMs): the automatic choice takes balanced
-    parts on an H100 / H200, and the result is the reference's, with equal bits on every call."""
+    """A UNet-like 3x3 320 -> 320 at 32x32 (69 output tiles of 128 x 128 on 132 SMs, 16 steps each): the
+    automatic choice takes balanced parts on an H100 / H200, and the result is the reference's, with equal
+    bits on every call."""
     rng = np.random.default_rng(17)
-    x = rng.standard_normal((1, 64, 64, 512)).astype(ml_dtypes.bfloat16)
-    dy = rng.standard_normal((1, 64, 64, 512)).astype(ml_dtypes.bfloat16)
-    w_shape = (512, 3, 3, 512)
+    x = rng.standard_normal((1, 32, 32, 320)).astype(ml_dtypes.bfloat16)
+    dy = rng.standard_normal((1, 32, 32, 320)).astype(ml_dtypes.bfloat16)
+    w_shape = (320, 3, 3, 320)
     xg, dyg = cp.asarray(x), cp.asarray(dy)
     e = cuconv.explain_weight_grad(xg, dyg, w_shape, padding=1)
     if cp.cuda.Device().attributes["MultiProcessorCount"] < 120:
@@ -468,14 +469,18 @@ def _split_order_sum(ws: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("K,C,hw,N", [(64, 64, 56, 32), (512, 512, 64, 1), (24, 16, 9, 3), (32, 3, 224, 32),
                                      (5, 3, 224, 32)])
-def test_split_reduce_adds_in_its_documented_order(cp, K, C, hw, N):
+def test_split_reduce_adds_in_its_documented_order(cp, K, C, hw, N, monkeypatch, request):
     """The weight gradient's reduce launch on random partial sums equals, bit for bit, the float32 sum in
     the order common/split_sum.cuh documents (runs of consecutive splits for long sums), rounded to bf16:
     the order is fixed by the split count alone. Problems with few and with many splits (the RGB stem's
-    fold), element counts with 16-byte quads and an odd one (5 filters of 3 channels on sm80_wgrad)."""
+    fold), element counts with 16-byte quads and an odd one (5 filters of 3 channels on sm80_wgrad). The
+    split grid is forced: balanced parts have their own reduce (test_sm90_wgrad_balanced_parts_*)."""
     from cuconv.backends.sm80 import wgrad as w80
     from cuconv.backends.sm90 import wgrad as w90
     from cuconv.device import device_of
+    monkeypatch.setattr(w90, "PARTS", False)
+    w90.launch_for.cache_clear()  # no launch packed with balanced parts before, none without them after
+    request.addfinalizer(w90.launch_for.cache_clear)
     x = cp.zeros((N, hw, hw, C), dtype=ml_dtypes.bfloat16)
     p = cuconv.grad._forward_problem(2, x.shape, (K, 3, 3, C), "bfloat16", "NHWC", 1, 1, 1, 1, None)
     dev = device_of(x)

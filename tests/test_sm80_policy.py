@@ -168,8 +168,8 @@ def test_subpath_from_the_environment(cuconv_env):
 def test_weight_gradient_splits_count_the_partial_sums_that_leave_l2():
     """The weight gradient's split count (``choose_splits``, shared by both GEMM kernels) weighs the splits'
     fp32 partial sums past what L2 holds: a 512 x 4608 gradient over 64x64 pixels (9.4 MB of sums per split)
-    takes 2 splits where the wave model alone takes 4; a small gradient over many pixels keeps its many
-    splits; the splits always cover the reduction."""
+    in 128 x 128 tiles takes 2 splits where the wave model alone takes 4; a small gradient over many pixels
+    keeps its many splits; the splits always cover the reduction."""
     from cuconv.backends.sm80 import wgrad as w80
     from cuconv.backends.sm90 import wgrad as w90
 
@@ -177,7 +177,7 @@ def test_weight_gradient_splits_count_the_partial_sums_that_leave_l2():
         saved = w80.PARTIALS_IN_L2
         w80.PARTIALS_IN_L2 = in_l2
         try:
-            return w80.choose_splits(p, w90.variant(p), 132)
+            return w80.choose_splits(p, w90.variant(p, bm=128, bn=128), 132)
         finally:
             w80.PARTIALS_IN_L2 = saved
 

@@ -56,13 +56,14 @@ def _problem(N, H, C, K, f, s=1):
 
 
 def test_parts_are_taken_where_the_split_grid_quantises_and_the_operands_fit_l2():
-    """The VAE's 3x3 512 -> 512 at 64x64 and ResNet-50's 3x3 512 layers have 144 output tiles on 132 SMs: the
-    split grid runs 3 waves of whole splits, the parts one even run per CTA, and x and dy fit L2. The same
-    layer at 128x128 reads 34 MB of operands, which the parts' CTAs would fetch from DRAM once per tile
-    column; a 1x1 256 -> 128 layer with two output tiles has too many parts per tile."""
+    """In 128 x 128 tiles (the only ones the automatic choice weighs parts on) the VAE's 3x3 512 -> 512 at 64x64
+    and ResNet-50's 3x3 512 layers have 144 output tiles on 132 SMs: the split grid runs 3 waves of whole
+    splits, the parts one even run per CTA, and x and dy fit L2. The same layer at 128x128 reads 34 MB of
+    operands, which the parts' CTAs would fetch from DRAM once per tile column; a 1x1 256 -> 128 layer with
+    two output tiles has too many parts per tile."""
     for p, want in ((_problem(1, 64, 512, 512, 3), True), (_problem(32, 7, 512, 512, 3), True),
                     (_problem(1, 128, 512, 512, 3), False), (_problem(32, 56, 256, 128, 1), False)):
-        v = variant(p, tma=True)
+        v = variant(p, bm=128, bn=128, tma=True)
         splits = choose_splits(p, v, 132)
         parts = balanced_parts(splits.tiles, -(-p.gemm_m // v.bk), 132 * v.per_sm)
         assert parts_pay(p, v, splits, parts) is want, p.describe()

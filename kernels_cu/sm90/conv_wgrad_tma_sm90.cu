@@ -35,74 +35,61 @@ constexpr int kConsumers = kBM / 64;
 constexpr int kThreads = 128 * kConsumers + 32;
 static_assert(kStages >= 2, "a slot in use and one filling");
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __grid_constant__ c9::TmaDescriptor tmap_dy,
-                   float* __restrict__ ws, cs::WgradGeometry geo, c9::WgradParts parts) {
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t bars[2 * kStages];  // full[s], then empty[s]
-  const uint32_t smem = (cuconv::smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
-  const uint32_t full0 = cuconv::smem_u32(bars), empty0 = full0 + 8 * kStages;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+namespace {
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      c9::mbar_init(full0 + 8 * s, 1);                 // the producer's arrive.expect_tx
-      c9::mbar_init(empty0 + 8 * s, 4 * kConsumers);   // one arrival per consumer warp
-    }
-    c9::mbar_init_fence();
-  }
-  __syncthreads();
-
-  c9::WgradPartWalk walk(geo, parts);
+// The producer (one lane): per ring slot, dy's tiled boxes and x's im2col boxes of the part's columns.
+__device__ __forceinline__ void produce(const c9::TmaDescriptor& tmap_x, const c9::TmaDescriptor& tmap_dy,
+                                        const cs::WgradGeometry& geo, c9::WgradPartWalk& walk,
+                                        c9::RingState<kStages>& ring, uint32_t smem, uint32_t full0, uint32_t empty0) {
+  c9::tma_prefetch_descriptor(tmap_x);
+  c9::tma_prefetch_descriptor(tmap_dy);
   c9::WgradPart part;
-  c9::RingState<kStages> ring;  // the ring runs on from one part to the next
-  if (warp == 4 * kConsumers) {  // ---------------------------------------------------------- producer
-    if (lane != 0) return;
-    c9::tma_prefetch_descriptor(tmap_x);
-    c9::tma_prefetch_descriptor(tmap_dy);
-    while (walk.next(part)) {
-      const int m_offset = part.m_tile * kBM, n_offset = part.n_tile * kBN;
-      // The im2col boxes of the part's column blocks: channel and tap offsets, fixed for the part.
-      int c_of[kBN / 64];
-      uint16_t off_w[kBN / 64], off_h[kBN / 64];
-      uint32_t bytes = TileA::kBytes;
+  while (walk.next(part)) {
+    const int m_offset = part.m_tile * kBM, n_offset = part.n_tile * kBN;
+    // The im2col boxes of the part's column blocks: channel and tap offsets, fixed for the part.
+    int c_of[kBN / 64];
+    uint16_t off_w[kBN / 64], off_h[kBN / 64];
+    uint32_t bytes = TileA::kBytes;
+#pragma unroll
+    for (int b = 0; b < kBN / 64; ++b) {
+      const int j0 = n_offset + 64 * b;
+      const int tap = (int)cuconv::fast_div((uint32_t)j0, geo.div_cg);
+      const int r = (int)cuconv::fast_div((uint32_t)tap, geo.div_s);
+      c_of[b] = j0 < geo.cols ? part.group * geo.Cg + (j0 - tap * geo.Cg) : -1;
+      off_w[b] = (uint16_t)((tap - r * geo.S) * geo.dil_w);
+      off_h[b] = (uint16_t)(r * geo.dil_h);
+      if (j0 < geo.cols) bytes += TileB::kBlockBytes;
+    }
+    for (int kt = part.kt0; kt < part.kt1; ++kt) {
+      const uint32_t full = full0 + 8 * ring.stage;
+      c9::mbar_wait(empty0 + 8 * ring.stage, ring.phase ^ 1u);
+      c9::mbar_arrive_expect_tx(full, bytes);
+      const int l0 = kt * kBK;
+      const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes), bb = a + TileA::kBytes;
+#pragma unroll
+      for (int b = 0; b < kBM / 64; ++b)
+        c9::tma_load_tile_2d(a + b * TileA::kBlockBytes, tmap_dy, full, part.group * geo.Kg + m_offset + 64 * b, l0);
+      const int n = (int)cuconv::fast_div((uint32_t)l0, geo.div_pq);
+      const int pq = l0 - n * geo.P * geo.Q;
+      const int p = (int)cuconv::fast_div((uint32_t)pq, geo.div_q);
+      const int q = pq - p * geo.Q;
+      const int w0 = q * geo.stride_w - geo.pad_w, h0 = p * geo.stride_h - geo.pad_h;
 #pragma unroll
       for (int b = 0; b < kBN / 64; ++b) {
-        const int j0 = n_offset + 64 * b;
-        const int tap = (int)cuconv::fast_div((uint32_t)j0, geo.div_cg);
-        const int r = (int)cuconv::fast_div((uint32_t)tap, geo.div_s);
-        c_of[b] = j0 < geo.cols ? part.group * geo.Cg + (j0 - tap * geo.Cg) : -1;
-        off_w[b] = (uint16_t)((tap - r * geo.S) * geo.dil_w);
-        off_h[b] = (uint16_t)(r * geo.dil_h);
-        if (j0 < geo.cols) bytes += TileB::kBlockBytes;
+        if (c_of[b] >= 0)
+          c9::tma_load_im2col_4d(bb + b * TileB::kBlockBytes, tmap_x, full, c_of[b], w0, h0, n, off_w[b], off_h[b]);
       }
-      for (int kt = part.kt0; kt < part.kt1; ++kt) {
-        const uint32_t full = full0 + 8 * ring.stage;
-        c9::mbar_wait(empty0 + 8 * ring.stage, ring.phase ^ 1u);
-        c9::mbar_arrive_expect_tx(full, bytes);
-        const int l0 = kt * kBK;
-        const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes), bb = a + TileA::kBytes;
-#pragma unroll
-        for (int b = 0; b < kBM / 64; ++b)
-          c9::tma_load_tile_2d(a + b * TileA::kBlockBytes, tmap_dy, full, part.group * geo.Kg + m_offset + 64 * b, l0);
-        const int n = (int)cuconv::fast_div((uint32_t)l0, geo.div_pq);
-        const int pq = l0 - n * geo.P * geo.Q;
-        const int p = (int)cuconv::fast_div((uint32_t)pq, geo.div_q);
-        const int q = pq - p * geo.Q;
-#pragma unroll
-        for (int b = 0; b < kBN / 64; ++b) {
-          if (c_of[b] < 0) continue;
-          c9::tma_load_im2col_4d(bb + b * TileB::kBlockBytes, tmap_x, full, c_of[b], q * geo.stride_w - geo.pad_w,
-                                 p * geo.stride_h - geo.pad_h, n, off_w[b], off_h[b]);
-        }
-        ring.advance();
-      }
+      ring.advance();
     }
-    return;
   }
+}
 
-  // ------------------------------------------------------------------------------------ consumers
-  const int wg = warp / 4;
+// A consumer warpgroup (`wg`): its 64 filters of every part, a slot released once the wgmmas of the next one
+// are issued and its own have retired, the part's sums stored to its workspace plane.
+__device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradGeometry& geo, c9::WgradPartWalk& walk,
+                                        c9::RingState<kStages>& ring, uint32_t smem, uint32_t full0, uint32_t empty0,
+                                        int wg, int lane) {
+  c9::WgradPart part;
   while (walk.next(part)) {
     float acc[kBN / 2];
 #pragma unroll
@@ -128,6 +115,35 @@ CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __gri
     if (held >= 0) c9::mbar_release_slot<1>(empty0 + 8 * held, lane);  // the next part's loads may take it
     c9::store_wgrad_partials(acc, ws, geo, part.slot, part.group, (long long)part.m_tile * kBM,
                              (long long)part.n_tile * kBN, wg);
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __grid_constant__ c9::TmaDescriptor tmap_dy,
+                   float* __restrict__ ws, cs::WgradGeometry geo, c9::WgradParts parts) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 * kStages];  // full[s], then empty[s]
+  const uint32_t smem = (cuconv::smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
+  const uint32_t full0 = cuconv::smem_u32(bars), empty0 = full0 + 8 * kStages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      c9::mbar_init(full0 + 8 * s, 1);                 // the producer's arrive.expect_tx
+      c9::mbar_init(empty0 + 8 * s, 4 * kConsumers);   // one arrival per consumer warp
+    }
+    c9::mbar_init_fence();
+  }
+  __syncthreads();
+
+  c9::WgradPartWalk walk(geo, parts);
+  c9::RingState<kStages> ring;  // the ring runs on from one part to the next
+  if (warp == 4 * kConsumers) {
+    if (lane == 0) produce(tmap_x, tmap_dy, geo, walk, ring, smem, full0, empty0);
+  } else {
+    consume(ws, geo, walk, ring, smem, full0, empty0, warp / 4, lane);
   }
 }
 

@@ -28,11 +28,11 @@ from ...launch import LaunchRecords, PackedLaunch, c_struct, dtype_code
 from ...problem import ConvProblem
 from ...scratch import scratch
 from ..sm80.variants import _DTYPE_TAG
-from ..sm80.wgrad import PARTIALS_IN_L2, WgradLaunch, WgradVariant, split_cost, spill_cost
+from ..sm80.wgrad import PARTIALS_IN_L2, WgradLaunch, WgradVariant, choose_splits, split_cost, spill_cost
 from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
-__all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tma_declines", "TmaWgradLaunch",
+__all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tile_time", "TMA_TILES", "tma_declines", "TmaWgradLaunch",
            "launch_for", "Parts", "balanced_parts", "parts_pay", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth", "exchanged_roles",
            "ExchangedRoles", "COMPILE_VARIANTS"]
 
@@ -72,15 +72,18 @@ _SM_SMEM = 227 * 1024
 
 
 def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
-            tma: Optional[bool] = None, stages: Optional[int] = None) -> WgradVariant:
+            tma: Optional[bool] = None, stages: Optional[int] = None, sm_count: int = 132) -> WgradVariant:
     """The kernel for ``p``: ``bm`` filters x ``bn`` columns x 64 pixels per CTA, ``bm / 64``
     warpgroups (see :func:`tile_for`, and :func:`tma_tile_for` for the TMA form, which adds a producer
     warp); ``tma``: the TMA form (None: wherever :func:`tma_declines` allows); a ring ``stages`` deep
-    (None: :data:`STAGES`). CTAs per SM: as many of its shared-memory footprint as fit, at most two."""
+    (None: :data:`STAGES`); ``sm_count``: the GPU's SMs, which the TMA form's tile choice weighs. CTAs per
+    SM: as many of its shared-memory footprint as fit, at most two."""
     if tma is None:
         tma = tma_declines(p) is None
-    auto_bm, auto_bn = (tma_tile_for if tma else tile_for)(p)
-    bm, bn, stages = bm or auto_bm, bn or auto_bn, stages or STAGES
+    if not (bm and bn):
+        auto_bm, auto_bn = tma_tile_for(p, sm_count) if tma else tile_for(p)
+        bm, bn = bm or auto_bm, bn or auto_bn
+    stages = stages or STAGES
     name = f"conv2d_wgrad_{'tma_' if tma else ''}sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{stages}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_BM=bm, CUCONV_BN=bn, CUCONV_BK=_BK,
                    CUCONV_STAGES=stages, CUCONV_KERNEL_NAME=name)
@@ -168,6 +171,10 @@ def parts_pay(p: ConvProblem, v: WgradVariant, splits, parts: Parts) -> bool:
       splits); equal runs do not: ResNet-50's 3x3 512 -> 512 at 7x7 (N=32, 144 output tiles of 25
       steps) is 3 waves of 2 x 13 steps in splits, 28 steps per CTA in parts, 33.9 -> 31.4 us on an H100.
 
+    The automatic choice asks this of 128 x 128 tiles only: on the 128 x 256 tile the parts measured slower
+    than its split grid on every layer of ResNet-50 and the SD VAE decoder (the 7x7 layer above: 28.4 us in
+    splits, 35.6 in parts), and that tile already serves the layers whose split grid quantises worst.
+
     Evidence: docs/tuning.md#T-wgrad-parts."""
     if parts.planes > _PARTS_MAX_PLANES:
         return False
@@ -194,8 +201,8 @@ class TmaWgradLaunch(WgradLaunch):
     """The launches of the TMA form: the main kernel's arguments are x's im2col descriptor (boxes of 64
     output pixels x 64 channels) and dy's tiled one (boxes of 64 filters x 64 pixels), encoded for the
     operands' addresses and kept for the last few address pairs (a training loop reuses its buffers).
-    The reduction runs in the split grid, or in balanced parts (:class:`Parts`) where those pay
-    (:func:`parts_pay`, :data:`PARTS`)."""
+    The reduction runs in the split grid, or in balanced parts (:class:`Parts`) where those pay on a
+    128 x 128 tile (:func:`parts_pay`, :data:`PARTS`)."""
 
     def __init__(self, p: ConvProblem, device, v: WgradVariant):
         self._records = LaunchRecords(_RECORDS)
@@ -204,7 +211,7 @@ class TmaWgradLaunch(WgradLaunch):
         units = dict(units=1, k_tiles=1, ctas=0)  # ctas 0: the split grid
         if PARTS is not False and parts_declined(p, self.splits.tiles) is None:
             parts = balanced_parts(self.splits.tiles, -(-p.gemm_m // v.bk), max(device.sm_count, 1) * v.per_sm)
-            if PARTS or parts_pay(p, v, self.splits, parts):
+            if PARTS or (v.bn == 128 and parts_pay(p, v, self.splits, parts)):
                 self.parts = parts
         if self.parts is not None:
             import cupy as cp
@@ -418,18 +425,42 @@ def launch_for(p: ConvProblem, device, v: WgradVariant) -> WgradLaunch:
     return TmaWgradLaunch(p, device, v) if v.tma else sm80_launch_for(p, device, v)
 
 
-def tma_tile_for(p: ConvProblem):
-    """``(bm, bn)`` of the TMA form: 64 x 128 as :func:`tile_for` for few filters over many columns; 128 x
-    256 for 512+ filters per group over a long reduction (32K+ pixels); else 128 x 128. Without loads in
-    the consumers, the 128-row tile beats the 256-row one that :func:`tile_for` gives 256+ filters
-    (H200, bf16, main kernel + reduce: VAE 3x3 256 -> 256 at 256x256 127 us against 147, 1x1 1024 -> 256
-    at 14x14, N=32, 13.4 against 16.9); the wider tile gains 7% on the largest layers (3x3 512 -> 512 at
-    256x256: 427 against 462 us). Evidence: docs/tuning.md#T-wgrad-tma."""
+#: The tiles the TMA form's automatic choice weighs (:func:`tma_tile_for`), the default first.
+TMA_TILES = ((128, 128), (128, 256))
+#: Modelled microseconds of one 64-pixel step per row of a TMA-form tile's operands (``bm + bn``): the kernel
+#: is bound by the bytes its boxes bring from L2 (128 per row and step), not by its multiply-adds (H100, bf16:
+#: a 128 x 128 step takes about 0.5 us where wgmma needs 0.28; 128 x 256 about 0.75). docs/tuning.md#T-wgrad-tile.
+STEP_US_PER_ROW = 0.504 / 256
+#: Bytes per microsecond the tile model gives DRAM: the floor of reading x and dy once, and the partial sums'
+#: round trip through the reduce (the H100's measured copy rate).
+DRAM_BYTES_PER_US = 2.9e6
+
+
+def tile_time(p: ConvProblem, bm: int, bn: int, sm_count: int) -> float:
+    """Modelled microseconds of ``p``'s weight gradient on the TMA form's ``bm x bn`` tile in the split grid
+    (:func:`~cuconv.backends.sm80.wgrad.choose_splits`' own choice and step count): its steps at
+    :data:`STEP_US_PER_ROW` per operand row, at least the time x and dy take to come from DRAM, plus the
+    partial sums written and read back by the reduce."""
+    v = variant(p, bm=bm, bn=bn, tma=True)
+    sp = choose_splits(p, v, sm_count)
+    steps = split_cost(p, v, sp.tiles, sp.count, sp.length // v.bk, sm_count * v.per_sm)
+    operands = p.itemsize * (p.batch * p.channels * int(np.prod(p.in_spatial)) + p.gemm_m * p.out_channels)
+    partials = 4 * sp.count * p.out_channels * p.gemm_k
+    return max(steps * STEP_US_PER_ROW * (bm + bn), operands / DRAM_BYTES_PER_US) + 2 * partials / DRAM_BYTES_PER_US
+
+
+def tma_tile_for(p: ConvProblem, sm_count: int = 132):
+    """``(bm, bn)`` of the TMA form: 64 x 128 for few filters over many columns (a 128-row tile would be half
+    empty); else the tile of :data:`TMA_TILES` with the shortest :func:`tile_time` on ``sm_count`` SMs (ties:
+    the first). The wider tile brings a third fewer bytes from L2 per multiply-add and wins where its splits
+    stay long and its last column tile full: the 3x3 layers from 256+ channels, and long reductions (H100,
+    bf16, us, 128 x 128 -> 128 x 256: VAE 3x3 512 -> 512 at 128x128 166.5 -> 134.9, 256 -> 256 at 256x256
+    143.7 -> 111.9, 128 -> 128 at 512x512 145.2 -> 121.7; ResNet-50 3x3 512 at 7x7, N=32, 33.7 -> 28.4);
+    the narrower one where twice the splits would be short or the reduce long (ResNet-50's 1x1 layers; 3x3
+    128 -> 128 at 28x28, N=32, 22.1 against 25.4). Evidence: docs/tuning.md#T-wgrad-tile."""
     if p.gemm_n <= 64 and p.gemm_k >= 512:
         return 64, 128
-    if p.gemm_n >= 512 and p.gemm_m >= 32768:
-        return 128, 256
-    return 128, 128
+    return min(TMA_TILES, key=lambda t: tile_time(p, t[0], t[1], sm_count))
 
 
 def tile_for(p: ConvProblem):
