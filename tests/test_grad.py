@@ -264,8 +264,8 @@ def test_repeated_calls_skip_validation_but_not_its_errors():
 def test_sm90_wgrad_takes_its_tma_form_where_64_channels_of_one_tap_fill_a_box():
     """The TMA form of sm90_wgrad needs the channels per group in multiples of 64 (an im2col box holds
     64 channels of one tap); its tile: 64 x 128 for few filters over many columns, else the one of
-    128 x 128 and 128 x 256 with the shorter modelled time (tile_time); other channel counts take the
-    cp.async form."""
+    128 x 128, 128 x 192 and 128 x 256 with the shortest modelled time (tile_time); other channel counts
+    take the cp.async form."""
     from cuconv.backends.sm90 import wgrad as w90
     from cuconv.problem import ConvProblem
 
@@ -284,17 +284,18 @@ def test_sm90_wgrad_takes_its_tma_form_where_64_channels_of_one_tap_fill_a_box()
 
 
 @pytest.mark.parametrize("c,k,side,batch,f,tile", [
-    (512, 512, 64, 1, 3, (128, 256)),    # the VAE's 3x3 layers: long splits, full column tiles
-    (512, 512, 128, 1, 3, (128, 256)),
-    (128, 128, 512, 1, 3, (128, 256)),   # a half-empty last column tile, but a long reduction
-    (512, 512, 7, 32, 3, (128, 256)),    # ResNet-50's 3x3 512 at 7x7
-    (128, 128, 28, 32, 3, (128, 128)),   # ResNet-50's 3x3 128: short splits and a half-empty column tile
-    (256, 128, 512, 1, 1, (128, 128)),   # 1x1 layers: bound by DRAM, twice the splits cost more
+    (512, 512, 64, 1, 3, (128, 192)),    # the VAE's 3x3 512 at 64x64: 96 tiles in one split, no reduce
+    (512, 512, 128, 1, 3, (128, 256)),   # long splits, full column tiles
+    (256, 256, 256, 1, 3, (128, 256)),
+    (128, 128, 512, 1, 3, (128, 192)),   # 1152 columns: six full 192-column tiles
+    (512, 512, 7, 32, 3, (128, 192)),    # ResNet-50's 3x3 512 at 7x7: one split
+    (128, 128, 28, 32, 3, (128, 128)),   # ResNet-50's 3x3 128: the wider tiles' splits would be short
+    (256, 128, 512, 1, 1, (128, 128)),   # 1x1 layers: bound by DRAM, more splits cost more
     (1024, 256, 14, 32, 1, (128, 128)),
 ])
 def test_sm90_wgrad_tma_tile_is_the_one_with_the_shorter_modelled_time(c, k, side, batch, f, tile):
-    """The TMA form's automatic tile (H100, 132 SMs): the layers where the 128 x 256 tile measured faster take
-    it, those where 128 x 128 did keep that (docs/tuning.md#T-wgrad-tile)."""
+    """The TMA form's automatic tile (H100, 132 SMs) on layers where the modelled choice is the measured
+    fastest (docs/tuning.md#T-wgrad-tile)."""
     from cuconv.backends.sm90 import wgrad as w90
     from cuconv.problem import ConvProblem
     p = ConvProblem.create(nd=2, batch=batch, in_spatial=(side, side), channels=c, out_channels=k,

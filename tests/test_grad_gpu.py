@@ -268,9 +268,9 @@ def test_sm90_wgrad_tma_form_matches_the_reference(cp, groups, cg, kg, R, S, str
     assert e.kernel == "sm90_wgrad" and "TMA" in e.detail, e.detail
 
 
-def _with_parts(forced, fn):
-    """``fn()`` with sm90_wgrad's balanced parts forced on or off (``wgrad.PARTS``), the launch and choice
-    caches cleared before and after (plans made under the forced setting are not the automatic ones)."""
+def _with_tile(tile, fn):
+    """``fn()`` with sm90_wgrad's TMA-form tile forced to ``tile`` (``wgrad.tma_tile_for`` patched), the launch
+    and choice caches cleared before and after (plans made under the forced tile are not the automatic ones)."""
     from unittest import mock
     from cuconv.backends.sm90 import wgrad as w90
 
@@ -280,7 +280,7 @@ def _with_parts(forced, fn):
         cuconv.grad._WGRAD_CALLS.clear()
     clear()
     try:
-        with mock.patch.object(w90, "PARTS", forced):
+        with mock.patch.object(w90, "tma_tile_for", lambda p, sm_count=132: tile):
             return fn()
     finally:
         clear()
@@ -291,13 +291,12 @@ def _with_parts(forced, fn):
 @given(groups=st.sampled_from([1, 1, 2]), cg=st.sampled_from([64, 128]), kg=st.sampled_from([8, 64, 136, 200]),
        R=st.integers(1, 3), S=st.integers(1, 3), stride=st.integers(1, 2), pad=st.integers(0, 1),
        H=st.integers(5, 30), W=st.integers(5, 30), N=st.sampled_from([1, 2, 5]),
-       dtype=st.sampled_from(["bfloat16", "float16"]), parts=st.booleans())
-def test_sm90_wgrad_balanced_parts_and_split_grid_match_the_reference(cp, groups, cg, kg, R, S, stride, pad, H, W, N,
-                                                                       dtype, parts):
-    """sm90_wgrad's TMA form with its reduction in balanced parts (every CTA an equal run of the output tiles'
-    steps, a tile's parts in their own planes) or in the split grid, forced either way: partial filter tiles,
-    columns past the last tile, groups; against the float64 reference, two calls giving the same bits, and
-    the explanation naming the schedule."""
+       dtype=st.sampled_from(["bfloat16", "float16"]), tile=st.sampled_from([(128, 128), (128, 192), (128, 256)]))
+def test_sm90_wgrad_tma_tiles_match_the_reference(cp, groups, cg, kg, R, S, stride, pad, H, W, N, dtype, tile):
+    """sm90_wgrad's TMA form on each of its tiles, forced (128, 192 or 256 columns): partial filter tiles,
+    columns past the last tile, groups, one split (the sums rounded into dw) or several (partial sums and the
+    reduce); against the float64 reference, two calls giving the same bits, and the explanation naming the
+    tile."""
     rng = np.random.default_rng(13)
     dt = DTYPES[dtype]
     w_shape = (kg * groups, R, S, cg)
@@ -312,31 +311,55 @@ def test_sm90_wgrad_balanced_parts_and_split_grid_match_the_reference(cp, groups
         e = cuconv.explain_weight_grad(xg, dyg, w_shape, kernel="sm90_wgrad", **kw)
         got = [cuconv.conv2d_weight_grad(xg, dyg, w_shape, kernel="sm90_wgrad", **kw) for _ in range(2)]
         return e, got
-    e, (got, again) = _with_parts(parts, run)
-    assert ("balanced parts" in e.detail) == parts, e.detail
+    e, (got, again) = _with_tile(tile, run)
+    assert f"tile {tile[0]}x{tile[1]}x64" in e.detail, e.detail
     assert got.dtype == dt and got.shape == w_shape
     assert rel_error(got, want) <= TOLERANCE[dtype], e.detail
     assert bool((got == again).all())
 
 
 @needs_hopper
-def test_sm90_wgrad_balanced_parts_are_chosen_and_deterministic(cp):
-    """A UNet-like 3x3 320 -> 320 at 32x32 (69 output tiles of 128 x 128 on 132 SMs, 16 steps each): the
-    automatic choice takes balanced parts on an H100 / H200, and the result is the reference's, with equal
+@pytest.mark.parametrize("side,detail", [(64, "in one split"), (128, "split(s)")])
+def test_sm90_wgrad_vae_layers_choose_their_tile_and_are_deterministic(cp, side, detail):
+    """The VAE's 3x3 512 -> 512 weight gradients at 64x64 (one split of 128 x 192 tiles, rounded into dw) and
+    128x128 (128 x 256 tiles in splits) on an H100 / H200: the automatic choice, the reference's result, equal
     bits on every call."""
     rng = np.random.default_rng(17)
-    x = rng.standard_normal((1, 32, 32, 320)).astype(ml_dtypes.bfloat16)
-    dy = rng.standard_normal((1, 32, 32, 320)).astype(ml_dtypes.bfloat16)
-    w_shape = (320, 3, 3, 320)
+    x = rng.standard_normal((1, side, side, 512)).astype(ml_dtypes.bfloat16)
+    dy = rng.standard_normal((1, side, side, 512)).astype(ml_dtypes.bfloat16)
+    w_shape = (512, 3, 3, 512)
     xg, dyg = cp.asarray(x), cp.asarray(dy)
     e = cuconv.explain_weight_grad(xg, dyg, w_shape, padding=1)
     if cp.cuda.Device().attributes["MultiProcessorCount"] < 120:
         pytest.skip("the choice is for 132-SM Hopper GPUs")
-    assert e.kernel == "sm90_wgrad" and "balanced parts" in e.detail, e.detail
+    assert e.kernel == "sm90_wgrad" and detail in e.detail, e.detail
     want = cuconv.conv2d_weight_grad(x.astype(np.float32), dy.astype(np.float32), w_shape, padding=1)
     got = [cuconv.conv2d_weight_grad(xg, dyg, w_shape, padding=1) for _ in range(3)]
     assert rel_error(got[0], want) <= TOLERANCE["bfloat16"]
     assert all(bool((g == got[0]).all()) for g in got[1:])
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype,N,H,W,C,K,groups", [("bfloat16", 1, 8, 8, 64, 128, 1), ("float16", 2, 5, 7, 128, 200, 2),
+                                                    ("bfloat16", 1, 6, 6, 192, 72, 1)])
+def test_sm90_wgrad_one_split_rounds_its_sums_into_dw(cp, dtype, N, H, W, C, K, groups):
+    """A weight gradient whose reduction is one split (a few output pixels) takes no workspace and no reduce:
+    the TMA form's epilogue rounds the sums into dw (partial filter tiles, groups); against the float64
+    reference, with equal bits on a second call."""
+    rng = np.random.default_rng(21)
+    dt = DTYPES[dtype]
+    w_shape = (K, 3, 3, C // groups)
+    x = rng.standard_normal((N, H, W, C)).astype(dt)
+    kw = dict(padding=1, groups=groups)
+    p = cuconv.grad._forward_problem(2, x.shape, w_shape, dtype, "NHWC", 1, 1, 1, groups, None)
+    dy = rng.standard_normal(p.out_shape).astype(dt)
+    xg, dyg = cp.asarray(x), cp.asarray(dy)
+    e = cuconv.explain_weight_grad(xg, dyg, w_shape, **kw)
+    assert e.kernel == "sm90_wgrad" and "rounded into dw" in e.detail, e.detail
+    want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), w_shape, **kw)
+    got = cuconv.conv2d_weight_grad(xg, dyg, w_shape, **kw)
+    assert rel_error(got, want) <= TOLERANCE[dtype], e.detail
+    assert bool((got == cuconv.conv2d_weight_grad(xg, dyg, w_shape, **kw)).all())
 
 
 @needs_hopper
@@ -469,18 +492,14 @@ def _split_order_sum(ws: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("K,C,hw,N", [(64, 64, 56, 32), (512, 512, 64, 1), (24, 16, 9, 3), (32, 3, 224, 32),
                                      (5, 3, 224, 32)])
-def test_split_reduce_adds_in_its_documented_order(cp, K, C, hw, N, monkeypatch, request):
+def test_split_reduce_adds_in_its_documented_order(cp, K, C, hw, N):
     """The weight gradient's reduce launch on random partial sums equals, bit for bit, the float32 sum in
     the order common/split_sum.cuh documents (runs of consecutive splits for long sums), rounded to bf16:
     the order is fixed by the split count alone. Problems with few and with many splits (the RGB stem's
-    fold), element counts with 16-byte quads and an odd one (5 filters of 3 channels on sm80_wgrad). The
-    split grid is forced: balanced parts have their own reduce (test_sm90_wgrad_balanced_parts_*)."""
+    fold), element counts with 16-byte quads and an odd one (5 filters of 3 channels on sm80_wgrad)."""
     from cuconv.backends.sm80 import wgrad as w80
     from cuconv.backends.sm90 import wgrad as w90
     from cuconv.device import device_of
-    monkeypatch.setattr(w90, "PARTS", False)
-    w90.launch_for.cache_clear()  # no launch packed with balanced parts before, none without them after
-    request.addfinalizer(w90.launch_for.cache_clear)
     x = cp.zeros((N, hw, hw, C), dtype=ml_dtypes.bfloat16)
     p = cuconv.grad._forward_problem(2, x.shape, (K, 3, 3, C), "bfloat16", "NHWC", 1, 1, 1, 1, None)
     dev = device_of(x)

@@ -11,18 +11,14 @@
 //   consumers  warpgroup w owns filters [64 w, 64 w + 64) of the CTA's BM: BK / 16 wgmma m64nBNk16 per
 //              tile with both operands transposed; a slot is released when the wgmmas of the next
 //              tile are issued and those of this one have retired (wait_group 1).
-//   epilogue   the fp32 partial sums -> ws[slot][g Kg + k][j] (wgrad_common.cuh); the reduce entries add
-//              the planes in a fixed order.
-//   parts      what a CTA computes (WgradPartWalk): one output tile's split (the split grid, below), or with
-//              balanced parts (WgradParts::ctas > 0, a 1-D grid) an equal run of every tile's reduction
-//              steps, tile after tile, each tile's run a part with its own workspace plane; the ring
-//              runs on across parts, so the next part's boxes load while this one's sums are stored.
+//   epilogue   the fp32 partial sums -> ws[split][g Kg + k][j] (wgrad_common.cuh); the reduce entry adds
+//              the splits in a fixed order. With one split (`direct`) ws is dw, and the sums are rounded
+//              into it: no workspace, no reduce.
 // A split covers whole tiles of BK pixels (the host's split length is a multiple of BK); the last
 // split's boxes run past the last pixel, where both tensors read as zeros (dy past its rows, x past
 // its last image), so no partial tile needs a mask. Columns past the group's R*S*Cg are not loaded
 // (their slots hold stale values, and their sums are not stored).
-// Split grid: x = n tiles, y = m tiles, z = groups * splits (split fastest). Balanced parts: x = ctas.
-// 128 * BM / 64 + 32 threads.
+// Grid: x = n tiles, y = m tiles, z = groups * splits (split fastest). 128 * BM / 64 + 32 threads.
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME conv2d_wgrad_tma_sm90
 #endif
@@ -37,92 +33,91 @@ static_assert(kStages >= 2, "a slot in use and one filling");
 
 namespace {
 
-// The producer (one lane): per ring slot, dy's tiled boxes and x's im2col boxes of the part's columns.
+// The producer (one lane): per ring slot, dy's tiled boxes and x's im2col boxes of the split's columns.
 __device__ __forceinline__ void produce(const c9::TmaDescriptor& tmap_x, const c9::TmaDescriptor& tmap_dy,
-                                        const cs::WgradGeometry& geo, c9::WgradPartWalk& walk,
-                                        c9::RingState<kStages>& ring, uint32_t smem, uint32_t full0, uint32_t empty0) {
+                                        const cs::WgradGeometry& geo, const c9::WgradPart& part, uint32_t smem,
+                                        uint32_t full0, uint32_t empty0) {
   c9::tma_prefetch_descriptor(tmap_x);
   c9::tma_prefetch_descriptor(tmap_dy);
-  c9::WgradPart part;
-  while (walk.next(part)) {
-    const int m_offset = part.m_tile * kBM, n_offset = part.n_tile * kBN;
-    // The im2col boxes of the part's column blocks: channel and tap offsets, fixed for the part.
-    int c_of[kBN / 64];
-    uint16_t off_w[kBN / 64], off_h[kBN / 64];
-    uint32_t bytes = TileA::kBytes;
+  c9::RingState<kStages> ring;
+  const int m_offset = part.m_tile * kBM, n_offset = part.n_tile * kBN;
+  // The im2col boxes of the tile's column blocks: channel and tap offsets, fixed for the CTA.
+  int c_of[kBN / 64];
+  uint16_t off_w[kBN / 64], off_h[kBN / 64];
+  uint32_t bytes = TileA::kBytes;
+#pragma unroll
+  for (int b = 0; b < kBN / 64; ++b) {
+    const int j0 = n_offset + 64 * b;
+    const int tap = (int)cuconv::fast_div((uint32_t)j0, geo.div_cg);
+    const int r = (int)cuconv::fast_div((uint32_t)tap, geo.div_s);
+    c_of[b] = j0 < geo.cols ? part.group * geo.Cg + (j0 - tap * geo.Cg) : -1;
+    off_w[b] = (uint16_t)((tap - r * geo.S) * geo.dil_w);
+    off_h[b] = (uint16_t)(r * geo.dil_h);
+    if (j0 < geo.cols) bytes += TileB::kBlockBytes;
+  }
+  for (int kt = part.kt0; kt < part.kt1; ++kt) {
+    const uint32_t full = full0 + 8 * ring.stage;
+    c9::mbar_wait(empty0 + 8 * ring.stage, ring.phase ^ 1u);
+    c9::mbar_arrive_expect_tx(full, bytes);
+    const int l0 = kt * kBK;
+    const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes), bb = a + TileA::kBytes;
+#pragma unroll
+    for (int b = 0; b < kBM / 64; ++b)
+      c9::tma_load_tile_2d(a + b * TileA::kBlockBytes, tmap_dy, full, part.group * geo.Kg + m_offset + 64 * b, l0);
+    const int n = (int)cuconv::fast_div((uint32_t)l0, geo.div_pq);
+    const int pq = l0 - n * geo.P * geo.Q;
+    const int p = (int)cuconv::fast_div((uint32_t)pq, geo.div_q);
+    const int q = pq - p * geo.Q;
+    const int w0 = q * geo.stride_w - geo.pad_w, h0 = p * geo.stride_h - geo.pad_h;
 #pragma unroll
     for (int b = 0; b < kBN / 64; ++b) {
-      const int j0 = n_offset + 64 * b;
-      const int tap = (int)cuconv::fast_div((uint32_t)j0, geo.div_cg);
-      const int r = (int)cuconv::fast_div((uint32_t)tap, geo.div_s);
-      c_of[b] = j0 < geo.cols ? part.group * geo.Cg + (j0 - tap * geo.Cg) : -1;
-      off_w[b] = (uint16_t)((tap - r * geo.S) * geo.dil_w);
-      off_h[b] = (uint16_t)(r * geo.dil_h);
-      if (j0 < geo.cols) bytes += TileB::kBlockBytes;
+      if (c_of[b] >= 0)
+        c9::tma_load_im2col_4d(bb + b * TileB::kBlockBytes, tmap_x, full, c_of[b], w0, h0, n, off_w[b], off_h[b]);
     }
-    for (int kt = part.kt0; kt < part.kt1; ++kt) {
-      const uint32_t full = full0 + 8 * ring.stage;
-      c9::mbar_wait(empty0 + 8 * ring.stage, ring.phase ^ 1u);
-      c9::mbar_arrive_expect_tx(full, bytes);
-      const int l0 = kt * kBK;
-      const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes), bb = a + TileA::kBytes;
-#pragma unroll
-      for (int b = 0; b < kBM / 64; ++b)
-        c9::tma_load_tile_2d(a + b * TileA::kBlockBytes, tmap_dy, full, part.group * geo.Kg + m_offset + 64 * b, l0);
-      const int n = (int)cuconv::fast_div((uint32_t)l0, geo.div_pq);
-      const int pq = l0 - n * geo.P * geo.Q;
-      const int p = (int)cuconv::fast_div((uint32_t)pq, geo.div_q);
-      const int q = pq - p * geo.Q;
-      const int w0 = q * geo.stride_w - geo.pad_w, h0 = p * geo.stride_h - geo.pad_h;
-#pragma unroll
-      for (int b = 0; b < kBN / 64; ++b) {
-        if (c_of[b] >= 0)
-          c9::tma_load_im2col_4d(bb + b * TileB::kBlockBytes, tmap_x, full, c_of[b], w0, h0, n, off_w[b], off_h[b]);
-      }
-      ring.advance();
-    }
+    ring.advance();
   }
 }
 
-// A consumer warpgroup (`wg`): its 64 filters of every part, a slot released once the wgmmas of the next one
-// are issued and its own have retired, the part's sums stored to its workspace plane.
-__device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradGeometry& geo, c9::WgradPartWalk& walk,
-                                        c9::RingState<kStages>& ring, uint32_t smem, uint32_t full0, uint32_t empty0,
-                                        int wg, int lane) {
-  c9::WgradPart part;
-  while (walk.next(part)) {
-    float acc[kBN / 2];
+// A consumer warpgroup (`wg`): its 64 filters of the split, a slot released once the wgmmas of the next one
+// are issued and its own have retired, the sums stored to the split's workspace plane (`direct`: rounded into
+// dw, which `ws` then is).
+__device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradGeometry& geo, const c9::WgradPart& part,
+                                        uint32_t smem, uint32_t full0, uint32_t empty0, int wg, int lane, bool direct) {
+  c9::RingState<kStages> ring;
+  float acc[kBN / 2];
 #pragma unroll
-    for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.f;
-    int held = -1;  // the slot whose wgmmas may still be in flight
+  for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.f;
+  int held = -1;  // the slot whose wgmmas may still be in flight
 #pragma unroll 1
-    for (int kt = part.kt0; kt < part.kt1; ++kt) {
-      c9::mbar_wait(full0 + 8 * ring.stage, ring.phase);
-      const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes) + wg * TileA::kBlockBytes;
-      const uint32_t b = smem + (uint32_t)(ring.stage * kStageBytes) + TileA::kBytes;
-      c9::wgmma_fence();
-      c9::fence_accumulators(acc);
-      c9::wgrad_slot_mma(acc, a, b);
-      c9::wgmma_commit();
-      c9::wgmma_wait<1>();
-      c9::fence_accumulators(acc);
-      if (held >= 0) c9::mbar_release_slot<1>(empty0 + 8 * held, lane);
-      held = ring.stage;
-      ring.advance();
-    }
-    c9::wgmma_wait<0>();
+  for (int kt = part.kt0; kt < part.kt1; ++kt) {
+    c9::mbar_wait(full0 + 8 * ring.stage, ring.phase);
+    const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes) + wg * TileA::kBlockBytes;
+    const uint32_t b = smem + (uint32_t)(ring.stage * kStageBytes) + TileA::kBytes;
+    c9::wgmma_fence();
     c9::fence_accumulators(acc);
-    if (held >= 0) c9::mbar_release_slot<1>(empty0 + 8 * held, lane);  // the next part's loads may take it
+    c9::wgrad_slot_mma(acc, a, b);
+    c9::wgmma_commit();
+    c9::wgmma_wait<1>();
+    c9::fence_accumulators(acc);
+    if (held >= 0) c9::mbar_release_slot<1>(empty0 + 8 * held, lane);
+    held = ring.stage;
+    ring.advance();
+  }
+  c9::wgmma_wait<0>();
+  c9::fence_accumulators(acc);
+  if (direct)
+    c9::store_wgrad_tile<elem_t>(acc, reinterpret_cast<elem_t*>(ws), geo, 0, part.group,
+                                 (long long)part.m_tile * kBM, (long long)part.n_tile * kBN, wg);
+  else
     c9::store_wgrad_partials(acc, ws, geo, part.slot, part.group, (long long)part.m_tile * kBM,
                              (long long)part.n_tile * kBN, wg);
-  }
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __grid_constant__ c9::TmaDescriptor tmap_dy,
-                   float* __restrict__ ws, cs::WgradGeometry geo, c9::WgradParts parts) {
+                   float* __restrict__ ws, cs::WgradGeometry geo, int direct) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[2 * kStages];  // full[s], then empty[s]
   const uint32_t smem = (cuconv::smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
@@ -138,14 +133,12 @@ CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __gri
   }
   __syncthreads();
 
-  c9::WgradPartWalk walk(geo, parts);
-  c9::RingState<kStages> ring;  // the ring runs on from one part to the next
+  const c9::WgradPart part = c9::wgrad_split_of_cta(geo);
   if (warp == 4 * kConsumers) {
-    if (lane == 0) produce(tmap_x, tmap_dy, geo, walk, ring, smem, full0, empty0);
+    if (lane == 0) produce(tmap_x, tmap_dy, geo, part, smem, full0, empty0);
   } else {
-    consume(ws, geo, walk, ring, smem, full0, empty0, warp / 4, lane);
+    consume(ws, geo, part, smem, full0, empty0, warp / 4, lane, direct != 0);
   }
 }
 
 CUCONV_WGRAD_REDUCE_ENTRY
-CUCONV_WGRAD_REDUCE_PARTS_ENTRY

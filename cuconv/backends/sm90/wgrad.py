@@ -19,21 +19,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional, Tuple
+from typing import Optional
 
 import numpy as np
 
-from ...compiler import load_cuda_function
-from ...launch import LaunchRecords, PackedLaunch, c_struct, dtype_code
+from ...launch import LaunchRecords, dtype_code
 from ...problem import ConvProblem
 from ...scratch import scratch
 from ..sm80.variants import _DTYPE_TAG
-from ..sm80.wgrad import PARTIALS_IN_L2, WgradLaunch, WgradVariant, choose_splits, split_cost, spill_cost
+from ..sm80.wgrad import WgradLaunch, WgradVariant, choose_splits, split_cost
 from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
 __all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tile_time", "TMA_TILES", "tma_declines", "TmaWgradLaunch",
-           "launch_for", "Parts", "balanced_parts", "parts_pay", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth", "exchanged_roles",
+           "launch_for", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth", "exchanged_roles",
            "ExchangedRoles", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_wgrad_sm90.cu"
@@ -97,149 +96,28 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
 _RECORDS = 8
 
 
-#: Balanced parts for the TMA form: None takes them where :func:`parts_pay` says so; True / False forces
-#: them on / off wherever they apply (the tests of both schedules).
-PARTS: Optional[bool] = None
-#: ``WgradParts`` (wgrad_common.cuh) in declaration order.
-_PARTS_FIELDS = [("units", np.int64), ("k_tiles", np.int32), ("ctas", np.int32)]
-
-
-@dataclasses.dataclass(frozen=True)
-class Parts:
-    """Balanced parts of the TMA form's reduction (kernels_cu/sm90/wgrad_common.cuh, ``WgradParts``): the
-    ``tiles * k_tiles`` units (one 64-pixel step of one output tile each, tile after tile) cut into ``ctas``
-    equal runs, CTA ``b`` taking units ``[b U / ctas, (b + 1) U / ctas)``. A CTA's run within one output
-    tile is a part with its own workspace plane; ``tile_parts[t]`` is output tile ``t``'s count of them, and
-    the reduce adds a tile's planes in order, so the bits depend on the problem and ``ctas`` alone."""
-
-    ctas: int
-    k_tiles: int
-    tile_parts: Tuple[int, ...]
-
-    @property
-    def units(self) -> int:
-        return len(self.tile_parts) * self.k_tiles
-
-    @property
-    def planes(self) -> int:
-        """Workspace planes (each the size of dw, fp32): the most parts of one tile."""
-        return max(self.tile_parts)
-
-    @property
-    def most_per_cta(self) -> int:
-        """The most parts one CTA computes: a run of ``ceil(U / ctas)`` units crosses at most
-        ``ceil((run - 1) / k_tiles)`` tile boundaries."""
-        run = -(-self.units // self.ctas)
-        return -(-(run - 1) // self.k_tiles) + 1
-
-
-def _cta_of(u: int, units: int, ctas: int) -> int:
-    """The CTA whose run holds unit ``u`` (``parts_cta_of`` of the kernel)."""
-    return ((u + 1) * ctas - 1) // units
-
-
-def balanced_parts(tiles: int, k_tiles: int, ctas: int) -> Parts:
-    """The balanced parts of ``tiles`` output tiles of ``k_tiles`` reduction steps each over at most ``ctas``
-    CTAs (no more CTAs than units)."""
-    units = tiles * k_tiles
-    ctas = max(1, min(ctas, units))
-    return Parts(ctas, k_tiles, tuple(_cta_of((t + 1) * k_tiles - 1, units, ctas) - _cta_of(t * k_tiles, units, ctas)
-                                      + 1 for t in range(tiles)))
-
-
-#: The most output tiles balanced parts take (their table of parts per tile is built on the host).
-_PARTS_MAX_TILES = 1 << 16
-
-
-#: The most parts of one output tile (workspace planes) balanced parts take: each element's reduce walks
-#: its tile's planes, and past a few the partial sums outweigh what the even runs save.
-_PARTS_MAX_PLANES = 4
-
-
-def parts_pay(p: ConvProblem, v: WgradVariant, splits, parts: Parts) -> bool:
-    """Whether balanced ``parts`` beat the split grid ``splits`` (:func:`~cuconv.backends.sm80.wgrad.choose_splits`):
-
-    * x and dy fit :data:`PARTIALS_IN_L2` together. The split grid's CTAs of one split read the same run
-      of pixels at once (the output tiles of one pixel range share x and dy in L2); parts walk the tiles
-      one after another, so at any moment the CTAs read different runs, and operands larger than L2 come
-      from DRAM once per output tile column (the VAE's 3x3 128 -> 128 at 512x512: 282 us in parts against
-      145 in splits on an H100).
-    * Each tile has at most :data:`_PARTS_MAX_PLANES` parts.
-    * The model of ``choose_splits`` gives the parts less time: steps of 64 pixels per CTA, two more per
-      part (prologue and partial-sum store) and per wave of splits, plus the partial sums past
-      :data:`PARTIALS_IN_L2` written and read back. The split grid quantises (whole waves of whole
-      splits); equal runs do not: ResNet-50's 3x3 512 -> 512 at 7x7 (N=32, 144 output tiles of 25
-      steps) is 3 waves of 2 x 13 steps in splits, 28 steps per CTA in parts, 33.9 -> 31.4 us on an H100.
-
-    The automatic choice asks this of 128 x 128 tiles only: on the 128 x 256 tile the parts measured slower
-    than its split grid on every layer of ResNet-50 and the SD VAE decoder (the 7x7 layer above: 28.4 us in
-    splits, 35.6 in parts), and that tile already serves the layers whose split grid quantises worst.
-
-    Evidence: docs/tuning.md#T-wgrad-parts."""
-    if parts.planes > _PARTS_MAX_PLANES:
-        return False
-    if p.itemsize * (p.batch * p.channels * int(np.prod(p.in_spatial)) + p.gemm_m * p.out_channels) > PARTIALS_IN_L2:
-        return False
-    parts_cost = (-(-parts.units // parts.ctas) + 2 * parts.most_per_cta
-                  + spill_cost(v, sum(parts.tile_parts) * 4 * v.bm * v.bn))
-    return parts_cost < split_cost(p, v, splits.tiles, splits.count, splits.length // v.bk, parts.ctas)
-
-
-def parts_declined(p: ConvProblem, tiles: int) -> Optional[str]:
-    """Why the balanced parts' reduce cannot take ``p`` (None: it can): one CTA row per row of dw (a grid's
-    y extent, at most 65535), 32-bit element offsets, and a host table of parts per tile."""
-    if p.out_channels > 65535:
-        return f"K = {p.out_channels}: the reduce's grid has one row of CTAs per filter, at most 65535"
-    if p.out_channels * p.gemm_k >= 2**31:
-        return "dw has 2**31 elements or more"
-    if tiles > _PARTS_MAX_TILES:
-        return f"{tiles} output tiles, over {_PARTS_MAX_TILES}"
-    return None
-
-
 class TmaWgradLaunch(WgradLaunch):
     """The launches of the TMA form: the main kernel's arguments are x's im2col descriptor (boxes of 64
     output pixels x 64 channels) and dy's tiled one (boxes of 64 filters x 64 pixels), encoded for the
     operands' addresses and kept for the last few address pairs (a training loop reuses its buffers).
-    The reduction runs in the split grid, or in balanced parts (:class:`Parts`) where those pay on a
-    128 x 128 tile (:func:`parts_pay`, :data:`PARTS`)."""
+    With one split the epilogue rounds the sums into dw (``direct``): no workspace, no reduce launch."""
 
     def __init__(self, p: ConvProblem, device, v: WgradVariant):
         self._records = LaunchRecords(_RECORDS)
         super().__init__(p, device, v)
-        self.parts = None
-        units = dict(units=1, k_tiles=1, ctas=0)  # ctas 0: the split grid
-        if PARTS is not False and parts_declined(p, self.splits.tiles) is None:
-            parts = balanced_parts(self.splits.tiles, -(-p.gemm_m // v.bk), max(device.sm_count, 1) * v.per_sm)
-            if PARTS or (v.bn == 128 and parts_pay(p, v, self.splits, parts)):
-                self.parts = parts
-        if self.parts is not None:
-            import cupy as cp
-            parts = self.parts
-            units = dict(units=parts.units, k_tiles=parts.k_tiles, ctas=parts.ctas)
-            self._grid = (parts.ctas, 1, 1)
-            self._tile_parts = cp.asarray(np.asarray(parts.tile_parts, dtype=np.int32))
-            fn = load_cuda_function(v.source, device, dict(v.defines), v.name + "_reduce_parts")
-            self._reduce = PackedLaunch(fn, (-(-p.gemm_k // 1024), p.out_channels), 256, 0,
-                                        (np.uint64(0), np.uint64(0), self._geometry,
-                                         np.uint64(self._tile_parts.data.ptr)), slots=(0, 1))
-        self._parts_arg = c_struct(_PARTS_FIELDS, units)
+        self.direct = self.splits.count == 1
 
     def describe(self) -> str:
-        if self.parts is None:
+        if not self.direct:
             return super().describe()
-        v, parts = self.variant, self.parts
-        return (f"{v.name}: tile {v.bm}x{v.bn}x{v.bk}, TMA boxes from a producer warp, {len(parts.tile_parts)} output "
-                f"tile(s) x {parts.k_tiles} steps of {v.bk} pixels in {parts.ctas} balanced parts (at most "
-                f"{parts.planes} per tile), fp32 partial sums ({4 * parts.planes * self.count} bytes) added in a "
-                f"fixed order")
+        v = self.variant
+        return (f"{v.name}: tile {v.bm}x{v.bn}x{v.bk}, TMA boxes from a producer warp, {self.splits.tiles} output "
+                f"tile(s) in one split, the sums rounded into dw by the epilogue (no partial sums, no reduce)")
 
     def __call__(self, x, dy, dw) -> None:
-        if self.parts is None:
-            return super().__call__(x, dy, dw)
-        ws = scratch("weight-gradient partial sums", (self.parts.planes * self.count,), np.float32)
-        self._launch_main(x, dy, ws)
-        self._reduce(ws.data.ptr, dw.data.ptr)
+        if self.direct:
+            return self._launch_main(x, dy, dw)
+        return super().__call__(x, dy, dw)
 
     def _pack(self, args, slots):
         return None  # packed per address pair, in _launch_main
@@ -252,7 +130,7 @@ class TmaWgradLaunch(WgradLaunch):
             p = self.problem
             args = (encode_im2col_x(p, x.data.ptr, tma_box_params(p, _BK, 64)),
                     encode_tiled_c(p, dy.data.ptr, block_m=_BK, chunk_n=64), np.uint64(0), self._geometry,
-                    self._parts_arg)
+                    np.int32(self.direct))
             launch = super()._pack(args, slots=(2,))
             self._records.put(key, launch)
         launch(ws.data.ptr)
@@ -426,7 +304,7 @@ def launch_for(p: ConvProblem, device, v: WgradVariant) -> WgradLaunch:
 
 
 #: The tiles the TMA form's automatic choice weighs (:func:`tma_tile_for`), the default first.
-TMA_TILES = ((128, 128), (128, 256))
+TMA_TILES = ((128, 128), (128, 192), (128, 256))
 #: Modelled microseconds of one 64-pixel step per row of a TMA-form tile's operands (``bm + bn``): the kernel
 #: is bound by the bytes its boxes bring from L2 (128 per row and step), not by its multiply-adds (H100, bf16:
 #: a 128 x 128 step takes about 0.5 us where wgmma needs 0.28; 128 x 256 about 0.75). docs/tuning.md#T-wgrad-tile.
@@ -440,24 +318,25 @@ def tile_time(p: ConvProblem, bm: int, bn: int, sm_count: int) -> float:
     """Modelled microseconds of ``p``'s weight gradient on the TMA form's ``bm x bn`` tile in the split grid
     (:func:`~cuconv.backends.sm80.wgrad.choose_splits`' own choice and step count): its steps at
     :data:`STEP_US_PER_ROW` per operand row, at least the time x and dy take to come from DRAM, plus the
-    partial sums written and read back by the reduce."""
+    partial sums written and read back by the reduce (none with one split: the epilogue rounds its sums
+    into dw)."""
     v = variant(p, bm=bm, bn=bn, tma=True)
     sp = choose_splits(p, v, sm_count)
     steps = split_cost(p, v, sp.tiles, sp.count, sp.length // v.bk, sm_count * v.per_sm)
     operands = p.itemsize * (p.batch * p.channels * int(np.prod(p.in_spatial)) + p.gemm_m * p.out_channels)
-    partials = 4 * sp.count * p.out_channels * p.gemm_k
+    partials = 4 * sp.count * p.out_channels * p.gemm_k if sp.count > 1 else 0
     return max(steps * STEP_US_PER_ROW * (bm + bn), operands / DRAM_BYTES_PER_US) + 2 * partials / DRAM_BYTES_PER_US
 
 
 def tma_tile_for(p: ConvProblem, sm_count: int = 132):
     """``(bm, bn)`` of the TMA form: 64 x 128 for few filters over many columns (a 128-row tile would be half
     empty); else the tile of :data:`TMA_TILES` with the shortest :func:`tile_time` on ``sm_count`` SMs (ties:
-    the first). The wider tile brings a third fewer bytes from L2 per multiply-add and wins where its splits
-    stay long and its last column tile full: the 3x3 layers from 256+ channels, and long reductions (H100,
-    bf16, us, 128 x 128 -> 128 x 256: VAE 3x3 512 -> 512 at 128x128 166.5 -> 134.9, 256 -> 256 at 256x256
-    143.7 -> 111.9, 128 -> 128 at 512x512 145.2 -> 121.7; ResNet-50 3x3 512 at 7x7, N=32, 33.7 -> 28.4);
-    the narrower one where twice the splits would be short or the reduce long (ResNet-50's 1x1 layers; 3x3
-    128 -> 128 at 28x28, N=32, 22.1 against 25.4). Evidence: docs/tuning.md#T-wgrad-tile."""
+    the first). The wider tiles bring fewer bytes from L2 per multiply-add and win where their splits stay
+    long and their last column tile full; 192 columns fit a 3x3 filter's ``9 C`` whenever C is a multiple of
+    64 (H100, bf16, us, 128 x 128 / 192 / 256: VAE 3x3 512 -> 512 at 64x64 58.3 / 42.7 / 53.3, 256 -> 256 at
+    256x256 143.4 / 132.8 / 117.6, 128 -> 128 at 512x512 143.8 / 118.5 / 126.0); 128 columns where more
+    splits would be short or the reduce long (1x1 layers; ResNet-50's 3x3 128 -> 128 at 28x28, N=32).
+    Evidence: docs/tuning.md#T-wgrad-tile."""
     if p.gemm_n <= 64 and p.gemm_k >= 512:
         return 64, 128
     return min(TMA_TILES, key=lambda t: tile_time(p, t[0], t[1], sm_count))
