@@ -437,9 +437,15 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
     // cost 15% on 14x14 layers: docs/tuning.md T-direct-filter).
     int b_tap[cfg::BN / 64];
     sm90::mn_filter_taps<cfg::BN / 64>(b_tap, b_col, b_row, g.b_taps, (ft * g.R + r) * g.S + s);
+    // A window tap no block of the tile reads a filter tap at is skipped (its consumers count the same
+    // slots: mn_filter_live_steps).
+    bool tap_live = sm90::mn_filter_tap_live<cfg::BN / 64>(b_tap);
 #endif
 #pragma unroll 1
     for (int k = k_begin; k < k_end; ++k) {
+#if SM90_B_MN
+      if (tap_live) {
+#endif
       const uint32_t full = full_bar + 8 * ring.stage;
       const uint32_t a_dst = a_base + ring.stage * cfg::A_STAGE_BYTES;
       sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
@@ -461,6 +467,9 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
 #endif
       ring.advance();
       if (before_order > 0 && --before_order == 0) sm90::mbar_arrive(load_order_bar);
+#if SM90_B_MN
+      }
+#endif
       if (++cb == g.c_blocks) {  // next tap
         cb = 0;
         if (++s == g.S) {
@@ -471,7 +480,10 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
           }
         }
 #if SM90_B_MN
-        if (k + 1 < k_end) sm90::mn_filter_taps<cfg::BN / 64>(b_tap, b_col, b_row, g.b_taps, (ft * g.R + r) * g.S + s);
+        if (k + 1 < k_end) {
+          sm90::mn_filter_taps<cfg::BN / 64>(b_tap, b_col, b_row, g.b_taps, (ft * g.R + r) * g.S + s);
+          tap_live = sm90::mn_filter_tap_live<cfg::BN / 64>(b_tap);
+        }
 #endif
       }
     }
@@ -505,10 +517,23 @@ __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, co
   for (int t = sched.first(); sched.valid(t); t = sched.next(t)) {
     const int part = sched.part(t);
     const int k_begin = sched.k_begin(t);
+#if SM90_B_MN
+    // the slots the loader issues: the steps of the window taps the tile reads a filter tap at
+    const sm90::MnLiveSteps live =
+        sm90::mn_filter_live_steps<cfg::BN / 64>(g, sched.n_tile(t) * cfg::BN, k_begin, sched.k_end(t));
+    const int k_iters = live.count, first_cb = live.first_cb;
+#else
+    const int k_iters = sched.k_end(t) - k_begin, first_cb = k_begin % g.c_blocks;
+#endif
     sm90::consumer_mainloop<cfg::BN, cfg::STAGES, cfg::BK, cfg::A_STAGE_BYTES, cfg::B_STAGE_BYTES, cfg::CLUSTER,
                             cfg::PROMOTE>(
-        acc, ring, sched.k_end(t) - k_begin, k_begin % g.c_blocks, g.c_blocks, g.last_k16, a_rows, b_base,
-        full_bar, empty_bar);
+        acc, ring, k_iters, first_cb, g.c_blocks, g.last_k16, a_rows, b_base, full_bar, empty_bar);
+#if SM90_B_MN
+    if (k_iters == 0) {  // no live window tap in the unit's steps: its sums are zero
+#pragma unroll
+      for (int i = 0; i < cfg::BN / 2; ++i) acc[i] = 0.f;
+    }
+#endif
     if (part != sm90::UNIT_WHOLE) {
       // 0 .. 128 * CONSUMERS - 1, read here (volatile) so that it and the values derived from it
       // are not hoisted out of the tile loop: kept live, they spill at BN = 256 with a residual.
