@@ -21,7 +21,9 @@ beta * residual)`` is computed once per value, in fp32, as the forward kernel co
 phase_stack.cu puts the phases into place. A phase no tap reaches has a zero filter: its positions get
 the epilogue of zero. Four launches or fewer, where the phase split (:mod:`cuconv.grad`) makes ``P``
 convolutions, each with a filter flip and a scatter; the cost is the zero taps of ``W'``: ``P prod(J)``
-against ``prod(F)`` filter taps (a 3x3 filter of stride 2: 16 against 9; 4x4: 16 against 16).
+against ``prod(F)`` filter taps (a 3x3 filter of stride 2: 16 against 9; 4x4: 16 against 16), except on the
+Hopper kernel's im2col tiles within one phase, which skip the window taps their phase has none at
+(docs/tuning.md T-dead-taps).
 :func:`geometry` declines (None) where that ratio passes :data:`MAX_WASTE`, for groups, strides past
 :data:`MAX_STRIDE` and ``base > 0``. :mod:`cuconv.grad` runs it where it applies on a GPU (one call with fewer
 launches beats the phase split there: docs/tuning.md T-stacked-phases) unless

@@ -123,7 +123,9 @@ def direct_filter(plan, mn: MnFilter) -> Tuple[Optional[Sm90Plan], str]:
                           f"filter MN-major{' with the phase-scattering epilogue' if scatters else ''}")
     out.mn_filter = mn
     out.reset_launches()
-    return out, "the filter read straight from w (MN-major), no transpose launch"
+    skips = ("; a tile's window taps where none of its phases has a filter tap are skipped"
+             if view_phases > 1 and not out.cfg.halo and any(t < 0 for t in mn.table) else "")
+    return out, "the filter read straight from w (MN-major), no transpose launch" + skips
 
 
 def flipped_view(w_shape, flips) -> MnFilter:
