@@ -26,7 +26,7 @@ from ...scratch import scratch
 from .variants import _DTYPE_TAG, TileConfig, _vec
 
 __all__ = ["WGRAD_SOURCE", "WgradVariant", "WgradLaunch", "declines", "wgrad_config", "wgrad_variant",
-           "sm80_variant", "choose_splits", "split_cost", "spill_cost", "launch_for", "COMPILE_VARIANTS"]
+           "sm80_variant", "choose_splits", "launch_for", "COMPILE_VARIANTS"]
 
 WGRAD_SOURCE = "sm80/conv2d_wgrad_sm80.cu"
 #: Tiles by filters per group: 128 x 128 (warp tiles 64 x 32), 64 x 128 (32 x 32, two CTAs per SM)
@@ -108,25 +108,13 @@ def sm80_variant(p: ConvProblem, x_ptr: Optional[int] = None, dy_ptr: Optional[i
 
 @dataclass(frozen=True)
 class Splits:
-    """The reduction's split: ``count`` CTAs per output tile, ``length`` pixels each (a multiple of 32)."""
+    """The reduction's split: ``count`` CTAs per output tile, ``length`` pixels each (a multiple of 32);
+    ``steps``: its modelled time in reduction tiles of the variant (:func:`choose_splits`' cost)."""
 
     count: int
     length: int
     tiles: int  # output tiles (all groups)
-
-
-def spill_cost(v: WgradVariant, partial_bytes: int) -> float:
-    """Modelled steps (128 x 128 x 64 steps scaled to ``v``'s tile) that fp32 partial sums of
-    ``partial_bytes`` cost past :data:`PARTIALS_IN_L2`: written to DRAM and read back for the reduce."""
-    step_bytes = SPILL_BYTES_PER_STEP * v.bm * v.bn * v.bk / (128 * 128 * 64)
-    return 2 * max(0, partial_bytes - PARTIALS_IN_L2) / step_bytes
-
-
-def split_cost(p: ConvProblem, v: WgradVariant, tiles: int, count: int, length: int, per_wave: int) -> float:
-    """Modelled time (steps of ``v.bk`` pixels) of ``tiles`` output tiles in ``count`` splits of ``length``
-    steps, ``per_wave`` CTAs at once: whole waves of CTAs, each its split's steps plus two (prologue and
-    partial-sum store), plus the spill of the splits' partial sums (:func:`spill_cost`)."""
-    return -(-tiles * count // per_wave) * (length + 2) + spill_cost(v, count * 4 * p.out_channels * p.gemm_k)
+    steps: float
 
 
 def choose_splits(p: ConvProblem, v: WgradVariant, sm_count: int) -> Splits:
@@ -139,15 +127,18 @@ def choose_splits(p: ConvProblem, v: WgradVariant, sm_count: int) -> Splits:
     k_tiles = -(-p.gemm_m // v.bk)
     per_wave = max(sm_count, 1) * v.per_sm
     min_tiles = max(1, MIN_SPLIT_TILES * 32 // v.bk)
+    split_bytes = 4 * p.out_channels * p.gemm_k  # one split's fp32 partial sums (every group)
+    step_bytes = SPILL_BYTES_PER_STEP * v.bm * v.bn * v.bk / (128 * 128 * 64)
     best = None
     for count in range(1, max(1, k_tiles // min_tiles) + 1):
         length = -(-k_tiles // count)
         count = -(-k_tiles // length)  # no empty split
-        cost = split_cost(p, v, tiles, count, length, per_wave)
+        spill = max(0, count * split_bytes - PARTIALS_IN_L2)
+        cost = -(-tiles * count // per_wave) * (length + 2) + 2 * spill / step_bytes
         if best is None or cost < best[0]:
             best = (cost, count, length)
-    _, count, length = best
-    return Splits(count=count, length=length * v.bk, tiles=tiles)
+    cost, count, length = best
+    return Splits(count=count, length=length * v.bk, tiles=tiles, steps=cost)
 
 
 _FIELDS = [(n, np.int32) for n in (

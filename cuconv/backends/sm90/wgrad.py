@@ -27,7 +27,7 @@ from ...launch import LaunchRecords, dtype_code
 from ...problem import ConvProblem
 from ...scratch import scratch
 from ..sm80.variants import _DTYPE_TAG
-from ..sm80.wgrad import WgradLaunch, WgradVariant, choose_splits, split_cost
+from ..sm80.wgrad import WgradLaunch, WgradVariant, choose_splits
 from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
@@ -322,10 +322,9 @@ def tile_time(p: ConvProblem, bm: int, bn: int, sm_count: int) -> float:
     into dw)."""
     v = variant(p, bm=bm, bn=bn, tma=True)
     sp = choose_splits(p, v, sm_count)
-    steps = split_cost(p, v, sp.tiles, sp.count, sp.length // v.bk, sm_count * v.per_sm)
     operands = p.itemsize * (p.batch * p.channels * int(np.prod(p.in_spatial)) + p.gemm_m * p.out_channels)
     partials = 4 * sp.count * p.out_channels * p.gemm_k if sp.count > 1 else 0
-    return max(steps * STEP_US_PER_ROW * (bm + bn), operands / DRAM_BYTES_PER_US) + 2 * partials / DRAM_BYTES_PER_US
+    return max(sp.steps * STEP_US_PER_ROW * (bm + bn), operands / DRAM_BYTES_PER_US) + 2 * partials / DRAM_BYTES_PER_US
 
 
 def tma_tile_for(p: ConvProblem, sm_count: int = 132):
