@@ -440,36 +440,34 @@ __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x
     // A window tap no block of the tile reads a filter tap at is skipped (its consumers count the same
     // slots: mn_filter_live_steps).
     bool tap_live = sm90::mn_filter_tap_live<cfg::BN / 64>(b_tap);
+#else
+    constexpr bool tap_live = true;  // every window tap has filter taps
 #endif
 #pragma unroll 1
     for (int k = k_begin; k < k_end; ++k) {
-#if SM90_B_MN
       if (tap_live) {
-#endif
-      const uint32_t full = full_bar + 8 * ring.stage;
-      const uint32_t a_dst = a_base + ring.stage * cfg::A_STAGE_BYTES;
-      sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
-      sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
+        const uint32_t full = full_bar + 8 * ring.stage;
+        const uint32_t a_dst = a_base + ring.stage * cfg::A_STAGE_BYTES;
+        sm90::mbar_wait(empty_bar + 8 * ring.stage, ring.phase ^ 1u);
+        sm90::mbar_arrive_expect_tx(full, cfg::STAGE_TX_BYTES);
 #if SM90_NDIM == 3
-      sm90::tma_load_im2col_5d(a_dst, tmap_x, full, sm90::x_channel<cfg::BK>(g, c0, cb), w0, h0, d0, n_img, (uint16_t)(s * g.dil_w),
-                               (uint16_t)(r * g.dil_h), (uint16_t)(ft * g.dil_d));
+        sm90::tma_load_im2col_5d(a_dst, tmap_x, full, sm90::x_channel<cfg::BK>(g, c0, cb), w0, h0, d0, n_img,
+                                 (uint16_t)(s * g.dil_w), (uint16_t)(r * g.dil_h), (uint16_t)(ft * g.dil_d));
 #else
-      sm90::tma_load_im2col_4d(a_dst, tmap_x, full, sm90::x_channel<cfg::BK>(g, c0, cb), w0, h0, n_img, (uint16_t)(s * g.dil_w),
-                               (uint16_t)(r * g.dil_h));
+        sm90::tma_load_im2col_4d(a_dst, tmap_x, full, sm90::x_channel<cfg::BK>(g, c0, cb), w0, h0, n_img,
+                                 (uint16_t)(s * g.dil_w), (uint16_t)(r * g.dil_h));
 #endif
 #if SM90_B_MN
-      sm90::mn_filter_boxes<cfg::BN / 64, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w, tmap_zero, full,
-                                                   b_col, b_tap, cb * cfg::BK);
+        sm90::mn_filter_boxes<cfg::BN / 64, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w, tmap_zero, full,
+                                                     b_col, b_tap, cb * cfg::BK);
 #else
-      sm90::tma_load_filter_box<cfg::CLUSTER, cfg::BN, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w,
-                                                                full, cb * cfg::BK, (ft * g.R + r) * g.S + s, n0,
-                                                                sched.rank);
+        sm90::tma_load_filter_box<cfg::CLUSTER, cfg::BN, cfg::BK>(b_base + ring.stage * cfg::B_STAGE_BYTES, tmap_w,
+                                                                  full, cb * cfg::BK, (ft * g.R + r) * g.S + s, n0,
+                                                                  sched.rank);
 #endif
-      ring.advance();
-      if (before_order > 0 && --before_order == 0) sm90::mbar_arrive(load_order_bar);
-#if SM90_B_MN
+        ring.advance();
+        if (before_order > 0 && --before_order == 0) sm90::mbar_arrive(load_order_bar);
       }
-#endif
       if (++cb == g.c_blocks) {  // next tap
         cb = 0;
         if (++s == g.S) {

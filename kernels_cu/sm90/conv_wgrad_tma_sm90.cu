@@ -35,12 +35,12 @@ namespace {
 
 // The producer (one lane): per ring slot, dy's tiled boxes and x's im2col boxes of the split's columns.
 __device__ __forceinline__ void produce(const c9::TmaDescriptor& tmap_x, const c9::TmaDescriptor& tmap_dy,
-                                        const cs::WgradGeometry& geo, const c9::WgradPart& part, uint32_t smem,
+                                        const cs::WgradGeometry& geo, const c9::WgradSplit& sp, uint32_t smem,
                                         uint32_t full0, uint32_t empty0) {
   c9::tma_prefetch_descriptor(tmap_x);
   c9::tma_prefetch_descriptor(tmap_dy);
   c9::RingState<kStages> ring;
-  const int m_offset = part.m_tile * kBM, n_offset = part.n_tile * kBN;
+  const int m_offset = sp.m_tile * kBM, n_offset = sp.n_tile * kBN;
   // The im2col boxes of the tile's column blocks: channel and tap offsets, fixed for the CTA.
   int c_of[kBN / 64];
   uint16_t off_w[kBN / 64], off_h[kBN / 64];
@@ -50,12 +50,12 @@ __device__ __forceinline__ void produce(const c9::TmaDescriptor& tmap_x, const c
     const int j0 = n_offset + 64 * b;
     const int tap = (int)cuconv::fast_div((uint32_t)j0, geo.div_cg);
     const int r = (int)cuconv::fast_div((uint32_t)tap, geo.div_s);
-    c_of[b] = j0 < geo.cols ? part.group * geo.Cg + (j0 - tap * geo.Cg) : -1;
+    c_of[b] = j0 < geo.cols ? sp.group * geo.Cg + (j0 - tap * geo.Cg) : -1;
     off_w[b] = (uint16_t)((tap - r * geo.S) * geo.dil_w);
     off_h[b] = (uint16_t)(r * geo.dil_h);
     if (j0 < geo.cols) bytes += TileB::kBlockBytes;
   }
-  for (int kt = part.kt0; kt < part.kt1; ++kt) {
+  for (int kt = sp.kt0; kt < sp.kt1; ++kt) {
     const uint32_t full = full0 + 8 * ring.stage;
     c9::mbar_wait(empty0 + 8 * ring.stage, ring.phase ^ 1u);
     c9::mbar_arrive_expect_tx(full, bytes);
@@ -63,7 +63,7 @@ __device__ __forceinline__ void produce(const c9::TmaDescriptor& tmap_x, const c
     const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes), bb = a + TileA::kBytes;
 #pragma unroll
     for (int b = 0; b < kBM / 64; ++b)
-      c9::tma_load_tile_2d(a + b * TileA::kBlockBytes, tmap_dy, full, part.group * geo.Kg + m_offset + 64 * b, l0);
+      c9::tma_load_tile_2d(a + b * TileA::kBlockBytes, tmap_dy, full, sp.group * geo.Kg + m_offset + 64 * b, l0);
     const int n = (int)cuconv::fast_div((uint32_t)l0, geo.div_pq);
     const int pq = l0 - n * geo.P * geo.Q;
     const int p = (int)cuconv::fast_div((uint32_t)pq, geo.div_q);
@@ -81,7 +81,7 @@ __device__ __forceinline__ void produce(const c9::TmaDescriptor& tmap_x, const c
 // A consumer warpgroup (`wg`): its 64 filters of the split, a slot released once the wgmmas of the next one
 // are issued and its own have retired, the sums stored to the split's workspace plane (`direct`: rounded into
 // dw, which `ws` then is).
-__device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradGeometry& geo, const c9::WgradPart& part,
+__device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradGeometry& geo, const c9::WgradSplit& sp,
                                         uint32_t smem, uint32_t full0, uint32_t empty0, int wg, int lane, bool direct) {
   c9::RingState<kStages> ring;
   float acc[kBN / 2];
@@ -89,7 +89,7 @@ __device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradG
   for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.f;
   int held = -1;  // the slot whose wgmmas may still be in flight
 #pragma unroll 1
-  for (int kt = part.kt0; kt < part.kt1; ++kt) {
+  for (int kt = sp.kt0; kt < sp.kt1; ++kt) {
     c9::mbar_wait(full0 + 8 * ring.stage, ring.phase);
     const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes) + wg * TileA::kBlockBytes;
     const uint32_t b = smem + (uint32_t)(ring.stage * kStageBytes) + TileA::kBytes;
@@ -106,11 +106,11 @@ __device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradG
   c9::wgmma_wait<0>();
   c9::fence_accumulators(acc);
   if (direct)
-    c9::store_wgrad_tile<elem_t>(acc, reinterpret_cast<elem_t*>(ws), geo, 0, part.group,
-                                 (long long)part.m_tile * kBM, (long long)part.n_tile * kBN, wg);
+    c9::store_wgrad_tile<elem_t>(acc, reinterpret_cast<elem_t*>(ws), geo, 0, sp.group,
+                                 (long long)sp.m_tile * kBM, (long long)sp.n_tile * kBN, wg);
   else
-    c9::store_wgrad_partials(acc, ws, geo, part.slot, part.group, (long long)part.m_tile * kBM,
-                             (long long)part.n_tile * kBN, wg);
+    c9::store_wgrad_partials(acc, ws, geo, sp.index, sp.group, (long long)sp.m_tile * kBM,
+                             (long long)sp.n_tile * kBN, wg);
 }
 
 }  // namespace
@@ -133,11 +133,11 @@ CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __gri
   }
   __syncthreads();
 
-  const c9::WgradPart part = c9::wgrad_split_of_cta(geo);
+  const c9::WgradSplit sp = c9::wgrad_split_of_cta(geo);
   if (warp == 4 * kConsumers) {
-    if (lane == 0) produce(tmap_x, tmap_dy, geo, part, smem, full0, empty0);
+    if (lane == 0) produce(tmap_x, tmap_dy, geo, sp, smem, full0, empty0);
   } else {
-    consume(ws, geo, part, smem, full0, empty0, warp / 4, lane, direct != 0);
+    consume(ws, geo, sp, smem, full0, empty0, warp / 4, lane, direct != 0);
   }
 }
 

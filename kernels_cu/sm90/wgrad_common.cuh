@@ -120,24 +120,24 @@ __device__ __forceinline__ void store_wgrad_partials(const float (&acc)[kBN / 2]
 }
 
 // The split of one CTA of the split grid (blockIdx: x = n tile, y = m tile, z = group * splits + split):
-// reduction steps [kt0, kt1) of BK pixels, workspace plane `slot` (the split).
-struct WgradPart {
+// reduction steps [kt0, kt1) of BK pixels; `index`, its place among the tile's splits, is its workspace plane.
+struct WgradSplit {
   int group, m_tile, n_tile;
   int kt0, kt1;
-  int slot;
+  int index;
 };
 
-__device__ __forceinline__ WgradPart wgrad_split_of_cta(const cuconv::sm80::WgradGeometry& geo) {
-  WgradPart p;
+__device__ __forceinline__ WgradSplit wgrad_split_of_cta(const cuconv::sm80::WgradGeometry& geo) {
+  WgradSplit sp;
   const int split = blockIdx.z % geo.splits;
   const int l_begin = split * geo.split_len, l_end = min(geo.L, l_begin + geo.split_len);
-  p.group = blockIdx.z / geo.splits;
-  p.m_tile = blockIdx.y;
-  p.n_tile = blockIdx.x;
-  p.kt0 = l_begin / kBK;  // the host's split length is a multiple of BK
-  p.kt1 = p.kt0 + (l_end - l_begin + kBK - 1) / kBK;
-  p.slot = split;
-  return p;
+  sp.group = blockIdx.z / geo.splits;
+  sp.m_tile = blockIdx.y;
+  sp.n_tile = blockIdx.x;
+  sp.kt0 = l_begin / kBK;  // the host's split length is a multiple of BK
+  sp.kt1 = sp.kt0 + (l_end - l_begin + kBK - 1) / kBK;
+  sp.index = split;
+  return sp;
 }
 
 }  // namespace sm90
