@@ -177,6 +177,10 @@ class _InputPlan:
     #: The stacked-phase convolution (:mod:`cuconv.subpixel`) that computes every phase at once, where it
     #: applies (strides, groups 1); None otherwise.
     subpixel: object = None
+    #: Its aligned form (``subpixel.geometry(p, aligned=True)``), where a phase of it is shifted: on Hopper
+    #: the direct plan takes it where its tiles skip the window taps their phase has none at
+    #: (:func:`_aligned_direct`); None otherwise.
+    aligned: object = None
 
 
 def _input_plan_of(*args):
@@ -209,7 +213,8 @@ def _input_plan(nd, x_shape, w_shape, dtype, layout, stride, padding, dilation, 
                                    src=(slice(None),) + tuple(sp["src"] for sp in specs) + (slice(None),),
                                    pad=tuple(sp["pad"] for sp in specs),
                                    dil=tuple(sp["dil"] for sp in specs)), None))
-    return _InputPlan(p, tuple(phases), subpixel.geometry(p))
+    sp = subpixel.geometry(p)
+    return _InputPlan(p, tuple(phases), sp, None if sp is None else subpixel.geometry(p, aligned=True))
 
 
 class _KnownInput:
@@ -452,6 +457,73 @@ def _stacked_view(sp, w_shape):
     return stacked_view(sp, tuple(w_shape))
 
 
+def _known_direct_stacked(memo):
+    """The direct plan of the stacked phases kept for this call (the aligned form's where it was taken)."""
+    return _known_variant(memo, "direct", "aligned") or _known_variant(memo, "direct", "stacked")
+
+
+def _tries_aligned(plan, direct) -> bool:
+    """Whether the aligned form of ``plan``'s stacked convolution is tried (on a GPU, with the direct filter
+    allowed: ``direct`` is the shifted form's direct plan, None where it has none, False where no direct
+    plan is allowed): where it exists and the shifted form does not run on halo tiles, which share one
+    window among every tap and so never skip one."""
+    return (plan.aligned is not None and direct is not False and (direct is None or not direct.cfg.halo)
+            and _aligned_width(plan.problem.channels) is not None)
+
+
+def _aligned_direct(fplan, spa, C: int, w_shape):
+    """``(plan, why)``: the aligned stacked convolution ``fplan`` (the dispatcher's plan of it on im2col
+    tiles) storing its phases into dx and reading its taps from w, where each tile lies in one phase (so
+    it skips the window taps its phase has none at: docs/tuning.md T-dead-taps); or ``(None, why not)``."""
+    scatter, why = _scatter_of(fplan, spa, C)  # (its width is forced: kept)
+    if scatter is None:
+        return None, why
+    direct, why = _direct_filter(scatter, _stacked_view(spa, w_shape))
+    if direct is None:
+        return None, why
+    if direct.cfg.halo:
+        return None, "halo tiles (they multiply every window tap)"
+    if C % direct.cfg.block_n:
+        return None, (f"its {direct.cfg.block_n}-column tiles span phases of {C} channels (a tile multiplies "
+                      f"the window taps of every phase it holds)")
+    return direct, why
+
+
+#: The tile width of the aligned form (docs/tuning.md T-aligned-phases): 128 x 256 tiles of one phase each,
+#: where the phases' channels are a multiple of it. On the grad suite's shapes the aligned form was faster
+#: on those tiles only; with 64- or 128-column tiles of one phase the shifted form's tiles were as fast or
+#: faster.
+ALIGNED_BLOCK_N = 256
+
+
+def _aligned_width(C: int):
+    """The tile width the aligned form of phases of ``C`` channels runs at (a forced ``block_n`` where it
+    divides C and is whole 64-column blocks), or None where it is not taken."""
+    forced = current_overrides().block_n
+    width = ALIGNED_BLOCK_N if forced is None else forced
+    return width if C % width == 0 and width % 64 == 0 else None
+
+
+def _planned_aligned(plan_with, C: int):
+    """The dispatcher's plan of the aligned stacked convolution by ``plan_with()``, on im2col tiles of
+    :func:`_aligned_width` columns."""
+    from .overrides import overrides
+    with overrides(halo=False, block_n=_aligned_width(C)):
+        return plan_with()
+
+
+def _plan_aligned(memo, nd, spa, dy_n, w_n, ep, kernel, precision):
+    """``(plan, why)`` of :func:`_aligned_direct` for a call (:func:`_planned_aligned`), made from scratch
+    operands of the aligned convolution's shapes (the plan is only made from them: the direct plan reads
+    dy and w)."""
+    C = w_n.shape[-1]
+    wt = scratch("aligned stacked filter (shape)", subpixel.stacked_filter_shape(spa, w_n.shape), dy_n.dtype)
+    z = scratch("aligned stacked phases (shape)", (dy_n.shape[0], *spa.length, spa.phases * C), dy_n.dtype)
+    fplan = _planned_aligned(lambda: _phase_plan(memo, "aligned", nd, dy_n, wt, ep, None, z, 1,
+                                                 dict(pad=spa.pad, dil=1), kernel, precision), C)
+    return _aligned_direct(fplan, spa, C, w_n.shape)
+
+
 def _one_phase_scatter(fplan, p, spec):
     """``(plan, why)`` of one phase's convolution ``fplan`` storing its rows at their positions in dx."""
     from .backends.sm90.phase_scatter import scatter_plan
@@ -477,7 +549,7 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     b = None if bias is None else subpixel.stacked_bias(sp, bias, xp, None if xp is np else "stacked-phase bias")
     # W' is w read MN-major, per phase and window tap the filter tap (or zeros)
     direct_ok = xp is not np and residual is None and w_n.flags.c_contiguous
-    direct = _known_variant(memo, "direct", "stacked") if direct_ok else None
+    direct = _known_direct_stacked(memo) if direct_ok else None
     if direct is not None:  # (made by an earlier call) no gather: the convolution reads w and stores into y
         execute(direct, xp, device_id, dy_n, w_n, b, None, y)
         return
@@ -494,6 +566,11 @@ def _stacked(plan, xp, dy_n, w_n, ep, bias, residual, y, memo, nd, kernel, preci
     scatter = None if xp is np else _kept_variant(memo, "scatter", "stacked", lambda: _scatter_of(fplan, sp, C))
     direct = _kept_variant(memo, "direct", "stacked", lambda: _direct_filter(scatter, _stacked_view(sp, w_n.shape))) \
         if direct_ok and scatter else None
+    if scatter and _tries_aligned(plan, direct if direct_ok else False):
+        aligned = _kept_variant(memo, "direct", "aligned",
+                                lambda: _plan_aligned(memo, nd, plan.aligned, dy_n, w_n, dict(ep, bias=b), kernel,
+                                                      precision))
+        direct = aligned or direct
     if direct is not None:  # every call runs it (the same bits each time); this one's gather goes unused
         execute(direct, xp, device_id, dy_n, w_n, b, None, y)
         return
@@ -522,7 +599,7 @@ def _input_replay(plan, memo, ep, dy, w, bias, out, y, cf):
         if fplan is None:
             return None
         K, F, C = w.shape[0], tuple(w.shape[1:-1]), w.shape[-1]
-        direct = _known_variant(memo, "direct", "stacked")
+        direct = _known_direct_stacked(memo)
         if direct is not None:
             return grad_replay.DirectInput(y.shape, dtype, device_id, direct, False, sp)
         gather = subpixel.stacked_filter_launch(sp, w, K, F, C)
@@ -933,6 +1010,14 @@ def _forward_explanation(p, device, x_shape, w_shape, stride, padding, dilation,
     return hit if with_plan else hit[1]
 
 
+def _explain_aligned(p, device, spa, epilogue, kernel):
+    """``(plan, why)`` of :func:`_aligned_direct` for :func:`_explain_input` (the plan made from shapes)."""
+    fplan = _planned_aligned(lambda: _forward_explanation(
+        p, device, (p.batch, *p.out_spatial, p.out_channels), (spa.phases * p.channels, *spa.window, p.out_channels),
+        1, spa.pad, 1, 1, epilogue or {}, kernel, with_plan=True)[0], p.channels)
+    return _aligned_direct(fplan, spa, p.channels, p.w_shape)
+
+
 def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision, what,
                    epilogue=None) -> GradExplanation:
     from .device import device_of
@@ -957,6 +1042,16 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
                 detail = direct.describe() if direct is not None else detail
                 places += f"; {why}" if direct is not None else \
                     f"; the filter gathered (not read from w as it is: {why})"
+                if _tries_aligned(plan, direct):
+                    aligned, why_not = _explain_aligned(p, device, plan.aligned, epilogue, kernel)
+                    if aligned is not None:
+                        sp, detail = plan.aligned, aligned.describe()
+                        places += why_not.split("no transpose launch", 1)[-1] + (f"; the phases aligned (each phase's taps at their own offsets in a "
+                                   f"{'x'.join(map(str, sp.window))} window, {'x'.join(map(str, sp.length))} "
+                                   f"rows per image instead of the shifted form's "
+                                   f"{'x'.join(map(str, plan.subpixel.length))})")
+                    else:
+                        places += f"; the phases shifted (the aligned form declined: {why_not})"
         elif how is None:
             detail, places = e.detail, "; phases put into place by strided copies"
         else:

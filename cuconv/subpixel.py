@@ -101,9 +101,10 @@ class Subpixel:
                 f"stride-1 convolution of dy with a {'x'.join(map(str, self.window))} filter {source}, {places}")
 
 
-def _axis(I: int, F: int, O: int, s: int, d: int, lo: int):
+def _axis(I: int, F: int, O: int, s: int, d: int, lo: int, aligned: bool = False):
     """``(window, (pad_lo, pad_hi), length, tap_of, shift)`` of one axis, or None where ``base > 0`` or no
-    tap reaches any phase."""
+    tap reaches any phase. ``aligned``: no phase shifted; each phase's taps at their offsets from ``base``
+    in a window wide enough for all (:func:`geometry`)."""
     offsets = {phi: {(phi + lo - f * d) // s: f for f in range(F) if (phi + lo - f * d) % s == 0} for phi in range(s)}
     reached = {phi: taps for phi, taps in offsets.items() if taps and phi < I}
     if not reached:
@@ -112,29 +113,40 @@ def _axis(I: int, F: int, O: int, s: int, d: int, lo: int):
     base = min(first.values())
     if base > 0:
         return None
-    J = max(max(taps) - first[phi] + 1 for phi, taps in reached.items())
-    shift = tuple(first[phi] - base if phi in reached else 0 for phi in range(s))
+    start = first if not aligned else {phi: base for phi in reached}  # each phase's window row 0
+    J = max(max(taps) - start[phi] + 1 for phi, taps in reached.items())
+    shift = tuple(start[phi] - base if phi in reached else 0 for phi in range(s))
     rows = max(shift[phi] + -(-(I - phi) // s) for phi in range(min(s, I)))  # every phase's rows, shifted
     pad_lo = -base
     pad_hi = max(0, rows - O - pad_lo + J - 1)
     length = O + pad_lo + pad_hi - J + 1
-    tap_of = tuple(tuple(reached[phi].get(first[phi] + j, -1) if phi in reached else -1 for j in range(J))
+    tap_of = tuple(tuple(reached[phi].get(start[phi] + j, -1) if phi in reached else -1 for j in range(J))
                    for phi in range(s))
     return J, (pad_lo, pad_hi), length, tap_of, shift
 
 
-def geometry(p) -> Optional[Subpixel]:
+def geometry(p, aligned: bool = False) -> Optional[Subpixel]:
     """The stacked-phase convolution of the input gradient of forward problem ``p``, or None where it does
     not apply (stride 1, groups, ``delta_min > 0``) or multiplies more than :data:`MAX_WASTE` times the
-    filter's taps."""
+    filter's taps.
+
+    ``aligned``: the form with no phase shifted (every phase's rows start at the same output row, its taps
+    at their own window offsets), or None where it is the shifted form itself. Its window is wider (a 4x4
+    filter of stride 2 and padding 1: 3x3 window taps, 4 of them a phase's) and its output shorter (no
+    phase's rows pushed past the others': 16 rows per phase against 17), so it pays only where the window
+    taps a phase has no filter tap at are skipped (the Hopper kernel's im2col tiles within one phase,
+    docs/tuning.md T-dead-taps), and the zero-tap limit does not apply to it."""
     if p.groups != 1 or all(s == 1 for s in p.stride) or max(p.stride) > MAX_STRIDE:
         return None
-    axes = [_axis(i, f, o, s, d, lo) for i, f, o, s, d, lo in
+    axes = [_axis(i, f, o, s, d, lo, aligned) for i, f, o, s, d, lo in
             zip(p.in_spatial, p.filter_spatial, p.out_spatial, p.stride, p.dilation, p.pad_lo)]
     if any(a is None for a in axes):
         return None
+    if aligned and all(a[4] == _axis(i, f, o, s, d, lo)[4] for a, i, f, o, s, d, lo in
+                       zip(axes, p.in_spatial, p.filter_spatial, p.out_spatial, p.stride, p.dilation, p.pad_lo)):
+        return None  # no phase is shifted: the aligned form is the shifted one
     window = tuple(a[0] for a in axes)
-    if math.prod(p.stride) * math.prod(window) > MAX_WASTE * math.prod(p.filter_spatial):
+    if not aligned and math.prod(p.stride) * math.prod(window) > MAX_WASTE * math.prod(p.filter_spatial):
         return None
     return Subpixel(stride=tuple(p.stride), window=window, pad=tuple(a[1] for a in axes),
                     length=tuple(a[2] for a in axes), extent=tuple(p.in_spatial), tap_of=tuple(a[3] for a in axes),

@@ -127,6 +127,33 @@ def test_stacked_phases_stored_into_place_by_the_epilogue(cp, data):
 
 @needs_hopper
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("f,pad,op,C,Cin,N,side,block_n", [(4, 1, 0, 256, 96, 2, 9, None), (4, 1, 0, 512, 64, 1, 6, None),
+                                                          (5, 2, 1, 256, 64, 2, 8, None), (4, 1, 0, 128, 40, 3, 7, 128),
+                                                          (4, 1, 0, 320, 64, 1, 6, 64)], ids=str)
+def test_aligned_stacked_phases_skip_each_phases_dead_window_taps(cp, dtype, f, pad, op, C, Cin, N, side, block_n):
+    """Transposed convolutions whose stacked phases are shifted (a 4x4 or 5x5 filter of stride 2) run the
+    aligned form on Hopper (a wider window, each phase's taps at their own offsets, one phase per tile, the
+    other taps skipped) where C is a multiple of its 256-column tiles, or of a forced narrower width: bias
+    and activation, against the CPU in float64, the same bits on repeated calls."""
+    rng = np.random.default_rng(f * 1000 + C + side)
+    dt = DTYPES[dtype]
+    x = rng.standard_normal((N, side, side, Cin)).astype(dt)
+    w = (rng.standard_normal((Cin, f, f, C)) / np.sqrt(Cin * f * f / 4)).astype(dt)
+    bias = rng.standard_normal(C).astype(dt)
+    kw = dict(stride=2, padding=pad, output_padding=op, activation="relu")
+    want = cuconv.conv_transpose2d(x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64), **kw)
+    xg, wg, bg = cp.asarray(x), cp.asarray(w), cp.asarray(bias)
+    with cuconv.overrides(block_n=block_n):
+        e = str(cuconv.explain_transpose(xg, wg, bg, **kw))
+        assert "the phases aligned" in e and "are skipped" in e and "_bmn" in e and "_halo" not in e, e
+        assert f"x{block_n or 256}x64_" in e, e
+        got, got2 = cuconv.conv_transpose2d(xg, wg, bg, **kw), cuconv.conv_transpose2d(xg, wg, bg, **kw)
+    assert got.shape == want.shape and rel_error(got, want) <= TOLERANCE[dtype], e
+    assert bool((got == got2).all())
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("f,s,pad,stacked", [(1, 2, 0, None), (1, (2, 3), 0, None), (3, 2, 1, False),
                                              (2, 2, 0, False)])
 def test_phase_split_phases_stored_into_place_by_the_epilogue(cp, dtype, f, s, pad, stacked):

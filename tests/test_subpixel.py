@@ -91,6 +91,54 @@ def test_stacked_equals_the_phase_split(g):
     np.testing.assert_allclose(stacked, split, rtol=1e-12, atol=1e-12)
 
 
+@settings(max_examples=200, deadline=None)
+@given(g=geometries())
+def test_the_shifted_and_the_aligned_forms_compute_the_input_gradient(g):
+    """Each form of the stacked convolution (:func:`subpixel.geometry`, shifted and ``aligned``), computed as
+    it is defined (W' gathered from w, one stride-1 convolution of dy, the phases put into place), equals
+    the phase split's input gradient (float64); where a phase is shifted the aligned form's window is
+    wider and its output shorter."""
+    I, F, s, d, pad = g["I"], g["F"], g["s"], g["d"], g["pad"]
+    nd = len(I)
+    if nd == 1:
+        I, F, s, d, pad, nd = (1, *I), (1, *F), (1, *s), (1, *d), ((0, 0), *pad), 2
+    conv = cuconv.conv2d if nd == 2 else cuconv.conv3d
+    layout = "NHWC" if nd == 2 else "NDHWC"
+    rng = np.random.default_rng(g["seed"])
+    x_shape, w = (2, *I, 3), rng.standard_normal((5, *F, 3))
+    try:
+        y = conv(np.zeros(x_shape), w, stride=s, padding=pad, dilation=d)
+    except ValueError:
+        return  # no output for this geometry
+    dy = rng.standard_normal(y.shape)
+    want = grad._input_grad(nd, dy, w, x_shape, s, pad, d, 1, layout, None, None, {})
+    p = conv_problem(nd, x_shape, w.shape, "float64", layout, s, pad, d, 1, 1.0, 1.0, False, False, None)
+    shifted, aligned = subpixel.geometry(p), subpixel.geometry(p, aligned=True)
+    for sp in (shifted, aligned):
+        if sp is None:
+            continue
+        z = conv(dy, subpixel.stacked_filter(sp, w, np), padding=sp.pad)
+        assert z.shape == (2, *sp.length, sp.phases * 3)
+        got = np.full(x_shape, np.nan)
+        subpixel.unstack(sp, z, got, np)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    if aligned is not None and shifted is not None:  # (the shifted form declines past MAX_WASTE)
+        assert any(any(sh) for sh in shifted.shift) and not any(any(sh) for sh in aligned.shift)
+        assert all(a >= b for a, b in zip(aligned.window, shifted.window))
+        assert all(a <= b for a, b in zip(aligned.length, shifted.length))
+
+
+def test_the_aligned_form_of_the_upsampling_layer():
+    """A 4x4 filter of stride 2, padding 1: 17 shifted rows with a 2-tap window, or 16 aligned rows with a
+    3-tap window of which each phase reads two."""
+    p = _problem((32, 32), (4, 4), 2, lo=1, hi=1)
+    shifted, aligned = subpixel.geometry(p), subpixel.geometry(p, aligned=True)
+    assert (shifted.window, shifted.length, shifted.shift) == ((2, 2), (17, 17), ((0, 1), (0, 1)))
+    assert (aligned.window, aligned.length, aligned.shift) == ((3, 3), (16, 16), ((0, 0), (0, 0)))
+    assert aligned.tap_of[0] == ((3, 1, -1), (-1, 2, 0))
+    assert subpixel.geometry(_problem((32, 32), (3, 3), 2, lo=1, hi=1), aligned=True) is None  # nothing shifted
+
+
 @settings(max_examples=150, deadline=None)
 @given(g=geometries())
 def test_scatter_offsets_put_every_phase_where_unstack_does(g):

@@ -388,7 +388,7 @@ struct Sm90ConvParams {
                              CUCONV_SM90_CLUSTER_TAG, CUCONV_SM90_SUFFIX), CUCONV_SM90_B_TAG)
 
 namespace sm90 = cuconv::sm90;
-using Scheduler = sm90::TileScheduler<cfg::CLUSTER, Sm90ConvParams>;
+using Scheduler = sm90::TileScheduler<cfg::CLUSTER, Sm90ConvParams, SM90_B_MN != 0>;
 
 __device__ __forceinline__ void main_load_warp(const sm90::TmaDescriptor& tmap_x, const sm90::TmaDescriptor& tmap_w,
                                                const sm90::TmaDescriptor& tmap_zero,

@@ -232,7 +232,10 @@ __device__ __forceinline__ void consumer_epilogue_phases(const float (&acc)[BN /
     for (int jj0 = 0; jj0 < blocks; jj0 += 4) {
       const int col0 = n0 + chunk * 64 + jj0 * 8;  // the group's first column (the same in the warp)
       const bool group_ok = col0 < K;              // K = P * C is a multiple of 32: whole groups
-      const int ph = group_ok ? (int)fast_div((uint32_t)col0, g.ph_channels_div) : 0;
+      // computed for every group, then selected: a division under the predicate leaves its 64-bit
+      // product partly defined, and ptxas keeps one per group in local memory at 128 x 256
+      const int ph_of_col = (int)fast_div((uint32_t)col0, g.ph_channels_div);
+      const int ph = group_ok ? ph_of_col : 0;
       const int4 d = __ldg(g.ph_table + ph);
       const long long phase_at =
           (((long long)d.x * g.ph_ext1 + d.y) * g.ph_ext2 + d.z) * g.ph_channels + (col0 - ph * g.ph_channels) + 8 * t;

@@ -28,6 +28,14 @@
 // the host keeps a split tile's units within one round of the grid), so a FINISH never waits on a part
 // its own CTA has still to run.
 //
+// Rotated columns (ROTATE, the SM90_B_MN variants): the tiles of row tile r take the column tiles in the
+// order r, r + 1, ... (mod n_tiles). A stacked-phase convolution's column tiles are its phases, and a tile
+// skips the window taps its phase has no filter tap at (mn_filter_loader.cuh), so its reduction length
+// depends on the column tile. Where the grid is a multiple of n_tiles, a CTA striding through the units
+// unrotated would meet the same column tile every time (a 3x3 filter of stride 2: one CTA all 16-step
+// tiles, another all 4-step ones); rotated, it meets them in turn. Within a row tile the rotation is a
+// permutation, so the tiles resident together (and the rows they share in L2) are the same.
+//
 // Halo tiles (SM90_HALO, halo_loader.cuh): a row tile is BM/64 output rows x 64 output columns of
 // one (image, depth) plane instead of BM consecutive GEMM rows; m_tile numbers them column tile
 // fastest, then row tile, then plane (halo_tile() below). Never split, never clustered.
@@ -45,7 +53,7 @@ enum UnitPart : int { UNIT_WHOLE = 0, UNIT_PARTIAL = 1, UNIT_FINISH = 2 };
 // the GEMM N) and its FastDivisor n_tiles_div, num_units (ceil(m_tiles / CLUSTER) * n_tiles, plus
 // split_ways - 1 per split tile), dp_tiles (units below this are whole tiles), k_iters (reduction steps
 // of a whole tile) and split_ways (parts per split tile, >= 2 where any tile is split).
-template <int CLUSTER, typename Params>
+template <int CLUSTER, typename Params, bool ROTATE = false>
 struct TileScheduler {
   const Params& p;
   int rank;  // this CTA's rank in its cluster
@@ -72,7 +80,12 @@ struct TileScheduler {
   // Units whose epilogue stores (and, with a residual, reads C): all but the PARTIAL parts.
   __device__ __forceinline__ bool stores(int u) const { return part(u) != UNIT_PARTIAL; }
   __device__ __forceinline__ int m_tile(int u) const { return row_tile(u) * CLUSTER + rank; }
-  __device__ __forceinline__ int n_tile(int u) const { return tile(u) - row_tile(u) * p.n_tiles; }
+  __device__ __forceinline__ int n_tile(int u) const {
+    const int r = row_tile(u), n = tile(u) - r * p.n_tiles;
+    if constexpr (!ROTATE) return n;
+    const int turned = n + (r - (int)fast_div((uint32_t)r, p.n_tiles_div) * p.n_tiles);  // < 2 n_tiles
+    return turned < p.n_tiles ? turned : turned - p.n_tiles;
+  }
   __device__ __forceinline__ int row_tile(int u) const { return (int)fast_div((uint32_t)tile(u), p.n_tiles_div); }
 };
 

@@ -11,9 +11,10 @@ global memory (:func:`cuconv.subpixel.scatter_offsets`): no ``z``, no unstack la
 :func:`scatter_plan` makes that plan from the dispatcher's plan of the stacked convolution, or says why
 not: another kernel, a residual (stacked per phase, so it goes through ``z``), ``alpha == 0``, CTA pairs,
 channels not a multiple of 32 (a column group must lie in one phase), float32 or channels-first
-variants. A tile whose consumers would spill with the scattering epilogue (wide tiles of 192 and 256 rows,
-128 x 256: :func:`.variants.phase_out_fits`) is replaced by the chooser's tile of 128 rows and at most
-128 columns.
+variants. A tile whose consumers would spill with the scattering epilogue (256-row tiles past 64 columns:
+:func:`.variants.phase_out_fits`), or an automatic one wider than :data:`PHASE_MAX_AUTO_BN`, is replaced by
+the chooser's tile of at most 128 columns, its height chosen by the chooser's rules for that width (192 rows
+where they pay, docs/tuning.md T-bm-mid), or 128 rows where that height has no scattering variant.
 
 :func:`direct_filter` makes a plan of an input gradient's convolution read its filter straight from the
 forward weight (``SM90_B_MN``). The convolution's filter is ``w``'s taps flipped (per phase of a stride, a
@@ -36,7 +37,7 @@ from .params import MnFilter, PhaseScatter
 from .tiles import tile_config
 from .variants import b_mn_fits, phase_out_fits
 
-__all__ = ["scatter_plan", "direct_filter", "flipped_view", "stacked_view"]
+__all__ = ["PHASE_MAX_AUTO_BN", "scatter_plan", "direct_filter", "flipped_view", "stacked_view"]
 
 
 def _unpacked(plan):
@@ -63,12 +64,24 @@ def _declines(plan) -> Optional[str]:
     return None
 
 
-def scatter_plan(plan, channels: int, extent, stride, offsets) -> Tuple[Optional[Sm90Plan], str]:
+#: The widest automatic tile of the phase-scattering epilogue (docs/tuning.md T-phase-scatter): on the grad
+#: suite's transposed convolutions the chooser's 128 x 256 tiles are slower than 128-column ones of the
+#: chooser's height wherever they differ, up to 1.4x (the wave quantisation of the wider tile, and on a
+#: 3x3 filter of stride 2 tiles spanning two phases, whose window taps are the union of both phases').
+#: The aligned form takes its own width (:func:`cuconv.grad._aligned_width`).
+PHASE_MAX_AUTO_BN = 128
+
+
+def scatter_plan(plan, channels: int, extent, stride, offsets,
+                 max_block_n: int = PHASE_MAX_AUTO_BN) -> Tuple[Optional[Sm90Plan], str]:
     """``(plan, why)``: the plan of a convolution ``plan`` (the dispatcher's) whose output columns are
     ``len(offsets)`` phases of ``channels`` each, with its epilogue storing phase ``ph``'s row ``u`` at
     ``stride * u + offsets[ph]`` (per axis) of the input gradient of spatial ``extent``, where that is
     inside it; or ``(None, why not)``. The stacked-phase convolution (:func:`cuconv.subpixel.scatter_offsets`)
-    and one phase of the phase split (its origin) both take this form."""
+    and one phase of the phase split (its origin) both take this form. An automatic tile wider than
+    ``max_block_n``, or one without a scattering variant, is replaced by the chooser's tile of at most
+    ``max_block_n`` columns (at most 128 for the latter), its height the chooser's for that width, else 128
+    rows."""
     plan = _unpacked(plan)
     why = _declines(plan)
     if why:
@@ -80,13 +93,18 @@ def scatter_plan(plan, channels: int, extent, stride, offsets) -> Tuple[Optional
         return None, "more than 2^31 rows"
     out = copy.copy(plan)
     note = ""
-    if not phase_out_fits(cfg):
-        ov = dataclasses.replace(plan._overrides, block_m=128, block_n=min(cfg.block_n, 128))
+    too_wide = plan._overrides.block_n is None and not cfg.pingpong and cfg.block_n > max_block_n
+    if not phase_out_fits(cfg) or too_wide:
+        width = min(cfg.block_n, max_block_n if too_wide else 128)
+        ov = dataclasses.replace(plan._overrides, block_n=width)
         out.cfg = tile_config(p, plan.device.sm_count, ov)
         if not phase_out_fits(out.cfg):
+            out.cfg = tile_config(p, plan.device.sm_count, dataclasses.replace(ov, block_m=128))
+        if not phase_out_fits(out.cfg):
             return None, f"no {out.cfg.block_m}x{out.cfg.block_n} tile of the phase-scattering epilogue"
-        note = (f" ({out.cfg.block_m}x{out.cfg.block_n} tiles: the {cfg.block_m}x{cfg.block_n} tile's consumers "
-                f"spill with this epilogue)")
+        why_not = ("consumers spill with this epilogue" if not phase_out_fits(cfg) else
+                   f"at most {max_block_n} columns with this epilogue, docs/tuning.md T-phase-scatter")
+        note = f" ({out.cfg.block_m}x{out.cfg.block_n} tiles: the {cfg.block_m}x{cfg.block_n} tile's {why_not})"
     pad = 3 - len(stride)
     out.phase_scatter = PhaseScatter(channels, (1,) * pad + tuple(extent), (1,) * pad + tuple(stride),
                                      tuple((0,) * pad + tuple(d) for d in offsets))
@@ -115,10 +133,10 @@ def direct_filter(plan, mn: MnFilter) -> Tuple[Optional[Sm90Plan], str]:
         return None, f"C={mn.cols} is not a multiple of 64 (a 64-column box of the filter must lie in one phase)"
     out = copy.copy(plan)
     scatters = plan.phase_scatter is not None
-    if not b_mn_fits(cfg, scatters):
+    if not b_mn_fits(cfg):
         ov = dataclasses.replace(plan._overrides, block_n=128 if cfg.block_n >= 128 else 64)
         out.cfg = tile_config(p, plan.device.sm_count, ov)
-        if not b_mn_fits(out.cfg, scatters) or (scatters and not phase_out_fits(out.cfg)):
+        if not b_mn_fits(out.cfg) or (scatters and not phase_out_fits(out.cfg)):
             return None, (f"no {out.cfg.block_m}x{out.cfg.block_n}{' halo' if out.cfg.halo else ''} tile reading the "
                           f"filter MN-major{' with the phase-scattering epilogue' if scatters else ''}")
     out.mn_filter = mn

@@ -89,9 +89,9 @@ def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0,
 
 
 #: The widest tile (BN) of the phase-scattering epilogue per (BM, halo) of the cooperative consumers: wider
-#: tiles spill (`python -m pytest tests/test_compile.py -k SM90_PHASE_OUT` with them added). Ping-pong
-#: tiles all fit.
-_PHASE_OUT_MAX_BN = {(128, False): 192, (128, True): 256, (192, False): 128, (192, True): 160, (256, False): 64,
+#: tiles spill (`python -m pytest tests/test_compile.py -k SM90_PHASE_OUT` with them added; the 256 x 128 halo
+#: tile 4 bytes). Ping-pong tiles all fit.
+_PHASE_OUT_MAX_BN = {(128, False): 256, (128, True): 256, (192, False): 192, (192, True): 192, (256, False): 64,
                      (256, True): 64}
 
 
@@ -100,19 +100,10 @@ def phase_out_fits(cfg: TileConfig) -> bool:
     return cfg.cluster == 1 and (cfg.pingpong or cfg.block_n <= _PHASE_OUT_MAX_BN[(cfg.block_m, bool(cfg.halo))])
 
 
-#: The widest halo tile (BN) reading the filter MN-major with the phase-scattering epilogue, cooperative and
-#: ping-pong: the 128 x 256 and ping-pong 128 x 128 / 64 x 256 ones spill 184-192 bytes
-#: (`python -m pytest tests/test_compile.py -k SM90_B_MN` with them added).
-_B_MN_PHASE_HALO_MAX_BN = {False: 192, True: 64}
-
-
-def b_mn_fits(cfg: TileConfig, phases: bool = False) -> bool:
+def b_mn_fits(cfg: TileConfig) -> bool:
     """Whether ``cfg`` has a variant reading the filter MN-major (SM90_B_MN): single CTAs on tiles of whole
-    64-column blocks (im2col boxes or halo windows, ping-pong included); with the phase-scattering epilogue
-    (``phases``), halo tiles up to :data:`_B_MN_PHASE_HALO_MAX_BN` columns."""
-    if cfg.cluster != 1 or cfg.block_n % 64:
-        return False
-    return not (phases and cfg.halo) or cfg.block_n <= _B_MN_PHASE_HALO_MAX_BN[bool(cfg.pingpong)]
+    64-column blocks (im2col boxes or halo windows, ping-pong included)."""
+    return cfg.cluster == 1 and cfg.block_n % 64 == 0
 
 
 def _compile_variant(*args, **kw):
@@ -188,10 +179,8 @@ COMPILE_VARIANTS = [
     for dt in (0, 1) for ph in (0, 1) for halo in (0, 1) for bm in BLOCK_MS for bn in STAGES
     if bn % 64 == 0 and bm_fits(bm, bn, 1, False, halo=bool(halo))
     and (not ph or bn <= _PHASE_OUT_MAX_BN[(bm, bool(halo))])
-    and (not (ph and halo) or bn <= _B_MN_PHASE_HALO_MAX_BN[False])
 ] + [
     _compile_variant(dt, 2, pingpong_block_m(bn), bn, halo_stages(pingpong_block_m(bn), bn, False), 0, 1, 1, 1,
                      phases=ph, b_mn=1)
     for dt in (0, 1) for ph in (0, 1) for bn in STAGES if bn % 64 == 0
-    and (not ph or bn <= _B_MN_PHASE_HALO_MAX_BN[True])
 ]
