@@ -81,10 +81,13 @@ struct TileScheduler {
   __device__ __forceinline__ bool stores(int u) const { return part(u) != UNIT_PARTIAL; }
   __device__ __forceinline__ int m_tile(int u) const { return row_tile(u) * CLUSTER + rank; }
   __device__ __forceinline__ int n_tile(int u) const {
-    const int r = row_tile(u), n = tile(u) - r * p.n_tiles;
-    if constexpr (!ROTATE) return n;
-    const int turned = n + (r - (int)fast_div((uint32_t)r, p.n_tiles_div) * p.n_tiles);  // < 2 n_tiles
-    return turned < p.n_tiles ? turned : turned - p.n_tiles;
+    if constexpr (ROTATE) {
+      const int r = row_tile(u), n = tile(u) - r * p.n_tiles;
+      const int turned = n + (r - (int)fast_div((uint32_t)r, p.n_tiles_div) * p.n_tiles);  // < 2 n_tiles
+      return turned < p.n_tiles ? turned : turned - p.n_tiles;
+    } else {
+      return tile(u) - row_tile(u) * p.n_tiles;
+    }
   }
   __device__ __forceinline__ int row_tile(int u) const { return (int)fast_div((uint32_t)tile(u), p.n_tiles_div); }
 };
