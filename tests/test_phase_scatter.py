@@ -185,3 +185,44 @@ def test_the_variants_decline_with_a_reason():
                                              stacked_view(sp96, (256, 4, 4, 96)))[1]
     assert "2-D" in direct_filter(Sm90TmaConv3d().plan(problem3d(C=64, K=64), H100, Overrides()),
                                   flipped_view((64, 3, 3, 3, 64), ((2, 1, 3),) * 3))[1]
+
+
+def _explained_transpose(N, side, cin, cout, f, pad, op=0, **ov):
+    """explain_transpose of a stride-2 transposed convolution as the model H100 would run it."""
+    from unittest import mock
+
+    import ml_dtypes
+
+    import cuconv
+    import cuconv.device
+    x = np.zeros((N, side, side, cin), ml_dtypes.bfloat16)
+    w = np.zeros((cin, f, f, cout), ml_dtypes.bfloat16)
+    with mock.patch.object(cuconv.device, "device_of", lambda a: H100), cuconv.overrides(**ov):
+        return str(cuconv.explain_transpose(x, w, stride=2, padding=pad, output_padding=op))
+
+
+def test_automatic_scattering_tiles_are_at_most_128_columns():
+    # the chooser gives 128 x 256 to these stacked problems; the scattering plans take 128 columns instead,
+    # at the chooser's height for that width (192 rows for the 4x4 layer at 32x32)
+    for shape, tile in (((16, 32, 256, 128, 3, 1, 1), "128x128x64"), ((16, 32, 256, 128, 4, 1), "192x128x64"),
+                        ((16, 32, 256, 128, 2, 0), "128x128x64")):
+        e = _explained_transpose(*shape)
+        assert f"conv2d_fprop_sm90_tma_{tile}" in e and "at most 128 columns" in e, e
+    # a forced width is kept
+    e = _explained_transpose(16, 32, 256, 128, 3, 1, 1, block_n=256, block_m=128)
+    assert "conv2d_fprop_sm90_tma_128x256x64" in e, e
+
+
+def test_shifted_phases_take_the_aligned_form_on_256_column_tiles_of_one_phase():
+    # 4x4 stride 2 padding 1 with 256 channels per phase: the aligned form (16x16 rows, a 3x3 window)
+    e = _explained_transpose(16, 16, 512, 256, 4, 1)
+    assert "the phases aligned" in e and "16x16 rows per image instead of the shifted form's 17x17" in e, e
+    assert "conv2d_fprop_sm90_tma_128x256x64" in e and "are skipped" in e and "3x3 filter" in e, e
+    # 128 channels per phase: not a multiple of the 256-column tile, the shifted form
+    e = _explained_transpose(16, 32, 256, 128, 4, 1)
+    assert "aligned" not in e and "2x2 filter" in e, e
+    # a forced width dividing C takes the aligned form at that width
+    e = _explained_transpose(16, 32, 256, 128, 4, 1, block_n=128)
+    assert "the phases aligned" in e and "x128x64" in e, e
+    # a 3x3 filter has no shifted phase: no aligned form
+    assert "aligned" not in _explained_transpose(16, 16, 512, 256, 3, 1, 1)
