@@ -486,6 +486,9 @@ def _aligned_direct(fplan, spa, C: int, w_shape):
     if C % direct.cfg.block_n:
         return None, (f"its {direct.cfg.block_n}-column tiles span phases of {C} channels (a tile multiplies "
                       f"the window taps of every phase it holds)")
+    if direct.cfg.split_tiles:
+        return None, (f"its {direct.cfg.num_tiles} tiles would be split along the reduction, whose parts do not "
+                      f"share the skipped window taps evenly")
     return direct, why
 
 

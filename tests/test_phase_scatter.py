@@ -224,5 +224,8 @@ def test_shifted_phases_take_the_aligned_form_on_256_column_tiles_of_one_phase()
     # a forced width dividing C takes the aligned form at that width
     e = _explained_transpose(16, 32, 256, 128, 4, 1, block_n=128)
     assert "the phases aligned" in e and "x128x64" in e, e
+    # a small problem whose aligned tiles would be split along the reduction keeps the shifted form
+    e = _explained_transpose(16, 8, 1024, 512, 4, 1)
+    assert "the phases shifted (the aligned form declined: its 64 tiles would be split" in e, e
     # a 3x3 filter has no shifted phase: no aligned form
     assert "aligned" not in _explained_transpose(16, 16, 512, 256, 3, 1, 1)
