@@ -24,6 +24,9 @@ convolutions, each with a filter flip and a scatter; the cost is the zero taps o
 against ``prod(F)`` filter taps (a 3x3 filter of stride 2: 16 against 9; 4x4: 16 against 16), except on the
 Hopper kernel's im2col tiles within one phase, which skip the window taps their phase has none at
 (docs/tuning.md T-dead-taps).
+Where the phases' offsets start apart (a 4x4 filter of stride 2 and padding 1), the shifts push rows past
+a phase's own; ``geometry(p, aligned=True)`` is the form with no shift, a wider window and as many rows as a
+phase has, which pays where the dead window taps are skipped (:func:`cuconv.grad._aligned_direct`).
 :func:`geometry` declines (None) where that ratio passes :data:`MAX_WASTE`, for groups, strides past
 :data:`MAX_STRIDE` and ``base > 0``. :mod:`cuconv.grad` runs it where it applies on a GPU (one call with fewer
 launches beats the phase split there: docs/tuning.md T-stacked-phases) unless
