@@ -990,9 +990,12 @@ class GradExplanation:
 
 
 def _scatter_of(fplan, sp, C: int):
-    """``(plan, why)`` of the stacked convolution ``fplan`` storing the phases of ``sp`` into place."""
-    from .backends.sm90.phase_scatter import scatter_plan
-    return scatter_plan(fplan, C, sp.extent, sp.stride, subpixel.scatter_offsets(sp))
+    """``(plan, why)`` of the stacked convolution ``fplan`` storing the phases of ``sp`` into place; a one-tap
+    window (a filter the size of the stride: one GEMM, no dead tap, no padded row) keeps the chooser's
+    128 x 256 tile (docs/tuning.md T-phase-scatter)."""
+    from .backends.sm90.phase_scatter import PHASE_ONE_TAP_MAX_BN, scatter_plan
+    widest = {} if math.prod(sp.window) > 1 else dict(max_block_n=PHASE_ONE_TAP_MAX_BN)
+    return scatter_plan(fplan, C, sp.extent, sp.stride, subpixel.scatter_offsets(sp), **widest)
 
 
 def _forward_explanation(p, device, x_shape, w_shape, stride, padding, dilation, groups, ep, kernel,

@@ -37,7 +37,7 @@ from .params import MnFilter, PhaseScatter
 from .tiles import tile_config
 from .variants import b_mn_fits, phase_out_fits
 
-__all__ = ["PHASE_MAX_AUTO_BN", "scatter_plan", "direct_filter", "flipped_view", "stacked_view"]
+__all__ = ["PHASE_MAX_AUTO_BN", "PHASE_ONE_TAP_MAX_BN", "scatter_plan", "direct_filter", "flipped_view", "stacked_view"]
 
 
 def _unpacked(plan):
@@ -65,11 +65,14 @@ def _declines(plan) -> Optional[str]:
 
 
 #: The widest automatic tile of the phase-scattering epilogue (docs/tuning.md T-phase-scatter): on the grad
-#: suite's transposed convolutions the chooser's 128 x 256 tiles are slower than 128-column ones of the
-#: chooser's height wherever they differ, up to 1.4x (the wave quantisation of the wider tile, and on a
+#: suite's transposed convolutions of 3x3 and 4x4 filters the chooser's 128 x 256 tiles are slower than
+#: 128-column ones of the chooser's height, up to 1.4x (the wave quantisation of the wider tile, and on a
 #: 3x3 filter of stride 2 tiles spanning two phases, whose window taps are the union of both phases').
 #: The aligned form takes its own width (:func:`cuconv.grad._aligned_width`).
 PHASE_MAX_AUTO_BN = 128
+#: The same for a stacked convolution of a one-tap window (a 2x2 filter of stride 2: one GEMM), where the
+#: chooser's 128 x 256 measured 3-5% faster than 128 columns.
+PHASE_ONE_TAP_MAX_BN = 256
 
 
 def scatter_plan(plan, channels: int, extent, stride, offsets,
