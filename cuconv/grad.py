@@ -472,15 +472,16 @@ def _tries_aligned(plan, direct) -> bool:
 
 
 def _aligned_direct(fplan, spa, C: int, w_shape):
-    """``(plan, why)``: the aligned stacked convolution ``fplan`` (the dispatcher's plan of it on im2col
+    """``(plan, how)``: the aligned stacked convolution ``fplan`` (the dispatcher's plan of it on im2col
     tiles) storing its phases into dx and reading its taps from w, where each tile lies in one phase (so
-    it skips the window taps its phase has none at: docs/tuning.md T-dead-taps); or ``(None, why not)``."""
-    scatter, why = _scatter_of(fplan, spa, C)  # (its width is forced: kept)
+    it skips the window taps its phase has none at: docs/tuning.md T-dead-taps), and how (for the
+    explanation); or ``(None, why not)``."""
+    scatter, stores = _scatter_of(fplan, spa, C)  # (its width is forced: kept)
     if scatter is None:
-        return None, why
-    direct, why = _direct_filter(scatter, _stacked_view(spa, w_shape))
+        return None, stores
+    direct, reads = _direct_filter(scatter, _stacked_view(spa, w_shape))
     if direct is None:
-        return None, why
+        return None, reads
     if direct.cfg.halo:
         return None, "halo tiles (they multiply every window tap)"
     if C % direct.cfg.block_n:
@@ -489,7 +490,7 @@ def _aligned_direct(fplan, spa, C: int, w_shape):
     if direct.cfg.split_tiles:
         return None, (f"its {direct.cfg.num_tiles} tiles would be split along the reduction, whose parts do not "
                       f"share the skipped window taps evenly")
-    return direct, why
+    return direct, f"{stores}, no unstack pass; {reads}"
 
 
 #: The tile width of the aligned form (docs/tuning.md T-aligned-phases): 128 x 256 tiles of one phase each,
@@ -1049,15 +1050,18 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
                 places += f"; {why}" if direct is not None else \
                     f"; the filter gathered (not read from w as it is: {why})"
                 if _tries_aligned(plan, direct):
-                    aligned, why_not = _explain_aligned(p, device, plan.aligned, epilogue, kernel)
+                    aligned, how_aligned = _explain_aligned(p, device, plan.aligned, epilogue, kernel)
                     if aligned is not None:
-                        sp, detail = plan.aligned, aligned.describe()
-                        places += why_not.split("no transpose launch", 1)[-1] + (f"; the phases aligned (each phase's taps at their own offsets in a "
-                                   f"{'x'.join(map(str, sp.window))} window, {'x'.join(map(str, sp.length))} "
-                                   f"rows per image instead of the shifted form's "
-                                   f"{'x'.join(map(str, plan.subpixel.length))})")
+                        sp = plan.aligned
+                        detail = aligned.describe().replace(  # the aligned plan is made with halo=False
+                            "switched off (overrides(halo=False) / CUCONV_SM90_HALO=0)",
+                            "the aligned form skips window taps on im2col tiles only")
+                        places = (f"; {how_aligned}; the phases aligned (each phase's taps at their own offsets "
+                                  f"in a {'x'.join(map(str, sp.window))} window, {'x'.join(map(str, sp.length))} "
+                                  f"rows per image instead of the shifted form's "
+                                  f"{'x'.join(map(str, plan.subpixel.length))})")
                     else:
-                        places += f"; the phases shifted (the aligned form declined: {why_not})"
+                        places += f"; the phases shifted (the aligned form declined: {how_aligned})"
         elif how is None:
             detail, places = e.detail, "; phases put into place by strided copies"
         else:
