@@ -66,12 +66,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ dy, 
       cs::cp_async_commit();
     }
     const uint32_t a = stage(kt) + wg * TileA::kBlockBytes, b = stage(kt) + TileA::kBytes;
-    c9::wgmma_fence();
-    c9::fence_accumulators(acc);
     c9::wgrad_slot_mma(acc, a, b);
-    c9::wgmma_commit();
-    c9::wgmma_wait<1>();
-    c9::fence_accumulators(acc);
   }
   c9::wgmma_wait<0>();
   c9::fence_accumulators(acc);

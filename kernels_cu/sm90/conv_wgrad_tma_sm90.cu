@@ -93,12 +93,7 @@ __device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradG
     c9::mbar_wait(full0 + 8 * ring.stage, ring.phase);
     const uint32_t a = smem + (uint32_t)(ring.stage * kStageBytes) + wg * TileA::kBlockBytes;
     const uint32_t b = smem + (uint32_t)(ring.stage * kStageBytes) + TileA::kBytes;
-    c9::wgmma_fence();
-    c9::fence_accumulators(acc);
     c9::wgrad_slot_mma(acc, a, b);
-    c9::wgmma_commit();
-    c9::wgmma_wait<1>();
-    c9::fence_accumulators(acc);
     if (held >= 0) c9::mbar_release_slot<1>(empty0 + 8 * held, lane);
     held = ring.stage;
     ring.advance();

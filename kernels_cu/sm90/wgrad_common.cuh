@@ -47,9 +47,13 @@ namespace cuconv {
 namespace sm90 {
 
 // The wgmmas of one ring slot for the warpgroup whose A block (64 filters) starts at `a`; `b`: the
-// slot's B tile. The caller fences, commits and waits.
+// slot's B tile. Issued between accumulator fences and committed as one group; returns once the previous
+// slot's group has retired (this one may still be in flight), so that slot may be refilled. The caller
+// waits for the last group (wgmma_wait<0>) before reading the sums.
 template <int BN = kBN>
 __device__ __forceinline__ void wgrad_slot_mma(float (&acc)[BN / 2], uint32_t a, uint32_t b) {
+  wgmma_fence();
+  fence_accumulators(acc);
 #pragma unroll
   for (int kk = 0; kk < kBK / 16; ++kk) {
     const uint64_t da = smem_desc_mn_sw128(a + kk * 2048, TileA::kBlockBytes);
@@ -58,6 +62,9 @@ __device__ __forceinline__ void wgrad_slot_mma(float (&acc)[BN / 2], uint32_t a,
     else if constexpr (BN == 192) wgmma_mn_m64n192k16(acc, da, db, 1u);
     else wgmma_mn_m64n256k16(acc, da, db, 1u);
   }
+  wgmma_commit();
+  wgmma_wait<1>();
+  fence_accumulators(acc);
 }
 
 // Two adjacent sums at `dst`: fp32 partial sums as one float2, or rounded to the element type as one
