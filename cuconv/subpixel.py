@@ -105,9 +105,10 @@ class Subpixel:
 
 
 def _axis(I: int, F: int, O: int, s: int, d: int, lo: int, aligned: bool = False):
-    """``(window, (pad_lo, pad_hi), length, tap_of, shift)`` of one axis, or None where ``base > 0`` or no
-    tap reaches any phase. ``aligned``: no phase shifted; each phase's taps at their offsets from ``base``
-    in a window wide enough for all (:func:`geometry`)."""
+    """``(window, (pad_lo, pad_hi), length, tap_of, shift, shifted)`` of one axis, or None where ``base > 0``
+    or no tap reaches any phase; ``shifted``: whether the shifted form moves a phase on this axis.
+    ``aligned``: no phase shifted; each phase's taps at their offsets from ``base`` in a window wide enough
+    for all (:func:`geometry`)."""
     offsets = {phi: {(phi + lo - f * d) // s: f for f in range(F) if (phi + lo - f * d) % s == 0} for phi in range(s)}
     reached = {phi: taps for phi, taps in offsets.items() if taps and phi < I}
     if not reached:
@@ -125,7 +126,7 @@ def _axis(I: int, F: int, O: int, s: int, d: int, lo: int, aligned: bool = False
     length = O + pad_lo + pad_hi - J + 1
     tap_of = tuple(tuple(reached[phi].get(start[phi] + j, -1) if phi in reached else -1 for j in range(J))
                    for phi in range(s))
-    return J, (pad_lo, pad_hi), length, tap_of, shift
+    return J, (pad_lo, pad_hi), length, tap_of, shift, any(first[phi] != base for phi in reached)
 
 
 def geometry(p, aligned: bool = False) -> Optional[Subpixel]:
@@ -145,8 +146,7 @@ def geometry(p, aligned: bool = False) -> Optional[Subpixel]:
             zip(p.in_spatial, p.filter_spatial, p.out_spatial, p.stride, p.dilation, p.pad_lo)]
     if any(a is None for a in axes):
         return None
-    if aligned and all(a[4] == _axis(i, f, o, s, d, lo)[4] for a, i, f, o, s, d, lo in
-                       zip(axes, p.in_spatial, p.filter_spatial, p.out_spatial, p.stride, p.dilation, p.pad_lo)):
+    if aligned and not any(a[5] for a in axes):
         return None  # no phase is shifted: the aligned form is the shifted one
     window = tuple(a[0] for a in axes)
     if not aligned and math.prod(p.stride) * math.prod(window) > MAX_WASTE * math.prod(p.filter_spatial):
