@@ -1053,9 +1053,9 @@ def _explain_input(nd, dy, w, x_shape, stride, padding, dilation, groups, layout
                     aligned, how_aligned = _explain_aligned(p, device, plan.aligned, epilogue, kernel)
                     if aligned is not None:
                         sp = plan.aligned
+                        from .backends.sm90.tiles import HALO_SWITCHED_OFF
                         detail = aligned.describe().replace(  # the aligned plan is made with halo=False
-                            "switched off (overrides(halo=False) / CUCONV_SM90_HALO=0)",
-                            "the aligned form skips window taps on im2col tiles only")
+                            HALO_SWITCHED_OFF, "the aligned form skips window taps on im2col tiles only")
                         places = (f"; {how_aligned}; the phases aligned (each phase's taps at their own offsets "
                                   f"in a {'x'.join(map(str, sp.window))} window, {'x'.join(map(str, sp.length))} "
                                   f"rows per image instead of the shifted form's "

@@ -23,7 +23,7 @@ from typing import Optional, Tuple
 
 from ...launch import header_constants
 
-__all__ = ["TileConfig", "choose_tile_config", "tile_config", "halo_decline", "halo_why_not", "halo_window",
+__all__ = ["TileConfig", "choose_tile_config", "tile_config", "halo_decline", "halo_why_not", "HALO_SWITCHED_OFF", "halo_window",
            "channels_first_x_decline", "channels_first_x_pays",
            "transposed_x_decline", "staging_row",
            "k_iters", "c_blocks", "last_k16", "stages_for", "halo_stages", "bm_fits", "pingpong_block_m",
@@ -679,13 +679,17 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: 
                               halo=o.halo, pingpong=pingpong, tf32=tf32)
 
 
+#: :func:`halo_why_not`'s answer where halo tiles are switched off.
+HALO_SWITCHED_OFF = "switched off (overrides(halo=False) / CUCONV_SM90_HALO=0)"
+
+
 def halo_why_not(problem, overrides) -> str:
     """Why a problem runs on im2col boxes rather than halo tiles (for ``explain``)."""
     why = halo_decline(problem)
     if why:
         return why
     if overrides.halo is False:
-        return "switched off (overrides(halo=False) / CUCONV_SM90_HALO=0)"
+        return HALO_SWITCHED_OFF
     planes, P, Q, taps = halo_geometry(problem)
     if taps == 1:
         return "one (r, s) tap: no window to share"
