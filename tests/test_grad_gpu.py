@@ -8,7 +8,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cuconv
@@ -494,6 +494,42 @@ def test_few_filters_exchange_roles_on_sm90_wgrad(cp, K, C, R, S, dilation, H, W
     dy = rng.standard_normal(p.out_shape).astype(DTYPES[dtype])
     want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), (K, R, S, C), **kw)
     _twice_with_the_fold_lifted(cp.asarray(x), cp.asarray(dy), (K, R, S, C), kw, want, dtype, "roles exchanged")
+
+
+@needs_hopper
+@settings(max_examples=25, deadline=None)
+@given(groups=st.sampled_from([1, 1, 2]), cg=st.sampled_from([64, 128]), kg=st.sampled_from([8, 64, 136, 256]),
+       R=st.integers(1, 3), stride=st.integers(1, 2), H=st.integers(6, 30), N=st.sampled_from([2, 8, 32]),
+       dtype=st.sampled_from(["bfloat16", "float16"]))
+def test_sm90_wgrad_fused_split_end_gives_the_reduce_launchs_bits(cp, groups, cg, kg, R, stride, H, N, dtype):
+    """Where every CTA of a split grid is resident at once, the TMA form adds the splits inside the grid (each
+    CTA a share of its tile, after the tile's splits meet at a counter): the same bits as the same launch
+    followed by the reduce launch, every call, and the reference's result; the explanation says so."""
+    from cuconv.backends.sm90 import wgrad as w90
+    from cuconv.device import device_of
+    rng = np.random.default_rng(H * 1000 + N)
+    dt = DTYPES[dtype]
+    w_shape = (kg * groups, R, R, cg)
+    x = rng.standard_normal((N, H, H, cg * groups)).astype(dt)
+    kw = dict(stride=stride, padding=R // 2, groups=groups)
+    p = cuconv.grad._forward_problem(2, x.shape, w_shape, dtype, "NHWC", stride, R // 2, 1, groups, None)
+    dy = rng.standard_normal(p.out_shape).astype(dt)
+    xg, dyg = cp.asarray(x), cp.asarray(dy)
+    dev = device_of(xg)
+    v = w90.variant(p, sm_count=dev.sm_count)
+    fused, by_reduce = w90.TmaWgradLaunch(p, dev, v), w90.TmaWgradLaunch(p, dev, v)
+    assume(fused.end == w90.END_FUSED)  # not one split (rounded into dw), nor a grid past one wave
+    by_reduce.end = w90.END_PARTIALS
+    got = [cp.empty(w_shape, dtype=dt) for _ in range(3)]
+    for out in got[:2]:
+        fused(xg, dyg, out)
+    by_reduce(xg, dyg, got[2])
+    bits = [g.view(cp.uint16) for g in got]
+    assert bool((bits[0] == bits[1]).all()) and bool((bits[0] == bits[2]).all()), fused.describe()
+    want = cuconv.conv2d_weight_grad(x.astype(np.float64), dy.astype(np.float64), w_shape, **kw)
+    assert rel_error(got[0], want) <= TOLERANCE[dtype]
+    e = cuconv.explain_weight_grad(xg, dyg, w_shape, **kw)
+    assert "by the grid itself" in e.detail, e.detail
 
 
 def _split_order_sum(ws: np.ndarray) -> np.ndarray:

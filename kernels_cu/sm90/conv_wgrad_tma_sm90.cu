@@ -11,9 +11,12 @@
 //   consumers  warpgroup w owns filters [64 w, 64 w + 64) of the CTA's BM: BK / 16 wgmma m64nBNk16 per
 //              tile with both operands transposed; a slot is released when the wgmmas of the next
 //              tile are issued and those of this one have retired (wait_group 1).
-//   epilogue   the fp32 partial sums -> ws[split][g Kg + k][j] (wgrad_common.cuh); the reduce entry adds
-//              the splits in a fixed order. With one split (`direct`) ws is dw, and the sums are rounded
-//              into it: no workspace, no reduce.
+//   epilogue   by `mode` (WgradEnd, wgrad_common.cuh): the fp32 partial sums -> ws[split][g Kg + k][j],
+//              which the reduce entry then adds in a fixed order (kWgradPartials); with one split, the
+//              sums rounded into dw (kWgradDirect: no workspace, no reduce); or the partial sums stored,
+//              the tile's splits met at its counter (counters[tile]) and each split's share of the tile
+//              added into dw by the consumers, in the reduce entry's order (kWgradFused: a one-wave grid,
+//              no reduce launch).
 // A split covers whole tiles of BK pixels (the host's split length is a multiple of BK); the last
 // split's boxes run past the last pixel, where both tensors read as zeros (dy past its rows, x past
 // its last image), so no partial tile needs a mask. Columns past the group's R*S*Cg are not loaded
@@ -79,10 +82,12 @@ __device__ __forceinline__ void produce(const c9::TmaDescriptor& tmap_x, const c
 }
 
 // A consumer warpgroup (`wg`): its 64 filters of the split, a slot released once the wgmmas of the next one
-// are issued and its own have retired, the sums stored to the split's workspace plane (`direct`: rounded into
-// dw, which `ws` then is).
-__device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradGeometry& geo, const c9::WgradSplit& sp,
-                                        uint32_t smem, uint32_t full0, uint32_t empty0, int wg, int lane, bool direct) {
+// are issued and its own have retired, then the CTA's end by `mode` (the ring's shared memory, free by then,
+// holds the fused reduce's run sums).
+__device__ __forceinline__ void consume(float* __restrict__ ws, elem_t* __restrict__ dw, unsigned* counters,
+                                        const cs::WgradGeometry& geo, const c9::WgradSplit& sp, uint32_t smem,
+                                        unsigned char* smem_ptr, uint32_t full0, uint32_t empty0, int wg, int lane,
+                                        int mode) {
   c9::RingState<kStages> ring;
   float acc[kBN / 2];
 #pragma unroll
@@ -100,19 +105,26 @@ __device__ __forceinline__ void consume(float* __restrict__ ws, const cs::WgradG
   }
   c9::wgmma_wait<0>();
   c9::fence_accumulators(acc);
-  if (direct)
-    c9::store_wgrad_tile<elem_t>(acc, reinterpret_cast<elem_t*>(ws), geo, 0, sp.group,
-                                 (long long)sp.m_tile * kBM, (long long)sp.n_tile * kBN, wg);
-  else
-    c9::store_wgrad_partials(acc, ws, geo, sp.index, sp.group, (long long)sp.m_tile * kBM,
-                             (long long)sp.n_tile * kBN, wg);
+  const int m0 = sp.m_tile * kBM, n0 = sp.n_tile * kBN;
+  if (mode == c9::kWgradDirect) {
+    c9::store_wgrad_tile<elem_t>(acc, dw, geo, 0, sp.group, m0, n0, wg);
+    return;
+  }
+  c9::store_wgrad_partials(acc, ws, geo, sp.index, sp.group, m0, n0, wg);
+  if (mode == c9::kWgradFused) {
+    const int tile = (sp.group * geo.m_tiles + sp.m_tile) * geo.n_tiles + sp.n_tile;
+    c9::wgrad_tile_barrier<128 * kConsumers>(counters + tile, sp.index, geo.splits);
+    c9::reduce_wgrad_share<128 * kConsumers>(ws, dw, geo, sp.group, m0, n0, sp.index,
+                                             reinterpret_cast<float4*>(smem_ptr));
+  }
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __grid_constant__ c9::TmaDescriptor tmap_dy,
-                   float* __restrict__ ws, cs::WgradGeometry geo, int direct) {
+                   float* __restrict__ ws, elem_t* __restrict__ dw, unsigned* counters, cs::WgradGeometry geo,
+                   int mode) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[2 * kStages];  // full[s], then empty[s]
   const uint32_t smem = (cuconv::smem_u32(smem_raw) + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
@@ -132,7 +144,8 @@ CUCONV_KERNEL_NAME(const __grid_constant__ c9::TmaDescriptor tmap_x, const __gri
   if (warp == 4 * kConsumers) {
     if (lane == 0) produce(tmap_x, tmap_dy, geo, sp, smem, full0, empty0);
   } else {
-    consume(ws, geo, sp, smem, full0, empty0, warp / 4, lane, direct != 0);
+    consume(ws, dw, counters, geo, sp, smem, smem_raw + (smem - cuconv::smem_u32(smem_raw)), full0, empty0, warp / 4,
+            lane, mode);
   }
 }
 

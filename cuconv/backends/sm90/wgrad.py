@@ -12,7 +12,9 @@ Where the channels per group are a multiple of 64 (and the TMA descriptors' limi
 warp brings dy in tiled boxes and x in im2col boxes (64 output pixels x 64 channels of one tap, the
 boxes of the forward kernel's loader turned on their side), and the consumer warpgroups only multiply.
 Its descriptors depend on the operands' addresses: :class:`TmaWgradLaunch` encodes them once per
-address pair and keeps the last few.
+address pair and keeps the last few. Its split grid needs no reduce launch where all of its CTAs are
+resident at once: each adds its share of its tile's partial sums into dw once the tile's splits have
+stored theirs (:data:`END_FUSED`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
 __all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tile_time", "TMA_TILES", "tma_declines", "TmaWgradLaunch",
-           "launch_for", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth", "exchanged_roles",
+           "launch_for", "END_PARTIALS", "END_DIRECT", "END_FUSED", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth", "exchanged_roles",
            "ExchangedRoles", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_wgrad_sm90.cu"
@@ -96,44 +98,78 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
 _RECORDS = 8
 
 
+#: How a CTA of the TMA form ends (``WgradEnd`` of kernels_cu/sm90/wgrad_common.cuh): partial sums for the
+#: reduce launch, one split's sums rounded into dw, or the reduce done inside the grid.
+END_PARTIALS, END_DIRECT, END_FUSED = 0, 1, 2
+
+
 class TmaWgradLaunch(WgradLaunch):
     """The launches of the TMA form: the main kernel's arguments are x's im2col descriptor (boxes of 64
     output pixels x 64 channels) and dy's tiled one (boxes of 64 filters x 64 pixels), encoded for the
     operands' addresses and kept for the last few address pairs (a training loop reuses its buffers).
-    With one split the epilogue rounds the sums into dw (``direct``): no workspace, no reduce launch."""
+
+    How the splits meet (:attr:`end`): with one split the epilogue rounds the sums into dw
+    (:data:`END_DIRECT`: no workspace, no reduce launch); where every CTA of the split grid is resident at
+    once (the driver's occupancy times the SMs), each CTA stores its partial sums, waits at its tile's
+    counter for the tile's other splits and adds its share of the tile into dw in the reduce launch's order
+    (:data:`END_FUSED`: the same bits, one launch); otherwise the reduce launch follows
+    (:data:`END_PARTIALS`)."""
 
     def __init__(self, p: ConvProblem, device, v: WgradVariant):
+        from ...launch import resident_blocks
         self._records = LaunchRecords(_RECORDS)
         super().__init__(p, device, v)
-        self.direct = self.splits.count == 1
+        ctas = self._grid[0] * self._grid[1] * self._grid[2]
+        if self.splits.count == 1:
+            self.end = END_DIRECT
+        elif ctas <= resident_blocks(self._fn, v.threads, v.smem) * max(device.sm_count, 1):
+            self.end = END_FUSED
+        else:
+            self.end = END_PARTIALS
+        self.ctas = ctas
+
+    @property
+    def direct(self) -> bool:
+        return self.end == END_DIRECT
 
     def describe(self) -> str:
-        if not self.direct:
-            return super().describe()
-        v = self.variant
-        return (f"{v.name}: tile {v.bm}x{v.bn}x{v.bk}, TMA boxes from a producer warp, {self.splits.tiles} output "
-                f"tile(s) in one split, the sums rounded into dw by the epilogue (no partial sums, no reduce)")
+        v, sp = self.variant, self.splits
+        head = f"{v.name}: tile {v.bm}x{v.bn}x{v.bk}, TMA boxes from a producer warp, "
+        if self.end == END_DIRECT:
+            return head + (f"{sp.tiles} output tile(s) in one split, the sums rounded into dw by the epilogue "
+                           f"(no partial sums, no reduce)")
+        if self.end == END_FUSED:
+            return head + (f"{sp.tiles} output tile(s) x {sp.count} split(s) of {sp.length} pixels, fp32 partial sums "
+                           f"({4 * sp.count * self.count} bytes) added in a fixed order by the grid itself (its "
+                           f"{self.ctas} CTAs resident at once meet at their tiles' counters; no reduce launch)")
+        return super().describe() + f" (a second launch: the grid's {self.ctas} CTAs are not all resident at once)"
 
     def __call__(self, x, dy, dw) -> None:
-        if self.direct:
-            return self._launch_main(x, dy, dw)
-        return super().__call__(x, dy, dw)
+        if self.end == END_DIRECT:
+            return self._launch_main(x, dy, dw, dw, dw)  # workspace and counters unused
+        ws = scratch("weight-gradient partial sums", (self.splits.count * self.count,), np.float32)
+        if self.end == END_FUSED:
+            counters = scratch("weight-gradient tile counters", (self.splits.tiles,), np.uint32, zeroed=True)
+            return self._launch_main(x, dy, ws, dw, counters)
+        self._launch_main(x, dy, ws, dw, dw)
+        self._reduce(ws.data.ptr, dw.data.ptr)
 
     def _pack(self, args, slots):
         return None  # packed per address pair, in _launch_main
 
-    def _launch_main(self, x, dy, ws) -> None:
+    def _launch_main(self, x, dy, ws, dw, counters) -> None:
         from .tensormap import encode_im2col_x, encode_tiled_c, tma_box_params
         key = (x.data.ptr, dy.data.ptr)
         launch = self._records.get(key)
         if launch is None:
             p = self.problem
+            null = np.uint64(0)
             args = (encode_im2col_x(p, x.data.ptr, tma_box_params(p, _BK, 64)),
-                    encode_tiled_c(p, dy.data.ptr, block_m=_BK, chunk_n=64), np.uint64(0), self._geometry,
-                    np.int32(self.direct))
-            launch = super()._pack(args, slots=(2,))
+                    encode_tiled_c(p, dy.data.ptr, block_m=_BK, chunk_n=64), null, null, null, self._geometry,
+                    np.int32(self.end))
+            launch = super()._pack(args, slots=(2, 3, 4))
             self._records.put(key, launch)
-        launch(ws.data.ptr)
+        launch(ws.data.ptr, dw.data.ptr, counters.data.ptr)
 
 
 def padded_filters(p: ConvProblem) -> Optional[ConvProblem]:
