@@ -102,6 +102,12 @@ _RECORDS = 8
 #: reduce launch, one split's sums rounded into dw, or the reduce done inside the grid.
 END_PARTIALS, END_DIRECT, END_FUSED = 0, 1, 2
 
+#: Tile counters at the start of the split grid's scratch buffer (uint32 each, zero when the buffer is
+#: allocated and after every fused launch); the partial sums follow them, so one scratch lookup serves both
+#: and no problem's partial sums ever overlap another's counters. A grid of more output tiles (never one
+#: whose CTAs are all resident) ends by the reduce launch.
+TILE_COUNTERS = 4096
+
 
 class TmaWgradLaunch(WgradLaunch):
     """The launches of the TMA form: the main kernel's arguments are x's im2col descriptor (boxes of 64
@@ -122,11 +128,13 @@ class TmaWgradLaunch(WgradLaunch):
         ctas = self._grid[0] * self._grid[1] * self._grid[2]
         if self.splits.count == 1:
             self.end = END_DIRECT
-        elif ctas <= resident_blocks(self._fn, v.threads, v.smem) * max(device.sm_count, 1):
+        elif (ctas <= resident_blocks(self._fn, v.threads, v.smem) * max(device.sm_count, 1)
+              and self.splits.tiles <= TILE_COUNTERS):
             self.end = END_FUSED
         else:
             self.end = END_PARTIALS
         self.ctas = ctas
+        self._ws_words = self.splits.count * self.count  # fp32 partial sums
 
     @property
     def direct(self) -> bool:
@@ -146,18 +154,21 @@ class TmaWgradLaunch(WgradLaunch):
 
     def __call__(self, x, dy, dw) -> None:
         if self.end == END_DIRECT:
-            return self._launch_main(x, dy, dw, dw, dw)  # workspace and counters unused
-        ws = scratch("weight-gradient partial sums", (self.splits.count * self.count,), np.float32)
+            return self._launch_main(x, dy, 0, dw.data.ptr, 0)  # no workspace, no counters
+        buf = scratch("weight-gradient tile counters and partial sums", (TILE_COUNTERS + self._ws_words,), np.uint32,
+                      zeroed=True)
+        counters = buf.data.ptr
+        ws = counters + 4 * TILE_COUNTERS
         if self.end == END_FUSED:
-            counters = scratch("weight-gradient tile counters", (self.splits.tiles,), np.uint32, zeroed=True)
-            return self._launch_main(x, dy, ws, dw, counters)
-        self._launch_main(x, dy, ws, dw, dw)
-        self._reduce(ws.data.ptr, dw.data.ptr)
+            return self._launch_main(x, dy, ws, dw.data.ptr, counters)
+        self._launch_main(x, dy, ws, dw.data.ptr, 0)
+        self._reduce(ws, dw.data.ptr)
 
     def _pack(self, args, slots):
         return None  # packed per address pair, in _launch_main
 
-    def _launch_main(self, x, dy, ws, dw, counters) -> None:
+    def _launch_main(self, x, dy, ws: int, dw: int, counters: int) -> None:
+        """The main kernel on ``x`` and ``dy`` with the workspace, dw and counters at those addresses."""
         from .tensormap import encode_im2col_x, encode_tiled_c, tma_box_params
         key = (x.data.ptr, dy.data.ptr)
         launch = self._records.get(key)
@@ -169,7 +180,7 @@ class TmaWgradLaunch(WgradLaunch):
                     np.int32(self.end))
             launch = super()._pack(args, slots=(2, 3, 4))
             self._records.put(key, launch)
-        launch(ws.data.ptr, dw.data.ptr, counters.data.ptr)
+        launch(ws, dw, counters)
 
 
 def padded_filters(p: ConvProblem) -> Optional[ConvProblem]:
