@@ -764,14 +764,22 @@ def _weight_key(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, b
         return None
 
 
-@on_device_of(1)
 def _weight_grad(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision):
     key = _weight_key(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision)
     replay = None if key is None else _WGRAD_CALLS.get(key)
-    if replay:
+    if replay:  # a signature seen before: the replay makes the operands' GPU current itself where it is not
         result = replay(x, dy)
         if result is not None:
             return result
+    return _weight_grad_on_device(key, replay, nd, x, dy, w_shape, stride, padding, dilation, groups, layout,
+                                  bias_grad, kernel, precision)
+
+
+@on_device_of(3)
+def _weight_grad_on_device(key, replay, nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad,
+                           kernel, precision):
+    """A weight-gradient call the memo cannot replay: validated and computed (and its replay memoised under
+    ``key``), with x's GPU current."""
     p, xp, cf, x_n, dy_n, _ = _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout,
                                                     precision)
     if not isinstance(bias_grad, bool):
@@ -811,8 +819,8 @@ def _weight_replay(p, x, dy, x_n, dy_n, cf, bias_grad: bool, kernel):
 
     def run_of(x_align, dy_align):
         return _wgrad_choice(p, device, x_align, dy_align, kernel)[0]
-    return WeightReplay((p.out_channels, *p.filter_spatial, p.channels_per_group), x.dtype, run_of,
-                        _bias_grad if bias_grad else None)
+    return WeightReplay((p.out_channels, *p.filter_spatial, p.channels_per_group), x.dtype, x.data.device_id,
+                        run_of, _bias_grad if bias_grad else None)
 
 
 def _weight_grad_operands(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, precision):

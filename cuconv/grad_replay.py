@@ -154,25 +154,30 @@ class OnePhaseInput(_Input):
 
 
 class WeightReplay:
-    """The weight gradient on its GEMM kernel: ``run_of(x_align, dy_align)`` gives the packed launch pair
+    """The weight gradient on its GEMM kernel, on GPU ``device_id`` (made current for the call where another
+    is): ``run_of(x_align, dy_align)`` gives the packed launch pair
     (:class:`~cuconv.backends.sm80.wgrad.WgradLaunch`) for operands at those addresses modulo 16, or
     None (the full path runs); ``bias_of``: also the bias gradient, ``bias_of(dy)`` (the full path's
     function), or None."""
 
-    def __init__(self, dw_shape: Tuple[int, ...], dtype, run_of: Callable, bias_of: Optional[Callable]):
+    def __init__(self, dw_shape: Tuple[int, ...], dtype, device_id: int, run_of: Callable,
+                 bias_of: Optional[Callable]):
         import cupy as cp
-        self._empty = cp.empty
-        self.dw_shape, self.dtype, self._bias_of = dw_shape, dtype, bias_of
+        self._new, self._current_device, self._device = cp.ndarray, cp.cuda.runtime.getDevice, cp.cuda.Device
+        self.dw_shape, self.dtype, self.device_id, self._bias_of = dw_shape, dtype, device_id, bias_of
         self._run_of = run_of
         self._runs = {}
 
     def __call__(self, x, dy) -> Optional[object]:
+        if self._current_device() != self.device_id:
+            with self._device(self.device_id):
+                return self(x, dy)
         align = (x.data.ptr & 15, dy.data.ptr & 15)
         run = self._runs.get(align)
         if run is None:
             run = self._runs[align] = self._run_of(*align) or False
         if run is False:
             return None
-        dw = self._empty(self.dw_shape, dtype=self.dtype)
+        dw = self._new(self.dw_shape, self.dtype)
         run(x, dy, dw)
         return dw if self._bias_of is None else (dw, self._bias_of(dy))
