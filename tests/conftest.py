@@ -136,6 +136,27 @@ def assert_close(out, ref, dtype_name, context=""):
     assert err <= TOLERANCE[dtype_name], f"relative error {err:.3g} > {TOLERANCE[dtype_name]} ({dtype_name}) {context}"
 
 
+def split_order_sum(ws: np.ndarray) -> np.ndarray:
+    """common/split_sum.cuh's order in float32: G runs of ceil(splits / G) consecutive splits (G = 1 below
+    16 splits, doubling while there are 16 G or more, at most 16), each summed from zero in split order,
+    then the runs' sums in run order."""
+    splits = ws.shape[0]
+    g = 1
+    while g < 16 and splits >= 16 * g:
+        g *= 2
+    length = -(-splits // g)
+    runs = []
+    for r in range(g):
+        run = np.zeros(ws.shape[1], dtype=np.float32)
+        for s in range(r * length, min(splits, (r + 1) * length)):
+            run = (run + ws[s]).astype(np.float32)
+        runs.append(run)
+    total = runs[0]
+    for run in runs[1:]:
+        total = (total + run).astype(np.float32)
+    return total
+
+
 def nvrtc_available() -> bool:
     """True when cuda-bindings can load NVRTC (the CPU compile tests need it)."""
     try:
@@ -166,12 +187,12 @@ def host_shared_library(folder, source, flags=()):
     return ctypes.CDLL(str(so))
 
 
-def kernel_source_library(folder, harness: str):
+def kernel_source_library(folder, harness: str, flags=()):
     """``harness`` (C++ that ``#include``s kernels_cu/ sources) built for this CPU by
     :func:`host_shared_library`, with a host ``common/types.cuh`` (the fixed-width integer types) ahead
     of the real one, which holds PTX conversions a host compiler cannot build; and the real
-    ``common/fast_div.cuh`` beside it. For kernels whose code is index arithmetic and copies, run
-    thread by thread on the CPU."""
+    ``common/fast_div.cuh`` beside it; ``flags``: more compiler options. For kernels whose code is index
+    arithmetic and copies, run thread by thread on the CPU."""
     from pathlib import Path
 
     from cuconv.compiler import kernels_dir
@@ -181,7 +202,7 @@ def kernel_source_library(folder, harness: str):
     (folder / "common" / "fast_div.cuh").write_text((kernels_dir("cu") / "common" / "fast_div.cuh").read_text())
     src = folder / "harness.cpp"
     src.write_text(harness)
-    return host_shared_library(folder, src, (f"-I{folder}", f"-I{kernels_dir('cu')}"))
+    return host_shared_library(folder, src, (f"-I{folder}", f"-I{kernels_dir('cu')}", *flags))
 
 
 def find_cuobjdump():

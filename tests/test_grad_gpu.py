@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import cuconv
 
-from conftest import DTYPES, TOLERANCE, hopper_available, needs_hopper, rel_error
+from conftest import DTYPES, TOLERANCE, hopper_available, needs_hopper, rel_error, split_order_sum
 
 pytestmark = pytest.mark.gpu
 
@@ -532,27 +532,6 @@ def test_sm90_wgrad_fused_split_end_gives_the_reduce_launchs_bits(cp, groups, cg
     assert "by the grid itself" in e.detail, e.detail
 
 
-def _split_order_sum(ws: np.ndarray) -> np.ndarray:
-    """common/split_sum.cuh's order in float32: G runs of ceil(splits / G) consecutive splits (G = 1 below
-    16 splits, doubling while there are 16 G or more, at most 16), each summed from zero in split order,
-    then the runs' sums in run order."""
-    splits = ws.shape[0]
-    g = 1
-    while g < 16 and splits >= 16 * g:
-        g *= 2
-    length = -(-splits // g)
-    runs = []
-    for r in range(g):
-        run = np.zeros(ws.shape[1], dtype=np.float32)
-        for s in range(r * length, min(splits, (r + 1) * length)):
-            run = (run + ws[s]).astype(np.float32)
-        runs.append(run)
-    total = runs[0]
-    for run in runs[1:]:
-        total = (total + run).astype(np.float32)
-    return total
-
-
 @pytest.mark.parametrize("K,C,hw,N", [(64, 64, 56, 32), (512, 512, 64, 1), (24, 16, 9, 3), (32, 3, 224, 32),
                                      (5, 3, 224, 32)])
 def test_split_reduce_adds_in_its_documented_order(cp, K, C, hw, N):
@@ -575,7 +554,7 @@ def test_split_reduce_adds_in_its_documented_order(cp, K, C, hw, N):
     ws_host = rng.standard_normal((splits, count)).astype(np.float32)
     ws, dw = cp.asarray(ws_host), cp.empty(count, dtype=ml_dtypes.bfloat16)
     launch._reduce(ws.data.ptr, dw.data.ptr)
-    want = _split_order_sum(ws_host).astype(ml_dtypes.bfloat16)
+    want = split_order_sum(ws_host).astype(ml_dtypes.bfloat16)
     assert np.array_equal(dw.get().view(np.uint16), want.view(np.uint16)), (splits, count)
 
 

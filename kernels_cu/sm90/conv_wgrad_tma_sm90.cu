@@ -11,7 +11,7 @@
 //   consumers  warpgroup w owns filters [64 w, 64 w + 64) of the CTA's BM: BK / 16 wgmma m64nBNk16 per
 //              tile with both operands transposed; a slot is released when the wgmmas of the next
 //              tile are issued and those of this one have retired (wait_group 1).
-//   epilogue   by `mode` (WgradEnd, wgrad_common.cuh): the fp32 partial sums -> ws[split][g Kg + k][j],
+//   epilogue   by `mode` (WgradEnd, wgrad_fused_end.cuh): the fp32 partial sums -> ws[split][g Kg + k][j],
 //              which the reduce entry then adds in a fixed order (kWgradPartials); with one split, the
 //              sums rounded into dw (kWgradDirect: no workspace, no reduce); or the partial sums stored,
 //              the tile's splits met at its counter (counters[tile]) and each split's share of the tile
@@ -29,6 +29,7 @@
 #include "sm90/pipeline.cuh"
 #include "sm90/tma_im2col_loader.cuh"
 #include "sm90/wgrad_common.cuh"
+#include "sm90/wgrad_fused_end.cuh"
 
 constexpr int kConsumers = kBM / 64;
 constexpr int kThreads = 128 * kConsumers + 32;
@@ -114,8 +115,8 @@ __device__ __forceinline__ void consume(float* __restrict__ ws, elem_t* __restri
   if (mode == c9::kWgradFused) {
     const int tile = (sp.group * geo.m_tiles + sp.m_tile) * geo.n_tiles + sp.n_tile;
     c9::wgrad_tile_barrier<128 * kConsumers>(counters + tile, sp.index, geo.splits);
-    c9::reduce_wgrad_share<128 * kConsumers>(ws, dw, geo, sp.group, m0, n0, sp.index,
-                                             reinterpret_cast<float4*>(smem_ptr));
+    c9::reduce_wgrad_share<128 * kConsumers, kBM, kBN>(ws, dw, geo, sp.group, m0, n0, sp.index,
+                                                       reinterpret_cast<float4*>(smem_ptr));
   }
 }
 

@@ -98,7 +98,7 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
 _RECORDS = 8
 
 
-#: How a CTA of the TMA form ends (``WgradEnd`` of kernels_cu/sm90/wgrad_common.cuh): partial sums for the
+#: How a CTA of the TMA form ends (``WgradEnd`` of kernels_cu/sm90/wgrad_fused_end.cuh): partial sums for the
 #: reduce launch, one split's sums rounded into dw, or the reduce done inside the grid.
 END_PARTIALS, END_DIRECT, END_FUSED = 0, 1, 2
 
