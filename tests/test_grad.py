@@ -401,3 +401,63 @@ def test_gradient_convolutions_on_hopper_take_the_kernel_with_in_place_variants(
     assert "chosen over pointwise_mma" in e.detail, e.detail
     assert grad._forward_explanation(p, H100, *args, "pointwise_mma").kernel == "pointwise_mma"
     assert grad._forward_explanation(p, A100, *args, None).kernel == "pointwise_mma"
+
+
+@pytest.mark.parametrize("batch,resident,end", [(1, 2, "direct"), (32, 2, "fused"), (32, 0, "partials")])
+def test_sm90_wgrad_tma_launch_hands_each_end_its_addresses(monkeypatch, batch, resident, end):
+    """``TmaWgradLaunch`` picks its end from the split count and the occupancy, and hands the main kernel
+    (workspace, dw, counters): one split writes dw alone; a split grid takes one scratch buffer whose first
+    ``TILE_COUNTERS`` words are the tile counters (zeroed when allocated) and whose partial sums follow
+    them; the reduce launch, where it runs, reads those partial sums into dw."""
+    import cuconv.launch
+    from cuconv.backends.sm80 import wgrad as w80
+    from cuconv.backends.sm90 import tensormap
+    from cuconv.backends.sm90 import wgrad as w90
+    from cuconv.problem import ConvProblem
+
+    from conftest import DeviceBuf
+
+    launches, scratch_calls = [], []
+
+    class Recorder:
+        def __init__(self, fn, grid, block, smem, args, slots=()):
+            self.name, self.slots = fn, slots
+
+        def __call__(self, *ptrs):
+            launches.append((self.name, ptrs))
+
+    buf = DeviceBuf()
+
+    def scratch(purpose, shape, dtype, zeroed=False):
+        scratch_calls.append((purpose, tuple(shape), np.dtype(dtype), zeroed))
+        return buf
+
+    monkeypatch.setattr(w80, "load_cuda_function", lambda source, dev, defines, name, smem=0: name)
+    monkeypatch.setattr(w80, "PackedLaunch", Recorder)
+    monkeypatch.setattr(cuconv.launch, "resident_blocks", lambda fn, threads, smem: resident)
+    monkeypatch.setattr(w90, "scratch", scratch)
+    monkeypatch.setattr(tensormap, "encode_im2col_x", lambda *a, **k: np.zeros(16, np.uint64))
+    monkeypatch.setattr(tensormap, "encode_tiled_c", lambda *a, **k: np.zeros(16, np.uint64))
+    monkeypatch.setattr(tensormap, "tma_box_params", lambda *a, **k: None)
+    p = ConvProblem.create(nd=2, batch=batch, in_spatial=(8, 8) if batch == 1 else (56, 56), channels=64,
+                           out_channels=64, filter_spatial=(1, 1), stride=1, dilation=1, padding=0, groups=1,
+                           dtype="bfloat16", layout="NHWC")
+    device = type("Device", (), {"sm_count": 132, "cc": (9, 0)})()
+    v = w90.variant(p, tma=True)
+    run = w90.TmaWgradLaunch(p, device, v)
+    assert run.end == {"direct": w90.END_DIRECT, "fused": w90.END_FUSED, "partials": w90.END_PARTIALS}[end]
+    x, dy, dw = DeviceBuf(), DeviceBuf(), DeviceBuf()
+    run(x, dy, dw)
+    main, ws = v.name, buf.data.ptr + 4 * w90.TILE_COUNTERS
+    if end == "direct":
+        assert run.splits.count == 1 and not scratch_calls and launches == [(main, (0, dw.data.ptr, 0))]
+        return
+    assert run.splits.count > 1 and run.splits.tiles <= w90.TILE_COUNTERS
+    assert scratch_calls == [(scratch_calls[0][0], (w90.TILE_COUNTERS + run.splits.count * run.count,),
+                              np.dtype(np.uint32), True)]
+    if end == "fused":
+        assert launches == [(main, (ws, dw.data.ptr, buf.data.ptr))]
+        assert "by the grid itself" in run.describe()
+    else:
+        assert launches == [(main, (ws, dw.data.ptr, 0)), (main + "_reduce", (ws, dw.data.ptr))]
+        assert "a second launch" in run.describe()
