@@ -135,7 +135,7 @@ struct Job {
   unsigned* counters;     // null: no tile barrier (share_only)
   int* arrived;           // [tiles][splits]: the launch each split of the tile last arrived for
   std::atomic<int>* early;
-  int launch, bm, bn;
+  int launch;
   Geo geo;
 };
 
@@ -227,7 +227,7 @@ int fused_grid(const float* partials, float* ws, elem_t* dw, unsigned* counters,
   if (!fn) return -1;
   std::atomic<int> early{0};
   for (int l = 1; l <= launches; ++l) {
-    Job j{partials, ws, dw, counters, arrived, &early, l, bm, bn, {splits, Kg, K, cols}};
+    Job j{partials, ws, dw, counters, arrived, &early, l, {splits, Kg, K, cols}};
     Ctas ctas = grid(j.geo, groups, bm, bn);
     cuconv::stuck = false;
     cuconv::deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -243,7 +243,7 @@ int share_only(float* ws, elem_t* dw, int nt, int bm, int bn, int splits, int Kg
   const Entry fn = entry_of(nt, bm, bn);
   if (!fn) return -1;
   std::atomic<int> early{0};
-  Job j{nullptr, ws, dw, nullptr, nullptr, &early, 1, bm, bn, {splits, Kg, K, cols}};
+  Job j{nullptr, ws, dw, nullptr, nullptr, &early, 1, {splits, Kg, K, cols}};
   for (auto& c : grid(j.geo, groups, bm, bn)) {
     Ctas one;
     one.push_back(std::move(c));

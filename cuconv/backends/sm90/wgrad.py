@@ -136,10 +136,6 @@ class TmaWgradLaunch(WgradLaunch):
         self.ctas = ctas
         self._ws_words = self.splits.count * self.count  # fp32 partial sums
 
-    @property
-    def direct(self) -> bool:
-        return self.end == END_DIRECT
-
     def describe(self) -> str:
         v, sp = self.variant, self.splits
         head = f"{v.name}: tile {v.bm}x{v.bn}x{v.bk}, TMA boxes from a producer warp, "
