@@ -1207,7 +1207,8 @@ def conv_transpose_output_shape(x_shape: Sequence[int], w_shape: Sequence[int], 
                          f"got shape {tuple(w_shape)} ({layout})")
     if Cin % groups:
         raise ValueError(f"groups: must divide the input channels C_in={Cin}, got {groups}")
-    size = [(i - 1) * s - lo - hi + (f - 1) * d + o + 1 for i, s, (lo, hi), f, d, o in zip(I, stride, pads, F, dilation, op)]
+    size = [(i - 1) * s - lo - hi + (f - 1) * d + o + 1
+            for i, s, (lo, hi), f, d, o in zip(I, stride, pads, F, dilation, op)]
     if any(v < 1 for v in size):
         raise ValueError(f"output size: must be >= 1 in every spatial dim, got {tuple(size)} from input "
                          f"{tuple(I)}, filter {tuple(F)}, stride {stride}, padding {pads}, dilation {dilation}, "

@@ -5,7 +5,8 @@ layout both operands are stored in, so the kernel (kernels_cu/sm80/conv2d_wgrad_
 with ``ldmatrix.trans`` (dy through the linear loader, x through the transposed im2col loader). A
 weight gradient has few output tiles and a long reduction, so the pixels are split across CTAs
 (:func:`choose_splits`: whole waves of CTAs); each split writes fp32 partial sums to a workspace (a
-:mod:`cuconv.scratch` buffer), and a second launch adds them in an order fixed by the split count and casts. Same bits on every run.
+:mod:`cuconv.scratch` buffer), and a second launch adds them in an order fixed by the split count and
+casts. Same bits on every run.
 
 CuPy is imported only inside functions.
 """

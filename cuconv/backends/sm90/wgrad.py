@@ -33,9 +33,10 @@ from ..sm80.wgrad import WgradLaunch, WgradVariant, choose_splits
 from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
 
-__all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tile_time", "TMA_TILES", "tma_declines", "TmaWgradLaunch",
-           "launch_for", "END_PARTIALS", "END_DIRECT", "END_FUSED", "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth", "exchanged_roles",
-           "ExchangedRoles", "COMPILE_VARIANTS"]
+__all__ = ["SOURCE", "TMA_SOURCE", "STAGES", "declines", "variant", "tile_for", "tma_tile_for", "tile_time",
+           "TMA_TILES", "tma_declines", "TmaWgradLaunch", "launch_for", "END_PARTIALS", "END_DIRECT", "END_FUSED",
+           "padded_filters", "PaddedFilters", "folded_width", "fold_declined", "folded_tile", "FoldedWidth",
+           "exchanged_roles", "ExchangedRoles", "COMPILE_VARIANTS"]
 
 SOURCE = "sm90/conv_wgrad_sm90.cu"
 TMA_SOURCE = "sm90/conv_wgrad_tma_sm90.cu"
