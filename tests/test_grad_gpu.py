@@ -12,6 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cuconv
+from cuconv.backends.sm90.wgrad import TMA_TILES
 
 from conftest import DTYPES, TOLERANCE, hopper_available, needs_hopper, rel_error, split_order_sum
 
@@ -318,12 +319,12 @@ def _with_tile(tile, fn):
 @given(groups=st.sampled_from([1, 1, 2]), cg=st.sampled_from([64, 128]), kg=st.sampled_from([8, 64, 136, 200]),
        R=st.integers(1, 3), S=st.integers(1, 3), stride=st.integers(1, 2), pad=st.integers(0, 1),
        H=st.integers(5, 30), W=st.integers(5, 30), N=st.sampled_from([1, 2, 5]),
-       dtype=st.sampled_from(["bfloat16", "float16"]), tile=st.sampled_from([(128, 128), (128, 192), (128, 256)]))
+       dtype=st.sampled_from(["bfloat16", "float16"]), tile=st.sampled_from(TMA_TILES))
 def test_sm90_wgrad_tma_tiles_match_the_reference(cp, groups, cg, kg, R, S, stride, pad, H, W, N, dtype, tile):
-    """sm90_wgrad's TMA form on each of its tiles, forced (128, 192 or 256 columns): partial filter tiles,
-    columns past the last tile, groups, one split (the sums rounded into dw) or several (partial sums and the
-    reduce); against the float64 reference, two calls giving the same bits, and the explanation naming the
-    tile."""
+    """sm90_wgrad's TMA form on each of its tiles, forced (64 x 128 at 6 stages; 128 x 128, 192 or 256):
+    partial filter tiles, columns past the last tile, groups, one split (the sums rounded into dw) or several
+    (partial sums and the reduce); against the float64 reference, two calls giving the same bits, and the
+    explanation naming the tile and its ring depth."""
     rng = np.random.default_rng(13)
     dt = DTYPES[dtype]
     w_shape = (kg * groups, R, S, cg)
@@ -339,7 +340,7 @@ def test_sm90_wgrad_tma_tiles_match_the_reference(cp, groups, cg, kg, R, S, stri
         got = [cuconv.conv2d_weight_grad(xg, dyg, w_shape, kernel="sm90_wgrad", **kw) for _ in range(2)]
         return e, got
     e, (got, again) = _with_tile(tile, run)
-    assert f"tile {tile[0]}x{tile[1]}x64" in e.detail, e.detail
+    assert f"tile {tile[0]}x{tile[1]}x64" in e.detail and f"_s{tile[2]}:" in e.detail, e.detail
     assert got.dtype == dt and got.shape == w_shape
     assert rel_error(got, want) <= TOLERANCE[dtype], e.detail
     assert bool((got == again).all())

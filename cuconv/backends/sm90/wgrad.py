@@ -83,8 +83,8 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
     if tma is None:
         tma = tma_declines(p) is None
     if not (bm and bn):
-        auto_bm, auto_bn = tma_tile_for(p, sm_count) if tma else tile_for(p)
-        bm, bn = bm or auto_bm, bn or auto_bn
+        auto_bm, auto_bn, auto_stages = tma_tile_for(p, sm_count) if tma else (*tile_for(p), STAGES)
+        bm, bn, stages = bm or auto_bm, bn or auto_bn, stages or auto_stages
     stages = stages or STAGES
     name = f"conv2d_wgrad_{'tma_' if tma else ''}sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{stages}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_BM=bm, CUCONV_BN=bn, CUCONV_BK=_BK,
@@ -347,8 +347,11 @@ def launch_for(p: ConvProblem, device, v: WgradVariant) -> WgradLaunch:
     return TmaWgradLaunch(p, device, v) if v.tma else sm80_launch_for(p, device, v)
 
 
-#: The tiles the TMA form's automatic choice weighs (:func:`tma_tile_for`), the default first.
-TMA_TILES = ((128, 128), (128, 192), (128, 256))
+#: The tiles the TMA form's automatic choice weighs (:func:`tma_tile_for`), ``(bm, bn, stages)``, the default
+#: first. The 64 x 128 tile runs a ring of 6 stages, whose shared memory leaves one CTA per SM: it serves the
+#: layers of few rows per tile (few filters, or few columns over many pixels), where the 128-row tile's split
+#: grid needs twice the splits and its fused end twice the partial sums.
+TMA_TILES = ((128, 128, STAGES), (64, 128, 6), (128, 192, STAGES), (128, 256, STAGES))
 #: Modelled microseconds of one 64-pixel step per row of a TMA-form tile's operands (``bm + bn``): the kernel
 #: is bound by the bytes its boxes bring from L2 (128 per row and step), not by its multiply-adds (H100, bf16:
 #: a 128 x 128 step takes about 0.5 us where wgmma needs 0.28; 128 x 256 about 0.75). docs/tuning.md#T-wgrad-tile.
@@ -358,31 +361,42 @@ STEP_US_PER_ROW = 0.504 / 256
 DRAM_BYTES_PER_US = 2.9e6
 
 
-def tile_time(p: ConvProblem, bm: int, bn: int, sm_count: int) -> float:
-    """Modelled microseconds of ``p``'s weight gradient on the TMA form's ``bm x bn`` tile in the split grid
-    (:func:`~cuconv.backends.sm80.wgrad.choose_splits`' own choice and step count): its steps at
-    :data:`STEP_US_PER_ROW` per operand row, at least the time x and dy take to come from DRAM, plus the
-    partial sums written and read back by the reduce (none with one split: the epilogue rounds its sums
-    into dw)."""
-    v = variant(p, bm=bm, bn=bn, tma=True)
+def tile_time(p: ConvProblem, bm: int, bn: int, sm_count: int, stages: int = STAGES) -> float:
+    """Modelled microseconds of ``p``'s weight gradient on the TMA form's ``bm x bn`` tile (ring ``stages``
+    deep) in the split grid (:func:`~cuconv.backends.sm80.wgrad.choose_splits`' own choice and step count):
+    its steps at :data:`STEP_US_PER_ROW` per operand row, at least the time x and dy take to come from DRAM,
+    plus the partial sums written and read back by the reduce (none with one split: the epilogue rounds its
+    sums into dw)."""
+    v = variant(p, bm=bm, bn=bn, tma=True, stages=stages)
     sp = choose_splits(p, v, sm_count)
     operands = p.itemsize * (p.batch * p.channels * int(np.prod(p.in_spatial)) + p.gemm_m * p.out_channels)
     partials = 4 * sp.count * p.out_channels * p.gemm_k if sp.count > 1 else 0
     return max(sp.steps * STEP_US_PER_ROW * (bm + bn), operands / DRAM_BYTES_PER_US) + 2 * partials / DRAM_BYTES_PER_US
 
 
+def _empty_area(p: ConvProblem, bm: int, bn: int) -> int:
+    """Elements of a ``bm x bn`` tile past ``p``'s filters per group and columns (rounded up to the 64 of a
+    box), in one tile: the tile model's tie-break."""
+    rows, cols = 64 * -(-p.gemm_n // 64), 64 * -(-p.gemm_k // 64)
+    return bm * bn - min(bm, rows) * min(bn, cols)
+
+
 def tma_tile_for(p: ConvProblem, sm_count: int = 132):
-    """``(bm, bn)`` of the TMA form: 64 x 128 for few filters over many columns (a 128-row tile would be half
-    empty); else the tile of :data:`TMA_TILES` with the shortest :func:`tile_time` on ``sm_count`` SMs (ties:
-    the first). The wider tiles bring fewer bytes from L2 per multiply-add and win where their splits stay
-    long and their last column tile full; 192 columns fit a 3x3 filter's ``9 C`` whenever C is a multiple of
-    64 (H100, bf16, us, 128 x 128 / 192 / 256: VAE 3x3 512 -> 512 at 64x64 58.3 / 42.7 / 53.3, 256 -> 256 at
-    256x256 143.4 / 132.8 / 117.6, 128 -> 128 at 512x512 143.8 / 118.5 / 126.0); 128 columns where more
-    splits would be short or the reduce long (1x1 layers; ResNet-50's 3x3 128 -> 128 at 28x28, N=32).
-    Evidence: docs/tuning.md#T-wgrad-tile."""
+    """``(bm, bn, stages)`` of the TMA form: 64 x 128 with :data:`STAGES` stages (two CTAs per SM) for few
+    filters over many columns (a 128-row tile would be half empty); else the tile of :data:`TMA_TILES` with
+    the shortest :func:`tile_time` on ``sm_count`` SMs (ties, which the DRAM floor makes on memory-bound
+    1x1 layers: the tile with the fewest empty rows and columns, then the first). The wider tiles bring
+    fewer bytes from L2 per multiply-add and win where their splits stay long and their last column tile
+    full; 192 columns fit a 3x3 filter's ``9 C`` whenever C is a multiple of 64 (H100, bf16, us, 128 x 128 /
+    192 / 256: VAE 3x3 512 -> 512 at 64x64 58.3 / 42.7 / 53.3, 256 -> 256 at 256x256 143.4 / 132.8 / 117.6,
+    128 -> 128 at 512x512 143.8 / 118.5 / 126.0); 128 columns where more splits would be short or the
+    reduce long (ResNet-50's 3x3 128 -> 128 at 28x28, N=32); 64 x 128 at 6 stages where the 128-row tile
+    needs twice the splits for the same grid (1x1 layers of 512 or fewer columns or filters: ResNet-50's
+    128 -> 512 at 28x28, 512 -> 2048 at 7x7). Evidence: docs/tuning.md#T-wgrad-tile."""
     if p.gemm_n <= 64 and p.gemm_k >= 512:
-        return 64, 128
-    return min(TMA_TILES, key=lambda t: tile_time(p, t[0], t[1], sm_count))
+        return 64, 128, STAGES
+    times = {t: tile_time(p, t[0], t[1], sm_count, t[2]) for t in TMA_TILES}
+    return min(TMA_TILES, key=lambda t: (times[t], _empty_area(p, t[0], t[1])))
 
 
 def tile_for(p: ConvProblem):
@@ -412,7 +426,9 @@ def _compile_variants():
                                   stride=1, dilation=1, padding=1, groups=1, dtype=dtype, layout="NHWC")
     probs = (problem(64, 64, "bfloat16"), problem(64, 128, "bfloat16"), problem(256, 256, "bfloat16"),
              problem(64, 256, "float16"))
-    return [(v.source, dict(v.defines), "sm_90a") for q in probs for v in (variant(q, tma=False), variant(q, tma=True))]
+    vs = [v for q in probs for v in (variant(q, tma=False), variant(q, tma=True))]
+    vs += [variant(probs[2], bm=bm, bn=bn, tma=True, stages=st) for bm, bn, st in TMA_TILES]
+    return list({v.name: (v.source, dict(v.defines), "sm_90a") for v in vs}.values())
 
 
 #: Variants for the CPU compile test: every tile, both dtypes, both forms.
