@@ -15,6 +15,7 @@ import cuconv
 from cuconv.backends.sm90.wgrad import TMA_TILES
 
 from conftest import DTYPES, TOLERANCE, hopper_available, needs_hopper, rel_error, split_order_sum
+from geometry import cases
 
 pytestmark = pytest.mark.gpu
 
@@ -42,6 +43,74 @@ def test_gradients_match_the_cpu(cp, dtype, kw):
     assert isinstance(dx, cp.ndarray) and dx.dtype == dt and dx.shape == x.shape
     assert rel_error(dx, want_dx) <= TOLERANCE[dtype]
     assert rel_error(dw, want_dw) <= TOLERANCE[dtype]
+
+
+def _transposed_padding(case, out_spatial):
+    """``(padding pairs, output_padding)`` of the transposed convolution that maps ``case``'s output back to
+    its input's spatial shape, or None where the case's padding is a string ("same" / "valid")."""
+    if isinstance(case.padding, str):
+        return None
+    pads = case.padding if isinstance(case.padding, tuple) else ((case.padding, case.padding),) * case.nd
+    op = tuple(i - ((o - 1) * s - lo - hi + (f - 1) * d + 1)
+               for i, o, s, (lo, hi), f, d in zip(case.spatial, out_spatial, case.stride, pads, case.filt,
+                                                    case.dilation))
+    return pads, op
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=cases(nd=2, epilogue=False))
+def test_drawn_gradients_match_the_float64_reference(cp, case):
+    """Input and weight gradients and the transposed convolution on drawn geometries (stride, dilation,
+    asymmetric, "same" and "valid" padding, groups, NHWC and NCHW, fp16 / bf16 / fp32) on the GPU, against
+    the float64 CPU path on the same rounded operands; the weight gradient's bits are equal on a second
+    call; the transposed convolution (its output_padding giving back x's shape) matches the reference input
+    gradient."""
+    rng = np.random.default_rng(case.seed)
+    dt = DTYPES[case.dtype]
+    kw = case.conv_kwargs()
+    x = rng.standard_normal(case.x_shape()).astype(dt)
+    w = (rng.standard_normal(case.w_shape()) / np.sqrt(np.prod(case.w_shape()[1:]))).astype(dt)
+    y_shape = cuconv.conv2d(x.astype(np.float64), w.astype(np.float64), **kw).shape
+    dy = rng.standard_normal(y_shape).astype(dt)
+    x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
+    xg, wg, dyg = cp.asarray(x), cp.asarray(w), cp.asarray(dy)
+    dx = cuconv.conv2d_input_grad(dyg, wg, x.shape, **kw)
+    dw = cuconv.conv2d_weight_grad(xg, dyg, w.shape, **kw)
+    assert isinstance(dx, cp.ndarray) and dx.dtype == dt and dx.shape == x.shape
+    assert isinstance(dw, cp.ndarray) and dw.dtype == dt and dw.shape == w.shape
+    assert rel_error(dx, cuconv.conv2d_input_grad(dy64, w64, x.shape, **kw)) <= TOLERANCE[case.dtype], case
+    assert rel_error(dw, cuconv.conv2d_weight_grad(x64, dy64, w.shape, **kw)) <= TOLERANCE[case.dtype], case
+    assert bool((cuconv.conv2d_weight_grad(xg, dyg, w.shape, **kw) == dw).all()), case
+    tp = _transposed_padding(case, y_shape[1:3] if case.layout == "NHWC" else y_shape[2:])
+    if tp is not None:  # the transposed weight is the forward one: C_in = dy's channels first
+        t = cuconv.conv_transpose2d(dyg, wg, stride=case.stride, padding=tp[0], output_padding=tp[1],
+                                    dilation=case.dilation, groups=case.groups, layout=case.layout)
+        assert t.shape == x.shape and t.dtype == dt
+        assert rel_error(t, cuconv.conv2d_input_grad(dy64, w64, x.shape, **kw)) <= TOLERANCE[case.dtype], case
+
+
+@settings(max_examples=12, deadline=None)
+@given(case=cases(nd=2, dtypes=("float64",), epilogue=False, max_channels=8, max_spatial=8))
+def test_gpu_gradients_match_finite_differences_of_the_gpu_forward(cp, case):
+    """float64 on the GPU: along a random direction ``v``, the central difference of ``L = <conv(x, w), dy>``
+    (the GPU forward) equals ``<dx, v>`` for the input and ``<dw, v>`` for the weight (L is linear in each,
+    so the difference is exact to rounding)."""
+    rng = np.random.default_rng(case.seed)
+    kw = case.conv_kwargs()
+    x, w = cp.asarray(rng.standard_normal(case.x_shape())), cp.asarray(rng.standard_normal(case.w_shape()))
+    dy = cp.asarray(rng.standard_normal(cuconv.conv2d(x, w, **kw).shape))
+    dx = cuconv.conv2d_input_grad(dy, w, x.shape, **kw)
+    dw = cuconv.conv2d_weight_grad(x, dy, w.shape, **kw)
+
+    def loss(xa, wa):
+        return float((cuconv.conv2d(xa, wa, **kw) * dy).sum())
+    h = 0.5
+    for a, g, name in ((x, dx, "x"), (w, dw, "w")):
+        v = cp.asarray(rng.standard_normal(a.shape))
+        hi, lo = (loss(a + h * v, w), loss(a - h * v, w)) if name == "x" else (loss(x, a + h * v), loss(x, a - h * v))
+        fd, want = (hi - lo) / (2 * h), float((g * v).sum())
+        scale = float(cp.sqrt((g * g).sum() * (v * v).sum())) + 1e-300
+        assert abs(fd - want) <= 1e-9 * scale, (name, fd, want, case)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
