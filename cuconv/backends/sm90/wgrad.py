@@ -78,13 +78,15 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
     """The kernel for ``p``: ``bm`` filters x ``bn`` columns x 64 pixels per CTA, ``bm / 64``
     warpgroups (see :func:`tile_for`, and :func:`tma_tile_for` for the TMA form, which adds a producer
     warp); ``tma``: the TMA form (None: wherever :func:`tma_declines` allows); a ring ``stages`` deep
-    (None: :data:`STAGES`); ``sm_count``: the GPU's SMs, which the TMA form's tile choice weighs. CTAs per
+    (None: the automatic tile's where neither side is given, else :data:`STAGES`); ``sm_count``: the GPU's SMs, which the TMA form's tile choice weighs. CTAs per
     SM: as many of its shared-memory footprint as fit, at most two."""
     if tma is None:
         tma = tma_declines(p) is None
     if not (bm and bn):
         auto_bm, auto_bn, auto_stages = tma_tile_for(p, sm_count) if tma else (*tile_for(p), STAGES)
-        bm, bn, stages = bm or auto_bm, bn or auto_bn, stages or auto_stages
+        if not (bm or bn):  # the ring depth goes with the automatic tile, not with a forced side of it
+            stages = stages or auto_stages
+        bm, bn = bm or auto_bm, bn or auto_bn
     stages = stages or STAGES
     name = f"conv2d_wgrad_{'tma_' if tma else ''}sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{stages}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_BM=bm, CUCONV_BN=bn, CUCONV_BK=_BK,
