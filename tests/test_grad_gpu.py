@@ -45,16 +45,16 @@ def test_gradients_match_the_cpu(cp, dtype, kw):
     assert rel_error(dw, want_dw) <= TOLERANCE[dtype]
 
 
-def _transposed_padding(case, out_spatial):
-    """``(padding pairs, output_padding)`` of the transposed convolution that maps ``case``'s output back to
-    its input's spatial shape, or None where the case's padding is a string ("same" / "valid")."""
+def _output_padding(case, dy_shape):
+    """The output_padding that makes the transposed convolution of ``dy_shape`` give back ``case``'s input
+    shape (:func:`cuconv.conv_transpose_output_shape` without it, subtracted from x's), or None where the
+    case's padding is a string ("same" / "valid")."""
     if isinstance(case.padding, str):
         return None
-    pads = case.padding if isinstance(case.padding, tuple) else ((case.padding, case.padding),) * case.nd
-    op = tuple(i - ((o - 1) * s - lo - hi + (f - 1) * d + 1)
-               for i, o, s, (lo, hi), f, d in zip(case.spatial, out_spatial, case.stride, pads, case.filt,
-                                                    case.dilation))
-    return pads, op
+    base = cuconv.conv_transpose_output_shape(dy_shape, case.w_shape(), stride=case.stride, padding=case.padding,
+                                              dilation=case.dilation, groups=case.groups, layout=case.layout)
+    sl = slice(1, -1) if case.layout == "NHWC" else slice(2, None)
+    return tuple(i - b for i, b in zip(case.x_shape()[sl], base[sl]))
 
 
 @settings(max_examples=40, deadline=None)
@@ -81,9 +81,9 @@ def test_drawn_gradients_match_the_float64_reference(cp, case):
     assert rel_error(dx, cuconv.conv2d_input_grad(dy64, w64, x.shape, **kw)) <= TOLERANCE[case.dtype], case
     assert rel_error(dw, cuconv.conv2d_weight_grad(x64, dy64, w.shape, **kw)) <= TOLERANCE[case.dtype], case
     assert bool((cuconv.conv2d_weight_grad(xg, dyg, w.shape, **kw) == dw).all()), case
-    tp = _transposed_padding(case, y_shape[1:3] if case.layout == "NHWC" else y_shape[2:])
-    if tp is not None:  # the transposed weight is the forward one: C_in = dy's channels first
-        t = cuconv.conv_transpose2d(dyg, wg, stride=case.stride, padding=tp[0], output_padding=tp[1],
+    op = _output_padding(case, y_shape)
+    if op is not None:  # the transposed weight is the forward one: C_in = dy's channels first
+        t = cuconv.conv_transpose2d(dyg, wg, stride=case.stride, padding=case.padding, output_padding=op,
                                     dilation=case.dilation, groups=case.groups, layout=case.layout)
         assert t.shape == x.shape and t.dtype == dt
         assert rel_error(t, cuconv.conv2d_input_grad(dy64, w64, x.shape, **kw)) <= TOLERANCE[case.dtype], case

@@ -78,8 +78,9 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
     """The kernel for ``p``: ``bm`` filters x ``bn`` columns x 64 pixels per CTA, ``bm / 64``
     warpgroups (see :func:`tile_for`, and :func:`tma_tile_for` for the TMA form, which adds a producer
     warp); ``tma``: the TMA form (None: wherever :func:`tma_declines` allows); a ring ``stages`` deep
-    (None: the automatic tile's where neither side is given, else :data:`STAGES`); ``sm_count``: the GPU's SMs, which the TMA form's tile choice weighs. CTAs per
-    SM: as many of its shared-memory footprint as fit, at most two."""
+    (None: the automatic tile's where neither side is given, else :data:`STAGES`); ``sm_count``: the GPU's
+    SMs, which the TMA form's tile choice weighs. CTAs per SM: as many of its shared-memory footprint as fit,
+    at most two."""
     if tma is None:
         tma = tma_declines(p) is None
     if not (bm and bn):
