@@ -78,7 +78,8 @@ def test_config_invariants(case):
 
 @pytest.mark.parametrize("c, hw, filt, stride, vec, cv", [
     (144, 56, 3, 1, 4, 12),   # MobileNetV2: 36 vectors as 3 chunks of 12
-    (96, 56, 7, 1, 4, 12),    # ConvNeXt-T stage 1
+    (96, 56, 7, 1, 2, 24),    # ConvNeXt-T stage 1: a wide filter, 2-channel vectors
+    (384, 14, 7, 1, 2, 32),   # ConvNeXt-T stage 3: chunks of 64 channels
     (960, 7, 3, 1, 4, 16),
     (32, 112, 3, 1, 4, 8),
     (3, 16, 3, 1, 1, 3),      # odd C: one-channel vectors
@@ -87,6 +88,29 @@ def test_config_of_network_layers(c, hw, filt, stride, vec, cv):
     p = problem2d(N=32, H=hw, W=hw, C=c, K=c, R=filt, S=filt, stride=stride, padding=filt // 2, groups=c)
     cfg = dw_config(p)
     assert (cfg.vec, cfg.cv) == (vec, cv)
+    _check_invariants(p, cfg)
+
+
+@pytest.mark.parametrize("dtype, filt, stride, dilation, wide", [
+    ("bfloat16", 7, 1, 1, True),
+    ("float16", 9, 1, 1, True),
+    ("bfloat16", 5, 1, 1, False),   # below WIDE_MIN_S
+    ("bfloat16", 7, 2, 1, False),   # W stride 2: not measured with the wide shape
+    ("bfloat16", 7, 1, 2, False),   # dilated
+    ("float32", 7, 1, 1, False),    # fp32 windows keep 4-channel vectors
+])
+def test_wide_filters_take_two_channel_vectors_and_eight_output_windows(dtype, filt, stride, dilation, wide):
+    p = problem2d(N=8, H=28, W=28, C=192, K=192, R=filt, S=filt, stride=stride, dilation=dilation,
+                  padding=dilation * (filt // 2), groups=192, dtype=dtype)
+    cfg = dw_config(p)
+    assert cfg.wide is wide
+    if wide:
+        assert (cfg.vec, cfg.qt, cfg.cb) == (2, 8, 64)
+        assert "_v2i8_q8_b3_" in dw_variant(p, cfg)[0]  # 3 CTAs per SM: 16 accumulators, S x 2 weights
+    else:
+        assert cfg.vec == 4
+    # a backend that keeps the 4-channel shape (the CDNA kernel) asks for it
+    assert dw_config(p, wide_filters=False).wide is False and dw_config(p, wide_filters=False).vec == 4
     _check_invariants(p, cfg)
 
 

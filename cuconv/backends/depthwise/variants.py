@@ -39,6 +39,14 @@ MAX_THREADS = 256
 #: memory latency.
 _VEC = 4
 _MAX_CV = 16            # channel vectors per CTA: chunks of up to 64 channels
+#: Wide filters (docs/tuning.md#T-dw-wide-filter): 16-bit problems whose filter is at least this wide,
+#: at W stride and dilation 1, take vectors of :data:`_WIDE_VEC` channels and 8-output windows (16
+#: accumulators and S x 2 weights per thread, 3 CTAs per SM), in chunks of up to 64 channels
+#: (:data:`_WIDE_MAX_CV` vectors). Per filter row a thread then reads 14 input vectors for 8 outputs
+#: instead of 10 for 4, and widens 28 values instead of 40 for the same 112 multiply-adds.
+WIDE_MIN_S = 7
+_WIDE_VEC = 2
+_WIDE_MAX_CV = 32
 _MAX_TILE_COLS = 32     # output columns per tile
 _DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
@@ -61,6 +69,7 @@ class DwConfig:
     tiles_q: int
     chunks: int
     smem: int       # dynamic shared memory (bytes): fp32 taps + the input tile
+    wide: bool = False  # the wide-filter shape (:data:`WIDE_MIN_S`): 2-channel vectors, 8-output windows
 
     @property
     def cb(self) -> int:
@@ -114,12 +123,14 @@ def problem_axes(p: ConvProblem):
     return t, p.filter_spatial[-2], p.filter_spatial[-1], p.stride[-2:], p.dilation[-2:], p.out_spatial[-2:]
 
 
-def window_outputs(S: int, sw: int, Q: int) -> int:
+def window_outputs(S: int, sw: int, Q: int, wide: bool = False) -> int:
     """QT, the consecutive output pixels along W one thread computes: 8 for filters up to 5 wide at W
-    stride 1 and up to 3 wide at stride 2, else 4 (QT x VEC accumulators and S x VEC weights live in
-    registers: a wider window costs more occupancy than it saves in shared-memory reads), at most Q
-    rounded up to a power of two (docs/tuning.md#T-dw-big-filter)."""
-    return min(8 if (S <= 5 and sw == 1) or (S <= 3 and sw == 2) else 4, 1 << (Q - 1).bit_length())
+    stride 1 and up to 3 wide at stride 2, and for the wide-filter shape (``wide``: 2-channel vectors),
+    else 4 (QT x VEC accumulators and S x VEC weights live in registers: a wider window costs more
+    occupancy than it saves in shared-memory reads), at most Q rounded up to a power of two
+    (docs/tuning.md#T-dw-big-filter, #T-dw-wide-filter)."""
+    eight = wide or (S <= 5 and sw == 1) or (S <= 3 and sw == 2)
+    return min(8 if eight else 4, 1 << (Q - 1).bit_length())
 
 
 def pow2_divisor(n: int, cap: int) -> int:
@@ -130,11 +141,12 @@ def pow2_divisor(n: int, cap: int) -> int:
     return v
 
 
-def _channel_vectors(nvec: int, vec: int, mult: int) -> Optional[int]:
-    """Channel vectors per CTA: the fewest padded vectors over the chunks, then the most per CTA; the
-    chunk ``vec * cv`` must hold whole multiplier groups (``mult`` outputs of one input channel)."""
+def _channel_vectors(nvec: int, vec: int, mult: int, max_cv: int = _MAX_CV) -> Optional[int]:
+    """Channel vectors per CTA (at most ``max_cv``): the fewest padded vectors over the chunks, then the
+    most per CTA; the chunk ``vec * cv`` must hold whole multiplier groups (``mult`` outputs of one input
+    channel)."""
     best = None
-    for cv in range(min(_MAX_CV, nvec), 0, -1):
+    for cv in range(min(max_cv, nvec), 0, -1):
         if (vec * cv) % mult:
             continue
         waste = -(-nvec // cv) * cv - nvec
@@ -152,32 +164,36 @@ def _tile_cost(P: int, Q: int, tp: int, tq: int, rows: int, cols: int) -> int:
 
 
 def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = SMEM_TARGET,
-              buffers: int = CUDA_BUFFERS) -> Union[DwConfig, str]:
+              buffers: int = CUDA_BUFFERS, wide_filters: bool = True) -> Union[DwConfig, str]:
     """The launch shape for depthwise problem ``p`` (``groups == C``), or the reason there is none.
 
     Channels: vectors of :data:`_VEC` (or fewer, dividing C), chunks of up to 64 channels with the least
-    padding. Tile: each thread takes QT outputs along W (:func:`window_outputs`), and among the tiles of
+    padding; wide filters (:data:`WIDE_MIN_S`, where ``wide_filters``) vectors of :data:`_WIDE_VEC`.
+    Tile: each thread takes QT outputs along W (:func:`window_outputs`), and among the tiles of
     at most 256 threads, 32 columns and :data:`SMEM_TARGET` bytes the one with the least
     halo and padding work (:func:`_tile_cost`); one row over the target is shrunk until it fits
     :data:`SMEM_LIMIT`. ``smem_limit`` / ``smem_target`` are those two budgets and ``buffers`` the input
     tiles a CTA holds at once (another backend of the same kernel design passes its own: CDNA's LDS,
-    one tile)."""
+    one tile); ``wide_filters=False`` keeps wide filters on the 4-channel shape (a backend whose kernel
+    was not measured with the other)."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     esize = p.itemsize
     C, K = p.channels, p.out_channels
     mult = K // C
-    vec = pow2_divisor(C if mult == 1 else K, _VEC)
-    cv = _channel_vectors(K // vec, vec, mult)
+    wide = wide_filters and S >= WIDE_MIN_S and sw == 1 and dw == 1 and esize == 2
+    max_cv = _WIDE_MAX_CV if wide else _MAX_CV
+    vec = pow2_divisor(C if mult == 1 else K, _WIDE_VEC if wide else _VEC)
+    cv = _channel_vectors(K // vec, vec, mult, max_cv)
     while cv is None:                 # an odd multiplier and a wide vector: narrow the vector
         if vec == 1:
-            return (f"channel multiplier {mult}: a CTA's chunk of at most {_MAX_CV} channel vectors holds no whole "
+            return (f"channel multiplier {mult}: a CTA's chunk of at most {max_cv} channel vectors holds no whole "
                     f"group of {mult} outputs")
         vec //= 2
-        cv = _channel_vectors(K // vec, vec, mult)
+        cv = _channel_vectors(K // vec, vec, mult, max_cv)
     cb = vec * cv
     cin = cb // mult
     vin = pow2_divisor(math.gcd(cin, C), 16 // esize)
-    qt = window_outputs(S, sw, Q)
+    qt = window_outputs(S, sw, Q, wide)
     groups = MAX_THREADS // cv        # pixel groups of qt outputs per CTA
     taps_bytes = -(-T * R * S * cb * 4 // 16) * 16
 
@@ -211,25 +227,26 @@ def dw_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, smem_target: int = S
             return (f"the smallest tile (one row of {qt} pixels, {cb} channels) needs {smem} bytes of shared "
                     f"memory with this filter and dilation, over the {smem_limit} the kernel uses")
     cfg = DwConfig(vec=vec, vin=vin, cv=cv, qt=qt, tqg=tqg, tp=tp, mult=mult, in_rows=in_rows, in_cols=in_cols,
-                   cin=cin, tiles_p=-(-P // tp), tiles_q=-(-Q // (tqg * qt)), chunks=-(-K // cb), smem=smem)
+                   cin=cin, tiles_p=-(-P // tp), tiles_q=-(-Q // (tqg * qt)), chunks=-(-K // cb), smem=smem,
+                   wide=wide)
     if cfg.tiles(p) >= 2**31:
         return f"{cfg.tiles(p)} CTAs: over the 2**31 - 1 of a 1-D grid"
     return cfg
 
 
-def min_blocks(dtype: str, qt: int) -> int:
+def min_blocks(dtype: str, qt: int, wide: bool = False) -> int:
     """CTAs of 256 threads per SM the kernel's registers must allow (``__launch_bounds__``): 3 (<= 80
     registers) where ptxas fits the variant there without spilling, else 2. fp32 windows and the
-    8-output windows do not fit; tests/test_depthwise_compile.py checks every catalog variant for
-    spills."""
-    return 3 if dtype != "float32" and qt < 8 else 2
+    8-output windows of 4-channel vectors do not fit; the wide-filter shape's (``wide``: 2-channel
+    vectors) do. tests/test_depthwise_compile.py checks every catalog variant for spills."""
+    return 3 if dtype != "float32" and (qt < 8 or wide) else 2
 
 
 def dw_variant(p: ConvProblem, cfg: DwConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     T, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
     mult1 = int(cfg.mult == 1)
-    blocks = min_blocks(p.dtype, cfg.qt)
+    blocks = min_blocks(p.dtype, cfg.qt, cfg.wide)
     name = (f"depthwise_fprop_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_sw{sw}dw{dw}_v{cfg.vec}i{cfg.vin}_q{cfg.qt}_b{blocks}"
             f"_c{cfg.cb}" + ("" if mult1 else f"_m{cfg.mult}"))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DW_R=R, DW_S=S, DW_SW=sw, DW_DW=dw, DW_VEC=cfg.vec,
