@@ -99,17 +99,19 @@ def test_automatic_choice_takes_epilogue_terms_and_conv3d_off_the_16_byte_grid()
         assert why.kernel == KERNEL, str(why)
 
 
-def test_automatic_choice_leaves_short_reductions_to_few_channels_to_sm80():
-    """A detection head's 16 -> 1 map (YOLOv8 Detect.dfl) runs faster on sm80_igemm's pointwise loader."""
-    _, why = dispatch.select(problem2d(N=16, H=4, W=8400, C=16, K=1, R=1, S=1, padding=0), H100)
+def test_automatic_choice_leaves_short_reductions_to_few_channels():
+    """A map of 16 channels to 5 runs faster on sm80_igemm's pointwise loader; a detection head's 16 -> 1
+    (YOLOv8 Detect.dfl) is pointwise_narrow's, above both."""
+    _, why = dispatch.select(problem2d(N=16, H=8, W=840, C=16, K=5, R=1, S=1, padding=0), H100)
     assert why.kernel == "sm80_igemm" and "fewer than 8 channels" in why.declined[KERNEL], str(why)
-    _, why = dispatch.select(problem3d(C=16, K=3, T=1, R=1, S=1, padding=0), H100)  # sm80_igemm serves conv2d only
+    _, why = dispatch.select(problem2d(N=16, H=4, W=8400, C=16, K=1, R=1, S=1, padding=0), H100)
+    assert why.kernel == "pointwise_narrow", str(why)
+    _, why = dispatch.select(problem3d(C=16, K=5, T=1, R=1, S=1, padding=0), H100)  # sm80_igemm serves conv2d only
     assert why.kernel == KERNEL, str(why)
 
 
 @pytest.mark.parametrize("c, hw, k", [
-    (32, 80, 1),      # a mask logit
-    (64, 128, 3),     # an RGB map
+    (64, 128, 3),     # an RGB map (a mask logit, 32 -> 1, is pointwise_narrow's)
     (128, 80, 255),   # a YOLOv3/v5 head: 3 anchors x (80 classes + 5)
     (96, 1, 4),       # EfficientNet-B0 squeeze-excite reduction on a 1x1 image
     (256, 56, 100),   # a wide output off the 16-byte grid

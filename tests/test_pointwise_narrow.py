@@ -1,10 +1,9 @@
 """The narrow pointwise kernel (``pointwise_narrow``): its policy and dispatch on the CPU, its results on
 the GPU.
 
-CPU: the kernel declines what it cannot take and says why; the automatic choice takes 1x1 maps to
-fewer than 8 channels from at most 16 (a detection head's 16 -> 1) on sm_80+, with any epilogue, and
-leaves wider ones to pointwise_mma (:meth:`passes_over`); every catalog variant compiles without spills
-(tests/test_compile.py compiles them too).
+CPU: the kernel declines what it cannot take and says why; the automatic choice takes every 1x1 map
+it accepts (a detection head's 16 -> 1) on sm_80+, with any epilogue; every catalog variant compiles
+without spills (tests/test_compile.py compiles them too).
 GPU (gpu-marked): drawn narrow pointwise convolutions (K 1-8, C x K <= 64, fp16 / bf16 / fp32, conv2d
 and conv3d, any number of pixels, the whole epilogue) run forced onto the kernel with a NaN-poisoned
 output, or written in place over the residual; YOLOv8's Detect.dfl map at full size, chosen
@@ -17,7 +16,6 @@ from hypothesis import strategies as st
 
 import cuconv
 from cuconv import dispatch
-from cuconv.backends.pointwise.narrow_kernel import AUTO_MAX_C
 from cuconv.backends.pointwise.narrow_variants import CATALOG, MAX_WEIGHTS, pn_config, pn_declined, pn_variant
 
 from conftest import assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
@@ -53,29 +51,27 @@ def test_variant_names_dtype_and_channels():
 
 
 @pytest.mark.parametrize("dev", [H100, A100], ids=["h100", "a100"])
-def test_automatic_choice_takes_narrow_maps_from_few_channels(dev):
-    """YOLOv8's Detect.dfl (16 -> 1 over 4 x 8400 anchors) and other maps to fewer than 8 channels from at
-    most AUTO_MAX_C channels, with the epilogue, conv2d and conv3d, every dtype (8 channels or fewer are
-    smallc_direct's)."""
+def test_automatic_choice_takes_every_layer_it_accepts(dev):
+    """YOLOv8's Detect.dfl (16 -> 1 over 4 x 8400 anchors) and other maps to a few channels from up to 64
+    (C x K <= 64), with the epilogue, conv2d and conv3d, every dtype; inputs of 8 channels or fewer are
+    smallc_direct's."""
     from cuconv.problem import Epilogue
     ep = Epilogue(has_bias=True, has_residual=True, activation="relu")
     for p in (problem2d(N=16, H=4, W=8400, C=16, K=1, R=1, S=1, padding=0),
               problem2d(N=2, H=64, W=64, C=16, K=3, R=1, S=1, padding=0, epilogue=ep),
+              problem2d(N=8, H=128, W=128, C=64, K=1, R=1, S=1, padding=0),
+              problem2d(N=16, H=80, W=80, C=32, K=1, R=1, S=1, padding=0),  # a mask logit
+              problem2d(N=8, H=128, W=128, C=24, K=2, R=1, S=1, padding=0, dtype="float16"),
               problem2d(N=2, H=64, W=64, C=16, K=4, R=1, S=1, padding=0, dtype="float32"),
               problem3d(C=16, K=2, T=1, R=1, S=1, padding=0, dtype="float16")):
         _, why = dispatch.select(p, dev)
         assert why.kernel == KERNEL, str(why)
 
 
-def test_automatic_choice_leaves_wider_layers():
-    """Inputs of more than AUTO_MAX_C channels stay on the tensor-core kernels; a call that forces the
-    kernel runs it."""
-    for p in (problem2d(N=8, H=32, W=32, C=AUTO_MAX_C + 8, K=2, R=1, S=1, padding=0),
-              problem2d(N=8, H=32, W=32, C=2 * AUTO_MAX_C, K=1, R=1, S=1, padding=0)):
-        _, why = dispatch.select(p, H100)
-        assert why.kernel != KERNEL and "the automatic choice takes outputs" in why.declined[KERNEL], str(why)
-        _, why = dispatch.select(p, H100, forced=KERNEL)
-        assert why.kernel == KERNEL
+def test_layers_over_its_registers_go_to_the_tensor_core_kernels():
+    """16 -> 5: C x K over 64 filter values; pointwise_mma leaves it to sm80_igemm's pointwise loader."""
+    _, why = dispatch.select(problem2d(N=8, H=32, W=32, C=16, K=5, R=1, S=1, padding=0), H100)
+    assert why.kernel == "sm80_igemm" and "at most 64" in why.declined[KERNEL], str(why)
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")

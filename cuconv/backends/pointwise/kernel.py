@@ -53,8 +53,9 @@ class PointwiseKernel(DirectKernel):
         grid (K not a multiple of 8, which the Hopper kernels decline), with any fused epilogue; conv3d
         layers only where K is not a multiple of 8 or the GPU is not a Hopper one (conv3d_native runs the
         others at least as fast). It leaves conv2d outputs of fewer than 8 channels from at most
-        :data:`SHORT_C_NARROW_K` channels (a detection head's 16 -> 1 map) to sm80_igemm's pointwise loader,
-        and long reductions with wide outputs to the implicit GEMM kernels (docs/tuning.md#T-pointwise)."""
+        :data:`SHORT_C_NARROW_K` channels to sm80_igemm's pointwise loader (those of at most 64 filter
+        values, a detection head's 16 -> 1 map, are pointwise_narrow's, above it), and long reductions with
+        wide outputs to the implicit GEMM kernels (docs/tuning.md#T-pointwise)."""
         p = plan.problem
         k, c = p.out_channels, p.channels
         if p.nd == 2 and k < 8 and c <= SHORT_C_NARROW_K:

@@ -14,10 +14,7 @@ from ...registry import register
 from ..depthwise.kernel import DirectKernel, DirectPlan
 from .narrow_variants import PN_SOURCE, PnConfig, pn_config, pn_declined, pn_geometry, pn_variant
 
-__all__ = ["PointwiseNarrowKernel", "PointwiseNarrowPlan", "AUTO_MAX_C"]
-
-#: Input channels up to which the automatic choice takes a layer (:meth:`PointwiseNarrowKernel.passes_over`).
-AUTO_MAX_C = 16
+__all__ = ["PointwiseNarrowKernel", "PointwiseNarrowPlan"]
 
 
 class PointwiseNarrowKernel(DirectKernel):
@@ -25,8 +22,9 @@ class PointwiseNarrowKernel(DirectKernel):
     registers, fp32 multiply-adds."""
 
     name = "pointwise_narrow"
-    #: Above pointwise_mma (104), which leaves these layers to sm80_igemm; below the few-channel,
-    #: narrow-output and depthwise direct kernels (110-113), which decline 1x1 layers of this kind.
+    #: Above pointwise_mma (104) and the implicit GEMM kernels: every layer it takes runs faster here
+    #: (docs/tuning.md#T-pointwise-narrow); below the few-channel direct kernels (112-113), which take
+    #: inputs of up to 8 channels.
     priority = 105
 
     def declined(self, problem):
@@ -34,16 +32,6 @@ class PointwiseNarrowKernel(DirectKernel):
 
     def config(self, problem):
         return pn_config(problem)
-
-    def passes_over(self, plan):
-        """The automatic choice takes outputs of fewer than 8 channels from at most :data:`AUTO_MAX_C`
-        input channels (docs/tuning.md#T-pointwise-narrow); wider layers it leaves to pointwise_mma and
-        the implicit GEMM kernels."""
-        p = plan.problem
-        if p.out_channels < 8 and p.channels <= AUTO_MAX_C:
-            return None
-        return (f"C = {p.channels} -> K = {p.out_channels}: the automatic choice takes outputs of fewer than 8 "
-                f"channels from at most {AUTO_MAX_C} (the tensor-core kernels run the others at least as fast)")
 
     def plan_for(self, problem, device, cfg: PnConfig):
         return PointwiseNarrowPlan(self, problem, device, cfg,
