@@ -232,6 +232,7 @@ DESIGN = {
     "smallc_mma": (A100, dict(C=3, K=64, R=7, S=7), SIXTEEN_BIT),
     "narrowk_direct": (A100, dict(C=64, K=3), FLOAT32_FFMA),
     "pointwise_mma": (A100, dict(C=24, K=144, R=1, S=1, padding=0), SIXTEEN_BIT),
+    "pointwise_narrow": (A100, dict(C=16, K=1, R=1, S=1, padding=0), SIXTEEN_BIT | FLOAT32_FFMA),
     "cdna3_depthwise": (MI300, dict(C=48, K=48, groups=48), SIXTEEN_BIT | FLOAT32_FFMA),
     "sm90_tma": (H100, dict(C=64, K=64), SIXTEEN_BIT),
     "sm90_bf16x3": (H100, dict(C=64, K=64), FLOAT32_SPLIT),

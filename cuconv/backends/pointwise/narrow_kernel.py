@@ -10,6 +10,7 @@ multiply-adds and the fused epilogue (docs/architecture.md, "Pointwise layers").
 
 from __future__ import annotations
 
+from ...plan import tf32_note
 from ...registry import register
 from ..depthwise.kernel import DirectKernel, DirectPlan
 from .narrow_variants import PN_SOURCE, PnConfig, pn_config, pn_declined, pn_geometry, pn_variant
@@ -37,7 +38,7 @@ class PointwiseNarrowKernel(DirectKernel):
         return PointwiseNarrowPlan(self, problem, device, cfg,
                                    f"a pointwise layer (1x1, stride 1) with C = {problem.channels} -> K = "
                                    f"{problem.out_channels}: bound by memory, a thread per output pixel with the "
-                                   f"filter in registers, fp32 multiply-adds")
+                                   f"filter in registers{tf32_note(problem) or ', fp32 multiply-adds'}")
 
 
 class PointwiseNarrowPlan(DirectPlan):
