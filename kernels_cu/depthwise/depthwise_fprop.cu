@@ -30,11 +30,11 @@
 //      threads write consecutive channel vectors of one pixel.
 //
 // Compile-time (host: cuconv.backends.depthwise.variants): dtype, S, SW (stride along W), DW
-// (dilation along W), R, VEC (channels per thread: 4, or 2 for 16-bit filters 7+ wide), VIN (channels per input copy), QT, MULT1
-// (multiplier 1: vector reads of the input window), MIN_BLOCKS (the __launch_bounds__ occupancy: 3,
-// or 2 where 80 registers would spill), CB (output channels per chunk) and CIN (the tile's channels
-// per pixel), so that the multiply-adds' shared-memory loads take immediate offsets. Everything else
-// is run-time (DwGeometry).
+// (dilation along W), R, VEC (channels per thread: 4, or 2 for 16-bit filters 7+ wide), VIN
+// (channels per input copy), QT, MULT1 (multiplier 1: vector reads of the input window), MIN_BLOCKS
+// (the __launch_bounds__ occupancy: 3, or 2 where 80 registers would spill), CB (output channels
+// per chunk) and CIN (the tile's channels per pixel), so that the multiply-adds' shared-memory loads
+// take immediate offsets. Everything else is run-time (DwGeometry).
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
