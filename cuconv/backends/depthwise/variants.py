@@ -46,7 +46,7 @@ _MAX_CV = 16            # channel vectors per CTA: chunks of up to 64 channels
 #: instead of 10 for 4, and widens 28 values instead of 40 for the same 112 multiply-adds.
 WIDE_MIN_S = 7
 _WIDE_VEC = 2
-_WIDE_MAX_CV = 32
+_WIDE_MAX_CV = _MAX_CV * _VEC // _WIDE_VEC  # the same 64-channel chunks
 _MAX_TILE_COLS = 32     # output columns per tile
 _DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...launch import c_struct, dtype_code
 from ...problem import ConvProblem
+from .variants import dense_pointwise_declined, pointwise_index_declined
 
 __all__ = ["PnConfig", "pn_config", "pn_declined", "pn_variant", "pn_geometry", "PN_SOURCE", "MAX_K",
            "MAX_WEIGHTS", "THREADS"]
@@ -61,10 +62,9 @@ def pn_declined(p: ConvProblem) -> Optional[str]:
     """Why the narrow pointwise kernel cannot take ``p``, or None: a dense 1x1 convolution of stride 1
     without padding, channels-last, K <= :data:`MAX_K`, C a multiple of one 16-byte vector and C x K
     <= :data:`MAX_WEIGHTS` (the filter in registers)."""
-    if not p.is_pointwise:
-        return "not a pointwise layer: the kernel takes 1x1 filters of stride 1 without padding"
-    if p.groups != 1:
-        return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
+    why = dense_pointwise_declined(p)
+    if why:
+        return why
     if not p.layout.endswith("C"):
         return f"{p.layout} operands: the kernel reads x and writes out channels-last"
     if p.dtype not in _DTYPE_TAG:
@@ -77,9 +77,7 @@ def pn_declined(p: ConvProblem) -> Optional[str]:
     if p.channels * p.out_channels > MAX_WEIGHTS:
         return (f"C x K = {p.channels * p.out_channels} filter values: the kernel holds at most {MAX_WEIGHTS} in "
                 f"each thread's registers")
-    if p.gemm_m * max(p.channels, p.out_channels) >= 2**62:
-        return f"an extent exceeds the kernel's index range ({p.gemm_m} pixels)"
-    return None
+    return pointwise_index_declined(p)
 
 
 def pn_config(p: ConvProblem) -> Union[PnConfig, str]:

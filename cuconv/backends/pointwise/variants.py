@@ -18,8 +18,8 @@ import numpy as np
 from ...launch import c_struct, dtype_code
 from ...problem import ConvProblem
 
-__all__ = ["PwConfig", "pw_config", "pw_variant", "pw_geometry", "pw_declined", "PW_SOURCE", "MAX_C", "MAX_NT",
-           "CHUNK_NT", "THREADS"]
+__all__ = ["PwConfig", "pw_config", "pw_variant", "pw_geometry", "pw_declined", "dense_pointwise_declined",
+           "pointwise_index_declined", "PW_SOURCE", "MAX_C", "MAX_NT", "CHUNK_NT", "THREADS"]
 
 PW_SOURCE = "pointwise/pointwise_fprop.cu"
 #: Input channels the kernel takes at most: a tile's x rows (two buffers of BM x C) and the filter
@@ -86,15 +86,31 @@ class PwConfig:
         return self.m_tiles * self.chunks
 
 
+def dense_pointwise_declined(p: ConvProblem) -> Optional[str]:
+    """Why ``p`` is not the layer both pointwise kernels take, or None: a dense 1x1 convolution of stride 1
+    without padding (the GEMM ``out = x w^T`` over pixels)."""
+    if not p.is_pointwise:
+        return "not a pointwise layer: the kernel takes 1x1 filters of stride 1 without padding"
+    if p.groups != 1:
+        return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
+    return None
+
+
+def pointwise_index_declined(p: ConvProblem) -> Optional[str]:
+    """Why the pointwise kernels' 64-bit element offsets cannot index ``p``, or None."""
+    if p.gemm_m * max(p.channels, p.out_channels) >= 2**62:
+        return f"an extent exceeds the kernel's index range ({p.gemm_m} pixels)"
+    return None
+
+
 def pw_declined(p: ConvProblem) -> Optional[str]:
     """Why the pointwise kernel cannot take ``p``, or None: a dense 1x1 convolution of stride 1 without
     padding (the GEMM ``out = x w^T`` over pixels), channels-last, C a multiple of 8 (16-byte copies of
     x's rows) and at most :data:`MAX_C`; any K (off the multiples of 8, the epilogue stores single
     channels)."""
-    if not p.is_pointwise:
-        return "not a pointwise layer: the kernel takes 1x1 filters of stride 1 without padding"
-    if p.groups != 1:
-        return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
+    why = dense_pointwise_declined(p)
+    if why:
+        return why
     if not p.layout.endswith("C"):
         return (f"{p.layout} operands: the kernel reads x and writes out channels-last, and the Hopper kernel "
                 f"reads and writes channels-first 1x1 layers without moving them")
@@ -104,9 +120,7 @@ def pw_declined(p: ConvProblem) -> Optional[str]:
     if p.channels > MAX_C:
         return (f"C = {p.channels}: the kernel keeps a tile's whole reduction in shared memory, at most "
                 f"{MAX_C} channels")
-    if p.gemm_m * max(p.channels, p.out_channels) >= 2**62:
-        return f"an extent exceeds the kernel's index range ({p.gemm_m} pixels)"
-    return None
+    return pointwise_index_declined(p)
 
 
 def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
