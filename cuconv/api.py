@@ -20,7 +20,7 @@ from .arrays import (as_array, check_companion, check_same_place, dtype_name, me
 from .device import cupy_or_none, device_of
 from .epilogue import apply_epilogue
 from .layout import native_result, operands_for, operands_mover_for, to_channels_first, to_channels_last
-from .overrides import current_overrides
+from .overrides import active_overrides, on_environment_read
 from .problem import LAYOUTS, ConvProblem
 from .registry import on_change
 from .validate import activation_of, check_ranks, conv_problem, layout_of, precision_of, strategy_of, user_shape
@@ -178,6 +178,7 @@ def deliver(xp, out_native, out_user, out_given, channels_first, cf_out=False):
 _CALLS: dict = {}
 _CALLS_LIMIT = 1024
 on_change(_CALLS.clear)  # a kernel registered later may plan these calls differently
+on_environment_read(_CALLS.clear)  # the environment's overrides are keyed by their reading, not their value
 _SCALAR_TYPES = (int, float)  # exactly these (bool is refused by validation, so it takes the full path)
 
 
@@ -256,19 +257,7 @@ class _Replay:
 def _keyed_type(a):
     """``type(a)`` where it is an array type that call memos key (numpy or cupy ndarray), else None."""
     tx = type(a)
-    return tx if tx is np.ndarray or tx is _cupy_ndarray() else None
-
-
-def _cupy_ndarray():
-    """``cupy.ndarray``, or a type no array has where CuPy does not import (looked up once)."""
-    global _CUPY_NDARRAY
-    if _CUPY_NDARRAY is None:
-        cp = cupy_or_none()
-        _CUPY_NDARRAY = cp.ndarray if cp is not None else type("_NoCupy", (), {})
-    return _CUPY_NDARRAY
-
-
-_CUPY_NDARRAY = None
+    return tx if tx is _NUMPY_NDARRAY or tx is (_CUPY_NDARRAY or _cupy_ndarray()) else None
 
 
 def _operand_key(a, tx):
@@ -281,30 +270,62 @@ def _operand_key(a, tx):
     return (a.shape, a.strides, a.dtype, None if tx is np.ndarray else a.data.device_id)
 
 
+def _cupy_ndarray():
+    """``cupy.ndarray``, or a type no array has where CuPy does not import (looked up once)."""
+    global _CUPY_NDARRAY
+    if _CUPY_NDARRAY is None:
+        cp = cupy_or_none()
+        _CUPY_NDARRAY = cp.ndarray if cp is not None else type("_NoCupy", (), {})
+    return _CUPY_NDARRAY
+
+
+_CUPY_NDARRAY = None
+_NUMPY_NDARRAY = np.ndarray
+
+
 def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
                kernel, strategy, precision=None):
     """A key that fixes everything validation and dispatch decide for a call, or None when the call has
     arguments this key cannot vouch for (anything but numpy / cupy arrays, sequences of ints, bools):
-    those calls take the full path every time. Operands are keyed by shape, strides, dtype and device,
-    scalars by type and value, and the :func:`cuconv.overrides` in force are part of it."""
-    tx = _keyed_type(x)
-    if tx is None:
+    those calls take the full path every time. Operands are keyed by shape, strides, dtype and device
+    (the device of a CuPy array; NumPy arrays all have None), scalars by type and value, and the
+    :func:`cuconv.overrides` block in force is part of it (the environment's overrides are read once
+    per process: :func:`cuconv.overrides.env_overrides`).
+
+    Every repeated call builds this key, so it is written for speed: one tuple, the attributes read
+    in place, no helper calls."""
+    tx = type(x)
+    if tx is _NUMPY_NDARRAY:
+        on_gpu = False
+    elif tx is (_CUPY_NDARRAY or _cupy_ndarray()):
+        on_gpu = True
+    else:
         return None
     if (type(stride) is not int or type(dilation) is not int or type(groups) is not int
             or type(padding) not in (int, str) or type(alpha) not in _SCALAR_TYPES
-            or type(beta) not in _SCALAR_TYPES):
+            or type(beta) not in _SCALAR_TYPES or type(w) is not tx):
         return None
-    try:
-        key = (nd, tx, _operand_key(x, tx), _operand_key(w, tx),
-               None if bias is None else _operand_key(bias, tx),  # (absent operands: no call)
-               None if residual is None else _operand_key(residual, tx),
-               None if out is None else _operand_key(out, tx), stride, padding, dilation, groups, layout,
-               alpha, type(alpha), beta, type(beta), activation, kernel, strategy, precision, current_overrides())
-    except KeyError:
-        return None
-    if out is not None and tx is np.ndarray and not out.flags.writeable:
-        return None
-    return key
+    if bias is None and residual is None and out is None:
+        operands = ()
+    else:
+        operands = []
+        for a in (bias, residual, out):
+            if a is None:
+                operands.append(None)
+            elif type(a) is not tx:
+                return None
+            else:
+                operands.append((a.shape, a.strides, a.dtype, a.data.device_id if on_gpu else None))
+        if out is not None and not on_gpu and not out.flags.writeable:
+            return None
+        operands = tuple(operands)
+    if on_gpu:
+        return (nd, x.shape, x.strides, x.dtype, x.data.device_id, w.shape, w.strides, w.dtype, w.data.device_id,
+                operands, stride, padding, dilation, groups, layout, alpha, type(alpha), beta, type(beta),
+                activation, kernel, strategy, precision, active_overrides())
+    return (nd, None, x.shape, x.strides, x.dtype, w.shape, w.strides, w.dtype, operands, stride, padding,
+            dilation, groups, layout, alpha, type(alpha), beta, type(beta), activation, kernel, strategy,
+            precision, active_overrides())
 
 
 def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
@@ -315,10 +336,12 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
         known = None if key is None else _CALLS.get(key)
     except TypeError:  # an unhashable argument (a layout or activation of the wrong type): validation says so
         key = known = None
-    if known is not None and known.replay is not None:
-        result = known.replay(x, w, bias, residual, out)
-        if result is not None:
-            return result
+    if known is not None:
+        replay = known.replay
+        if replay is not None:
+            result = replay(x, w, bias, residual, out)
+            if result is not None:
+                return result
     return _conv_on_device(key, known, nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha,
                            beta, activation, out, kernel, strategy, precision)
 

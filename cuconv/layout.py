@@ -34,13 +34,16 @@ from __future__ import annotations
 
 import functools
 import math
+from threading import get_ident
 from typing import Optional
 
 import numpy as np
 
 from .arrays import contiguous_strides
+from . import launch as _launch_module
 from .launch import PackedLaunch, c_struct, divisor_fields, divisor_values
 from .problem import LAYOUTS
+from .scratch import STATE as SCRATCH
 from .scratch import scratch
 
 __all__ = ["to_channels_last", "operands_to_channels_last", "operands_mover", "kept_channels_first", "kept_x_moved_w",
@@ -220,7 +223,10 @@ class _Operands:
         self.first_blocks = (0, blocks[0]) if blocks else ()
         self.grid = sum(blocks)
         self._launches: dict = {}
-        self._made = (None, None, None)  # the views of the last scratch buffer used (see __call__)
+        self._made = (None, None, None, None, None)  # the views of the last scratch buffer used (see __call__)
+        self._x_moved, self._both = moves[0] is not None, len(self.launched) == 2
+        # per launched move (in order): whether its source may be read in 32-bit words, given the address
+        self._loads = tuple(bool(moves[i]._word_loads) for i in self.launched) + (False,) * (2 - len(self.launched))
 
     def _launch(self, words):
         from .compiler import load_cuda_function
@@ -250,18 +256,28 @@ class _Operands:
             import cupy
             with cupy.cuda.Device(self.device_id):
                 return self(x, w)
-        flat = scratch("channels-last x and w", (self.nbytes,), np.uint8)
-        made = self._made  # (buffer, views, destination addresses), read once: other threads may replace it
-        if made[0] is not flat:  # each host thread has its own scratch buffer (cuconv.scratch)
+        stream, thread = _launch_module.current_stream().ptr, get_ident()
+        # (stream, thread, scratch generation, views, destination addresses) of the buffer used last, read
+        # once (other threads may replace it): while no scratch buffer was made or dropped since, the views
+        # are still of this stream and thread's buffer, and its lookup is skipped
+        made = self._made
+        if made[0] != stream or made[1] != thread or made[2] != SCRATCH.generation:
+            flat = scratch("channels-last x and w", (self.nbytes,), np.uint8)
             views = tuple(flat[off:off + size].view(self.dtype).reshape(shape) if move is not None else None
                           for move, off, size, shape in zip(self.moves, self.offsets, self.sizes, self.shapes))
-            made = self._made = (flat, views, [v.data.ptr for v in views if v is not None] + [0])
-        _, (vx, vw), dst = made
-        src = [(x, w)[i].data.ptr for i in self.launched] + [0]
-        words = (bool(self.moves[self.launched[0]]._word_loads and src[0] % 4 == 0),
-                 len(self.launched) > 1 and bool(self.moves[self.launched[1]]._word_loads and src[1] % 4 == 0))
+            made = self._made = (stream, thread, SCRATCH.generation, views,
+                                 [v.data.ptr for v in views if v is not None] + [0])
+        vx, vw = made[3]
+        dst = made[4]
+        if self._both:
+            src0, src1 = x.data.ptr, w.data.ptr
+        elif self._x_moved:
+            src0, src1 = x.data.ptr, 0
+        else:
+            src0, src1 = w.data.ptr, 0
+        words = (self._loads[0] and src0 % 4 == 0, self._loads[1] and src1 % 4 == 0)
         launch = self._launches.get(words) or self._launch(words)
-        launch(src[0], dst[0], src[1], dst[1])
+        launch(src0, dst[0], src1, dst[1])
         return (vx if vx is not None else x.reshape(self.shapes[0]),
                 vw if vw is not None else w.reshape(self.shapes[1]))
 

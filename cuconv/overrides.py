@@ -31,7 +31,7 @@ from typing import Optional
 
 from .problem import cached_fields_hash, fields_state
 
-__all__ = ["Overrides", "overrides", "current_overrides"]
+__all__ = ["Overrides", "overrides", "current_overrides", "active_overrides", "reread_environment"]
 
 _SWITCH_WORDS = {"auto": None, "": None, "0": False, "1": True}
 
@@ -158,6 +158,26 @@ def env_overrides() -> Overrides:
 
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("cuconv_overrides", default=None)
+
+#: The :class:`Overrides` of the innermost :func:`overrides` block, or None outside every block (the
+#: environment's then hold): what a call memo keys (cheap to hash where no block is open). A memo keyed
+#: so registers its clearing with :func:`on_environment_read`.
+active_overrides = _ACTIVE.get
+
+_ENVIRONMENT_LISTENERS: list = []
+
+
+def on_environment_read(listener) -> None:
+    """Call ``listener()`` whenever :func:`reread_environment` reads the environment's overrides again."""
+    _ENVIRONMENT_LISTENERS.append(listener)
+
+
+def reread_environment() -> None:
+    """Read the ``CUCONV_*`` override variables again on the next call that plans (they are read once per
+    process otherwise), and drop what the call memos keep of plans made under the old reading."""
+    env_overrides.cache_clear()
+    for listener in _ENVIRONMENT_LISTENERS:
+        listener()
 
 
 def current_overrides() -> Overrides:

@@ -22,7 +22,7 @@ import math
 from threading import Lock, get_ident
 from collections import OrderedDict
 
-__all__ = ["scratch", "release_scratch", "scratch_bytes", "MAX_BUFFERS"]
+__all__ = ["scratch", "release_scratch", "scratch_bytes", "MAX_BUFFERS", "STATE"]
 
 #: Scratch buffers kept at once (every device, stream and purpose together).
 MAX_BUFFERS = 32
@@ -32,6 +32,21 @@ _BUFFERS: "OrderedDict[tuple, object]" = OrderedDict()
 _VIEWS: dict = {}
 _VIEWS_PER_BUFFER = 64
 _LOCK = Lock()
+
+
+class _State:
+    """``generation``: how many times a buffer was allocated, replaced or dropped. A caller that keeps a
+    view between its calls (bypassing :func:`scratch`'s lookup) uses it as long as this number is the one
+    it saw when it took the view: the view is then still of the current buffer."""
+
+    __slots__ = ("generation",)
+
+    def __init__(self):
+        self.generation = 0
+
+
+#: The buffers' :class:`_State` (read without the lock: a stale read only sends a caller to :func:`scratch`).
+STATE = _State()
 
 
 def scratch(purpose: str, shape, dtype, zeroed: bool = False):
@@ -59,10 +74,12 @@ def _scratch(cp, key, shape, dtype, zeroed):
     nbytes = math.prod(shape) * dt.itemsize
     if buf is None or buf.nbytes < nbytes:
         buf = _BUFFERS[key] = (cp.zeros if zeroed else cp.empty)(max(nbytes, 256), dtype=cp.uint8)
+        STATE.generation += 1
         _VIEWS.pop(key, None)  # views of the buffer it replaces
     _BUFFERS.move_to_end(key)
     while len(_BUFFERS) > MAX_BUFFERS:
         _VIEWS.pop(_BUFFERS.popitem(last=False)[0], None)
+        STATE.generation += 1
     view = buf[:nbytes].view(dt).reshape(shape)
     views = _VIEWS.setdefault(key, {})
     if len(views) >= _VIEWS_PER_BUFFER:
@@ -82,3 +99,4 @@ def release_scratch() -> None:
     with _LOCK:
         _BUFFERS.clear()
         _VIEWS.clear()
+        STATE.generation += 1

@@ -98,18 +98,18 @@ def cupy_for_sm80(kernel: str):
 def cuconv_env(monkeypatch):
     """``cuconv_env(name, value)``: a context manager with the environment variable ``name`` set to
     ``value``; the once-per-process reading of the ``CUCONV_*`` overrides
-    (:func:`cuconv.overrides.env_overrides`) is redone on entry and on exit."""
-    from cuconv.overrides import env_overrides
+    (:func:`cuconv.overrides.reread_environment`) is redone on entry and on exit."""
+    from cuconv.overrides import reread_environment
 
     @contextlib.contextmanager
     def setting(name: str, value: str):
         monkeypatch.setenv(name, value)
-        env_overrides.cache_clear()
+        reread_environment()
         try:
             yield
         finally:
             monkeypatch.delenv(name)
-            env_overrides.cache_clear()
+            reread_environment()
 
     return setting
 

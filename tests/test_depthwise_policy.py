@@ -200,6 +200,10 @@ def test_run_passes_aligned_addresses_and_copies_back():
     plan.run(x, w, bias, res, out)
     assert sent[-1] == (x.data.ptr, w.data.ptr, bias.data.ptr, res.data.ptr, out.data.ptr)
     odd_x, odd_out = DeviceBuf(x.data.ptr + 2), DeviceBuf(out.data.ptr + 2)
+    plan.run(odd_x, w, None, None, out)  # no residual, x misaligned: copied
+    assert sent[-1][0] % 16 == 0 and sent[-1][0] != odd_x.data.ptr and sent[-1][1:] == (w.data.ptr,) + (out.data.ptr,) * 3
+    plan.run(x, w, DeviceBuf(bias.data.ptr + 2), None, out)  # a misaligned bias: copied
+    assert sent[-1][2] % 16 == 0 and sent[-1][2] != bias.data.ptr + 2
     plan.run(odd_x, w, bias, odd_out, odd_out)  # misaligned x and out; the residual is out (in place)
     xp, _, _, rp, op = sent[-1]
     assert xp % 16 == 0 and xp != odd_x.data.ptr and op % 16 == 0 and rp == op != odd_out.data.ptr

@@ -1,6 +1,8 @@
 """The host side of the kernel ABI (cuconv/launch.py): the fast divisor, the 3-D geometry every
 parameter struct starts from, and constants read from the kernel headers."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -44,6 +46,13 @@ def test_header_constants_are_the_sources_defines():
     assert consts["SM90_SMEM_LIMIT"] == 227 * 1024 and consts["SM90_BLOCK_K"] == 64
 
 
+def _capture(launch, driver):
+    """Send ``launch``'s driver calls to ``driver`` (taking cuLaunchKernel's eleven arguments, as CuPy's
+    ``driver.launchKernel``), with the arguments the record binds once (function, grid, block, shared
+    memory) in front of the per-launch ones."""
+    launch._launch_kernel = functools.partial(driver, *launch._launch_kernel.args)
+
+
 def test_packed_launch_lays_out_every_argument_and_rewrites_only_the_slots():
     """PackedLaunch's argument table (read back through its void* entries): each argument's bytes, the
     pointer slots side by side, every other argument 64-byte aligned; a call writes its pointers into
@@ -58,7 +67,7 @@ def test_packed_launch_lays_out_every_argument_and_rewrites_only_the_slots():
     args = (np.uint64(0), struct_arg, np.uint64(0), big, np.uint64(0), np.int32(5))
     launch = PackedLaunch(SimpleNamespace(kernel=SimpleNamespace(ptr=1234)), (3, 2), 128, 4096, args, slots=(0, 2, 4))
     launched = []
-    launch._launch_kernel = lambda *a: launched.append(a)
+    _capture(launch, lambda *a: launched.append(a))
     launch._current_stream = lambda: SimpleNamespace(ptr=99)
 
     def table():
@@ -103,7 +112,7 @@ def test_packed_launch_from_several_threads_launches_each_threads_pointers():
         seen.append((stream, ctypes.c_uint64.from_address(params[0]).value,
                      ctypes.c_uint64.from_address(params[1]).value))
 
-    launch._launch_kernel = driver
+    _capture(launch, driver)
 
     def worker(t):
         try:
@@ -144,7 +153,7 @@ def test_a_threads_first_launch_binds_a_context_and_launches_again(monkeypatch):
         if failures:
             raise DriverError(failures.pop(0))
 
-    record._launch_kernel = driver
+    _capture(record, driver)
     monkeypatch.setattr(launch_mod, "bind_current_context", lambda: bound.append(True))
     record.on_stream(7, 0x1000)
     assert len(calls) == 2 and bound == [True] and calls[0] == calls[1]

@@ -239,6 +239,31 @@ def test_nchw_repeated_calls_and_plans_use_fresh_weights(cp):
         assert_close(plan(x, w), ref, "bfloat16")
 
 
+@pytest.mark.gpu
+def test_nchw_repeated_calls_follow_the_scratch_buffers(cp):
+    """A signature called again moves x and w into the scratch views it kept while no scratch buffer was
+    made or dropped; after :func:`cuconv.release_scratch`, on another stream and with new operand values it
+    takes the buffers there are and its results stay right."""
+    rng = np.random.default_rng(6)
+    x = cp.asarray(random_array(rng, (2, 32, 10, 10), "bfloat16"))
+    w = cp.asarray(random_array(rng, (48, 32, 3, 3), "bfloat16", scale=0.2))
+
+    def check():
+        ref = cuconv.reference.conv2d(cp.asnumpy(x), cp.asnumpy(w), padding=1, layout="NCHW")
+        assert_close(cuconv.conv2d(x, w, padding=1, layout="NCHW"), ref, "bfloat16")
+
+    check()
+    check()
+    cuconv.release_scratch()
+    x[...] = cp.asarray(random_array(rng, (2, 32, 10, 10), "bfloat16"))
+    check()
+    with cp.cuda.Stream(non_blocking=True) as s:
+        w[...] = cp.asarray(random_array(rng, (48, 32, 3, 3), "bfloat16", scale=0.2))
+        check()
+        s.synchronize()
+    check()
+
+
 # --- the Hopper kernel's channels-first epilogue ------------------------------------------------
 
 def test_hopper_plan_writes_channels_first_and_explain_says_so():

@@ -61,3 +61,25 @@ def test_zeroed_buffers_start_as_zeros(fake_cupy):
     assert flags.zeroed and scratch.scratch("flags", (10,), "int32", zeroed=True) is flags  # reused as is
     assert scratch.scratch("flags", (1000,), "int32", zeroed=True).zeroed                  # grown: zeros again
     assert not scratch.scratch("other", (100,), "int32").zeroed
+
+
+def test_generation_counts_every_buffer_made_replaced_or_dropped(fake_cupy):
+    """``STATE.generation`` moves whenever a buffer is allocated, grown, dropped for the bound or released,
+    and stays put while calls are served from the buffers there are (what a caller keeping views checks)."""
+    stream, state = fake_cupy, scratch.STATE
+    g = state.generation
+    scratch.scratch("x", (100,), "bfloat16")
+    assert state.generation == g + 1
+    scratch.scratch("x", (10,), "bfloat16")
+    scratch.scratch("x", (100,), "bfloat16")
+    assert state.generation == g + 1                               # served from the buffer there is
+    scratch.scratch("x", (1000,), "bfloat16")
+    assert state.generation == g + 2                               # grown
+    g = state.generation
+    for i in range(1, scratch.MAX_BUFFERS + 1):                    # the last of these drops the first buffer
+        stream.ptr = i
+        scratch.scratch("x", (100,), "bfloat16")
+    assert state.generation == g + scratch.MAX_BUFFERS + 1
+    g = state.generation
+    scratch.release_scratch()
+    assert state.generation == g + 1

@@ -98,6 +98,8 @@ class DirectPlan(Plan):
         self.cfg = cfg
         self.name, self.defines = variant
         self._launch = None
+        # byte alignments of the addresses the kernel's vector accesses need: x, w, out (and bias)
+        self._alignments = (cfg.vin * problem.itemsize, 16 if self.w_vectors else 1, cfg.vec * problem.itemsize)
 
     def compile_jobs(self):
         return ((self.source, self.defines),)
@@ -129,6 +131,13 @@ class DirectPlan(Plan):
         launch = self._launch
         if launch is None:
             launch = self._launch = self._build()
+        if residual is None:  # every address on the kernel's grid (the usual call): launch as they are
+            xa, wa, oa = self._alignments
+            xp_, wp, op = x.data.ptr, w.data.ptr, out.data.ptr
+            bp = op if bias is None else bias.data.ptr
+            if not (xp_ % xa or wp % wa or op % oa or bp % oa):
+                launch(xp_, wp, bp, op, op)
+                return
         if self.w_vectors and w.data.ptr % 16:
             w = w.copy()
         x, bias, residual, target = aligned_operands(self.problem, self.cfg, x, bias, residual, out)
