@@ -53,6 +53,35 @@ def test_plan_equals_the_call(case, with_residual, use_out):
     _run(np, case, with_residual, use_out)
 
 
+def test_plan_replays_arrays_like_its_example_and_checks_the_others(monkeypatch):
+    """Arrays of the example's shapes, strides, dtype and library go straight to the kernel plan's run (no
+    per-call validation: ``execute`` is not reached); a strided view, an ``out`` view and an ``out`` that
+    overlaps x take the checked path and still give the call's result."""
+    from cuconv import conv_plan
+    x, w, b = _arrays((2, 6, 6, 4), (8, 3, 3, 4), 8)
+    plan = cuconv.plan_conv2d(x, w, b, padding=1)
+    want = cuconv.conv2d(x, w, b, padding=1)
+    checked = []
+    real_execute = conv_plan.execute
+    monkeypatch.setattr(conv_plan, "execute", lambda *a: (checked.append(1), real_execute(*a)))
+    x2, w2, b2 = x.copy(), w.copy(), b.copy()
+    assert np.array_equal(plan(x2, w2, b2), want) and not checked
+    out = np.empty_like(want)
+    assert plan(x2, w2, b2, out=out) is out and np.array_equal(out, want) and not checked
+    wide = np.zeros((2, 6, 12, 4), np.float32)
+    wide[:, :, ::2] = x
+    assert np.array_equal(plan(wide[:, :, ::2], w, b), want) and checked
+    checked.clear()
+    big = np.zeros((2, 6, 6, 16), np.float32)
+    assert plan(x, w, b, out=big[..., :8]) is not None and np.array_equal(big[..., :8], want) and checked
+    checked.clear()
+    x8 = np.concatenate([x, x], axis=-1)  # out=x (8 -> 8 channels): computed apart, then copied into x
+    w8 = np.concatenate([w, w], axis=-1)
+    want8 = cuconv.conv2d(x8, w8, b, padding=1)
+    plan8 = cuconv.plan_conv2d(x8, w8, b, padding=1)
+    assert plan8(x8, w8, b, out=x8) is x8 and np.array_equal(x8, want8)
+
+
 def test_plan_refuses_what_it_was_not_made_for():
     x, w, b = _arrays((2, 6, 6, 4), (8, 3, 3, 4), 8)
     plan = cuconv.plan_conv2d(x, w, b, padding=1)
