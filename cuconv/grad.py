@@ -54,7 +54,7 @@ from .layout import flip_filter, flip_taps, scatter_phase, to_channels_first, to
 from .problem import LAYOUTS, normalize_spatial
 from .registry import on_change
 from .scratch import scratch
-from .overrides import current_overrides
+from .overrides import active_overrides, current_overrides, on_environment_read
 from .plan import KernelDeclined
 from .validate import activation_of, check_ranks, layout_of, precision_of
 
@@ -232,6 +232,7 @@ class _KnownInput:
 _GRAD_CALLS: dict = {}
 _GRAD_CALLS_LIMIT = 1024
 on_change(_GRAD_CALLS.clear)  # their replays hold forward plans
+on_environment_read(_GRAD_CALLS.clear)  # keyed by the overrides block in force, not the environment's
 _NO_KEY = object()
 
 
@@ -255,8 +256,8 @@ def _call_key(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, ker
     """A key fixing everything :func:`_validated_input` decides for a call, or None where the call has
     arguments it cannot vouch for (the full path then runs every time): operands by shape, strides,
     dtype and device, the other arguments as :func:`_exact` values, scalars by type and value, and the
-    :func:`cuconv.overrides` in force. ``base``: a caller's key that already fixes dy, w and the geometry
-    (:func:`_transpose`)."""
+    :func:`cuconv.overrides` block in force (:func:`cuconv.overrides.active_overrides`). ``base``: a
+    caller's key that already fixes dy, w and the geometry (:func:`_transpose`)."""
     tx = type(dy)
     if base is None:
         if _keyed_type(dy) is None:
@@ -274,7 +275,7 @@ def _call_key(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, ker
         if base is None:
             base = (tx, _operand_key(dy, tx), _operand_key(w, tx), args)
         return (base, _operand_key(ep["bias"], tx), _operand_key(ep["residual"], tx), _operand_key(out, tx), rest,
-                alpha, type(alpha), beta, type(beta), current_overrides())
+                alpha, type(alpha), beta, type(beta), active_overrides())
     except KeyError:
         return None
 
@@ -747,6 +748,7 @@ conv3d_input_grad.__doc__ = _doc_input_grad(3)
 #: replay, or False where they have none (they take the full path, validation included).
 _WGRAD_CALLS: dict = {}
 on_change(_WGRAD_CALLS.clear)
+on_environment_read(_WGRAD_CALLS.clear)
 
 
 def _weight_key(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, bias_grad, kernel, precision):
@@ -759,7 +761,7 @@ def _weight_key(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, b
     if args is _NO_KEY:
         return None
     try:
-        return (tx, _operand_key(x, tx), _operand_key(dy, tx), args, bias_grad, current_overrides())
+        return (tx, _operand_key(x, tx), _operand_key(dy, tx), args, bias_grad, active_overrides())
     except KeyError:
         return None
 

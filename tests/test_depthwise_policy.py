@@ -201,7 +201,8 @@ def test_run_passes_aligned_addresses_and_copies_back():
     assert sent[-1] == (x.data.ptr, w.data.ptr, bias.data.ptr, res.data.ptr, out.data.ptr)
     odd_x, odd_out = DeviceBuf(x.data.ptr + 2), DeviceBuf(out.data.ptr + 2)
     plan.run(odd_x, w, None, None, out)  # no residual, x misaligned: copied
-    assert sent[-1][0] % 16 == 0 and sent[-1][0] != odd_x.data.ptr and sent[-1][1:] == (w.data.ptr,) + (out.data.ptr,) * 3
+    xp_sent, *rest = sent[-1]
+    assert xp_sent % 16 == 0 and xp_sent != odd_x.data.ptr and rest == [w.data.ptr] + [out.data.ptr] * 3
     plan.run(x, w, DeviceBuf(bias.data.ptr + 2), None, out)  # a misaligned bias: copied
     assert sent[-1][2] % 16 == 0 and sent[-1][2] != bias.data.ptr + 2
     plan.run(odd_x, w, bias, odd_out, odd_out)  # misaligned x and out; the residual is out (in place)
