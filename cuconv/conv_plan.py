@@ -4,7 +4,9 @@
 pass calls the same layer with new arrays of the same shapes again and again; a :class:`ConvPlan`
 (made by :func:`plan_conv2d` / :func:`plan_conv3d`, in the spirit of ``cupyx.scipy.fft.get_fft_plan``)
 keeps what does not change and checks, per call, only that the arrays are what the plan was made for
-(array library, shape, dtype, device).
+(array library, shape, dtype, device). Arrays laid out like the example ones (their strides too) run the
+replay of the example call: the output's allocation and the kernel's launch, with no signature to build
+and look up as a repeated :func:`cuconv.conv2d` call has.
 
 >>> plan = cuconv.plan_conv2d(x, w, bias, padding=1, activation="relu")   # doctest: +SKIP
 >>> y = plan(x, w, bias)                     # same as cuconv.conv2d(x, w, bias, padding=1, activation="relu")
