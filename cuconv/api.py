@@ -267,7 +267,7 @@ def _operand_key(a, tx):
         return None
     if type(a) is not tx:
         raise KeyError
-    return (a.shape, a.strides, a.dtype, None if tx is np.ndarray else a.data.device_id)
+    return (a.shape, a.strides, a.dtype, None if tx is _NUMPY_NDARRAY else a.data.device_id)
 
 
 def _cupy_ndarray():
@@ -292,8 +292,8 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
     :func:`cuconv.overrides` block in force is part of it (the environment's overrides are read once
     per process: :func:`cuconv.overrides.env_overrides`).
 
-    Every repeated call builds this key, so it is written for speed: one tuple, the attributes read
-    in place, no helper calls."""
+    Every repeated call builds this key, so it is written for speed: one tuple, x's and w's attributes
+    read in place."""
     tx = type(x)
     if tx is _NUMPY_NDARRAY:
         on_gpu = False
@@ -308,24 +308,15 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
     if bias is None and residual is None and out is None:
         operands = ()
     else:
-        operands = []
-        for a in (bias, residual, out):
-            if a is None:
-                operands.append(None)
-            elif type(a) is not tx:
-                return None
-            else:
-                operands.append((a.shape, a.strides, a.dtype, a.data.device_id if on_gpu else None))
+        try:
+            operands = (_operand_key(bias, tx), _operand_key(residual, tx), _operand_key(out, tx))
+        except KeyError:
+            return None
         if out is not None and not on_gpu and not out.flags.writeable:
             return None
-        operands = tuple(operands)
-    if on_gpu:
-        return (nd, x.shape, x.strides, x.dtype, x.data.device_id, w.shape, w.strides, w.dtype, w.data.device_id,
-                operands, stride, padding, dilation, groups, layout, alpha, type(alpha), beta, type(beta),
-                activation, kernel, strategy, precision, active_overrides())
-    return (nd, None, x.shape, x.strides, x.dtype, w.shape, w.strides, w.dtype, operands, stride, padding,
-            dilation, groups, layout, alpha, type(alpha), beta, type(beta), activation, kernel, strategy,
-            precision, active_overrides())
+    return (nd, x.shape, x.strides, x.dtype, x.data.device_id if on_gpu else None, w.shape, w.strides, w.dtype,
+            w.data.device_id if on_gpu else None, operands, stride, padding, dilation, groups, layout, alpha,
+            type(alpha), beta, type(beta), activation, kernel, strategy, precision, active_overrides())
 
 
 def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
@@ -336,12 +327,10 @@ def _conv(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, a
         known = None if key is None else _CALLS.get(key)
     except TypeError:  # an unhashable argument (a layout or activation of the wrong type): validation says so
         key = known = None
-    if known is not None:
-        replay = known.replay
-        if replay is not None:
-            result = replay(x, w, bias, residual, out)
-            if result is not None:
-                return result
+    if known is not None and known.replay is not None:
+        result = known.replay(x, w, bias, residual, out)
+        if result is not None:
+            return result
     return _conv_on_device(key, known, nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha,
                            beta, activation, out, kernel, strategy, precision)
 

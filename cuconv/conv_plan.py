@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .api import _prepare, _Replay, deliver, execute, residual_and_output
+from .api import _operand_key, _prepare, _Replay, deliver, execute, residual_and_output
 from .arrays import as_array, contiguous_strides
 from .layout import operands_for, operands_mover_for
 
@@ -54,33 +54,33 @@ class ConvPlan:
         self._contiguous = {name: None if shape is None else contiguous_strides(shape, itemsize)
                             for name, shape in self._shapes.items()}
         # Arrays like the example ones (the same library, shapes, strides, dtype and device) go straight to
-        # the launch, as a repeated cuconv.conv2d call does: the plan keeps the replay of its example call
-        # and the key of the example's operands (and of an ``out`` the kernel writes as it is).
-        self._replay = self._example = self._out_key = None
-        if type(x) is self._type and type(w) is self._type and all(
-                a is None or type(a) is self._type for a in (bias, residual)):
+        # the launch, as a repeated cuconv.conv2d call does: the plan keeps the replay of its example call,
+        # the operand keys of the example and the key of an ``out`` the kernel writes as it is.
+        self._example = self._operands_key(x, w, bias, residual)
+        self._replay = None
+        if self._example is not None:
             move_xw = operands_mover_for(call.plan, x, w, call.xp) if call.channels_first else None
             self._replay = _Replay.of(call, x, w, bias, residual, None, self._device, move_xw)
-            self._example = self._operands_key(x, w, bias, residual)
-            self._out_key = (self._user_out_shape, contiguous_strides(self._user_out_shape, itemsize), self._dtype)
+        self._out_key = (self._user_out_shape, contiguous_strides(self._user_out_shape, itemsize), self._dtype,
+                         self._device)
 
     def _operands_key(self, x, w, bias, residual):
-        """What the replay needs to be the same as in the example call: each operand's type, shape, strides,
-        dtype and device (None for an absent one); None where an operand is of another type."""
+        """Each operand's :func:`cuconv.api._operand_key` (None for an absent one), or None where one is not
+        an array of the plan's library: what a call must share with the example to run its replay."""
         tx = self._type
-        if type(x) is not tx or type(w) is not tx:
+        try:
+            return _operand_key(x, tx), _operand_key(w, tx), _operand_key(bias, tx), _operand_key(residual, tx)
+        except KeyError:
             return None
-        gpu = self._device is not None
-        key = (x.shape, x.strides, x.dtype, x.data.device_id if gpu else None,
-               w.shape, w.strides, w.dtype, w.data.device_id if gpu else None)
-        for a in (bias, residual):
-            if a is None:
-                key += (None,)
-            elif type(a) is not tx:
-                return None
-            else:
-                key += ((a.shape, a.strides, a.dtype, a.data.device_id if gpu else None),)
-        return key
+
+    def _replays_out(self, out) -> bool:
+        """Whether the replay may write ``out`` as it is: an array of the plan's library, shape and dtype,
+        contiguous, on the plan's GPU (a NumPy one writeable)."""
+        try:
+            return _operand_key(out, self._type) == self._out_key and (self._device is not None or
+                                                                      out.flags.writeable)
+        except KeyError:
+            return False
 
     def _operand(self, a, name):
         """``a`` as the plan's array kind, checked against what the plan was made for."""
@@ -112,9 +112,7 @@ class ConvPlan:
     def __call__(self, x, w, bias=None, residual=None, out=None):
         replay = self._replay
         if replay is not None and self._operands_key(x, w, bias, residual) == self._example and (
-                out is None or (type(out) is self._type and (out.shape, out.strides, out.dtype) == self._out_key
-                                and (self._device is None or out.data.device_id == self._device)
-                                and (self._device is not None or out.flags.writeable))):
+                out is None or self._replays_out(out)):
             result = replay(x, w, bias, residual, out)
             if result is not None:
                 return result

@@ -293,11 +293,18 @@ class LaunchRecords:
     def __init__(self, limit: int):
         self._limit = limit
         self._records: "OrderedDict" = OrderedDict()
+        # (key, record) of the latest get or put: already the most recently used, so a layer called again
+        # (the usual case) is answered without the LRU's bookkeeping
+        self._last = (None, None)
 
     def get(self, key):
         """The record of ``key`` (now the most recently used), or None."""
+        last = self._last
+        if last[0] == key:
+            return last[1]
         record = self._records.get(key)
         if record is not None:
+            self._last = (key, record)
             try:
                 self._records.move_to_end(key)
             except KeyError:  # dropped by another thread meanwhile
@@ -306,6 +313,7 @@ class LaunchRecords:
 
     def put(self, key, record) -> None:
         self._records[key] = record
+        self._last = (key, record)
         while len(self._records) > self._limit:
             try:
                 self._records.popitem(last=False)

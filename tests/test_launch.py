@@ -173,6 +173,22 @@ def test_launch_records_keep_the_most_recently_used():
     assert records.get("b") is None and records.get("a") == 1 and records.get("c") == 3 and len(records) == 2
 
 
+def test_launch_records_answer_the_latest_key_and_keep_the_lru_order():
+    """A key asked again (the latest get or put) is answered without the LRU's bookkeeping; the order of
+    use stays right for every other key (what is dropped next)."""
+    from cuconv.launch import LaunchRecords
+    records = LaunchRecords(2)
+    assert records.get(None) is None and records.get("a") is None
+    records.put("a", 1)
+    assert records.get("a") == 1 and records.get("a") == 1
+    records.put("b", 2)
+    assert records.get("a") == 1 and records.get("a") == 1  # a is the most recently used again
+    records.put("c", 3)                                      # drops b
+    assert records.get("b") is None and records.get("c") == 3 and records.get("a") == 1
+    records.put("d", 4)                                      # drops c
+    assert records.get("c") is None and records.get("a") == 1 and records.get("d") == 4 and len(records) == 2
+
+
 def test_current_stream_looks_cupy_up_once(monkeypatch):
     """``launch.current_stream()`` is CuPy's current stream; after the first call the module's name is
     CuPy's function itself (no import per launch)."""

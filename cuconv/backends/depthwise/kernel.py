@@ -98,8 +98,9 @@ class DirectPlan(Plan):
         self.cfg = cfg
         self.name, self.defines = variant
         self._launch = None
+        align_x, align_out = vector_alignments(problem, cfg)
         # byte alignments of the addresses the kernel's vector accesses need: x, w, out (and bias)
-        self._alignments = (cfg.vin * problem.itemsize, 16 if self.w_vectors else 1, cfg.vec * problem.itemsize)
+        self._alignments = (align_x, 16 if self.w_vectors else 1, align_out)
 
     def compile_jobs(self):
         return ((self.source, self.defines),)
@@ -170,6 +171,12 @@ class DepthwisePlan(DirectPlan):
         return dw_geometry(self.problem, self.cfg)
 
 
+def vector_alignments(problem, cfg: DwConfig):
+    """``(x, out)``: the byte alignments of x's copies (``vin`` channels) and of the epilogue's accesses of
+    out, bias and residual (``vec`` channels) in the depthwise design's kernels."""
+    return cfg.vin * problem.itemsize, cfg.vec * problem.itemsize
+
+
 def aligned_operands(problem, cfg: DwConfig, x, bias, residual, out):
     """``(x, bias, residual, target)`` for a launch of the depthwise design (CUDA or HIP): each operand
     itself when its address suits the kernel's vector accesses (x: copies of ``vin`` channels; out,
@@ -177,7 +184,7 @@ def aligned_operands(problem, cfg: DwConfig, x, bias, residual, out):
     kernel writes (``out``, or an aligned copy of it holding its values, for an in-place residual);
     ``residual`` is None when the epilogue does not read it. The caller copies ``target`` into ``out``
     when they differ, and keeps the returned arrays alive until the launch is queued."""
-    align_x, align_out = cfg.vin * problem.itemsize, cfg.vec * problem.itemsize
+    align_x, align_out = vector_alignments(problem, cfg)
     if x.data.ptr % align_x:
         x = x.copy()
     target = out if out.data.ptr % align_out == 0 else out.copy()  # a fresh allocation is aligned

@@ -280,7 +280,6 @@ class Sm90Plan(Plan):
         """Forget the loaded variant, the launch records and the description (a copy of the plan with
         another variant starts from here)."""
         self._records = LaunchRecords(_RECORDS_PER_PLAN)
-        self._last = (None, None)
         self._function = None   # (fn, smem, grid CTAs), loaded on the first run
         self._description = None
 
@@ -376,19 +375,12 @@ class Sm90Plan(Plan):
         stream = _launch.current_stream().ptr
         key = (x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
                0 if residual is None else residual.data.ptr, stream)
-        last = self._last  # (key, record) of the latest cached launch: a layer called again skips the LRU
+        launch = self._records.get(key)
         keep = None
-        if last[0] == key:
-            launch = last[1]
-        else:
-            launch = self._records.get(key)
-            if launch is None:
-                launch, cacheable, keep = self._build_launch(x, w, bias, residual)
-                if cacheable:
-                    self._records.put(key, launch)
-                    self._last = (key, launch)
-            else:
-                self._last = (key, launch)
+        if launch is None:
+            launch, cacheable, keep = self._build_launch(x, w, bias, residual)
+            if cacheable:
+                self._records.put(key, launch)
         if self.writes_channels_first or out.data.ptr % 16 == 0:  # channels-last: 16-byte vector stores
             launch.on_stream(stream, out.data.ptr)
         else:
