@@ -39,8 +39,8 @@ _SWITCH_WORDS = {"auto": None, "": None, "0": False, "1": True}
 def _choices():
     """The values each field accepts, from the backends that own them (imported on first use only)."""
     from .backends.sm80.subpaths import SM80_SUBPATHS
-    from .backends.sm90.tiles import PINGPONG_BLOCK_MS, SPLIT_WAYS, STAGES
-    return {"block_n": tuple(sorted(STAGES)), "block_m": PINGPONG_BLOCK_MS, "cluster": (1, 2),
+    from .backends.sm90.tiles import NARROW_BLOCK_N, PINGPONG_BLOCK_MS, SPLIT_WAYS, STAGES
+    return {"block_n": (NARROW_BLOCK_N,) + tuple(sorted(STAGES)), "block_m": PINGPONG_BLOCK_MS, "cluster": (1, 2),
             "split_ways": SPLIT_WAYS, "sm80_subpath": SM80_SUBPATHS}
 
 
@@ -51,7 +51,8 @@ class Overrides:
     Attributes
     ----------
     block_n : int or None
-        Hopper tile width (64, 96, 128, 160, 192 or 256).
+        Hopper tile width (64, 96, 128, 160, 192 or 256; 16: the narrow variant, 16-bit output of any K
+        stored value by value, which the automatic choice takes for K <= 16 and a filter of several taps).
     block_m : int or None
         Hopper tile height (128, 192, 256; 64 for ping-pong tiles) where that variant exists.
     cluster : int or None

@@ -71,7 +71,9 @@
 // and residual), SM90_TF32 (0/1, with SM90_OUT_F32 and CUCONV_DTYPE 1: float32 operands moved as 16-bit
 // pairs and multiplied as tf32, wgmma_mainloop.cuh; no promotion), SM90_XSPLIT (0/1, with SM90_OUT_F32 and
 // CUCONV_DTYPE 1: float32 x moved as SM90_TF32 moves it, split into bf16 parts in the consumers' registers,
-// against a filter split ahead of the call; wgmma_split_a.cuh). The kernel's name spells them out,
+// against a filter split ahead of the call; wgmma_split_a.cuh), SM90_NARROW_OUT (0/1, with SM90_BN 16: 16-bit
+// output of any K stored element by element by the consumers, channels-last or, with SM90_NCHW_OUT,
+// channels-first; the residual read there; epilogue.cuh, consumer_epilogue_narrow). The kernel's name spells them out,
 // e.g. conv2d_fprop_sm90_tma_128x256x64_s4 (no residual) / conv3d_..._s4_c2_res (3-D, pair, residual) /
 // conv2d_fprop_sm90_tma_256x96x64_s5 (256-row tile) / conv2d_..._s4_halo_nchw (channels-first output).
 #include "common/epilogue_math.cuh"
@@ -126,6 +128,9 @@
 #ifndef SM90_OUT_F32
 #define SM90_OUT_F32 0
 #endif
+#ifndef SM90_NARROW_OUT
+#define SM90_NARROW_OUT 0
+#endif
 #ifndef SM90_PHASE_OUT
 #define SM90_PHASE_OUT 0
 #endif
@@ -167,6 +172,10 @@ constexpr bool PHASE_OUT = SM90_PHASE_OUT != 0;
 // float32 output (SM90_OUT_F32): the epilogue stores fp32 sums (epilogue.cuh, consumer_epilogue_f32) and
 // reads a float32 residual from g.residual; the epilogue-load warp (HAS_RESIDUAL) is off.
 constexpr bool OUT_F32 = SM90_OUT_F32 != 0;
+// Narrow 16-bit output (SM90_NARROW_OUT): 16-column tiles whose epilogue stores each value with a 16-bit
+// access (any K: the last convolutions of decoders, K = 1-16) and reads the residual itself from
+// g.residual; the epilogue-load warp (HAS_RESIDUAL) is off.
+constexpr bool NARROW_OUT = SM90_NARROW_OUT != 0;
 // Slots per promoted partial sum in the float32-output variant (wgmma_mainloop.cuh, Promotion): the
 // operands are split parts of float32 data, whose accuracy the tensor cores' one-sided accumulation
 // error would otherwise cap. 0 (off) in every other variant.
@@ -228,8 +237,11 @@ static_assert(BM == 128 || BM == 192 || BM == 256 || (PINGPONG && BM == 64),
 static_assert(!PINGPONG || (HALO && !HAS_RESIDUAL && CLUSTER == 1),
               "ping-pong warpgroups: halo tiles without a residual, single CTAs");
 static_assert(!PINGPONG || ACC_REGS <= 128, "a ping-pong warpgroup holds its whole tile: MB * BN / 2 <= 128");
-static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256 || (BN == 16 && OUT_F32),
-              "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256 (and 16 with the float32 epilogue)");
+static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 160 || BN == 192 || BN == 256 || (BN == 16 && (OUT_F32 || NARROW_OUT)),
+              "wgmma N of this kernel: 64, 96, 128, 160, 192 or 256 (and 16 with the float32 or narrow epilogue)");
+static_assert(!NARROW_OUT || (BN == 16 && !HAS_RESIDUAL && !OUT_F32 && !PHASE_OUT && !SM90_B_MN && !A_CF && !A_XPOSE && !PINGPONG),
+              "the narrow epilogue (SM90_NARROW_OUT): 16-column cooperative tiles of 16-bit output, x channels-last, "
+              "the residual read by the consumers");
 static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
 static_assert(!(NCHW_OUT && HAS_RESIDUAL), "a channels-first residual is read by the consumers, not by TMA");
 static_assert(!(OUT_F32 && HAS_RESIDUAL), "a float32 residual is read by the consumers, not by TMA");
@@ -289,7 +301,7 @@ struct Sm90ConvParams {
   cuconv::FastDivisor x_tiles_div;  // halo tiles: tile -> column tile
   cuconv::FastDivisor y_tiles_div;  // halo tiles: -> row tile, plane
   cuconv::FastDivisor o_div;        // halo tiles: plane -> image, depth
-  const void* residual;             // SM90_NCHW_OUT / SM90_OUT_F32: the residual the consumers read (when ep.has_residual)
+  const void* residual;             // SM90_NCHW_OUT / SM90_OUT_F32 / SM90_NARROW_OUT: the residual the consumers read (when ep.has_residual)
   // SM90_PHASE_OUT (zeros otherwise): the input gradient dx (N, ph_ext0, ph_ext1, ph_ext2, ph_channels)
   // the stacked phases are stored into; per axis the stride ph_s*; ph_table: per phase (row-major) the
   // offsets (d0, d1, d2, 0) of its first position, in global memory (epilogue.cuh, consumer_epilogue_phases;
@@ -340,6 +352,14 @@ struct Sm90ConvParams {
 #define CUCONV_SM90_SUFFIX _halo_f32
 #elif SM90_OUT_F32
 #define CUCONV_SM90_SUFFIX _f32
+#elif SM90_HALO && SM90_NARROW_OUT && SM90_NCHW_OUT
+#define CUCONV_SM90_SUFFIX _halo_nk_nchw
+#elif SM90_HALO && SM90_NARROW_OUT
+#define CUCONV_SM90_SUFFIX _halo_nk
+#elif SM90_NARROW_OUT && SM90_NCHW_OUT
+#define CUCONV_SM90_SUFFIX _nk_nchw
+#elif SM90_NARROW_OUT
+#define CUCONV_SM90_SUFFIX _nk
 #elif SM90_HALO && SM90_PINGPONG && SM90_PHASE_OUT
 #define CUCONV_SM90_SUFFIX _halo_pp_ph
 #elif SM90_HALO && SM90_PHASE_OUT
@@ -553,7 +573,7 @@ __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, co
     const long long m_row = (long long)sched.m_tile(t) * cfg::BM + row_base;
     const long long rows_left = g.M - m_row;
     const int row_limit = rows_left > 16 ? 16 : (int)rows_left;
-    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT, cfg::PHASE_OUT>(
+    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT, cfg::PHASE_OUT, cfg::NARROW_OUT>(
         acc, m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
         c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const out_t*>(g.residual), g);
   }
@@ -582,7 +602,7 @@ __device__ __forceinline__ void consumer_halo(const Sm90ConvParams& g, const Sch
     const long long m_row = (long long)(ht.plane_row0 + consumer) * g.Q + x;
     // (a pair's ghost CTA past the last tile has m_row >= M and stores nothing)
     const int row_limit = (ht.y0 + consumer < g.P && m_row < g.M) ? g.Q - x : 0;
-    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT, cfg::PHASE_OUT>(
+    sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, cfg::HAS_RESIDUAL, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT, cfg::PHASE_OUT, cfg::NARROW_OUT>(
         acc[0], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
         c_empty_bar, row_base, col_lane, lane == 0, out_plane(g), static_cast<const out_t*>(g.residual), g);
   }
@@ -631,7 +651,7 @@ __device__ __forceinline__ void consumer_pingpong(const Sm90ConvParams& g, const
     for (int b = 0; b < cfg::MB; ++b) {
       const long long m_row = (long long)(ht.plane_row0 + b) * g.Q + x;
       const int row_limit = (ht.y0 + b < g.P && m_row < g.M) ? g.Q - x : 0;
-      sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT, cfg::PHASE_OUT>(
+      sm90::consumer_epilogue_any<elem_t, out_t, cfg::BN, cfg::C_STAGES, false, cfg::C_CHUNK_BYTES, cfg::NCHW_OUT, cfg::PHASE_OUT, cfg::NARROW_OUT>(
           acc[b], m_row, row_limit, sched.n_tile(t) * cfg::BN, g.K, out, bias, ep, cring, c_base, c_full_bar,
           c_empty_bar, row_in_group, 2 * (lane % 4), lane == 0, out_plane(g), static_cast<const out_t*>(g.residual), g);
     }
@@ -720,7 +740,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cfg::PRODUCER_REGS));
-#if !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32)
+#if !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32 || SM90_NARROW_OUT)
     // Narrow groups: the filter the TMA reads. Only the variants sm90_grouped runs (16-bit output, its own
     // filter K-major) hold it: in the phase-storing ones it costs the consumers' registers (spills).
     if (g.bd_src != nullptr) sm90::write_blockdiag_filter(g);

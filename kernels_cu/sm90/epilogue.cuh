@@ -555,6 +555,77 @@ __device__ __forceinline__ void consumer_epilogue_f32(const float (&acc)[BN / 2]
   }
 }
 
+// The narrow epilogue (SM90_NARROW_OUT: 16-column tiles of 16-bit output, the last convolutions of
+// decoders with K = 1-16). Channels-last (m, k) is at m * K + k, channels-first (NCHW) at
+// (m / OPQ) * K * OPQ + k * OPQ + m % OPQ. Where K is even, channels-last, and `out` (and the residual)
+// 4-byte aligned, a thread's two adjacent columns are one 32-bit access; otherwise each value is one
+// 16-bit access at its own address, so any K and any output address serve. The output is small next to
+// the input on these layers (K values per pixel against R * S * C read), so the accesses' width does not
+// bound them. Bias values are read one by one, the residual at the addresses the thread then writes (so
+// `out` may be the residual).
+__device__ __forceinline__ void st_global_b32_if(bool pred, void* ptr, uint32_t v) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t@p st.global.b32 [%0], %1;\n\t}" ::"l"(ptr), "r"(v),
+               "r"((int)pred)
+               : "memory");
+}
+
+template <typename T, int BN, int ACT, bool NCHW>
+__device__ __forceinline__ void consumer_epilogue_narrow(const float (&acc)[BN / 2], long long m_row, int row_limit,
+                                                         int n0, int K, long long opq, T* out, const T* bias,
+                                                         const T* residual, const EpilogueParams& ep, int col_lane) {
+  const bool has_res = ep.has_residual != 0;
+  const unsigned long long ptrs = reinterpret_cast<unsigned long long>(out) |
+                                  (has_res ? reinterpret_cast<unsigned long long>(residual) : 0ull);
+  const bool pairs = !NCHW && (K & 1) == 0 && (ptrs & 3) == 0;  // col even: col + 1 < K with col < K
+  long long base[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const long long m = m_row + 8 * i;
+    base[i] = NCHW ? m + (m / opq) * (long long)(K - 1) * opq : m * K;
+  }
+  const long long col_stride = NCHW ? opq : 1;
+  static_assert(BN % 16 == 0, "8-column blocks in pairs");
+#pragma unroll
+  for (int chunk = 0; chunk < (BN + 63) / 64; ++chunk) {
+    const int blocks = (BN - 64 * chunk) >= 64 ? 8 : (BN - 64 * chunk) / 8;
+#pragma unroll
+    for (int jj = 0; jj < blocks; ++jj) {
+      const int col = n0 + chunk * 64 + jj * 8 + col_lane;
+      const bool ok0 = col < K, ok1 = col + 1 < K;
+      const float b0 = (ep.has_bias && ok0) ? to_float(bias[col]) : 0.f;
+      const float b1 = (ep.has_bias && ok1) ? to_float(bias[col + 1]) : 0.f;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const bool row_ok = 8 * i < row_limit;
+        const long long at = base[i] + (long long)col * col_stride;
+        const int a = (chunk * 8 + jj) * 4 + 2 * i;
+        float v0 = ep.alpha * acc[a] + b0;
+        float v1 = ep.alpha * acc[a + 1] + b1;
+        if (pairs) {
+          if (has_res) {
+            const uint32_t c = ld_global_b32_if(row_ok && ok0, residual + at);
+            v0 += ep.beta * lo_to_float<T>(c);
+            v1 += ep.beta * hi_to_float<T>(c);
+          }
+          const uint32_t packed = (uint32_t)from_float<T>(activate(v0, ACT)).bits |
+                                  ((uint32_t)from_float<T>(activate(v1, ACT)).bits << 16);
+          st_global_b32_if(row_ok && ok0, out + at, packed);
+        } else {
+          if (has_res) {
+            T c0, c1;
+            c0.bits = ld_global_b16_if(row_ok && ok0, residual + at);
+            c1.bits = ld_global_b16_if(row_ok && ok1, residual + at + col_stride);
+            v0 += ep.beta * to_float(c0);
+            v1 += ep.beta * to_float(c1);
+          }
+          st_global_b16_if(row_ok && ok0, out + at, from_float<T>(activate(v0, ACT)).bits);
+          st_global_b16_if(row_ok && ok1, out + at + col_stride, from_float<T>(activate(v1, ACT)).bits);
+        }
+      }
+    }
+  }
+}
+
 template <typename A, typename B> struct same_type { static constexpr bool value = false; };
 template <typename A> struct same_type<A, A> { static constexpr bool value = true; };
 
@@ -563,9 +634,10 @@ template <typename A> struct same_type<A, A> { static constexpr bool value = tru
 // (consumer_epilogue_f32, residual read from `residual` when ep.has_residual). NCHW selects the
 // channels-first epilogue (consumer_epilogue_nchw: opq = O * P * Q, residual its channels-first
 // residual, read when ep.has_residual); otherwise opq is unused. PHASES selects the phase-scattering
-// epilogue (consumer_epilogue_phases, its table in the parameter struct g).
+// epilogue (consumer_epilogue_phases, its table in the parameter struct g). NARROW selects the narrow
+// epilogue (consumer_epilogue_narrow, channels-first where NCHW, its residual read when ep.has_residual).
 template <typename T, typename OutT, int BN, int C_STAGES, bool HAS_RESIDUAL, int C_CHUNK_BYTES, bool NCHW, bool PHASES,
-          typename G>
+          bool NARROW, typename G>
 __device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2], long long m_row, int row_limit,
                                                       int n0, int K, OutT* out, const OutT* bias, const EpilogueParams& ep,
                                                       RingState<C_STAGES>& cring, uint32_t c_base,
@@ -576,6 +648,8 @@ __device__ __forceinline__ void consumer_epilogue_any(const float (&acc)[BN / 2]
   case code:                                                                                                 \
     if constexpr (same_type<OutT, float>::value) {                                                           \
       consumer_epilogue_f32<BN, code>(acc, m_row, row_limit, n0, K, out, bias, residual, ep, col_lane);       \
+    } else if constexpr (NARROW) {                                                                           \
+      consumer_epilogue_narrow<T, BN, code, NCHW>(acc, m_row, row_limit, n0, K, opq, out, bias, residual, ep, col_lane); \
     } else if constexpr (NCHW) {                                                                             \
       consumer_epilogue_nchw<T, BN, code>(acc, m_row, row_limit, n0, K, opq, out, bias, residual, ep, col_lane); \
     } else if constexpr (PHASES) {                                                                           \

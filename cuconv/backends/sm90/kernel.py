@@ -30,8 +30,9 @@ from ...scratch import scratch
 from .params import BlockDiag, MnFilter, kernel_params, phase_table, tap_table, zero_block
 from .tensormap import (cuda_driver, encode_cf_x, encode_halo_c, encode_halo_x, encode_im2col_x, encode_mn_w,
                         encode_tiled_c, encode_tiled_w, placeholder_descriptor, tma_box_params, tma_limits_violation)
-from .tiles import (BLOCK_K, HALO_A_STAGES, XPOSE_MAX_N_TILES, XPOSE_ST_STAGES, TileConfig, channels_first_x_decline,
-                    channels_first_x_pays, halo_why_not, halo_window, staging_row, tile_config, transposed_x_decline)
+from .tiles import (BLOCK_K, HALO_A_STAGES, NARROW_BLOCK_N, NARROW_MAX_K, XPOSE_MAX_N_TILES, XPOSE_ST_STAGES, TileConfig,
+                    channels_first_x_decline, channels_first_x_pays, halo_why_not, halo_window, narrow_tiles,
+                    staging_row, tile_config, transposed_x_decline)
 from .variants import SOURCE, defines, kernel_name, load_function, ring_loads_residual
 
 __all__ = ["Sm90TmaKernel", "Sm90TmaConv3d", "Sm90Plan"]
@@ -76,16 +77,20 @@ class Sm90TmaKernel(Kernel):
             return declined
         if problem.channels % 8:
             return Declined(f"C={problem.channels} is not a multiple of 8 (TMA needs 16-byte pixel strides)")
-        if problem.out_channels % 8 and not out_f32:  # the float32 epilogue stores any K
-            return Declined(f"K={problem.out_channels} is not a multiple of 8 (16-byte output rows)")
+        narrow = not (out_f32 or tf32 or xsplit) and narrow_tiles(problem, overrides)
+        if problem.out_channels % 8 and not (out_f32 or narrow):  # the float32 and narrow epilogues store any K
+            why = (f"block_n={overrides.block_n} is forced" if overrides.block_n is not None
+                   else f"the narrow variant takes K <= {NARROW_MAX_K} (block_n={NARROW_BLOCK_N} forces it)")
+            return Declined(f"K={problem.out_channels} is not a multiple of 8 (16-byte output rows), and {why}")
         why = tma_limits_violation(problem)
         if why:
             return Declined(why)
-        if tf32 or xsplit:  # their consumers read the residual (no C ring)
-            cfg = tile_config(_without_residual_ring(problem), device.sm_count, overrides, out_f32=xsplit, tf32=tf32)
+        if tf32 or xsplit or narrow:  # their consumers read the residual (no C ring)
+            cfg = tile_config(_without_residual_ring(problem), device.sm_count, overrides, out_f32=xsplit, tf32=tf32,
+                              narrow=narrow)
         else:
             cfg = tile_config(problem, device.sm_count, overrides, out_f32)
-        too_much = smem_over(cfg, ring_loads_residual(problem.epilogue.loads_residual, tf32, xsplit), device)
+        too_much = smem_over(cfg, ring_loads_residual(problem.epilogue.loads_residual, tf32, xsplit, narrow), device)
         if too_much:
             return Declined(too_much)
         return Sm90Plan(self, problem, device, cfg, overrides,
@@ -111,6 +116,9 @@ def channels_first_x_plan(plan: "Sm90Plan", overrides) -> "Sm90Plan":
     rows wherever they apply, False never. Otherwise ``plan`` itself, which then records why x is moved
     (``explain``). ``overrides.x_channels_first`` False keeps ``plan``."""
     if not plan.writes_channels_first:
+        return plan
+    if plan.narrow:
+        plan.x_moved_because = f"the narrow variant's {NARROW_BLOCK_N}-column tiles read x channels-last"
         return plan
     forced, xpose, p = overrides.x_channels_first, overrides.x_transpose, plan.problem
     if forced is False:
@@ -237,6 +245,9 @@ class Sm90Plan(Plan):
         self.tf32 = tf32
         #: x is float32 data seen as 16-bit pairs, split into bf16 parts in registers (:mod:`.split_precision`).
         self.xsplit = xsplit
+        #: 16-bit output of any K from 16-column tiles, stored value by value (the ``_nk`` variants; the
+        #: consumers read the residual).
+        self.narrow = cfg.block_n == NARROW_BLOCK_N and not out_f32
         #: A channels-first problem's output (and residual) are stored by the epilogue in that layout.
         self.writes_channels_first = problem.layout in ("NCHW", "NCDHW") and not out_f32
         #: ... and its x read in that layout too (``cfg.a_cf`` / ``cfg.a_xpose``: the ``_cf`` / ``_xp`` variants;
@@ -338,6 +349,12 @@ class Sm90Plan(Plan):
                       "three register-A bf16 wgmmas (k16) per 16 floats of the reduction")
         if f32:
             stores = "epilogue stores float32 (8-byte stores)" + (", reads the float32 residual there" if res else "")
+        elif self.narrow:
+            stores = (f"narrow epilogue stores {'channels-first ' if nchw else ''}16-bit values one by one "
+                      f"({'pairs of columns as 4-byte stores where K is even and out aligned' if not nchw else 'any K'})"
+                      + (", reads the residual there" if res else ""))
+            if nchw and self.x_moved_because:
+                stores += f"; x moved to channels-last first ({self.x_moved_because})"
         elif nchw:
             stores = f"epilogue stores channels-first ({nchw_store_pattern(problem, cfg.halo)})" + (
                 ", reads the residual there" if res else "")
@@ -360,9 +377,10 @@ class Sm90Plan(Plan):
     @property
     def _flags(self) -> tuple:
         """The variant's flags, in the order of :func:`.variants.kernel_name` / ``defines`` / ``load_function``:
-        channels-first output, float32 output, tf32, split x, phases stored into place, MN-major filter."""
+        channels-first output, float32 output, tf32, split x, phases stored into place, MN-major filter,
+        narrow output."""
         return (self.writes_channels_first, self.out_f32, self.tf32, self.xsplit, self.phase_scatter is not None,
-                self.b_mn)
+                self.b_mn, self.narrow)
 
     def run(self, x, w, bias, residual, out):
         """Launch; the record (descriptors, params, function, grid) is reused for the same input addresses.
@@ -381,7 +399,7 @@ class Sm90Plan(Plan):
             launch, cacheable, keep = self._build_launch(x, w, bias, residual)
             if cacheable:
                 self._records.put(key, launch)
-        if self.writes_channels_first or out.data.ptr % 16 == 0:  # channels-last: 16-byte vector stores
+        if self.writes_channels_first or self.narrow or out.data.ptr % 16 == 0:  # 16-byte vector stores elsewhere
             launch.on_stream(stream, out.data.ptr)
         else:
             import cupy as cp
@@ -406,7 +424,7 @@ class Sm90Plan(Plan):
         # and such a record is not cached (the copy's address is new every call).
         xa, wa = _aligned(x), _aligned(w)
         ra = residual
-        direct = self.writes_channels_first or self.out_f32  # the residual is read by the consumers
+        direct = self.writes_channels_first or self.out_f32 or self.narrow  # the residual is read by the consumers
         if res and direct:  # at its own address (float32: 8-byte loads)
             ra = _aligned(residual, 8) if self.out_f32 and problem.out_channels % 2 == 0 else residual
             tmap_c = placeholder_descriptor()

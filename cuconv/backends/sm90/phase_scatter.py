@@ -53,8 +53,8 @@ def _declines(plan) -> Optional[str]:
     if not isinstance(plan, Sm90Plan):
         return f"the convolution runs on {plan.kernel.name}, not the Hopper kernel"
     p = plan.problem
-    if plan.out_f32 or plan.tf32 or plan.xsplit or plan.writes_channels_first or plan.b_mn:
-        return "a float32, channels-first or MN-major variant of the Hopper kernel"
+    if plan.out_f32 or plan.tf32 or plan.xsplit or plan.writes_channels_first or plan.b_mn or plan.narrow:
+        return "a float32, channels-first, MN-major or narrow variant of the Hopper kernel"
     if p.epilogue.loads_residual:
         return "a residual (the variants leave the epilogue-load warp out)"
     if p.epilogue.alpha == 0:

@@ -27,7 +27,7 @@ __all__ = ["TileConfig", "choose_tile_config", "tile_config", "halo_decline", "h
            "channels_first_x_decline", "channels_first_x_pays",
            "transposed_x_decline", "staging_row",
            "k_iters", "c_blocks", "last_k16", "stages_for", "halo_stages", "bm_fits", "pingpong_block_m",
-           "STAGES", "BLOCK_MS", "PINGPONG_BLOCK_MS", "BLOCK_K", "SPLIT_WAYS"]
+           "narrow_tiles", "NARROW_BLOCK_N", "NARROW_MAX_K", "STAGES", "BLOCK_MS", "PINGPONG_BLOCK_MS", "BLOCK_K", "SPLIT_WAYS"]
 
 _BUDGET = header_constants("sm90/budget.cuh")
 BLOCK_K = _BUDGET["SM90_BLOCK_K"]
@@ -445,11 +445,13 @@ def _tf32_bn(m_tiles: int, gemm_n: int, sm_count: int) -> int:
 def bm_fits(block_m: int, block_n: int, cluster: int, loads_residual: bool, halo: bool) -> bool:
     """Whether a ``block_m`` x ``block_n`` tile is a variant the kernel builds without spilling: 128
     rows always; 192 for :data:`MID_M_BN`; 256 for :data:`WIDE_M_BN` (and BN 128 on halo tiles without
-    a residual). Taller tiles never in CTA pairs (docs/tuning.md N-tall-pairs, N-mid-pairs)."""
+    a residual); every height for the narrow variant's :data:`NARROW_BLOCK_N`. Taller tiles never in CTA pairs (docs/tuning.md N-tall-pairs, N-mid-pairs)."""
     if block_m == BLOCK_M:
         return True
     if cluster != 1:
         return False
+    if block_n == NARROW_BLOCK_N:  # the narrow variant: 8 accumulators per thread at any height
+        return True
     if block_m == 192:
         return block_n in MID_M_BN
     wide = WIDE_M_BN + ((128,) if halo and not loads_residual else ())
@@ -643,6 +645,25 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
 F32_BLOCK_NS = (16, 64, 96, 128)
 
 
+#: Tile width of the narrow variant (``_nk``: 16-bit output stored value by value, any K): the last layers of
+#: decoders and heads (K = 1-16), which 64-column tiles would run with 4-64 times the MMA work they need
+#: (docs/tuning.md#T-narrow-out).
+NARROW_BLOCK_N = 16
+#: The widest output the automatic choice runs on the narrow variant.
+NARROW_MAX_K = 16
+
+
+def narrow_tiles(problem, overrides) -> bool:
+    """Whether a 16-bit problem runs on the narrow variant: K <= :data:`NARROW_MAX_K` and a filter of more
+    than one tap with the tile width automatic (one-tap maps to a few channels are the pointwise kernels'),
+    or ``overrides.block_n`` = :data:`NARROW_BLOCK_N` (any K)."""
+    forced = overrides.block_n
+    taps = 1
+    for f in problem.filter_spatial:
+        taps *= f
+    return forced == NARROW_BLOCK_N or (forced is None and problem.out_channels <= NARROW_MAX_K and taps > 1)
+
+
 def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
     """The float32-output variant's BN: ``forced`` where it is one of :data:`F32_BLOCK_NS`, else the
     narrowest that covers N, at most 128."""
@@ -652,13 +673,13 @@ def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
 
 
 def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: bool = False,
-                a_cf: bool = False, a_xpose: bool = False) -> TileConfig:
+                a_cf: bool = False, a_xpose: bool = False, narrow: bool = False) -> TileConfig:
     """The tile configuration of ``problem`` on ``sm_count`` SMs under ``overrides``
     (:class:`cuconv.overrides.Overrides`); ``out_f32``: for the float32-output variant with promotion
     (128-row tiles, :func:`f32_block_n`, no ping-pong); ``tf32``: for tf32 products (:func:`_tf32_bn`);
     ``a_cf``: halo tiles reading x channels-first (where :func:`channels_first_x_decline` allows them);
     ``a_xpose``: halo tiles transposing staged rows of channels-first x (where :func:`transposed_x_decline`
-    allows them)."""
+    allows them); ``narrow``: the narrow variant (:data:`NARROW_BLOCK_N` columns, cooperative warpgroups)."""
     o = overrides
     block_m, block_n, pingpong = o.block_m, o.block_n, o.pingpong
     if a_cf and a_xpose:
@@ -673,6 +694,8 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: 
                                   a_cf=a_cf, a_xpose=a_xpose)
     if out_f32:
         block_m, block_n, pingpong = BLOCK_M, f32_block_n(problem.gemm_n, o.block_n), False
+    elif narrow:
+        block_n, pingpong = NARROW_BLOCK_N, False
     return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=block_n,
                               k_iters=k_iters(problem), split=o.split, split_ways=o.split_ways, block_m=block_m,
                               loads_residual=problem.epilogue.loads_residual, halo_geometry=halo_geometry(problem),

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ...compiler import load_cuda_function
 from ...launch import dtype_code
-from .tiles import (BLOCK_MS, F32_BLOCK_NS, STAGES, TileConfig, bm_fits, halo_stages, pingpong_block_m,
-                    stages_for)
+from .tiles import (BLOCK_MS, F32_BLOCK_NS, NARROW_BLOCK_N, STAGES, TileConfig, bm_fits, halo_stages,
+                    pingpong_block_m, stages_for)
 
 __all__ = ["SOURCE", "ARCH", "kernel_name", "defines", "load_function", "phase_out_fits", "b_mn_fits",
            "COMPILE_VARIANTS"]
@@ -21,52 +21,57 @@ ARCH = "sm_90a"
 
 
 def kernel_name(cfg: TileConfig, loads_residual: bool, nd: int = 2, nchw: bool = False, f32: bool = False,
-                tf32: bool = False, xsplit: bool = False, phases: bool = False, b_mn: bool = False) -> str:
+                tf32: bool = False, xsplit: bool = False, phases: bool = False, b_mn: bool = False,
+                narrow: bool = False) -> str:
     """The entry point's name of a variant. ``nchw``: channels-first output; ``f32``: float32 output
     (both read the residual in the consumers: ``_res`` names the epilogue-load warp, which neither has);
     ``tf32``: float32 operands multiplied as tf32, into the float32 output; ``xsplit``: float32 x split
     into bf16 parts in registers against a split filter, into the float32 output; ``phases``: the output columns
     are the stacked phases of an input gradient, stored into place (no residual); ``b_mn``: the filter read
-    MN-major, straight from an input gradient's forward weight (``_bmn``). ``cfg.a_cf`` (with ``nchw``): x read
+    MN-major, straight from an input gradient's forward weight (``_bmn``); ``narrow``: 16-bit output of any K
+    stored value by value from 16-column tiles (``_nk``, ``_nk_nchw`` with ``nchw``; the consumers read the
+    residual). ``cfg.a_cf`` (with ``nchw``): x read
     channels-first too, as windows of channel rows (``_cf``); ``cfg.a_xpose``: as staged rows transposed in
     shared memory (``_xp``)."""
     return (f"conv{nd}d_fprop_sm90_tma_{cfg.block_m}x{cfg.block_n}x{cfg.block_k}_s{cfg.stages}"
             + (f"_c{cfg.cluster}" if cfg.cluster > 1 else "") + ("_halo" if cfg.halo else "")
             + ("_pp" if cfg.pingpong else "")
-            + ("_xs" if xsplit else "_tf32" if tf32 else "_f32" if f32 else "_ph" if phases else "_cf" if cfg.a_cf
+            + ("_xs" if xsplit else "_tf32" if tf32 else "_f32" if f32 else "_nk_nchw" if narrow and nchw
+               else "_nk" if narrow else "_ph" if phases else "_cf" if cfg.a_cf
                else "_xp" if cfg.a_xpose else "_nchw" if nchw else "_res" if loads_residual else "") + ("_bmn" if b_mn else ""))
 
 
 def defines(cfg: TileConfig, dtype: str, loads_residual: bool, nd: int = 2, nchw: bool = False,
             f32: bool = False, tf32: bool = False, xsplit: bool = False, phases: bool = False,
-            b_mn: bool = False) -> dict:
+            b_mn: bool = False, narrow: bool = False) -> dict:
     """The ``-D`` values that build a variant (``tf32``, ``xsplit``: ``dtype`` is the 16-bit view, bfloat16)."""
     return _defines(dtype_code(dtype), nd, cfg.block_m, cfg.block_n, cfg.stages,
-                    int(loads_residual and not (nchw or f32 or tf32 or xsplit)), cfg.cluster, int(cfg.halo),
-                    int(cfg.pingpong), nchw, f32, tf32, xsplit, phases, b_mn, int(cfg.a_cf), int(cfg.a_xpose))
+                    int(loads_residual and not (nchw or f32 or tf32 or xsplit or narrow)), cfg.cluster,
+                    int(cfg.halo), int(cfg.pingpong), nchw, f32, tf32, xsplit, phases, b_mn, int(cfg.a_cf),
+                    int(cfg.a_xpose), narrow)
 
 
-def ring_loads_residual(loads_residual: bool, tf32: bool = False, xsplit: bool = False) -> bool:
-    """Whether a variant's shared memory holds the C ring: the tf32 and split-x variants' consumers read
-    the residual themselves."""
-    return loads_residual and not (tf32 or xsplit)
+def ring_loads_residual(loads_residual: bool, tf32: bool = False, xsplit: bool = False, narrow: bool = False) -> bool:
+    """Whether a variant's shared memory holds the C ring: the tf32, split-x and narrow variants' consumers
+    read the residual themselves."""
+    return loads_residual and not (tf32 or xsplit or narrow)
 
 
 def load_function(dev_index: int, cfg: TileConfig, dtype: str, loads_residual: bool, nd: int, nchw: bool = False,
                   f32: bool = False, tf32: bool = False, xsplit: bool = False, phases: bool = False,
-                  b_mn: bool = False):
+                  b_mn: bool = False, narrow: bool = False):
     """``(function, dynamic shared memory)`` of a variant, compiled (or taken from the kernel cache) and
     loaded on the device, its shared-memory limit raised."""
     from ...device import gpu_info
-    smem = cfg.smem_bytes(ring_loads_residual(loads_residual, tf32, xsplit))
+    smem = cfg.smem_bytes(ring_loads_residual(loads_residual, tf32, xsplit, narrow))
     fn = load_cuda_function(SOURCE, gpu_info(dev_index),
-                            defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32, xsplit, phases, b_mn),
-                            kernel_name(cfg, loads_residual, nd, nchw, f32, tf32, xsplit, phases, b_mn), smem)
+                            defines(cfg, dtype, loads_residual, nd, nchw, f32, tf32, xsplit, phases, b_mn, narrow),
+                            kernel_name(cfg, loads_residual, nd, nchw, f32, tf32, xsplit, phases, b_mn, narrow), smem)
     return fn, smem
 
 
 def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0, xsplit=0, phases=0, b_mn=0,
-             a_cf=0, a_xpose=0) -> dict:
+             a_cf=0, a_xpose=0, narrow=0) -> dict:
     d = {"CUCONV_DTYPE": dt, "SM90_NDIM": nd, "SM90_BM": bm, "SM90_BN": bn, "SM90_STAGES": stages,
          "SM90_HAS_RESIDUAL": res, "SM90_CLUSTER": cl, "SM90_HALO": halo, "SM90_PINGPONG": pp}
     if nchw:
@@ -85,6 +90,8 @@ def _defines(dt, nd, bm, bn, stages, res, cl, halo, pp=0, nchw=0, f32=0, tf32=0,
         d["SM90_A_CF"] = 1
     if a_xpose:
         d["SM90_A_XPOSE"] = 1
+    if narrow:
+        d["SM90_NARROW_OUT"] = 1
     return d
 
 
@@ -151,6 +158,12 @@ COMPILE_VARIANTS = [
     _compile_variant(1, nd, 128, bn, stages, 0, cl, halo, 0, 0, 1)
     for nd in (2, 3) for cl in (1, 2) for halo in (0, 1) for bn in F32_BLOCK_NS
     for stages in sorted({(halo_stages if halo else stages_for)(128, bn, res) for res in (False, True)})
+] + [  # narrow 16-bit output (any K, 16-column tiles, the consumers read the residual): both dtypes, 2-D and
+    # 3-D, whole and halo tiles of 128 and 256 rows, single CTAs; channels-first output bf16 2-D
+    _compile_variant(dt, nd, bm, NARROW_BLOCK_N, (halo_stages if halo else stages_for)(bm, NARROW_BLOCK_N, False),
+                     0, 1, halo, nchw=nchw, narrow=1)
+    for dt in (0, 1) for nd in (2, 3) for nchw in (0, 1) for halo in (0, 1) for bm in (128, 256)
+    if not nchw or (dt, nd) == (1, 2)
 ] + [  # tf32 (float32 operands as 16-bit pairs, float32 output, no promotion): every tile of the 16-bit
     # kernel without a C ring (its consumers read the residual)
     _compile_variant(1, nd, bm, bn, (halo_stages if halo else stages_for)(bm, bn, False), 0, cl, halo, tf32=1)
