@@ -510,6 +510,15 @@ def _halo_rule(planes: int, P: int, Q: int, taps_hw: int, k_iters_: int = 0) -> 
     return taps_hw > 1 and 7 * padded <= 8 * Q
 
 
+def _narrow_halo_pays(planes: int, P: int, Q: int, taps_hw: int) -> bool:
+    """Narrow tiles (:data:`NARROW_BLOCK_N` columns) take halo windows where the filter has more than one
+    (r, s) tap and at most half of the padded columns are padding (docs/tuning.md T-narrow-out): their
+    MMA work is small, so what bounds them is the bytes each tile reads from L2, R x S boxes of its rows
+    against one window."""
+    padded = -(-Q // 64) * 64
+    return taps_hw > 1 and 2 * (padded - Q) <= padded
+
+
 def _narrow_halo_res_pays(auto_bn: bool, bn: int, gemm_n: int, block_m: Optional[int], cluster: int) -> bool:
     """With a residual, 192 x 128 halo tiles (five filter slots) replace 128 x 256 ones (four) where
     N <= 256 (docs/tuning.md T-halo-narrow-res)."""
@@ -696,6 +705,12 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: 
         block_m, block_n, pingpong = BLOCK_M, f32_block_n(problem.gemm_n, o.block_n), False
     elif narrow:
         block_n, pingpong = NARROW_BLOCK_N, False
+        geometry = halo_geometry(problem)
+        if o.halo is None and geometry is not None:
+            return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster,
+                                      block_n=block_n, k_iters=k_iters(problem), split=o.split,
+                                      split_ways=o.split_ways, block_m=block_m, loads_residual=False,
+                                      halo_geometry=geometry, halo=_narrow_halo_pays(*geometry), pingpong=False)
     return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=block_n,
                               k_iters=k_iters(problem), split=o.split, split_ways=o.split_ways, block_m=block_m,
                               loads_residual=problem.epilogue.loads_residual, halo_geometry=halo_geometry(problem),
@@ -706,8 +721,9 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: 
 HALO_SWITCHED_OFF = "switched off (overrides(halo=False) / CUCONV_SM90_HALO=0)"
 
 
-def halo_why_not(problem, overrides) -> str:
-    """Why a problem runs on im2col boxes rather than halo tiles (for ``explain``)."""
+def halo_why_not(problem, overrides, narrow: bool = False) -> str:
+    """Why a problem runs on im2col boxes rather than halo tiles (for ``explain``); ``narrow``: on the
+    narrow variant's tiles (:func:`_narrow_halo_pays`)."""
     why = halo_decline(problem)
     if why:
         return why
@@ -716,6 +732,9 @@ def halo_why_not(problem, overrides) -> str:
     planes, P, Q, taps = halo_geometry(problem)
     if taps == 1:
         return "one (r, s) tap: no window to share"
+    if narrow:
+        return (f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than half of them "
+                f"padding, the narrow tiles' bound)")
     if _halo_rule(planes, P, Q, taps, k_iters(problem)):
         return (f"with a residual, halo tiles of this width keep fewer than {HALO_MIN_RES_STAGES} filter slots "
                 f"next to the C ring")

@@ -159,10 +159,10 @@ COMPILE_VARIANTS = [
     for nd in (2, 3) for cl in (1, 2) for halo in (0, 1) for bn in F32_BLOCK_NS
     for stages in sorted({(halo_stages if halo else stages_for)(128, bn, res) for res in (False, True)})
 ] + [  # narrow 16-bit output (any K, 16-column tiles, the consumers read the residual): both dtypes, 2-D and
-    # 3-D, whole and halo tiles of 128 and 256 rows, single CTAs; channels-first output bf16 2-D
+    # 3-D, whole and halo tiles of every height, single CTAs; channels-first output bf16 2-D
     _compile_variant(dt, nd, bm, NARROW_BLOCK_N, (halo_stages if halo else stages_for)(bm, NARROW_BLOCK_N, False),
                      0, 1, halo, nchw=nchw, narrow=1)
-    for dt in (0, 1) for nd in (2, 3) for nchw in (0, 1) for halo in (0, 1) for bm in (128, 256)
+    for dt in (0, 1) for nd in (2, 3) for nchw in (0, 1) for halo in (0, 1) for bm in BLOCK_MS
     if not nchw or (dt, nd) == (1, 2)
 ] + [  # tf32 (float32 operands as 16-bit pairs, float32 output, no promotion): every tile of the 16-bit
     # kernel without a C ring (its consumers read the residual)
