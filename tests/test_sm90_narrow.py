@@ -89,15 +89,17 @@ def test_forced_widths():
     assert why.kernel != "sm90_tma" and "block_n=64 is forced" in why.declined["sm90_tma"], str(why)
 
 
-def test_narrow_tiles_take_halo_windows_up_to_half_padding():
-    """Narrow tiles read halo windows wherever at most half of the padded columns are padding (80 of
-    128: the usual rule's 1/8 would take im2col boxes), and boxes beyond (20 of 64), saying why."""
+def test_narrow_tiles_take_halo_windows_up_to_5_8_padding():
+    """Narrow tiles read halo windows wherever at most 5/8 of the padded columns are padding (80 of
+    128, 28 of 64: the usual rule's 1/8 would take im2col boxes), and boxes beyond (20 of 64), saying why."""
     plan, _ = _select(problem2d(N=16, H=80, W=80, C=128, K=16))
     assert plan.narrow and plan.cfg.halo, plan.describe()
     plan, _ = _select(problem2d(N=16, H=80, W=80, C=128, K=64))
     assert not plan.cfg.halo  # the 64-column tiles keep the usual rule
+    plan, _ = _select(problem2d(N=32, H=28, W=28, C=256, K=4))
+    assert plan.narrow and plan.cfg.halo, plan.describe()
     plan, _ = _select(problem2d(N=32, H=20, W=20, C=256, K=4))
-    assert plan.narrow and not plan.cfg.halo and "more than half of them padding" in plan.describe(), plan.describe()
+    assert plan.narrow and not plan.cfg.halo and "more than 5/8 of them padding" in plan.describe(), plan.describe()
     plan, _ = _select(problem2d(N=16, H=80, W=80, C=128, K=16), halo=False)
     assert plan.narrow and not plan.cfg.halo
 

@@ -512,11 +512,11 @@ def _halo_rule(planes: int, P: int, Q: int, taps_hw: int, k_iters_: int = 0) -> 
 
 def _narrow_halo_pays(planes: int, P: int, Q: int, taps_hw: int) -> bool:
     """Narrow tiles (:data:`NARROW_BLOCK_N` columns) take halo windows where the filter has more than one
-    (r, s) tap and at most half of the padded columns are padding (docs/tuning.md T-narrow-out): their
+    (r, s) tap and at most 5/8 of the padded columns are padding (docs/tuning.md T-narrow-out): their
     MMA work is small, so what bounds them is the bytes each tile reads from L2, R x S boxes of its rows
     against one window."""
     padded = -(-Q // 64) * 64
-    return taps_hw > 1 and 2 * (padded - Q) <= padded
+    return taps_hw > 1 and 8 * (padded - Q) <= 5 * padded
 
 
 def _narrow_halo_res_pays(auto_bn: bool, bn: int, gemm_n: int, block_m: Optional[int], cluster: int) -> bool:
@@ -733,7 +733,7 @@ def halo_why_not(problem, overrides, narrow: bool = False) -> str:
     if taps == 1:
         return "one (r, s) tap: no window to share"
     if narrow:
-        return (f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than half of them "
+        return (f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than 5/8 of them "
                 f"padding, the narrow tiles' bound)")
     if _halo_rule(planes, P, Q, taps, k_iters(problem)):
         return (f"with a residual, halo tiles of this width keep fewer than {HALO_MIN_RES_STAGES} filter slots "
