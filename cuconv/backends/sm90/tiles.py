@@ -665,12 +665,17 @@ NARROW_MAX_K = 16
 def narrow_tiles(problem, overrides) -> bool:
     """Whether a 16-bit problem runs on the narrow variant: K <= :data:`NARROW_MAX_K` and a filter of more
     than one tap with the tile width automatic (one-tap maps to a few channels are the pointwise kernels'),
-    or ``overrides.block_n`` = :data:`NARROW_BLOCK_N` (any K)."""
-    forced = overrides.block_n
+    or ``overrides.block_n`` = :data:`NARROW_BLOCK_N` (any K). Where K is a multiple of 8, a forced choice
+    the narrow variant lacks (ping-pong warpgroups, x read channels-first) leaves the layer to the
+    64-column tiles that have it."""
+    o = overrides
+    if o.block_n is not None:
+        return o.block_n == NARROW_BLOCK_N
     taps = 1
     for f in problem.filter_spatial:
         taps *= f
-    return forced == NARROW_BLOCK_N or (forced is None and problem.out_channels <= NARROW_MAX_K and taps > 1)
+    lacks = o.pingpong or o.x_channels_first or o.x_transpose
+    return problem.out_channels <= NARROW_MAX_K and taps > 1 and not (lacks and problem.out_channels % 8 == 0)
 
 
 def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
