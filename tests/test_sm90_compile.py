@@ -40,7 +40,8 @@ def test_sm90_variant_compiles_without_spills_and_uses_hgmma_tma(source, defines
     name = kernel_name(cfg, bool(defines_["SM90_HAS_RESIDUAL"]), defines_["SM90_NDIM"],
                        bool(defines_.get("SM90_NCHW_OUT")), bool(defines_.get("SM90_OUT_F32")),
                        bool(defines_.get("SM90_TF32")), bool(defines_.get("SM90_XSPLIT")),
-                       bool(defines_.get("SM90_PHASE_OUT")), bool(defines_.get("SM90_B_MN")))
+                       bool(defines_.get("SM90_PHASE_OUT")), bool(defines_.get("SM90_B_MN")),
+                       bool(defines_.get("SM90_NARROW_OUT")))
     assert [f.name for f in report.functions] == [name], report.log
     assert report.spills == 0 and all(f.stack_frame == 0 for f in report.functions), report.log
     assert "C7508" not in report.log, "setmaxnreg ignored by ptxas:\n" + report.log
