@@ -671,11 +671,9 @@ def narrow_tiles(problem, overrides) -> bool:
     o = overrides
     if o.block_n is not None:
         return o.block_n == NARROW_BLOCK_N
-    taps = 1
-    for f in problem.filter_spatial:
-        taps *= f
     lacks = o.pingpong or o.x_channels_first or o.x_transpose
-    return problem.out_channels <= NARROW_MAX_K and taps > 1 and not (lacks and problem.out_channels % 8 == 0)
+    return (problem.out_channels <= NARROW_MAX_K and math.prod(problem.filter_spatial) > 1
+            and not (lacks and problem.out_channels % 8 == 0))
 
 
 def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
@@ -695,7 +693,7 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: 
     ``a_xpose``: halo tiles transposing staged rows of channels-first x (where :func:`transposed_x_decline`
     allows them); ``narrow``: the narrow variant (:data:`NARROW_BLOCK_N` columns, cooperative warpgroups)."""
     o = overrides
-    block_m, block_n, pingpong = o.block_m, o.block_n, o.pingpong
+    block_m, block_n, pingpong, halo = o.block_m, o.block_n, o.pingpong, o.halo
     if a_cf and a_xpose:
         raise ValueError("a_cf, a_xpose: a variant reads channels-first x one way")
     if a_cf or a_xpose:
@@ -706,20 +704,17 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: 
                                   k_iters=k_iters(problem), block_m=block_m, loads_residual=False,
                                   halo_geometry=_row_tile_geometry(problem), halo=True, pingpong=pingpong,
                                   a_cf=a_cf, a_xpose=a_xpose)
+    geometry = halo_geometry(problem)
     if out_f32:
         block_m, block_n, pingpong = BLOCK_M, f32_block_n(problem.gemm_n, o.block_n), False
     elif narrow:
         block_n, pingpong = NARROW_BLOCK_N, False
-        geometry = halo_geometry(problem)
-        if o.halo is None and geometry is not None:
-            return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster,
-                                      block_n=block_n, k_iters=k_iters(problem), split=o.split,
-                                      split_ways=o.split_ways, block_m=block_m, loads_residual=False,
-                                      halo_geometry=geometry, halo=_narrow_halo_pays(*geometry), pingpong=False)
+        if halo is None and geometry is not None:
+            halo = _narrow_halo_pays(*geometry)
     return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=block_n,
                               k_iters=k_iters(problem), split=o.split, split_ways=o.split_ways, block_m=block_m,
-                              loads_residual=problem.epilogue.loads_residual, halo_geometry=halo_geometry(problem),
-                              halo=o.halo, pingpong=pingpong, tf32=tf32)
+                              loads_residual=problem.epilogue.loads_residual, halo_geometry=geometry,
+                              halo=halo, pingpong=pingpong, tf32=tf32)
 
 
 #: :func:`halo_why_not`'s answer where halo tiles are switched off.
