@@ -217,7 +217,7 @@ def test_run_passes_aligned_addresses_and_copies_back():
 
 
 def test_direct_plans_pack_their_launch(monkeypatch):
-    """``DirectPlan._build`` (depthwise, smallc, narrowk): the variant loaded with the tile's shared memory,
+    """``DirectPlan._build`` (depthwise direct and MMA, smallc, narrowk): the variant loaded with the tile's shared memory,
     five pointer slots, the plan's geometry struct and the epilogue's parameters, each kind's grid (the
     persistent one from the occupancy, one CTA per tile, the narrow kernel's own count)."""
     import cuconv.backends.depthwise.kernel as direct
@@ -229,7 +229,8 @@ def test_direct_plans_pack_their_launch(monkeypatch):
     monkeypatch.setattr(direct, "resident_blocks", lambda fn, threads, smem: 2)
     monkeypatch.setattr(direct, "PackedLaunch", lambda *a, **k: launches.append((a, k)))
     ep = Epilogue(has_bias=True, has_residual=True, activation="silu")
-    for p, kernel in ((problem2d(C=96, K=96, groups=96, R=5, S=5, epilogue=ep), "depthwise_direct"),
+    for p, kernel in ((problem2d(C=96, K=96, groups=96, R=5, S=5, epilogue=ep), "depthwise_mma"),
+                      (problem2d(C=96, K=96, groups=96, epilogue=ep), "depthwise_direct"),
                       (problem2d(C=3, K=32, stride=2, dtype="float32", epilogue=ep), "smallc_direct"),
                       (problem2d(C=64, K=3, dtype="float32", epilogue=ep), "narrowk_direct")):
         plan = dispatch.select(p, H100)[0]
@@ -238,7 +239,7 @@ def test_direct_plans_pack_their_launch(monkeypatch):
         c = plan.cfg
         assert loads[-1] == (plan.source, H100, plan.defines, plan.name, c.smem)
         (fn, grid, block, smem, args), kw = launches[-1]
-        if kernel == "depthwise_direct":
+        if kernel in ("depthwise_direct", "depthwise_mma"):
             want_grid = min(c.tiles(p), 2 * H100.sm_count)  # two CTAs per SM (the faked occupancy)
         elif kernel == "smallc_direct":
             want_grid = c.tiles(p)

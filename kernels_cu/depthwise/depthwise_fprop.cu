@@ -41,6 +41,7 @@
 #include "depthwise/vec_io.cuh"
 #include "depthwise/halo_tile.cuh"
 #include "depthwise/direct_epilogue.cuh"
+#include "depthwise/work_item.cuh"
 
 #ifndef DW_R
 #define DW_R 3
@@ -86,20 +87,6 @@ constexpr int R = DW_R, S = DW_S, SW = DW_SW, DWL = DW_DW, VEC = DW_VEC, QT = DW
 constexpr int CB = DW_CB, CIN = DW_CIN;  // the chunk's output channels, the tile's channels per pixel
 constexpr int WIN = (QT - 1) * SW + (S - 1) * DWL + 1;  // input columns one thread reads per filter row
 constexpr int MAX_THREADS = 256;                       // CV channel vectors x pixel groups
-
-// The run-time geometry (cuconv.backends.depthwise.params.dw_geometry builds it; same field order).
-struct DwGeometry {
-  int N, D, H, W, C, K;          // input extents; output channels K = mult * C
-  int O, P, Q, T;                // output extents; filter depth (R, S are compile-time)
-  int stride_d, stride_h, dil_d, dil_h;
-  int pad_d, pad_h, pad_w;       // padding before each dim
-  int mult;                      // channel multiplier K / C
-  int cv, tp, tqg;               // channel vectors, output rows, column groups of QT per CTA
-  int tiles_p, tiles_q;          // tiles per output plane
-  int in_rows, in_cols, cin;     // the input tile: rows x cols pixels x cin channels
-  FastDivisor div_upp, div_cols; // the loader's divisions: by cin / VIN (copy units per pixel), by in_cols
-  FastDivisor div_tq, div_tp, div_o, div_n;  // the work item's: by tiles_q, tiles_p, O, N
-};
 
 // The VEC input values thread `cv` multiplies at one tile position (`px`: that pixel's channels).
 __device__ __forceinline__ void load_inputs(const elem_t* px, int cv, int mult, float (&f)[VEC]) {
@@ -169,24 +156,6 @@ __device__ __forceinline__ void load_taps(float* sw, const elem_t* w, const DwGe
   }
 }
 
-// One work item's place: channel chunk, image, output depth slice and the tile's first output pixel.
-struct Item {
-  int chunk, n, o, p0, q0;
-};
-
-__device__ __forceinline__ Item decode_item(const DwGeometry& g, int item) {
-  Item it;
-  uint32_t b = (uint32_t)item, q;
-  q = fast_div(b, g.div_tq); const int tile_q = (int)(b - q * g.tiles_q); b = q;
-  q = fast_div(b, g.div_tp); const int tile_p = (int)(b - q * g.tiles_p); b = q;
-  q = fast_div(b, g.div_o); it.o = (int)(b - q * g.O); b = q;
-  q = fast_div(b, g.div_n); it.n = (int)(b - q * g.N);
-  it.chunk = (int)q;
-  it.p0 = tile_p * g.tp;
-  it.q0 = tile_q * g.tqg * QT;
-  return it;
-}
-
 // The first filter depth t >= from whose input depth lies in the image for output depth slice o, or
 // T when none does (conv2d: t = 0, then T).
 __device__ __forceinline__ int next_slice(const DwGeometry& g, int o, int from) {
@@ -204,17 +173,17 @@ struct Stage {
 
 __device__ __forceinline__ Stage next_stage(const DwGeometry& g, int item, int t, int end) {
   if (g.T == 1 && g.D == 1 && g.pad_d == 0) return {t < 0 ? item : item + 1, 0};  // conv2d
-  t = next_slice(g, decode_item(g, item).o, t + 1);
+  t = next_slice(g, decode_item<QT>(g, item).o, t + 1);
   while (t == g.T) {
     if (++item >= end) break;
-    t = next_slice(g, decode_item(g, item).o, 0);
+    t = next_slice(g, decode_item<QT>(g, item).o, 0);
   }
   return {item, t};
 }
 
 // Issue (without waiting) the copies of stage `st`'s input slice into `buf`.
 __device__ __forceinline__ void load_stage(elem_t* buf, const elem_t* x, const DwGeometry& g, const Stage& st) {
-  const Item it = decode_item(g, st.item);
+  const Item it = decode_item<QT>(g, st.item);
   TileOrigin org;
   org.h0 = it.p0 * g.stride_h - g.pad_h;
   org.w0 = it.q0 * SW - g.pad_w;
@@ -261,7 +230,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
 
 #pragma unroll 1
   for (int item = begin; item < end; ++item) {
-    const Item head = decode_item(g, item);
+    const Item head = decode_item<QT>(g, item);
     // 1. Filter taps of channels k0 .. k0 + CB - 1 -> sw[tap][k - k0] (zero past K).
     if (head.chunk != taps_chunk) {
       __syncthreads();  // every thread is done with the previous chunk's taps
@@ -289,7 +258,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     }
 
     // 4. Epilogue (the item decoded again: its coordinates need not live through the slices' loop).
-    const Item it = decode_item(g, item);
+    const Item it = decode_item<QT>(g, item);
     const int p = it.p0 + row;
     const int k = it.chunk * CB + cv * VEC;
     if (p >= g.P || k >= g.K) continue;

@@ -1,5 +1,6 @@
-"""``depthwise_direct``: depthwise (channel-wise) convolution, 2-D and 3-D, as a direct memory-bound
-kernel for sm_80+ (source kernels_cu/depthwise/). :mod:`.variants` is the tile policy,
-:mod:`.params` the parameter struct, :mod:`.kernel` the plan and launch."""
+"""Depthwise (channel-wise) convolution for sm_80+ (sources kernels_cu/depthwise/): ``depthwise_direct``,
+a direct memory-bound kernel, 2-D and 3-D (:mod:`.variants` its tile policy, :mod:`.params` the
+parameter struct, :mod:`.kernel` the plan and launch), and ``depthwise_mma``, wide filters on tensor
+cores (:mod:`.mma_variants`, :mod:`.mma`)."""
 
-from . import kernel  # noqa: F401  (registers the kernel)
+from . import kernel, mma  # noqa: F401  (registers the kernels)
