@@ -50,8 +50,10 @@ def test_drawn(cp, setting):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_network_layers(cp, c, hw, filt, stride, mult, dtype, layout):
-    # 16-bit filters 5 and more wide at W stride 1, multiplier 1: the tensor-core kernel's (test_depthwise_mma.py)
-    mma = dtype != "float32" and filt >= 5 and stride == 1 and mult == 1
+    # 16-bit filters 5 and more wide at W stride 1, multiplier 1, on planes of enough rows: the tensor-core
+    # kernel's (test_depthwise_mma.py)
+    from cuconv.backends.depthwise.mma import min_rows
+    mma = dtype != "float32" and filt >= 5 and stride == 1 and mult == 1 and hw >= min_rows(filt)
     check_depthwise_layer(cp, "depthwise_mma" if mma else KERNEL, c, hw, filt, stride, mult, dtype, layout)
 
 

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 
 import cuconv
 from cuconv import dispatch
-from cuconv.backends.depthwise.mma import MIN_FILTER_WIDTH, DepthwiseMmaKernel
+from cuconv.backends.depthwise.mma import DepthwiseMmaKernel, min_rows
 from cuconv.backends.depthwise.mma_variants import (COMPILE_VARIANTS, MMA_CATALOG, MMA_SOURCE, SMEM_TARGET,
                                                     mma_config, mma_variant)
 from cuconv.backends.depthwise.variants import SMEM_LIMIT
@@ -96,19 +96,22 @@ def test_config_invariants(key):
     assert p.channels % cfg.vin == 0 and p.channels % cfg.vec == 0 and cfg.cb % cfg.vec == 0
 
 
-@pytest.mark.parametrize("c, hw, filt, kernel", [
-    (96, 56, 7, "depthwise_mma"), (768, 7, 7, "depthwise_mma"), (240, 28, 5, "depthwise_mma"),
-    (672, 14, 5, "depthwise_mma"), (100, 23, 5, "depthwise_mma"), (144, 56, 3, "depthwise_direct"),
+@pytest.mark.parametrize("c, hw, filt, kernel, why", [
+    (96, 56, 7, "depthwise_mma", ""), (384, 14, 7, "depthwise_mma", ""), (240, 28, 5, "depthwise_mma", ""),
+    (100, 30, 5, "depthwise_mma", ""), (64, 20, 9, "depthwise_mma", ""),
+    (768, 7, 7, "depthwise_direct", "7 output rows < 14"), (672, 14, 5, "depthwise_direct", "14 output rows < 28"),
+    (1152, 7, 5, "depthwise_direct", "7 output rows < 28"), (144, 56, 3, "depthwise_direct", "filter width 3 < 5"),
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_dispatch_takes_wide_16bit_filters(c, hw, filt, kernel, dtype):
+def test_dispatch_takes_wide_16bit_filters_on_large_planes(c, hw, filt, kernel, why, dtype):
     p = problem2d(N=32, H=hw, W=hw, C=c, K=c, R=filt, S=filt, padding=filt // 2, groups=c, dtype=dtype)
-    plan, why = dispatch.select(p, H100)
-    assert why.kernel == kernel, str(why)
+    plan, sel = dispatch.select(p, H100)
+    assert sel.kernel == kernel, str(sel)
     if kernel == "depthwise_mma":
-        assert "banded" in why.reason and "MMA" in why.detail
+        assert "banded" in sel.reason and "MMA" in sel.detail
     else:
-        assert f"filter width {filt} < {MIN_FILTER_WIDTH}" in why.declined[KERNEL]
+        assert why in sel.declined[KERNEL], sel.declined[KERNEL]
+    assert min_rows(filt) == (14 if filt >= 7 else 28)
 
 
 @pytest.mark.parametrize("kw, why", [
@@ -170,13 +173,23 @@ def test_drawn(cp, setting):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("c, hw, filt", [
-    (96, 56, 7), (192, 28, 7), (384, 14, 7), (768, 7, 7), (240, 28, 5), (672, 14, 5), (100, 23, 5), (98, 17, 7),
-])
+@pytest.mark.parametrize("c, hw, filt", [(96, 56, 7), (192, 28, 7), (384, 14, 7), (240, 28, 5), (100, 29, 5), (98, 17, 7)])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_network_layers(cp, c, hw, filt, dtype, layout):
     check_depthwise_layer(cp, KERNEL, c, hw, filt, 1, 1, dtype, layout)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("c, hw, filt", [(768, 7, 7), (672, 14, 5), (1152, 7, 5)])
+def test_small_planes_forced(cp, c, hw, filt):
+    """Layers the automatic choice leaves to depthwise_direct, forced onto the kernel."""
+    rng = np.random.default_rng(c)
+    x = random_array(rng, (4, hw, hw, c), "bfloat16")
+    w = random_array(rng, (c, filt, filt, 1), "bfloat16", scale=1.0 / filt)
+    kw = dict(padding=filt // 2, groups=c)
+    ref = cuconv.reference.conv2d(x, w, **kw)
+    assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), kernel=KERNEL, **kw), ref, "bfloat16")
 
 
 @pytest.mark.gpu

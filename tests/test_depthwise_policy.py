@@ -229,7 +229,7 @@ def test_direct_plans_pack_their_launch(monkeypatch):
     monkeypatch.setattr(direct, "resident_blocks", lambda fn, threads, smem: 2)
     monkeypatch.setattr(direct, "PackedLaunch", lambda *a, **k: launches.append((a, k)))
     ep = Epilogue(has_bias=True, has_residual=True, activation="silu")
-    for p, kernel in ((problem2d(C=96, K=96, groups=96, R=5, S=5, epilogue=ep), "depthwise_mma"),
+    for p, kernel in ((problem2d(H=32, W=32, C=96, K=96, groups=96, R=5, S=5, padding=2, epilogue=ep), "depthwise_mma"),
                       (problem2d(C=96, K=96, groups=96, epilogue=ep), "depthwise_direct"),
                       (problem2d(C=3, K=32, stride=2, dtype="float32", epilogue=ep), "smallc_direct"),
                       (problem2d(C=64, K=3, dtype="float32", epilogue=ep), "narrowk_direct")):

@@ -21,11 +21,22 @@ from .mma_variants import MMA_SOURCE, DwMmaConfig, mma_config, mma_declined, mma
 from .params import dw_geometry
 from .variants import problem_axes
 
-__all__ = ["DepthwiseMmaKernel", "DepthwiseMmaPlan", "MIN_FILTER_WIDTH"]
+__all__ = ["DepthwiseMmaKernel", "DepthwiseMmaPlan", "MIN_FILTER_WIDTH", "min_rows"]
 
 #: Filter widths below this are left to ``depthwise_direct`` by the automatic choice
 #: (:meth:`DepthwiseMmaKernel.passes_over`; docs/tuning.md#T-dw-mma).
 MIN_FILTER_WIDTH = 5
+#: Output rows a plane needs for the automatic choice, by filter width: 7 and wider from 14 rows, 5-6
+#: from 28. Smaller planes leave most of the 16-row MMA blocks empty (7 of 16 rows at 7x7) or give too
+#: few tiles to hide the transpose and staging passes, and the direct kernel is faster there.
+WIDE_MIN_ROWS = 14
+NARROW_MIN_ROWS = 28
+WIDE_FILTER = 7
+
+
+def min_rows(S: int) -> int:
+    """Output rows per plane from which the automatic choice takes the kernel for a filter S wide."""
+    return WIDE_MIN_ROWS if S >= WIDE_FILTER else NARROW_MIN_ROWS
 
 
 class DepthwiseMmaKernel(DirectKernel):
@@ -45,13 +56,17 @@ class DepthwiseMmaKernel(DirectKernel):
         return mma_config(problem)
 
     def passes_over(self, plan):
-        """The automatic choice leaves filters narrower than :data:`MIN_FILTER_WIDTH` to
-        ``depthwise_direct``: their few multiply-adds per output keep the direct kernel at the memory
-        limit, where this kernel's transpose and staging passes cost more than they save."""
-        _, _, S, _, _, _ = problem_axes(plan.problem)
+        """The automatic choice leaves to ``depthwise_direct`` filters narrower than
+        :data:`MIN_FILTER_WIDTH` (their few multiply-adds per output keep the direct kernel at the memory
+        limit, where this kernel's transpose and staging passes cost more than they save) and planes of
+        fewer output rows than :func:`min_rows` asks."""
+        _, _, S, _, _, (P, _) = problem_axes(plan.problem)
         if S < MIN_FILTER_WIDTH:
             return (f"filter width {S} < {MIN_FILTER_WIDTH}: depthwise_direct's fp32 multiply-adds keep up with "
                     f"memory there")
+        if P < min_rows(S):
+            return (f"{P} output rows < {min_rows(S)} for a filter {S} wide: the 16-row MMA blocks run mostly "
+                    f"empty or too few tiles hide the transpose, and depthwise_direct is faster")
         return None
 
     def plan_for(self, problem, device, cfg):
