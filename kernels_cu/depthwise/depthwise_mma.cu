@@ -27,9 +27,11 @@
 //      lasts. Per (channel, 16-row block, filter row): one ldmatrix.x4 for the first 8 output columns,
 //      then one ldmatrix.x2 per further 8 (the A block of columns 8nb .. 8nb + 15 shares its first
 //      8 x 16 half with the previous block's second), one MMA each. The fp32 results go to a staging
-//      tile [p][q][c] in the raw buffer the item came from (its transpose is done).
+//      tile [p][c][q] in the raw buffer the item came from (its transpose is done), a column pair
+//      per 8-byte store.
 //   4. Epilogue (direct_epilogue.cuh): a thread reads QTE pixels x VEC channels of the staging tile
-//      and stores them with act(alpha * acc + bias + beta * residual), VEC-wide.
+//      (a warp instruction reads 32 distinct banks) and stores them with
+//      act(alpha * acc + bias + beta * residual), VEC-wide.
 //
 // Compile-time (host: cuconv.backends.depthwise.mma): dtype, R, S, DWM_DW (dilation along W), NB, MB,
 // CB (channels per chunk, 8 warps x CPW), VIN (channels per input copy), VEC (channels per epilogue
@@ -95,9 +97,14 @@ static_assert(TQ % QTE == 0 && CB % VEC == 0, "epilogue vectors tile the staging
 // Plane row length (16-bit elements): the last 16-column A block ends at TQ + 8; an odd number of
 // 16-byte units per row keeps the 8 rows of an ldmatrix block on distinct banks.
 constexpr int PLANE_COLS = ((TQ + 8) / 8) % 2 ? TQ + 8 : TQ + 16;
-// Staging tile (fp32): pixel stride SP floats (16-byte aligned), row stride RSP = 4 mod 32 floats.
-constexpr int SP = CB + 4;
-constexpr int RSP = TQ * SP + ((4 - (TQ * SP) % 32) + 32) % 32;
+// Channel planes: plane c starts at c * plane bytes + (c / 8) * PLANE_GAP, so the transpose's 8-channel
+// groups (two per warp instruction) write to different banks.
+constexpr int PLANE_GAP = 64;
+// Staging tile (fp32) [p][c][q]: channel stride CSP = TQ + 2 (= 2 mod 4: the epilogue's lanes, two
+// 8-channel groups x up to 16 pixels, read distinct banks), row stride RSP = 8 mod 32 (an MMA's
+// 64-bit column-pair stores of rows g and g + 8 are conflict-free).
+constexpr int CSP = TQ + 2;
+constexpr int RSP = CB * CSP + ((8 - (CB * CSP) % 32) + 32) % 32;
 constexpr int STAGE_BYTES = TP * RSP * 4;
 
 __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
@@ -126,9 +133,12 @@ __device__ __forceinline__ void build_b(uint32_t (&b)[CPW][R][2], const elem_t* 
     }
 }
 
+// Byte offset of channel c's plane.
+__device__ __forceinline__ int plane_offset(int c, int plane_elems) { return c * plane_elems * 2 + (c >> 3) * PLANE_GAP; }
+
 // The raw tile [in_rows][in_cols][CB] -> planes [CB][in_rows][PLANE_COLS]: a unit is two neighbouring
 // pixels x 8 channels (two 16-byte loads, eight 4-byte stores of a column pair).
-__device__ __forceinline__ void transpose_tile(uint16_t* planes, const uint16_t* raw, const DwGeometry& g,
+__device__ __forceinline__ void transpose_tile(unsigned char* planes, const uint16_t* raw, const DwGeometry& g,
                                                int plane_elems) {
   constexpr int GROUPS = CB / 8;
   const int pairs = (g.in_cols + 1) >> 1;
@@ -143,7 +153,7 @@ __device__ __forceinline__ void transpose_tile(uint16_t* planes, const uint16_t*
     const uint4 a = *reinterpret_cast<const uint4*>(src);
     uint4 b = make_uint4(0u, 0u, 0u, 0u);
     if (col + 1 < g.in_cols) b = *reinterpret_cast<const uint4*>(src + CB);
-    uint32_t* dst = reinterpret_cast<uint32_t*>(planes + (cg * 8) * plane_elems + row * PLANE_COLS + col);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(planes + plane_offset(cg * 8, plane_elems)) + (row * PLANE_COLS + col) / 2;
     const int step = plane_elems / 2;  // words from one channel's plane to the next
     const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
@@ -154,14 +164,14 @@ __device__ __forceinline__ void transpose_tile(uint16_t* planes, const uint16_t*
   }
 }
 
-// The warp's MMAs for one item: its channels' outputs into the fp32 staging tile [p][q][c].
+// The warp's MMAs for one item: its channels' outputs into the fp32 staging tile [p][c][q].
 __device__ __forceinline__ void mma_tile(float* stage, uint32_t planes_addr, const uint32_t (&b)[CPW][R][2],
                                         const DwGeometry& g, int plane_elems, int warp, int lane) {
   const int gq = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int ci = 0; ci < CPW; ++ci) {
     const int c = warp * CPW + ci;
-    const uint32_t plane = planes_addr + (uint32_t)(c * plane_elems * 2);
+    const uint32_t plane = planes_addr + (uint32_t)plane_offset(c, plane_elems);
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) {
       float acc[NB][4];
@@ -186,11 +196,9 @@ __device__ __forceinline__ void mma_tile(float* stage, uint32_t planes_addr, con
       }
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
-        float* s0 = stage + (16 * mb + gq) * RSP + (8 * nb + 2 * t) * SP + c;
-        s0[0] = acc[nb][0];
-        s0[SP] = acc[nb][1];
-        s0[8 * RSP] = acc[nb][2];
-        s0[8 * RSP + SP] = acc[nb][3];
+        float* s0 = stage + (16 * mb + gq) * RSP + c * CSP + 8 * nb + 2 * t;
+        *reinterpret_cast<float2*>(s0) = make_float2(acc[nb][0], acc[nb][1]);
+        *reinterpret_cast<float2*>(s0 + 8 * RSP) = make_float2(acc[nb][2], acc[nb][3]);
       }
     }
   }
@@ -224,8 +232,11 @@ __device__ __forceinline__ void store_item(const float* stage, const elem_t* bia
     const int p = it.p0 + row, k = it.chunk * CB + cv * VEC, q_first = it.q0 + qg * QTE;
     if (p >= g.P || k >= g.K || q_first >= g.Q) continue;
     float acc[QTE][VEC];
+    const float* src = stage + row * RSP + cv * VEC * CSP + qg * QTE;
 #pragma unroll
-    for (int q = 0; q < QTE; ++q) dw::load_weights<VEC>(stage + row * RSP + (qg * QTE + q) * SP + cv * VEC, acc[q]);
+    for (int q = 0; q < QTE; ++q)
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) acc[q][v] = src[v * CSP + q];
     const int64_t row_base = ((int64_t)it.n * g.P + p) * g.Q;
     dw::store_outputs<ACT>(acc, bias, residual, out, g, ep, row_base, q_first, k);
   }
@@ -243,10 +254,10 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   static_assert(sizeof(elem_t) == 2, "16-bit inputs only");
   extern __shared__ __align__(16) unsigned char smem[];
   const int plane_elems = g.in_rows * PLANE_COLS;
-  const int planes_bytes = (CB * plane_elems * 2 + 15) & ~15;
+  const int planes_bytes = (CB * plane_elems * 2 + (CB / 8) * PLANE_GAP + 15) & ~15;
   const int raw_bytes = (g.in_rows * g.in_cols * CB * 2 + 15) & ~15;
   const int buf_bytes = raw_bytes > STAGE_BYTES ? raw_bytes : STAGE_BYTES;
-  uint16_t* planes = reinterpret_cast<uint16_t*>(smem);
+  unsigned char* planes = smem;
   unsigned char* raw0 = smem + planes_bytes;  // buffer b: raw0 + b * buf_bytes
   const uint32_t planes_addr = smem_u32(planes);
   const int64_t total = (int64_t)((g.K + CB - 1) / CB) * g.N * g.tiles_p * g.tiles_q;

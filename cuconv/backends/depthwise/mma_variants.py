@@ -110,14 +110,18 @@ def _plane_cols(tq: int) -> int:
 
 
 def _stage_bytes(tp: int, tq: int, cb: int) -> int:
-    """The kernel's STAGE_BYTES: fp32 [tp][tq][cb + 4], rows padded to 4 mod 32 floats."""
-    sp = cb + 4
-    rsp = tq * sp + ((4 - (tq * sp) % 32) + 32) % 32
+    """The kernel's STAGE_BYTES: fp32 [tp][cb][tq + 2], rows padded to 8 mod 32 floats."""
+    rsp = cb * (tq + 2)
+    rsp += (8 - rsp % 32) % 32
     return tp * rsp * 4
 
 
+#: The kernel's PLANE_GAP: bytes between the planes of consecutive 8-channel groups.
+_PLANE_GAP = 64
+
+
 def _smem(in_rows: int, in_cols: int, tp: int, tq: int, cb: int) -> int:
-    planes = -(-cb * in_rows * _plane_cols(tq) * 2 // 16) * 16
+    planes = -(-(cb * in_rows * _plane_cols(tq) * 2 + cb // 8 * _PLANE_GAP) // 16) * 16
     raw = -(-in_rows * in_cols * cb * 2 // 16) * 16
     return planes + 2 * max(raw, _stage_bytes(tp, tq, cb))
 
