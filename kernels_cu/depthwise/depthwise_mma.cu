@@ -107,10 +107,6 @@ constexpr int CSP = TQ + 2;
 constexpr int RSP = CB * CSP + ((8 - (CB * CSP) % 32) + 32) % 32;
 constexpr int STAGE_BYTES = TP * RSP * 4;
 
-__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-
 // The 16-bit tap T_r[i][j] of output channel k (0 past the band or past K).
 __device__ __forceinline__ uint32_t toeplitz(const uint16_t* w, int k, int K, int r, int i, int j) {
   const int d = i - j;
@@ -189,7 +185,7 @@ __device__ __forceinline__ void mma_tile(float* stage, uint32_t planes_addr, con
 #pragma unroll
         for (int nb = 1; nb < NB; ++nb) {
           uint32_t h[2];
-          ldmatrix_x2(h, row_addr + (uint32_t)((nb + 1) * 16));  // columns 8(nb+1) .. 8(nb+1) + 7
+          sm80::ldmatrix_x2(h, row_addr + (uint32_t)((nb + 1) * 16));  // columns 8(nb+1) .. 8(nb+1) + 7
           a[0] = a[2]; a[1] = a[3]; a[2] = h[0]; a[3] = h[1];
           sm80::mma_16816<elem_t>(acc[nb], a, b[ci][r]);
         }

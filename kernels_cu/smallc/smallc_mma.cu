@@ -439,9 +439,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
         }
         if constexpr (NFRAG % 2) {  // the last n8 fragment alone (lanes 0-15 give its addresses)
           uint32_t r2[2];
-          asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-                       : "=r"(r2[0]), "=r"(r2[1])
-                       : "r"(b_slice + (uint32_t)(((NFRAG - 1) * 8 * KPS + ks * 16) * 2)));
+          sm80::ldmatrix_x2(r2, b_slice + (uint32_t)(((NFRAG - 1) * 8 * KPS + ks * 16) * 2));
           bf[NFRAG - 1][0] = r2[0]; bf[NFRAG - 1][1] = r2[1];
         }
         uint32_t a[2][4];
