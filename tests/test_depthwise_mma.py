@@ -25,22 +25,15 @@ from cuconv.backends.depthwise.mma_variants import (COMPILE_VARIANTS, MMA_CATALO
 from cuconv.backends.depthwise.variants import SMEM_LIMIT
 from cuconv.models.depthwise_mma import b_fragment, banded_filter, mma_conv
 from cuconv.overrides import Overrides
-from cuconv.problem import ConvProblem
 
 from conftest import assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
-from geometry import H100, Setting, check_depthwise_layer, depthwise_cases, problem2d, run_property
+from geometry import (H100, Setting, case_problem, check_depthwise_layer, depthwise_cases, problem2d,
+                      run_property)
 
 KERNEL = "depthwise_mma"
 
 #: Drawn problems the kernel takes: 16-bit, multiplier 1, W stride 1, a filter spanning <= 9 columns.
 MMA_CASES = dict(nd=2, dtypes=("float16", "bfloat16"), multipliers=(1,), max_filter=9, max_w_span=9)
-
-
-def _problem(case) -> ConvProblem:
-    return ConvProblem.create(nd=2, batch=case.batch, in_spatial=case.spatial, channels=case.channels,
-                              out_channels=case.out_channels, filter_spatial=case.filt, stride=case.stride,
-                              dilation=case.dilation, padding=case.padding, groups=case.groups, dtype=case.dtype,
-                              layout="NHWC")
 
 
 # ---------------------------------------------------------------------------------------------- CPU
@@ -71,7 +64,7 @@ def test_banded_filter_and_its_fragments():
 @given(case=depthwise_cases(max_spatial=40, max_channels=40, epilogue=False, **MMA_CASES))
 def test_model_matches_reference(case):
     """The kernel's index math (tiles, planes, banded MMAs) computes the convolution."""
-    p = _problem(case)
+    p = case_problem(case)
     cfg = mma_config(p)
     assert not isinstance(cfg, str), cfg
     rng = np.random.default_rng(case.seed)

@@ -26,7 +26,8 @@ __all__ = ["banded_filter", "b_fragment", "channel_planes", "plane_cols", "mma_c
 
 
 def plane_cols(tq: int) -> int:
-    """Elements per plane row: ``tq + 8`` rounded to an odd number of 8-element (16-byte) units."""
+    """Elements per plane row (the kernel's PLANE_COLS; the host sizes shared memory with it): ``tq + 8``
+    rounded to an odd number of 8-element (16-byte) units."""
     c = tq + 8
     return c if (c // 8) % 2 else c + 8
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from ...launch import dtype_code
+from ...models.depthwise_mma import plane_cols
 from ...problem import ConvProblem
 from .variants import SMEM_LIMIT, depthwise_declined, plane_offsets_declined, pow2_divisor, problem_axes
 
@@ -103,12 +104,6 @@ def mma_declined(p: ConvProblem) -> Optional[str]:
     return None
 
 
-def _plane_cols(tq: int) -> int:
-    """The kernel's PLANE_COLS: TQ + 8 rounded to an odd number of 16-byte units."""
-    c = tq + 8
-    return c if (c // 8) % 2 else c + 8
-
-
 def _stage_bytes(tp: int, tq: int, cb: int) -> int:
     """The kernel's STAGE_BYTES: fp32 [tp][cb][tq + 2], rows padded to 8 mod 32 floats."""
     rsp = cb * (tq + 2)
@@ -121,7 +116,7 @@ _PLANE_GAP = 64
 
 
 def _smem(in_rows: int, in_cols: int, tp: int, tq: int, cb: int) -> int:
-    planes = -(-(cb * in_rows * _plane_cols(tq) * 2 + cb // 8 * _PLANE_GAP) // 16) * 16
+    planes = -(-(cb * in_rows * plane_cols(tq) * 2 + cb // 8 * _PLANE_GAP) // 16) * 16
     raw = -(-in_rows * in_cols * cb * 2 // 16) * 16
     return planes + 2 * max(raw, _stage_bytes(tp, tq, cb))
 
