@@ -21,7 +21,7 @@
 //      (halo_tile.cuh) into one of two raw buffers while the CTA computes the previous item.
 //   2. Transpose: the raw tile becomes one plane per channel, [c][row][PLANE_COLS] 16-bit (two columns
 //      per 4-byte store), so a channel's 8 x 8 blocks are ldmatrix rows. Plane columns past the tile
-//      are zero (set once).
+//      (read by the last A block) are written as zeros.
 //   3. MMA: warp w owns channels w * CPW .. w * CPW + CPW - 1 of the chunk. Its B fragments (T_r of
 //      each channel and filter row, built from w in global memory) live in registers while the chunk
 //      lasts. Per (channel, 16-row block, filter row): one ldmatrix.x4 for the first 8 output columns,
@@ -132,25 +132,25 @@ __device__ __forceinline__ void build_b(uint32_t (&b)[CPW][R][2], const elem_t* 
 // Byte offset of channel c's plane.
 __device__ __forceinline__ int plane_offset(int c, int plane_elems) { return c * plane_elems * 2 + (c >> 3) * PLANE_GAP; }
 
-// The raw tile [in_rows][in_cols][CB] -> planes [CB][in_rows][PLANE_COLS]: a unit is two neighbouring
-// pixels x 8 channels (two 16-byte loads, eight 4-byte stores of a column pair).
+// The raw tile [in_rows][in_cols][CB] -> planes [CB][in_rows][PLANE_COLS], zero past in_cols: a unit is
+// a column pair x 8 channels (two 16-byte loads, eight 4-byte stores). Units run over whole plane rows,
+// so a warp's stores are 16 consecutive words of two planes 16 banks apart (PLANE_GAP).
 __device__ __forceinline__ void transpose_tile(unsigned char* planes, const uint16_t* raw, const DwGeometry& g,
                                                int plane_elems) {
-  constexpr int GROUPS = CB / 8;
-  const int pairs = (g.in_cols + 1) >> 1;
-  const int units = g.in_rows * pairs * GROUPS;
+  constexpr int GROUPS = CB / 8, PAIRS = PLANE_COLS / 2;
+  const int units = g.in_rows * PAIRS * GROUPS;
+  const int step = plane_elems / 2;  // words from one channel's plane to the next
 #pragma unroll 1
   for (int u = threadIdx.x; u < units; u += THREADS) {
     const int cg = u % GROUPS;
-    const int pix = u / GROUPS;
-    const int row = pix / pairs;
-    const int col = 2 * (pix - row * pairs);
+    const int pix = u / GROUPS;  // the pair's word in the plane: row * PAIRS + column pair
+    const int row = pix / PAIRS;
+    const int col = 2 * (pix - row * PAIRS);
     const uint16_t* src = raw + (row * g.in_cols + col) * CB + cg * 8;
-    const uint4 a = *reinterpret_cast<const uint4*>(src);
-    uint4 b = make_uint4(0u, 0u, 0u, 0u);
+    uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
+    if (col < g.in_cols) a = *reinterpret_cast<const uint4*>(src);
     if (col + 1 < g.in_cols) b = *reinterpret_cast<const uint4*>(src + CB);
-    uint32_t* dst = reinterpret_cast<uint32_t*>(planes + plane_offset(cg * 8, plane_elems)) + (row * PLANE_COLS + col) / 2;
-    const int step = plane_elems / 2;  // words from one channel's plane to the next
+    uint32_t* dst = reinterpret_cast<uint32_t*>(planes + plane_offset(cg * 8, plane_elems)) + pix;
     const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
@@ -260,7 +260,9 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const int begin = (int)(total * blockIdx.x / gridDim.x), end = (int)(total * (blockIdx.x + 1) / gridDim.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  // Plane columns past the tile are read by the last A block: zero, once (the transpose never writes them).
+  // The planes start zeroed, although every item's transpose rewrites every plane row it reads: ptxas
+  // fits the 7x7 variants in 80 registers with this pass and spills 4-12 bytes without it (the compile
+  // test of tests/test_depthwise_mma.py checks the catalog for spills).
   for (int i = threadIdx.x; i < planes_bytes / 16; i += THREADS)
     reinterpret_cast<uint4*>(smem)[i] = make_uint4(0u, 0u, 0u, 0u);
   if (begin < end) load_item(reinterpret_cast<elem_t*>(raw0), x, g, begin);
