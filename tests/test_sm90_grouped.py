@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import cuconv
 from cuconv import dispatch
-from cuconv.backends.sm90.grouped import MIN_GROUP_CHANNELS, grouped_form
+from cuconv.backends.sm90.grouped import MIN_GROUP_CHANNELS, filter_rounds, grouped_form
 from cuconv.models.grouped import blockdiag_filter, grouped_as_tiles
 from cuconv.overrides import Overrides
 from cuconv.problem import output_size
@@ -111,12 +111,37 @@ def test_dispatch_takes_grouped_layers_on_hopper_only():
     assert dispatch.select(wide, H100)[1].kernel == KERNEL
 
 
-@pytest.mark.parametrize("n, hw, c, stride", [(32, 56, 128, 1), (32, 28, 256, 1), (32, 28, 512, 2), (32, 14, 1024, 2),
-                                          (32, 7, 1024, 1), (1, 7, 256, 1)])
-def test_grouped_layers_of_every_size_are_taken(n, hw, c, stride):
-    """One launch per call (the filter written by the grid): no size is left to sm80_igemm."""
+@pytest.mark.parametrize("n, hw, c, stride", [(32, 56, 128, 1), (32, 28, 256, 1), (32, 28, 512, 2), (32, 14, 512, 1),
+                                          (1, 56, 128, 1), (1, 28, 256, 1), (8, 14, 512, 1), (2, 14, 512, 1),
+                                          (32, 14, 1024, 1), (16, 14, 1024, 1)])
+def test_grouped_layers_are_taken(n, hw, c, stride):
+    """Groups of 4-16 channels whose grid writes the filter in one round of loads, and groups of 32 on 2048
+    output pixels or more: one launch per call."""
     p = problem2d(N=n, H=hw, W=hw, C=c, K=c, groups=32, stride=stride, dtype="float16")
-    assert dispatch.select(p, H100)[1].kernel == KERNEL
+    plan, e = dispatch.select(p, H100)
+    assert e.kernel == KERNEL and filter_rounds(plan) == 1
+
+
+@pytest.mark.parametrize("n, hw, c, stride, why", [
+    (32, 14, 1024, 2, "32 channels per group"), (32, 7, 1024, 1, "32 channels per group"),
+    (8, 7, 1024, 1, "32 channels per group"), (1, 7, 1024, 1, "32 channels per group"),
+    (1, 14, 512, 1, "in 2 rounds of loads"), (1, 8, 128, 1, "in 3 rounds of loads")])
+def test_groups_of_32_and_tiny_grids_are_left_to_sm80(n, hw, c, stride, why):
+    """Groups of 32 channels on fewer than 2048 output pixels (sm80_igemm reduces over them without zeros)
+    and grids that write the filter in several rounds of loads go to sm80_igemm; forced, the kernel still
+    runs them."""
+    p = problem2d(N=n, H=hw, W=hw, C=c, K=c, groups=32, stride=stride, dtype="float16")
+    plan, e = dispatch.select(p, H100)
+    assert e.kernel == "sm80_igemm" and why in e.declined[KERNEL], e.declined.get(KERNEL)
+    assert dispatch.select(p, H100, forced=KERNEL)[1].kernel == KERNEL
+
+
+def test_conv3d_and_wide_groups_are_not_left():
+    """The yield is a 2-D rule of narrow groups: conv3d and wide groups keep the Hopper kernel."""
+    p = problem3d(N=1, D=4, H=7, W=7, C=1024, K=1024, groups=32, dtype="float16")
+    assert dispatch.select(p, H100)[1].kernel == "conv3d_grouped"
+    wide = problem2d(N=1, H=8, W=8, C=256, K=256, groups=2, dtype="bfloat16")
+    assert dispatch.select(wide, H100)[1].kernel == KERNEL
 
 
 def test_dense_and_depthwise_layers_are_not_taken():

@@ -723,6 +723,12 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     }
     sm90::mbar_init_fence();
   }
+#if !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32 || SM90_NARROW_OUT)
+  // Narrow groups: the filter the TMA reads, written by every thread of the grid (blockdiag_prologue.cuh).
+  // Only the variants sm90_grouped runs (16-bit output, its own filter K-major) hold it: in the
+  // phase-storing ones it costs the consumers' registers (spills).
+  if (g.bd_src != nullptr) sm90::write_blockdiag_filter<cfg::THREADS>(g);
+#endif
   if (warp == 0 && lane == 0) {
     sm90::tma_prefetch_descriptor(tmap_x);
     sm90::tma_prefetch_descriptor(tmap_w);
@@ -741,9 +747,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cfg::PRODUCER_REGS));
 #if !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32 || SM90_NARROW_OUT)
-    // Narrow groups: the filter the TMA reads. Only the variants sm90_grouped runs (16-bit output, its own
-    // filter K-major) hold it: in the phase-storing ones it costs the consumers' registers (spills).
-    if (g.bd_src != nullptr) sm90::write_blockdiag_filter(g);
+    if (g.bd_src != nullptr) sm90::await_blockdiag_filter(g);  // every CTA's share of the filter written
 #endif
     if (warp == 0) {
       if (lane == 0) {

@@ -29,17 +29,25 @@ import math
 
 import numpy as np
 
+from ...launch import header_constants
 from ...plan import SIXTEEN_BIT, Declined, Kernel
 from ...registry import register
+from ..sm80.subpaths import choose_subpath
 from .kernel import RewritingPlan, Sm90TmaConv3d, Sm90TmaKernel, not_hopper
 
-__all__ = ["Sm90GroupedKernel", "Sm90GroupedConv3d", "GroupedPlan", "grouped_form", "MIN_GROUP_CHANNELS"]
+__all__ = ["Sm90GroupedKernel", "Sm90GroupedConv3d", "GroupedPlan", "grouped_form", "filter_rounds",
+           "MIN_GROUP_CHANNELS", "YIELD_GROUP_CHANNELS", "YIELD_MAX_PIXELS"]
 
 #: Narrow groups of fewer channels than this are left to the other kernels: the block-diagonal filter's
 #: zeros would be more than 16 times the grouped work (depthwise layers have kernels of their own).
 MIN_GROUP_CHANNELS = 4
 #: Output channels per tile: one 64-channel block of narrow groups, or a part of one wide group.
 TILE_N = 64
+#: Narrow groups of this many channels with fewer output pixels than YIELD_MAX_PIXELS are left to sm80_igemm
+#: in 2-D (:meth:`Sm90GroupedKernel.passes_over`; docs/tuning.md T-sm90-grouped-yield).
+YIELD_GROUP_CHANNELS, YIELD_MAX_PIXELS = 32, 2048
+#: 16-byte filter units each thread of the grid loads before it stores them (blockdiag_prologue.cuh).
+BD_BATCH = header_constants("sm90/blockdiag_prologue.cuh")["SM90_BD_BATCH"]
 
 
 def grouped_form(problem):
@@ -75,6 +83,31 @@ class Sm90GroupedKernel(Kernel):
     def __init__(self):
         self.inner = self.inner_kernel()
 
+    def passes_over(self, plan):
+        """Narrow groups in 2-D that the automatic choice leaves to ``sm80_igemm`` (docs/tuning.md
+        T-sm90-grouped-yield): groups of :data:`YIELD_GROUP_CHANNELS` channels on fewer than
+        :data:`YIELD_MAX_PIXELS` output pixels, which sm80_igemm's implicit GEMM reduces over their own
+        channels (its uniform loader: one tap per 32-channel step) in less time than the Hopper kernel's
+        fixed cost and the 64-channel block-diagonal filter's doubled work take (on larger outputs the
+        Hopper kernel's faster multiplies win); and grids too small to write the filter in one round of
+        loads (:func:`filter_rounds`), whose rounds of load latency cost more than sm80_igemm's
+        grouped_mma path spends on the whole call."""
+        if not plan.narrow or plan.problem.nd != 2:
+            return None
+        p = plan.problem
+        sub = choose_subpath(p, None)[0]
+        cg = p.channels // p.groups
+        if cg >= YIELD_GROUP_CHANNELS:
+            if sub == "uniform" and p.gemm_m < YIELD_MAX_PIXELS:
+                return (f"{cg} channels per group on {p.gemm_m} output pixels: sm80_igemm reduces over them "
+                        f"alone in less time than the 64-channel block-diagonal filter takes")
+            return None
+        rounds = filter_rounds(plan)
+        if rounds > 1 and sub == "grouped_mma":
+            return (f"a grid of {plan.inner.cfg.grid} CTAs writes the block-diagonal filter in {rounds} rounds of "
+                    f"loads: sm80_igemm's grouped_mma path is faster on so small a problem")
+        return None
+
     def make_plan(self, problem, device, overrides):
         if not device.is_hopper:
             return not_hopper(device)
@@ -101,6 +134,14 @@ class Sm90GroupedKernel(Kernel):
                if narrow else f"groups of {problem.out_channels // problem.groups} filters over {cg} channels")
         return GroupedPlan(self, problem, device, inner, narrow,
                            f"grouped convolution as dense tiles on the Hopper kernel ({how})")
+
+
+def filter_rounds(plan) -> int:
+    """Rounds of :data:`BD_BATCH` loads per thread in which the grid of a narrow-group plan writes its
+    block-diagonal filter (eight 16-byte units per filter row of each tap)."""
+    cfg = plan.inner.cfg
+    units = plan.problem.out_channels * math.prod(plan.problem.filter_spatial) * (TILE_N // 8)
+    return -(-units // (cfg.grid * cfg.threads * BD_BATCH))
 
 
 class Sm90GroupedConv3d(Sm90GroupedKernel):
