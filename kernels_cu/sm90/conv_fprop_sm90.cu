@@ -134,6 +134,10 @@
 #ifndef SM90_PHASE_OUT
 #define SM90_PHASE_OUT 0
 #endif
+// The variants that hold the narrow-group filter writer (sm90/blockdiag_prologue.cuh): those sm90_grouped
+// runs (64-filter tiles, 16-bit output, its own filter K-major). Its registers cost the others' consumers
+// spills (the phase-storing variants; 192 x 192 tiles at 128 registers a thread).
+#define SM90_BLOCKDIAG (SM90_BN == 64 && !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32 || SM90_NARROW_OUT))
 #ifndef SM90_PROMOTE_SLOTS  // (SM90_TF32's default: wgmma_mainloop.cuh)
 #define SM90_PROMOTE_SLOTS (SM90_TF32 ? 0 : SM90_XSPLIT ? 3 : 4)
 #endif
@@ -723,10 +727,8 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
     }
     sm90::mbar_init_fence();
   }
-#if !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32 || SM90_NARROW_OUT)
+#if SM90_BLOCKDIAG
   // Narrow groups: the filter the TMA reads, written by every thread of the grid (blockdiag_prologue.cuh).
-  // Only the variants sm90_grouped runs (16-bit output, its own filter K-major) hold it: in the
-  // phase-storing ones it costs the consumers' registers (spills).
   if (g.bd_src != nullptr) sm90::write_blockdiag_filter<cfg::THREADS>(g);
 #endif
   if (warp == 0 && lane == 0) {
@@ -746,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(cfg::THREADS, 1) CUCONV_SM90_CLUSTE
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(cfg::PRODUCER_REGS));
-#if !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32 || SM90_NARROW_OUT)
+#if SM90_BLOCKDIAG
     if (g.bd_src != nullptr) sm90::await_blockdiag_filter(g);  // every CTA's share of the filter written
 #endif
     if (warp == 0) {

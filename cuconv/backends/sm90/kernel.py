@@ -449,9 +449,9 @@ class Sm90Plan(Plan):
             tmap_x = encode_im2col_x(xp_, xa.data.ptr, tma_box_params(xp_, pixels_per_column=cfg.block_m))
         bd, bd_buffers = None, ()
         if self.blockdiag is not None:  # the filter the kernel writes from wa, and its grid barrier's counter
-            if any(self._flags[1:]):  # the variants that leave the writer out (conv_fprop_sm90.cu)
-                raise RuntimeError("cuconv: a block-diagonal filter needs the plain 16-bit variant of the Hopper "
-                                   "kernel, not a float32, phase-storing or MN-major one")
+            if any(self._flags[1:]) or cfg.block_n != 64:  # the variants without the writer (SM90_BLOCKDIAG)
+                raise RuntimeError("cuconv: a block-diagonal filter needs a plain 16-bit variant of the Hopper "
+                                   "kernel with 64-filter tiles, not a float32, phase-storing, MN-major or wider one")
             taps, cg = self.blockdiag
             import cupy as cp
             dst = scratch("sm90 block-diagonal filter", problem.w_shape, "uint16")
