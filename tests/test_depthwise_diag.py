@@ -1,0 +1,224 @@
+"""The tap-pair tensor-core depthwise kernel (``depthwise_diag``): policy and index math on the CPU, results
+on the GPU.
+
+CPU: the NumPy model of the kernel (swizzled tile slots, the lanes' ldmatrix rows, B fragments of two
+diagonal blocks, M block by M block MMAs, with the tile shapes the host picks) equals the float64
+reference; an ldmatrix block's 8 rows fall on 8 distinct bank groups at W stride 1; the dispatcher takes
+the kernel for 16-bit depthwise filters narrower than ``depthwise_mma``'s and says why it declines the
+problems outside its design; every catalog variant is in the compile list and compiles without spills.
+
+GPU (gpu-marked, sm_80+): drawn depthwise convolutions forced onto the kernel (filters 1-5, strides,
+dilations, asymmetric padding, C a multiple of 8, NHWC / NCHW, the whole epilogue) against the
+reference, with a NaN-poisoned output or in place over the residual; the network layers it is chosen for;
+the same bits on two runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import cuconv
+from cuconv import dispatch
+from cuconv.backends.depthwise.diag import DepthwiseDiagKernel
+from cuconv.backends.depthwise.diag_variants import (COMPILE_VARIANTS, DIAG_CATALOG, DIAG_SOURCE, MAX_TAPS,
+                                                     diag_config, diag_variant, min_blocks, smem_target)
+from cuconv.backends.depthwise.variants import SMEM_LIMIT
+from cuconv.models.depthwise_diag import b_fragment, diag_conv, lane_pixels, slot, tap_pixels
+from cuconv.overrides import Overrides
+
+from conftest import assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
+from geometry import H100, Setting, case_problem, check_depthwise_layer, depthwise_cases, problem2d, run_property
+
+KERNEL = "depthwise_diag"
+
+#: Drawn problems the kernel takes: 16-bit, multiplier 1, C a multiple of 8, W stride 1-2, <= 25 taps.
+DIAG_CASES = dict(nd=2, dtypes=("float16", "bfloat16"), multipliers=(1,), max_filter=5, channel_step=8,
+                  max_w_stride=2)
+
+
+# ---------------------------------------------------------------------------------------------- CPU
+
+
+def test_b_fragments_hold_two_diagonal_blocks():
+    """The 32 lanes' words are B = [diag(w_a); diag(w_b)]: every entry once, zero off the diagonals."""
+    w_a, w_b = np.arange(1, 9, dtype=np.float32), np.arange(11, 19, dtype=np.float32)
+    B = np.zeros((16, 8))
+    seen = np.zeros((16, 8))
+    for lane in range(32):
+        (b0, b1), (b2, b3) = b_fragment(w_a, w_b, lane)
+        g, t = lane // 4, lane % 4
+        for i, v in ((2 * t, b0), (2 * t + 1, b1), (2 * t + 8, b2), (2 * t + 9, b3)):
+            B[i, g] = v
+            seen[i, g] += 1
+    assert (seen == 1).all()
+    np.testing.assert_array_equal(B, np.concatenate([np.diag(w_a), np.diag(w_b)]))
+
+
+@pytest.mark.parametrize("upp", [1, 2, 4, 8])
+def test_swizzle_is_a_permutation_and_conflict_free(upp):
+    """Each pixel's units fill its own slots; 8 consecutive pixels' unit u lie on 8 bank groups."""
+    pix = np.arange(64)
+    slots = np.stack([slot(pix, u, upp) for u in range(upp)], axis=1)
+    assert sorted(slots.ravel()) == list(range(64 * upp))
+    assert ((slots // upp) == pix[:, None]).all()
+    for u in range(upp):
+        for start in range(16):
+            assert len(set(slot(np.arange(start, start + 8), u, upp) % 8)) == 8
+
+
+@pytest.mark.parametrize("key", ["3x3_c144_56_s1_bfloat16", "3x3_c32_112_s1_float16", "dil2", "c8"])
+def test_ldmatrix_blocks_conflict_free_at_w_stride_1(key):
+    """Each 8-lane group of every ldmatrix (an 8 x 8 block) addresses 8 distinct 16-byte bank groups."""
+    p = DIAG_CATALOG[key]
+    cfg = diag_config(p)
+    upp = cfg.cb // 8
+    taps = tap_pixels(p, cfg.in_cols)
+    for mb in range(cfg.m_blocks):
+        mr, mc = divmod(mb, cfg.tqg)
+        for j in range(taps.shape[0]):
+            for nt in range(upp):
+                banks = slot(lane_pixels(p, cfg, mr, mc, taps[j]), nt, upp) % 8
+                for group in range(4):
+                    assert len(set(banks[8 * group:8 * group + 8])) == 8, (mb, j, nt, group)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=depthwise_cases(max_spatial=30, max_channels=40, epilogue=False, **DIAG_CASES))
+def test_model_matches_reference(case):
+    """The kernel's index math (swizzled tiles, lane rows, diagonal B blocks) computes the convolution."""
+    p = case_problem(case)
+    cfg = diag_config(p)
+    assert not isinstance(cfg, str), cfg
+    rng = np.random.default_rng(case.seed)
+    x = random_array(rng, (case.batch, *case.spatial, case.channels), "float32")
+    w = random_array(rng, (case.out_channels, *case.filt, 1), "float32")
+    ref = cuconv.reference.conv2d(x, w, stride=case.stride, padding=case.padding, dilation=case.dilation,
+                                  groups=case.groups)
+    np.testing.assert_allclose(diag_conv(x, w, p, cfg), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("key", sorted(DIAG_CATALOG))
+def test_config_invariants(key):
+    p = DIAG_CATALOG[key]
+    cfg = diag_config(p)
+    R, S = p.filter_spatial
+    (sh, sw), (dh, dw) = p.stride, p.dilation
+    P, Q = p.out_spatial
+    assert cfg.in_rows == (cfg.tp - 1) * sh + (R - 1) * dh + 1
+    assert cfg.in_cols == (cfg.tq - 1) * sw + (S - 1) * dw + 1
+    assert cfg.tp % 2 == 0 and cfg.tq % 8 == 0 and p.channels % cfg.cb == 0
+    assert cfg.tiles_p * cfg.tp >= P > (cfg.tiles_p - 1) * cfg.tp
+    assert cfg.tiles_q * cfg.tq >= Q > (cfg.tiles_q - 1) * cfg.tq
+    assert cfg.smem == 2 * cfg.in_rows * cfg.in_cols * cfg.cb * 2
+    assert cfg.smem <= SMEM_LIMIT and (cfg.m_blocks == 1 or cfg.smem <= smem_target(R * S))
+    assert min_blocks(R * S) * (cfg.smem + 1024) <= 228 * 1024
+
+
+@pytest.mark.parametrize("c, hw, filt, stride, kernel, why", [
+    (144, 56, 3, 1, "depthwise_diag", ""), (32, 112, 3, 1, "depthwise_diag", ""),
+    (96, 112, 3, 2, "depthwise_diag", ""), (960, 7, 3, 1, "depthwise_diag", ""),
+    (144, 56, 5, 2, "depthwise_diag", ""),
+    (96, 56, 7, 1, "depthwise_mma", "49 taps > 25"), (240, 28, 5, 1, "depthwise_mma", "filter width 5 >= 5"),
+    (100, 28, 3, 1, "depthwise_direct", "not a multiple of 8"),
+])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_dispatch(c, hw, filt, stride, kernel, why, dtype):
+    p = problem2d(N=32, H=hw, W=hw, C=c, K=c, R=filt, S=filt, stride=stride, padding=filt // 2, groups=c,
+                  dtype=dtype)
+    plan, sel = dispatch.select(p, H100)
+    assert sel.kernel == kernel, str(sel)
+    if kernel == KERNEL:
+        assert "diagonal" in sel.reason and "MMA" in sel.detail
+    else:
+        assert why in sel.declined[KERNEL], sel.declined[KERNEL]
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(dtype="float32"), "dtype"),
+    (dict(K=192), "channel multiplier 2"),
+    (dict(stride=(1, 3)), "W stride 3"),
+    (dict(C=100, K=100, groups=100), "not a multiple of 8"),
+    (dict(R=7, S=7, padding=3), f"49 taps > {MAX_TAPS}"),
+    (dict(groups=48), "not depthwise"),
+])
+def test_declines_outside_its_design(kw, why):
+    args = dict(N=2, H=20, W=20, C=96, K=96, R=3, S=3, padding=1, groups=96, dtype="bfloat16")
+    args.update(kw)
+    p = problem2d(**args)
+    got = DepthwiseDiagKernel().plan(p, H100, Overrides())
+    assert not got and why in got.reason, got.reason
+    plan, sel = dispatch.select(p, H100)
+    assert sel.kernel != KERNEL and why in sel.declined[KERNEL]
+
+
+def test_conv3d_is_declined_with_the_reason():
+    from geometry import problem3d
+    p = problem3d(N=1, D=4, H=8, W=8, C=32, K=32, T=3, R=3, S=3, padding=1, groups=32, dtype="bfloat16")
+    got = DepthwiseDiagKernel().plan(p, H100, Overrides())
+    assert not got and "conv3d" in got.reason
+
+
+def test_catalog_variants_are_compiled_in_ci():
+    names = {d["CUCONV_KERNEL_NAME"] for src, d, arch in COMPILE_VARIANTS if src == DIAG_SOURCE}
+    assert names == {diag_variant(p, diag_config(p))[0] for p in DIAG_CATALOG.values()}
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")
+@pytest.mark.parametrize("key", ["3x3_c144_56_s1_bfloat16", "3x3_c96_112_s2_float16", "f5", "dil2", "c8"])
+def test_compiles_without_spills(key):
+    p = DIAG_CATALOG[key]
+    f = assert_compiles_without_spills(DIAG_SOURCE, "sm_90a", *diag_variant(p, diag_config(p)))
+    R, S = p.filter_spatial
+    assert f.registers <= 65536 // (256 * min_blocks(R * S))
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.fixture(scope="module")
+def cp():
+    return cupy_for_sm80(KERNEL)
+
+
+SETTINGS = [
+    Setting("2d", depthwise_cases(max_spatial=40, max_channels=80, **DIAG_CASES), max_examples=60),
+    Setting("2d_in_place", depthwise_cases(max_spatial=30, max_channels=40, **DIAG_CASES), in_place=True,
+            max_examples=20),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.id)
+def test_drawn(cp, setting):
+    run_property(cp, KERNEL, setting)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("c, hw, stride", [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1),
+                                           (384, 14, 1), (576, 14, 2), (960, 7, 1), (40, 17, 1)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_network_layers(cp, c, hw, stride, dtype, layout):
+    check_depthwise_layer(cp, KERNEL, c, hw, 3, stride, 1, dtype, layout)
+
+
+@pytest.mark.gpu
+def test_same_bits_twice_and_in_place_residual(cp):
+    """Two runs give the same bits; a residual written over in place gives the reference."""
+    rng = np.random.default_rng(12)
+    x = random_array(rng, (4, 28, 28, 192), "bfloat16")
+    w = random_array(rng, (192, 3, 3, 1), "bfloat16", scale=1 / 3)
+    r = random_array(rng, (4, 28, 28, 192), "bfloat16")
+    kw = dict(padding=1, groups=192, activation="silu", alpha=0.5, beta=2.0)
+    ref = cuconv.reference.conv2d(x, w, residual=r, **kw)
+    xg, wg = cp.asarray(x), cp.asarray(w)
+    a = cuconv.conv2d(xg, wg, residual=cp.asarray(r), kernel=KERNEL, **kw)
+    b = cuconv.conv2d(xg, wg, residual=cp.asarray(r), kernel=KERNEL, **kw)
+    assert bool((a.view(cp.uint16) == b.view(cp.uint16)).all())
+    assert_close(a, ref, "bfloat16")
+    rg = cp.asarray(r)
+    got = cuconv.conv2d(xg, wg, residual=rg, out=rg, kernel=KERNEL, **kw)
+    assert got is rg
+    assert_close(got, ref, "bfloat16")
