@@ -320,10 +320,10 @@ def run_property(cp, kernel: str, setting: Setting):
 @st.composite
 def depthwise_cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layouts=None, max_spatial=20,
                     max_channels=40, multipliers=(1, 1, 1, 2, 3), max_filter=7, epilogue=True, min_filter=1,
-                    unit_w_step=False, max_w_span=None, channel_step=1, max_w_stride=3):
+                    unit_w_step=False, max_w_span=None, channel_step=1, max_stride=3):
     """A depthwise convolution (groups == C, K = multiplier * C): any C up to ``max_channels`` (odd ones
     included; multiples of ``channel_step``), filters of ``min_filter`` to ``max_filter`` along H and W,
-    strides 1-3 (1-``max_w_stride`` along W), dilations 1-2 (both 1 along W with ``unit_w_step``; W stride
+    strides 1-``max_stride``, dilations 1-2 (both 1 along W with ``unit_w_step``; W stride
     1 and a filter spanning at most ``max_w_span`` input columns with ``max_w_span``), asymmetric padding."""
     if layouts is None:
         layouts = ("NHWC", "NCHW") if nd == 2 else ("NDHWC", "NCDHW")
@@ -332,7 +332,7 @@ def depthwise_cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layou
     spatial = tuple(draw(st.integers(1, max_spatial if nd == 2 else max(4, max_spatial // 2))) for _ in range(nd))
     filt = tuple(draw(st.integers(min_filter, max_filter) if d >= nd - 2 else st.integers(1, 3)) for d in range(nd))
     w_stride1 = unit_w_step or max_w_span is not None
-    stride = tuple(draw(st.integers(1, (1 if w_stride1 else max_w_stride) if d == nd - 1 else 3)) for d in range(nd))
+    stride = tuple(draw(st.integers(1, 1 if w_stride1 and d == nd - 1 else max_stride)) for d in range(nd))
     dilation = tuple(draw(st.integers(1, 1 if unit_w_step and d == nd - 1 else 2)) for d in range(nd))
     if max_w_span is not None:
         assume((filt[-1] - 1) * dilation[-1] + 1 <= max_w_span)

@@ -1,14 +1,15 @@
 """The tap-pair tensor-core depthwise kernel (``depthwise_diag``): policy and index math on the CPU, results
 on the GPU.
 
-CPU: the NumPy model of the kernel (swizzled tile slots, the lanes' ldmatrix rows, B fragments of two
-diagonal blocks, M block by M block MMAs, with the tile shapes the host picks) equals the float64
-reference; an ldmatrix block's 8 rows fall on 8 distinct bank groups at W stride 1; the dispatcher takes
+CPU: the NumPy model of the kernel (items chunk fastest, swizzled tile slots, the lanes' ldmatrix rows,
+B fragments of two diagonal blocks, M block by M block MMAs, with the tile shapes the host picks) equals
+the float64 reference; an ldmatrix block's 8 rows fall on 8 distinct bank groups at W stride 1; the
+epilogue's quad transpose leaves each lane 8 channels of one pixel; the dispatcher takes
 the kernel for 16-bit depthwise filters narrower than ``depthwise_mma``'s and says why it declines the
 problems outside its design; every catalog variant is in the compile list and compiles without spills.
 
-GPU (gpu-marked, sm_80+): drawn depthwise convolutions forced onto the kernel (filters 1-5, strides,
-dilations, asymmetric padding, C a multiple of 8, NHWC / NCHW, the whole epilogue) against the
+GPU (gpu-marked, sm_80+): drawn depthwise convolutions forced onto the kernel (filters up to 3x3,
+strides, dilations, asymmetric padding, C a multiple of 16, NHWC / NCHW, the whole epilogue) against the
 reference, with a NaN-poisoned output or in place over the residual; the network layers it is chosen for;
 the same bits on two runs.
 """
@@ -23,9 +24,10 @@ import cuconv
 from cuconv import dispatch
 from cuconv.backends.depthwise.diag import DepthwiseDiagKernel
 from cuconv.backends.depthwise.diag_variants import (COMPILE_VARIANTS, DIAG_CATALOG, DIAG_SOURCE, MAX_TAPS,
-                                                     diag_config, diag_variant, min_blocks, smem_target)
+                                                     MIN_BLOCKS, SMEM_TARGET, diag_config, diag_variant)
 from cuconv.backends.depthwise.variants import SMEM_LIMIT
-from cuconv.models.depthwise_diag import b_fragment, diag_conv, lane_pixels, slot, tap_pixels
+from cuconv.models.depthwise_diag import (b_fragment, diag_conv, item_coordinates, lane_pixels, quad_transpose,
+                                          slot, store_lanes, tap_pixels)
 from cuconv.overrides import Overrides
 
 from conftest import assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
@@ -33,9 +35,10 @@ from geometry import H100, Setting, case_problem, check_depthwise_layer, depthwi
 
 KERNEL = "depthwise_diag"
 
-#: Drawn problems the kernel takes: 16-bit, multiplier 1, C a multiple of 8, W stride 1-2, <= 25 taps.
-DIAG_CASES = dict(nd=2, dtypes=("float16", "bfloat16"), multipliers=(1,), max_filter=5, channel_step=8,
-                  max_w_stride=2)
+#: Drawn problems the kernel takes: 16-bit, multiplier 1, C a multiple of 16, strides 1-2, filters up to
+#: 3x3.
+DIAG_CASES = dict(nd=2, dtypes=("float16", "bfloat16"), multipliers=(1,), max_filter=3, channel_step=16,
+                  max_stride=2)
 
 
 # ---------------------------------------------------------------------------------------------- CPU
@@ -56,32 +59,56 @@ def test_b_fragments_hold_two_diagonal_blocks():
     np.testing.assert_array_equal(B, np.concatenate([np.diag(w_a), np.diag(w_b)]))
 
 
-@pytest.mark.parametrize("upp", [1, 2, 4, 8])
-def test_swizzle_is_a_permutation_and_conflict_free(upp):
-    """Each pixel's units fill its own slots; 8 consecutive pixels' unit u lie on 8 bank groups."""
+def test_swizzle_is_a_permutation_and_conflict_free():
+    """Each pixel's two units fill its own two slots; 8 consecutive pixels' unit u lie on 8 bank groups."""
     pix = np.arange(64)
-    slots = np.stack([slot(pix, u, upp) for u in range(upp)], axis=1)
-    assert sorted(slots.ravel()) == list(range(64 * upp))
-    assert ((slots // upp) == pix[:, None]).all()
-    for u in range(upp):
+    slots = np.stack([slot(pix, u) for u in range(2)], axis=1)
+    assert sorted(slots.ravel()) == list(range(128))
+    assert ((slots // 2) == pix[:, None]).all()
+    for u in range(2):
         for start in range(16):
-            assert len(set(slot(np.arange(start, start + 8), u, upp) % 8)) == 8
+            assert len(set(slot(np.arange(start, start + 8), u) % 8)) == 8
 
 
-@pytest.mark.parametrize("key", ["3x3_c144_56_s1_bfloat16", "3x3_c32_112_s1_float16", "dil2", "c8"])
+@pytest.mark.parametrize("key", ["3x3_c144_56_s1_bfloat16", "3x3_c32_112_s1_float16", "dil2", "odd", "f1x9"])
 def test_ldmatrix_blocks_conflict_free_at_w_stride_1(key):
     """Each 8-lane group of every ldmatrix (an 8 x 8 block) addresses 8 distinct 16-byte bank groups."""
     p = DIAG_CATALOG[key]
     cfg = diag_config(p)
-    upp = cfg.cb // 8
     taps = tap_pixels(p, cfg.in_cols)
     for mb in range(cfg.m_blocks):
         mr, mc = divmod(mb, cfg.tqg)
         for j in range(taps.shape[0]):
-            for nt in range(upp):
-                banks = slot(lane_pixels(p, cfg, mr, mc, taps[j]), nt, upp) % 8
+            for nt in range(2):
+                banks = slot(lane_pixels(p, cfg, mr, mc, taps[j]), nt) % 8
                 for group in range(4):
                     assert len(set(banks[8 * group:8 * group + 8])) == 8, (mb, j, nt, group)
+
+
+def test_epilogue_transpose_gives_each_lane_a_pixels_channel_run():
+    """Lane (g, t) holds channels 8 nt + 2t, + 1 of pixels g and g + 8 (the MMA's C fragment); after
+    the quad transpose lane l's four words are channels c0 .. c0 + 7 of one pixel m, every (m, c0) of
+    the block once."""
+    v = np.zeros((32, 4), dtype=np.int64)  # a word named by 100 * pixel + its first channel
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for h in range(2):
+            for nt in range(2):
+                v[lane, 2 * h + nt] = 100 * (g + 8 * h) + 8 * nt + 2 * t
+    out = quad_transpose(v)
+    seen = set()
+    for lane, (m, c0) in enumerate(store_lanes()):
+        assert list(out[lane]) == [100 * m + c0 + 2 * s for s in range(4)]
+        seen.add((m, c0))
+    assert seen == {(m, c0) for m in range(16) for c0 in (0, 8)}
+
+
+def test_items_run_chunk_fastest():
+    p = DIAG_CATALOG["3x3_c144_56_s1_bfloat16"]
+    cfg = diag_config(p)
+    got = [item_coordinates(i, p, cfg) for i in range(cfg.tiles(p))]
+    assert len(set(got)) == cfg.tiles(p)
+    assert [c for *_, c in got[:cfg.chunks + 1]] == list(range(cfg.chunks)) + [0]
 
 
 @settings(max_examples=40, deadline=None)
@@ -108,20 +135,19 @@ def test_config_invariants(key):
     P, Q = p.out_spatial
     assert cfg.in_rows == (cfg.tp - 1) * sh + (R - 1) * dh + 1
     assert cfg.in_cols == (cfg.tq - 1) * sw + (S - 1) * dw + 1
-    assert cfg.tp % 2 == 0 and cfg.tq % 8 == 0 and p.channels % cfg.cb == 0
+    assert cfg.tp % 2 == 0 and cfg.tq % 8 == 0 and cfg.cb == 16 and p.channels % 16 == 0
     assert cfg.tiles_p * cfg.tp >= P > (cfg.tiles_p - 1) * cfg.tp
     assert cfg.tiles_q * cfg.tq >= Q > (cfg.tiles_q - 1) * cfg.tq
     assert cfg.smem == 2 * cfg.in_rows * cfg.in_cols * cfg.cb * 2
-    assert cfg.smem <= SMEM_LIMIT and (cfg.m_blocks == 1 or cfg.smem <= smem_target(R * S))
-    assert min_blocks(R * S) * (cfg.smem + 1024) <= 228 * 1024
+    assert cfg.smem <= SMEM_LIMIT and (cfg.m_blocks == 1 or cfg.smem <= SMEM_TARGET)
+    assert MIN_BLOCKS * (cfg.smem + 1024) <= 228 * 1024 and 2 * cfg.in_cols <= 256
 
 
 @pytest.mark.parametrize("c, hw, filt, stride, kernel, why", [
     (144, 56, 3, 1, "depthwise_diag", ""), (32, 112, 3, 1, "depthwise_diag", ""),
     (96, 112, 3, 2, "depthwise_diag", ""), (960, 7, 3, 1, "depthwise_diag", ""),
-    (144, 56, 5, 2, "depthwise_diag", ""),
-    (96, 56, 7, 1, "depthwise_mma", "49 taps > 25"), (240, 28, 5, 1, "depthwise_mma", "filter width 5 >= 5"),
-    (100, 28, 3, 1, "depthwise_direct", "not a multiple of 8"),
+    (96, 56, 7, 1, "depthwise_mma", "49 taps > 9"), (240, 28, 5, 1, "depthwise_mma", "25 taps > 9"),
+    (144, 56, 5, 2, "depthwise_direct", "25 taps > 9"), (120, 28, 3, 1, "depthwise_direct", "not a multiple of 16"),
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_dispatch(c, hw, filt, stride, kernel, why, dtype):
@@ -138,8 +164,8 @@ def test_dispatch(c, hw, filt, stride, kernel, why, dtype):
 @pytest.mark.parametrize("kw, why", [
     (dict(dtype="float32"), "dtype"),
     (dict(K=192), "channel multiplier 2"),
-    (dict(stride=(1, 3)), "W stride 3"),
-    (dict(C=100, K=100, groups=100), "not a multiple of 8"),
+    (dict(stride=(1, 3)), "stride (1, 3)"),
+    (dict(C=100, K=100, groups=100), "not a multiple of 16"),
     (dict(R=7, S=7, padding=3), f"49 taps > {MAX_TAPS}"),
     (dict(groups=48), "not depthwise"),
 ])
@@ -166,12 +192,11 @@ def test_catalog_variants_are_compiled_in_ci():
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="needs NVRTC (cuda-bindings)")
-@pytest.mark.parametrize("key", ["3x3_c144_56_s1_bfloat16", "3x3_c96_112_s2_float16", "f5", "dil2", "c8"])
+@pytest.mark.parametrize("key", ["3x3_c144_56_s1_bfloat16", "3x3_c96_112_s2_float16", "dil2", "odd", "f1x9"])
 def test_compiles_without_spills(key):
     p = DIAG_CATALOG[key]
     f = assert_compiles_without_spills(DIAG_SOURCE, "sm_90a", *diag_variant(p, diag_config(p)))
-    R, S = p.filter_spatial
-    assert f.registers <= 65536 // (256 * min_blocks(R * S))
+    assert f.registers <= 65536 // (256 * MIN_BLOCKS)
 
 
 # ---------------------------------------------------------------------------------------------- GPU
@@ -197,7 +222,7 @@ def test_drawn(cp, setting):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("c, hw, stride", [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1),
-                                           (384, 14, 1), (576, 14, 2), (960, 7, 1), (40, 17, 1)])
+                                           (384, 14, 1), (576, 14, 2), (960, 7, 1), (48, 17, 1)])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_network_layers(cp, c, hw, stride, dtype, layout):

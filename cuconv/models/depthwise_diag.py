@@ -3,6 +3,7 @@
 The kernel's index math as functions, so a CPU test runs the whole kernel with the tile shapes the host
 picks (:func:`cuconv.backends.depthwise.diag_variants.diag_config`):
 
+* :func:`item_coordinates` -- a work item's (image, tile row, tile column, chunk), the chunk fastest;
 * :func:`slot` -- the 16-byte shared-memory slot of unit ``u`` (8 channels) of tile pixel ``pix``, the
   swizzle that puts an ldmatrix block's 8 consecutive pixels on distinct bank groups;
 * :func:`swizzled_tile` -- the input tile as the loader stores it, one row of 8 values per slot;
@@ -11,7 +12,9 @@ picks (:func:`cuconv.backends.depthwise.diag_variants.diag_config`):
 * :func:`b_fragment` -- the two 32-bit words lane ``lane`` holds of B = [diag(w_a); diag(w_b)] (mma.sync
   m16n8k16's B fragment), as the kernel's ``build_b`` forms them;
 * :func:`diag_conv` -- the convolution item by item: per M block, channel group and tap pair, A's 16 rows
-  read through the lanes' slots, the MMA with B reassembled from the lanes' fragments, fp32 accumulation.
+  read through the lanes' slots, the MMA with B reassembled from the lanes' fragments, fp32 accumulation;
+* :func:`quad_transpose` -- the epilogue's exchange of 32-bit words within each quad of lanes (two
+  rounds of two shuffles), and :func:`store_lanes`, which pixel and channels each lane then stores.
 """
 
 from __future__ import annotations
@@ -19,28 +22,36 @@ from __future__ import annotations
 import numpy as np
 
 from ..problem import ConvProblem
-from .depthwise import cta_coordinates, input_tile
+from .depthwise import input_tile
 
-__all__ = ["slot", "swizzled_tile", "lane_pixels", "tap_pixels", "b_fragment", "diag_conv"]
+__all__ = ["item_coordinates", "slot", "swizzled_tile", "lane_pixels", "tap_pixels", "b_fragment", "diag_conv",
+           "quad_transpose", "store_lanes"]
 
 
-def slot(pix, u, upp: int):
-    """The slot of unit ``u`` of tile pixel ``pix`` with ``upp`` units a pixel: ``pix * upp +
-    (u ^ swz(pix))``, ``swz(pix) = (pix >> log2(8 / upp)) & (upp - 1)``."""
-    shift = {1: 3, 2: 2, 4: 1, 8: 0}[upp]
+def item_coordinates(item: int, p: ConvProblem, cfg):
+    """``(n, tile_p, tile_q, chunk)`` of work item ``item``: the chunk runs fastest, then the tile column,
+    the tile row and the image (the kernel's ``decode``)."""
+    rest, chunk = divmod(item, cfg.chunks)
+    tile_q = rest % cfg.tiles_q
+    rest //= cfg.tiles_q
+    tile_p = rest % cfg.tiles_p
+    return rest // cfg.tiles_p, tile_p, tile_q, chunk
+
+
+def slot(pix, u):
+    """The slot of unit ``u`` (0 or 1) of tile pixel ``pix``: ``2 pix + (u ^ ((pix >> 2) & 1))``."""
     pix = np.asarray(pix)
-    return pix * upp + (u ^ ((pix >> shift) & (upp - 1)))
+    return 2 * pix + (u ^ ((pix >> 2) & 1))
 
 
 def swizzled_tile(tile: np.ndarray) -> np.ndarray:
-    """``[slots][8]``: the tile ``[in_rows][in_cols][cb]`` stored slot by slot as the loader does."""
+    """``[slots][8]``: the tile ``[in_rows][in_cols][16]`` stored slot by slot as the loader does."""
     rows, cols, cb = tile.shape
-    upp = cb // 8
-    out = np.full((rows * cols * upp, 8), np.nan, dtype=tile.dtype)
+    out = np.full((rows * cols * 2, 8), np.nan, dtype=tile.dtype)
     for pix in range(rows * cols):
         r, c = divmod(pix, cols)
-        for u in range(upp):
-            out[slot(pix, u, upp)] = tile[r, c, 8 * u:8 * u + 8]
+        for u in range(2):
+            out[slot(pix, u)] = tile[r, c, 8 * u:8 * u + 8]
     return out
 
 
@@ -97,22 +108,19 @@ def diag_conv(x: np.ndarray, w: np.ndarray, p: ConvProblem, cfg) -> np.ndarray:
     taps = R * S
     wt = np.zeros((K, taps + 1), dtype=np.float32)  # a zero tap pairs an odd last one
     wt[:, :taps] = w.reshape(K, taps)
-    upp = cfg.cb // 8
     tap_pix = tap_pixels(p, cfg.in_cols)
     out = np.zeros((p.batch, P, Q, K), dtype=np.float32)
     x5 = x[:, None]
     for item in range(cfg.tiles(p)):
-        n, _, tile_p, tile_q, chunk = cta_coordinates(item, p, cfg)
+        n, tile_p, tile_q, chunk = item_coordinates(item, p, cfg)
         slots = swizzled_tile(input_tile(x5, p, cfg, n, 0, tile_p, tile_q, chunk)).astype(np.float32)
-        for nt in range(upp):
+        for nt in range(2):
             k0 = chunk * cfg.cb + 8 * nt
-            if k0 >= K:
-                continue
             for mb in range(cfg.m_blocks):
                 mr, mc = divmod(mb, cfg.tqg)
                 acc = np.zeros((16, 8), dtype=np.float32)
                 for j in range(tap_pix.shape[0]):
-                    rows = slots[slot(lane_pixels(p, cfg, mr, mc, tap_pix[j]), nt, upp)]  # [32][8]
+                    rows = slots[slot(lane_pixels(p, cfg, mr, mc, tap_pix[j]), nt)]  # [32][8]
                     a = np.concatenate([rows[:16], rows[16:]], axis=1)  # A[m] = lane m's row, lane 16 + m's
                     if 2 * j + 1 >= taps:
                         a[:, 8:] = 0.0  # ldmatrix.x2: the unpaired tap's columns 8-15 are zeros
@@ -123,3 +131,35 @@ def diag_conv(x: np.ndarray, w: np.ndarray, p: ConvProblem, cfg) -> np.ndarray:
                     if pp < P and qq < Q:
                         out[n, pp, qq, k0:k0 + 8] = acc[m]
     return out
+
+
+def _shfl_xor(v: np.ndarray, mask: int) -> np.ndarray:
+    """``__shfl_xor_sync`` over a warp: lane ``l`` gets ``v[l ^ mask]``."""
+    return v[np.arange(32) ^ mask]
+
+
+def quad_transpose(v: np.ndarray) -> np.ndarray:
+    """The kernel's ``quad_transpose`` on the warp's words ``v`` ([32][4]: lane l's ``v[T]`` is meant for
+    lane T of its quad), selects and shuffles as written there: lane l ends with ``out[s]`` = the word
+    lane s of its quad held for it."""
+    t = np.arange(32) & 3
+    odd, hi = (t & 1).astype(bool), (t & 2).astype(bool)
+    s = np.zeros_like(v)
+    for b in range(2):
+        keep = np.where(odd, v[:, 2 * b + 1], v[:, 2 * b])
+        got = _shfl_xor(np.where(odd, v[:, 2 * b], v[:, 2 * b + 1]), 1)
+        s[:, 2 * b] = np.where(odd, got, keep)
+        s[:, 2 * b + 1] = np.where(odd, keep, got)
+    out = np.zeros_like(v)
+    for i in range(2):
+        keep = np.where(hi, s[:, 2 + i], s[:, i])
+        got = _shfl_xor(np.where(hi, s[:, i], s[:, 2 + i]), 2)
+        out[:, i] = np.where(hi, got, keep)
+        out[:, 2 + i] = np.where(hi, keep, got)
+    return out
+
+
+def store_lanes():
+    """``[32]`` pairs ``(m, c0)``: after the transpose lane l stores pixel ``m`` of the M block (0-15)
+    and channels ``c0 .. c0 + 7`` of the chunk (the kernel's ``st_row``, ``st_k``)."""
+    return [((lane >> 2) + 8 * ((lane & 3) >> 1), 8 * (lane & 1)) for lane in range(32)]
