@@ -3,7 +3,7 @@ on the GPU.
 
 CPU: the NumPy model of the kernel (items chunk fastest, swizzled tile slots, the lanes' ldmatrix rows,
 B fragments of two diagonal blocks, M block by M block MMAs, with the tile shapes the host picks) equals
-the float64 reference; an ldmatrix block's 8 rows fall on 8 distinct bank groups at W stride 1; the
+the float64 reference; an ldmatrix block's 8 rows fall on 8 distinct bank groups (W stride 1 and 2); the
 epilogue's quad transpose leaves each lane 8 channels of one pixel; the dispatcher takes
 the kernel for 16-bit depthwise filters narrower than ``depthwise_mma``'s and says why it declines the
 problems outside its design; every catalog variant is in the compile list and compiles without spills.
@@ -70,12 +70,13 @@ def test_swizzle_is_a_permutation_and_conflict_free():
             assert len(set(slot(np.arange(start, start + 8), u) % 8)) == 8
 
 
-@pytest.mark.parametrize("key", ["3x3_c144_56_s1_bfloat16", "3x3_c32_112_s1_float16", "dil2", "odd", "f1x9"])
-def test_ldmatrix_blocks_conflict_free_at_w_stride_1(key):
+@pytest.mark.parametrize("key", ["3x3_c144_56_s1_bfloat16", "3x3_c32_112_s1_float16", "dil2", "odd", "f1x9",
+                                 "3x3_c96_112_s2_bfloat16", "3x3_c144_56_s2_float16"])
+def test_ldmatrix_blocks_conflict_free(key):
     """Each 8-lane group of every ldmatrix (an 8 x 8 block) addresses 8 distinct 16-byte bank groups."""
     p = DIAG_CATALOG[key]
     cfg = diag_config(p)
-    taps = tap_pixels(p, cfg.in_cols)
+    taps = tap_pixels(p, cfg)
     for mb in range(cfg.m_blocks):
         mr, mc = divmod(mb, cfg.tqg)
         for j in range(taps.shape[0]):
@@ -138,7 +139,8 @@ def test_config_invariants(key):
     assert cfg.tp % 2 == 0 and cfg.tq % 8 == 0 and cfg.cb == 16 and p.channels % 16 == 0
     assert cfg.tiles_p * cfg.tp >= P > (cfg.tiles_p - 1) * cfg.tp
     assert cfg.tiles_q * cfg.tq >= Q > (cfg.tiles_q - 1) * cfg.tq
-    assert cfg.smem == 2 * cfg.in_rows * cfg.in_cols * cfg.cb * 2
+    assert cfg.row_pixels == -(-cfg.in_cols // sw) * sw
+    assert cfg.smem == 2 * cfg.in_rows * cfg.row_pixels * cfg.cb * 2
     assert cfg.smem <= SMEM_LIMIT and (cfg.m_blocks == 1 or cfg.smem <= SMEM_TARGET)
     assert MIN_BLOCKS * (cfg.smem + 1024) <= 228 * 1024 and 2 * cfg.in_cols <= 256
 

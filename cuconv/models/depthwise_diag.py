@@ -6,7 +6,8 @@ picks (:func:`cuconv.backends.depthwise.diag_variants.diag_config`):
 * :func:`item_coordinates` -- a work item's (image, tile row, tile column, chunk), the chunk fastest;
 * :func:`slot` -- the 16-byte shared-memory slot of unit ``u`` (8 channels) of tile pixel ``pix``, the
   swizzle that puts an ldmatrix block's 8 consecutive pixels on distinct bank groups;
-* :func:`swizzled_tile` -- the input tile as the loader stores it, one row of 8 values per slot;
+* :func:`phys`, :func:`swizzled_tile` -- the input tile as the loader stores it (a row's columns in W
+  stride phases), one row of 8 values per slot;
 * :func:`lane_pixels` -- the tile pixel each lane's ldmatrix row address names, for one M block
   (2 output rows x 8 columns) and tap pair;
 * :func:`b_fragment` -- the two 32-bit words lane ``lane`` holds of B = [diag(w_a); diag(w_b)] (mma.sync
@@ -24,7 +25,7 @@ import numpy as np
 from ..problem import ConvProblem
 from .depthwise import input_tile
 
-__all__ = ["item_coordinates", "slot", "swizzled_tile", "lane_pixels", "tap_pixels", "b_fragment", "diag_conv",
+__all__ = ["item_coordinates", "phys", "slot", "swizzled_tile", "lane_pixels", "tap_pixels", "b_fragment", "diag_conv",
            "quad_transpose", "store_lanes"]
 
 
@@ -44,18 +45,27 @@ def slot(pix, u):
     return 2 * pix + (u ^ ((pix >> 2) & 1))
 
 
-def swizzled_tile(tile: np.ndarray) -> np.ndarray:
-    """``[slots][8]``: the tile ``[in_rows][in_cols][16]`` stored slot by slot as the loader does."""
+def phys(c, cfg):
+    """The pixel of input column ``c`` within its tile row: at W stride 2 the even columns come first,
+    then the odd ones (the kernel's ``phys``)."""
+    half = cfg.row_pixels // cfg.sw
+    return (c % cfg.sw) * half + c // cfg.sw
+
+
+def swizzled_tile(tile: np.ndarray, cfg) -> np.ndarray:
+    """``[slots][8]``: the tile ``[in_rows][in_cols][16]`` stored slot by slot as the loader does (rows of
+    ``cfg.row_pixels`` pixels)."""
     rows, cols, cb = tile.shape
-    out = np.full((rows * cols * 2, 8), np.nan, dtype=tile.dtype)
-    for pix in range(rows * cols):
-        r, c = divmod(pix, cols)
-        for u in range(2):
-            out[slot(pix, u)] = tile[r, c, 8 * u:8 * u + 8]
+    out = np.full((rows * cfg.row_pixels * 2, 8), np.nan, dtype=tile.dtype)
+    for r in range(rows):
+        for c in range(cols):
+            pix = r * cfg.row_pixels + phys(c, cfg)
+            for u in range(2):
+                out[slot(pix, u)] = tile[r, c, 8 * u:8 * u + 8]
     return out
 
 
-def tap_pixels(p: ConvProblem, in_cols: int) -> np.ndarray:
+def tap_pixels(p: ConvProblem, cfg) -> np.ndarray:
     """``[PAIRS][32]``: the tile pixel offset of the tap each lane addresses per pair (lanes 0-15: tap
     2j, lanes 16-31: tap 2j + 1, or tap 2j again past the last tap), the kernel's ``tap_pix``."""
     R, S = p.filter_spatial
@@ -66,17 +76,18 @@ def tap_pixels(p: ConvProblem, in_cols: int) -> np.ndarray:
         for lane in range(32):
             tap = 2 * j + lane // 16
             tap = tap if tap < taps else 2 * j
-            out[j, lane] = (tap // S) * dh * in_cols + (tap % S) * dw
+            out[j, lane] = (tap // S) * dh * cfg.row_pixels + phys((tap % S) * dw, cfg)
     return out
 
 
 def lane_pixels(p: ConvProblem, cfg, mr: int, mc: int, tap_pix: np.ndarray) -> np.ndarray:
     """``[32]``: the tile pixel lane ``lane`` addresses for M block (mr, mc) and one tap pair's
-    ``tap_pix`` row: output row ``2 mr + (lane / 8) % 2``, column ``8 mc + lane % 8``."""
-    sh, sw = p.stride
+    ``tap_pix`` row: output row ``2 mr + (lane / 8) % 2``, column ``8 mc + lane % 8`` (input column
+    ``sw`` times that, pixel ``phys`` of it: consecutive outputs, consecutive pixels)."""
+    sh, _ = p.stride
     lanes = np.arange(32)
-    lane_pix = ((lanes >> 3) & 1) * sh * cfg.in_cols + (lanes & 7) * sw
-    return 2 * mr * sh * cfg.in_cols + 8 * mc * sw + lane_pix + tap_pix
+    lane_pix = ((lanes >> 3) & 1) * sh * cfg.row_pixels + (lanes & 7)
+    return 2 * mr * sh * cfg.row_pixels + 8 * mc + lane_pix + tap_pix
 
 
 def b_fragment(w_a: np.ndarray, w_b: np.ndarray, lane: int):
@@ -108,12 +119,12 @@ def diag_conv(x: np.ndarray, w: np.ndarray, p: ConvProblem, cfg) -> np.ndarray:
     taps = R * S
     wt = np.zeros((K, taps + 1), dtype=np.float32)  # a zero tap pairs an odd last one
     wt[:, :taps] = w.reshape(K, taps)
-    tap_pix = tap_pixels(p, cfg.in_cols)
+    tap_pix = tap_pixels(p, cfg)
     out = np.zeros((p.batch, P, Q, K), dtype=np.float32)
     x5 = x[:, None]
     for item in range(cfg.tiles(p)):
         n, tile_p, tile_q, chunk = item_coordinates(item, p, cfg)
-        slots = swizzled_tile(input_tile(x5, p, cfg, n, 0, tile_p, tile_q, chunk)).astype(np.float32)
+        slots = swizzled_tile(input_tile(x5, p, cfg, n, 0, tile_p, tile_q, chunk), cfg).astype(np.float32)
         for nt in range(2):
             k0 = chunk * cfg.cb + 8 * nt
             for mb in range(cfg.m_blocks):

@@ -20,9 +20,11 @@
 // every chunk of the same pixels and DRAM sees whole pixel rows. Persistent grid, each CTA an equal run
 // of consecutive items.
 //   1. The input tile [in_rows][IN_COLS] pixels x 16 channels (halo included, zero padding) is copied by
-//      16-byte cp.async into one of two buffers while the CTA computes the previous item. Unit u (8
-//      channels) of tile pixel p is stored at 16-byte slot 2 p + (u ^ ((p >> 2) & 1)): the 8 rows of an
-//      ldmatrix block, 8 consecutive pixels, then lie on 8 distinct 16-byte bank groups.
+//      16-byte cp.async into one of two buffers while the CTA computes the previous item. At W stride
+//      2 a tile row holds its even columns, then its odd ones, so 8 consecutive outputs read 8
+//      consecutive pixels. Unit u (8 channels) of tile pixel p is stored at 16-byte slot
+//      2 p + (u ^ ((p >> 2) & 1)): the 8 rows of an ldmatrix block, 8 consecutive pixels, then lie on
+//      8 distinct 16-byte bank groups.
 //   2. An M block is 2 output rows x 8 columns (16 pixels); warp w takes blocks w, w + 8, ... Per block,
 //      both 8-channel groups (n-tiles) and each tap pair: one ldmatrix.x4 (x2 for an unpaired last tap)
 //      and one MMA. The B fragments (2 n-tiles x tap pairs) are built per item from w.
@@ -85,12 +87,18 @@ constexpr int TAPS = R * S, PAIRS = (TAPS + 1) / 2;
 constexpr bool ODD_TAPS = TAPS % 2 != 0;
 constexpr int WARPS = 8, THREADS = 32 * WARPS;
 constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;
+// A tile row is stored in SW phases (at W stride 2: the even input columns, then the odd ones), so the
+// columns 8 consecutive outputs read are 8 consecutive pixels of the row: column c at pixel phys(c).
+constexpr int HALF = (IN_COLS + SW - 1) / SW, ROW_PIX = SW * HALF;
 constexpr int ROW_UNITS = IN_COLS * 2;                 // 16-byte copy units per tile row
 constexpr int ROWS_PER_PASS = THREADS / ROW_UNITS;     // tile rows the CTA's threads copy at once
 constexpr int MBQ = TQ / 8, MBLOCKS = (TP / 2) * MBQ;  // M blocks: 2 rows x 8 columns
 static_assert(TAPS <= 9, "B fragments of 2 n-tiles x 5 tap pairs in registers");
 static_assert(TP % 2 == 0 && TQ % 8 == 0, "the tile is whole M blocks of 2 rows x 8 columns");
 static_assert(ROW_UNITS <= THREADS, "a tile row's copy units fit the CTA");
+
+// The pixel of input column c within its tile row (SW phases).
+__device__ __forceinline__ constexpr int phys(int c) { return (c % SW) * HALF + c / SW; }
 
 // Byte offset of unit u of tile pixel pix (see 1. above).
 __device__ __forceinline__ uint32_t slot_bytes(int pix, int u) {
@@ -142,7 +150,7 @@ __device__ __forceinline__ void load_item(uint32_t buf, const elem_t* x, const D
 #pragma unroll 1
   for (int r = r0; r < g.in_rows; r += ROWS_PER_PASS, h += ROWS_PER_PASS) {
     const bool valid = col_ok && (unsigned)h < (unsigned)g.H;
-    const uint32_t dst = buf + slot_bytes(r * IN_COLS + col, cu);
+    const uint32_t dst = buf + slot_bytes(r * ROW_PIX + phys(col), cu);
     sm80::cp_async_zfill<16>(dst, valid ? src + h * g.W * g.C : x, valid);
   }
 }
@@ -177,9 +185,9 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
   // The A row this lane addresses: output row 2 mr + (lane / 8) % 2, column 8 mc + lane % 8, and the
   // tap: lanes 0-15 tap 2j, lanes 16-31 tap 2j + 1 (A's columns 8-15; the unpaired last tap's lanes
   // 16-31 repeat tap 2j, unread by ldmatrix.x2).
-  const int lane_pix = ((lane >> 3) & 1) * SH * IN_COLS + (lane & 7) * SW;
+  const int lane_pix = ((lane >> 3) & 1) * SH * ROW_PIX + (lane & 7);
   const bool second = lane >= 16;
-  constexpr int row_step = 2 * SH * IN_COLS;
+  constexpr int row_step = 2 * SH * ROW_PIX;
   // After the transpose this lane stores pixel gq + 8 * (t / 2) of the block, channels 8 (t % 2) .. + 7.
   const int st_row = t >> 1, st_k = it.chunk * CB + 8 * (t & 1);
 #pragma unroll 1
@@ -187,7 +195,7 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
     const int mr = mb / MBQ, mc = mb - mr * MBQ;
     const int p = it.p0 + 2 * mr, q = it.q0 + 8 * mc;
     if (p >= g.P || q >= g.Q) continue;  // the block lies past the output plane (warp-uniform)
-    const int block_pix = mr * row_step + 8 * mc * SW + lane_pix;
+    const int block_pix = mr * row_step + 8 * mc + lane_pix;
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -196,7 +204,8 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
 #pragma unroll
     for (int j = 0; j < PAIRS; ++j) {
       const int ta = 2 * j, tb = 2 * j + 1 < TAPS ? 2 * j + 1 : 2 * j;
-      const int tap_pix = second ? (tb / S) * DH * IN_COLS + (tb % S) * DWL : (ta / S) * DH * IN_COLS + (ta % S) * DWL;
+      const int tap_pix = second ? (tb / S) * DH * ROW_PIX + phys((tb % S) * DWL)
+                                 : (ta / S) * DH * ROW_PIX + phys((ta % S) * DWL);
       const uint32_t addr = buf + slot_bytes(block_pix + tap_pix, 0);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -260,7 +269,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
                    const elem_t* residual, elem_t* out, DwGeometry g, EpilogueParams ep) {
   static_assert(sizeof(elem_t) == 2, "16-bit inputs only");
   extern __shared__ __align__(16) unsigned char smem[];
-  const uint32_t buf_bytes = (uint32_t)(g.in_rows * IN_COLS * CB * 2);
+  const uint32_t buf_bytes = (uint32_t)(g.in_rows * ROW_PIX * CB * 2);
   const uint32_t buf0 = smem_u32(smem);
   const int chunks = g.K / CB;
   const int64_t total = (int64_t)chunks * g.N * g.tiles_p * g.tiles_q;

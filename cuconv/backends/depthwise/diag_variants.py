@@ -51,6 +51,7 @@ class DwDiagConfig:
     tiles_q: int
     chunks: int
     smem: int       # dynamic shared memory (bytes): two input-tile buffers
+    sw: int = 1     # W stride: the phases a tile row is stored in
     mult: int = 1
     cb: int = CHUNK  # channels per chunk
     vin: int = 8    # channels per input copy (16 bytes)
@@ -71,6 +72,12 @@ class DwDiagConfig:
     @property
     def threads(self) -> int:
         return THREADS
+
+    @property
+    def row_pixels(self) -> int:
+        """Pixels a tile row takes in shared memory: ``in_cols`` rounded up to whole W-stride phases (the
+        kernel's ``ROW_PIX``)."""
+        return -(-self.in_cols // self.sw) * self.sw
 
     @property
     def m_blocks(self) -> int:
@@ -126,7 +133,7 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[DwDiagCon
     for tq in range(8, min(64, -(-Q // 8) * 8) + 1, 8):
         for tp in range(2, min(32, -(-P // 2) * 2) + 1, 2):
             rows, cols = input_extent(tp, tq, R, S, stride, dilation)
-            smem = 2 * rows * cols * CHUNK * 2
+            smem = 2 * rows * -(-cols // stride[1]) * stride[1] * CHUNK * 2
             if cols > MAX_IN_COLS or (smem > SMEM_TARGET and not (tp == 2 and tq == 8)):
                 continue
             blocks = tp // 2 * tq // 8
@@ -142,7 +149,7 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[DwDiagCon
         return (f"the smallest tile (2 x 8 outputs) reads {rows} x {cols} input pixels with its halo: {smem} "
                 f"bytes of shared memory, over the {smem_limit} the kernel uses")
     cfg = DwDiagConfig(tp=tp, tq=tq, in_rows=rows, in_cols=cols, tiles_p=-(-P // tp), tiles_q=-(-Q // tq),
-                       chunks=p.channels // CHUNK, smem=smem)
+                       chunks=p.channels // CHUNK, smem=smem, sw=stride[1])
     if cfg.tiles(p) >= 2**31:
         return f"{cfg.tiles(p)} tiles: over the 2**31 - 1 of the item index"
     return cfg
