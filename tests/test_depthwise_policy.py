@@ -153,7 +153,7 @@ def test_model_matches_reference(case):
 
 
 def test_dispatch_picks_depthwise_on_sm80_and_later():
-    p = problem2d(N=2, H=14, W=14, C=64, K=64, groups=64)
+    p = problem2d(N=2, H=14, W=14, C=40, K=40, groups=40)  # C off the 16-channel chunks of depthwise_diag
     for dev in (H100, A100):
         plan, why = dispatch.select(p, dev)
         assert why.kernel == "depthwise_direct", str(why)
@@ -217,7 +217,7 @@ def test_run_passes_aligned_addresses_and_copies_back():
 
 
 def test_direct_plans_pack_their_launch(monkeypatch):
-    """``DirectPlan._build`` (depthwise direct and MMA, smallc, narrowk): the variant loaded with the tile's shared memory,
+    """``DirectPlan._build`` (depthwise direct and both MMA kernels, smallc, narrowk): the variant loaded with the tile's shared memory,
     five pointer slots, the plan's geometry struct and the epilogue's parameters, each kind's grid (the
     persistent one from the occupancy, one CTA per tile, the narrow kernel's own count)."""
     import cuconv.backends.depthwise.kernel as direct
@@ -230,7 +230,8 @@ def test_direct_plans_pack_their_launch(monkeypatch):
     monkeypatch.setattr(direct, "PackedLaunch", lambda *a, **k: launches.append((a, k)))
     ep = Epilogue(has_bias=True, has_residual=True, activation="silu")
     for p, kernel in ((problem2d(H=32, W=32, C=96, K=96, groups=96, R=5, S=5, padding=2, epilogue=ep), "depthwise_mma"),
-                      (problem2d(C=96, K=96, groups=96, epilogue=ep), "depthwise_direct"),
+                      (problem2d(C=96, K=96, groups=96, epilogue=ep), "depthwise_diag"),
+                      (problem2d(C=40, K=40, groups=40, epilogue=ep), "depthwise_direct"),
                       (problem2d(C=3, K=32, stride=2, dtype="float32", epilogue=ep), "smallc_direct"),
                       (problem2d(C=64, K=3, dtype="float32", epilogue=ep), "narrowk_direct")):
         plan = dispatch.select(p, H100)[0]
@@ -239,7 +240,7 @@ def test_direct_plans_pack_their_launch(monkeypatch):
         c = plan.cfg
         assert loads[-1] == (plan.source, H100, plan.defines, plan.name, c.smem)
         (fn, grid, block, smem, args), kw = launches[-1]
-        if kernel in ("depthwise_direct", "depthwise_mma"):
+        if kernel in ("depthwise_direct", "depthwise_mma", "depthwise_diag"):
             want_grid = min(c.tiles(p), 2 * H100.sm_count)  # two CTAs per SM (the faked occupancy)
         elif kernel == "smallc_direct":
             want_grid = c.tiles(p)

@@ -48,7 +48,7 @@ PROBLEMS = {
     "conv3d_bf16": problem3d(C=64, K=64),
     "conv3d_temporal_pad": problem3d(C=32, K=32, padding=1, dtype="float16"),
 }
-KERNEL_NAMES = ["cpu", "generic_gpu", "sm90_tma", "sm90_bf16x3", "conv3d_native_bf16x3", "sm90_tf32", "conv3d_native_tf32", "conv3d_native", "conv3d_qslice", "sm80_igemm", "sm80_tf32", "sm90_fold", "sm90_patch", "sm90_wpack", "conv3d_native_wpack", "sm90_grouped", "conv3d_grouped", "depthwise_direct", "depthwise_mma", "smallc_mma",
+KERNEL_NAMES = ["cpu", "generic_gpu", "sm90_tma", "sm90_bf16x3", "conv3d_native_bf16x3", "sm90_tf32", "conv3d_native_tf32", "conv3d_native", "conv3d_qslice", "sm80_igemm", "sm80_tf32", "sm90_fold", "sm90_patch", "sm90_wpack", "conv3d_native_wpack", "sm90_grouped", "conv3d_grouped", "depthwise_direct", "depthwise_mma", "depthwise_diag", "smallc_mma",
                 "smallc_direct", "narrowk_direct", "pointwise_mma", "pointwise_narrow",
                 "cdna3_depthwise",
                 "cdna3_igemm"]

@@ -229,6 +229,7 @@ DESIGN = {
     "generic_gpu": (H100, dict(), EVERY_PRECISION),
     "depthwise_direct": (A100, dict(C=48, K=48, groups=48), SIXTEEN_BIT | FLOAT32_FFMA),
     "depthwise_mma": (A100, dict(C=48, K=48, groups=48, R=7, S=7, padding=3), SIXTEEN_BIT),
+    "depthwise_diag": (A100, dict(C=48, K=48, groups=48), SIXTEEN_BIT),
     "smallc_direct": (A100, dict(C=3, K=32), SIXTEEN_BIT | FLOAT32_FFMA),
     "smallc_mma": (A100, dict(C=3, K=64, R=7, S=7), SIXTEEN_BIT),
     "narrowk_direct": (A100, dict(C=64, K=3), FLOAT32_FFMA),

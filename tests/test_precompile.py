@@ -27,6 +27,7 @@ def fresh_cache(tmp_path, monkeypatch):
 
 def test_variants_of_every_path_compile_once(fresh_cache):
     problems = [problem2d(C=64, K=64), problem2d(C=64, K=64), problem2d(C=48, K=48, groups=48),
+                problem2d(C=40, K=40, groups=40),
                 problem2d(C=3, K=32, stride=2), problem2d(C=64, K=64, groups=16), problem2d(C=24, K=24, dtype="float32")]
     plans = [dispatch.select(p, dev)[0] for p in problems for dev in (H100, A100)]
     kernels = {p.kernel.name for p in plans}

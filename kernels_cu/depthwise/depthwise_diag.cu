@@ -192,7 +192,7 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
   const int st_row = t >> 1, st_k = it.chunk * CB + 8 * (t & 1);
 #pragma unroll 1
   for (int mb = warp; mb < MBLOCKS; mb += WARPS) {
-    const int mr = mb / MBQ, mc = mb - mr * MBQ;
+    const int mr = (int)((unsigned)mb / MBQ), mc = mb - mr * MBQ;
     const int p = it.p0 + 2 * mr, q = it.q0 + 8 * mc;
     if (p >= g.P || q >= g.Q) continue;  // the block lies past the output plane (warp-uniform)
     const int block_pix = mr * row_step + 8 * mc + lane_pix;

@@ -137,7 +137,7 @@
 // The variants that hold the narrow-group filter writer (sm90/blockdiag_prologue.cuh): those sm90_grouped
 // runs (64-filter tiles, 16-bit output, its own filter K-major). Its registers cost the others' consumers
 // spills (the phase-storing variants; 192 x 192 tiles at 128 registers a thread).
-#define SM90_BLOCKDIAG (SM90_BN == 64 && !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32 || SM90_NARROW_OUT))
+#define SM90_BLOCKDIAG (SM90_BN == SM90_BD_TILE_N && !(SM90_PHASE_OUT || SM90_B_MN || SM90_OUT_F32 || SM90_NARROW_OUT))
 #ifndef SM90_PROMOTE_SLOTS  // (SM90_TF32's default: wgmma_mainloop.cuh)
 #define SM90_PROMOTE_SLOTS (SM90_TF32 ? 0 : SM90_XSPLIT ? 3 : 4)
 #endif

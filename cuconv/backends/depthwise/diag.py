@@ -74,7 +74,7 @@ class DepthwiseDiagPlan(DirectPlan):
                 f"{c.cb // 8} channel group(s) of 8, {c.m_blocks} blocks of 2x8 pixels), input tile "
                 f"{c.in_rows}x{c.in_cols}x{c.cb} with halo copied into shared memory (two buffers, 16-byte "
                 f"units swizzled for ldmatrix, {c.smem} bytes); per block and channel group {pairs} MMA(s) of "
-                f"16 pixels x 8 channels x 2 taps; the epilogue from the accumulators, 2 channels a lane; "
+                f"16 pixels x 8 channels x 2 taps; the epilogue from the accumulators, transposed within quads of lanes for 16-byte stores; "
                 f"{c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} per plane) over a "
                 f"persistent grid of at most as many CTAs as the GPU holds at once")
 

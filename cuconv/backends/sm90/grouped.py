@@ -33,7 +33,7 @@ from ...launch import header_constants
 from ...plan import SIXTEEN_BIT, Declined, Kernel
 from ...registry import register
 from ..sm80.subpaths import choose_subpath
-from .kernel import RewritingPlan, Sm90TmaConv3d, Sm90TmaKernel, not_hopper
+from .kernel import BLOCKDIAG_TILE_N, RewritingPlan, Sm90TmaConv3d, Sm90TmaKernel, not_hopper
 
 __all__ = ["Sm90GroupedKernel", "Sm90GroupedConv3d", "GroupedPlan", "grouped_form", "filter_rounds",
            "MIN_GROUP_CHANNELS", "YIELD_GROUP_CHANNELS", "YIELD_MAX_PIXELS"]
@@ -41,8 +41,9 @@ __all__ = ["Sm90GroupedKernel", "Sm90GroupedConv3d", "GroupedPlan", "grouped_for
 #: Narrow groups of fewer channels than this are left to the other kernels: the block-diagonal filter's
 #: zeros would be more than 16 times the grouped work (depthwise layers have kernels of their own).
 MIN_GROUP_CHANNELS = 4
-#: Output channels per tile: one 64-channel block of narrow groups, or a part of one wide group.
-TILE_N = 64
+#: Output channels per tile: one 64-channel block of narrow groups, or a part of one wide group (the
+#: kernel's tile width for the variants that write the block-diagonal filter).
+TILE_N = BLOCKDIAG_TILE_N
 #: Narrow groups of this many channels with fewer output pixels than YIELD_MAX_PIXELS are left to sm80_igemm
 #: in 2-D (:meth:`Sm90GroupedKernel.passes_over`; docs/tuning.md T-sm90-grouped-yield).
 YIELD_GROUP_CHANNELS, YIELD_MAX_PIXELS = 32, 2048

@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from ... import launch as _launch
-from ...launch import LaunchRecords, PackedLaunch, epilogue_params
+from ...launch import LaunchRecords, PackedLaunch, epilogue_params, header_constants
 from ...plan import Declined, Kernel, Plan
 from ...registry import register
 from ...scratch import scratch
@@ -39,6 +39,9 @@ __all__ = ["Sm90TmaKernel", "Sm90TmaConv3d", "Sm90Plan"]
 
 #: Launch records kept per plan (distinct input addresses x streams).
 _RECORDS_PER_PLAN = 16
+#: Filters per tile of the variants that write a block-diagonal filter (``SM90_BLOCKDIAG``): sm90_grouped
+#: runs them; a plan that asks a wider tile to write one is refused.
+BLOCKDIAG_TILE_N = header_constants("sm90/blockdiag_prologue.cuh")["SM90_BD_TILE_N"]
 #: The view of :func:`.params.zero_block` as the MN-major variant's zero box.
 _ZERO_VIEW = MnFilter(64, 1, 64, (0,))
 
@@ -449,7 +452,7 @@ class Sm90Plan(Plan):
             tmap_x = encode_im2col_x(xp_, xa.data.ptr, tma_box_params(xp_, pixels_per_column=cfg.block_m))
         bd, bd_buffers = None, ()
         if self.blockdiag is not None:  # the filter the kernel writes from wa, and its grid barrier's counter
-            if any(self._flags[1:]) or cfg.block_n != 64:  # the variants without the writer (SM90_BLOCKDIAG)
+            if any(self._flags[1:]) or cfg.block_n != BLOCKDIAG_TILE_N:  # variants without the writer (SM90_BLOCKDIAG)
                 raise RuntimeError("cuconv: a block-diagonal filter needs a plain 16-bit variant of the Hopper "
                                    "kernel with 64-filter tiles, not a float32, phase-storing, MN-major or wider one")
             taps, cg = self.blockdiag
