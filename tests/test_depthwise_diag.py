@@ -22,7 +22,7 @@ from hypothesis import given, settings
 
 import cuconv
 from cuconv import dispatch
-from cuconv.backends.depthwise.diag import DepthwiseDiagKernel
+from cuconv.backends.depthwise.diag import AUTOMATIC, DepthwiseDiagKernel
 from cuconv.backends.depthwise.diag_variants import (COMPILE_VARIANTS, DIAG_CATALOG, DIAG_SOURCE, MAX_TAPS,
                                                      MIN_BLOCKS, SMEM_TARGET, diag_config, diag_variant)
 from cuconv.backends.depthwise.variants import SMEM_LIMIT
@@ -145,9 +145,12 @@ def test_config_invariants(key):
     assert MIN_BLOCKS * (cfg.smem + 1024) <= 228 * 1024 and 2 * cfg.in_cols <= 256
 
 
+_AUTO = "depthwise_diag" if AUTOMATIC else "depthwise_direct"
+
+
 @pytest.mark.parametrize("c, hw, filt, stride, kernel, why", [
-    (144, 56, 3, 1, "depthwise_diag", ""), (32, 112, 3, 1, "depthwise_diag", ""),
-    (96, 112, 3, 2, "depthwise_diag", ""), (960, 7, 3, 1, "depthwise_diag", ""),
+    (144, 56, 3, 1, _AUTO, "not measured"), (32, 112, 3, 1, _AUTO, "not measured"),
+    (96, 112, 3, 2, _AUTO, "not measured"), (960, 7, 3, 1, _AUTO, "not measured"),
     (96, 56, 7, 1, "depthwise_mma", "49 taps > 9"), (240, 28, 5, 1, "depthwise_mma", "25 taps > 9"),
     (144, 56, 5, 2, "depthwise_direct", "25 taps > 9"), (120, 28, 3, 1, "depthwise_direct", "not a multiple of 16"),
 ])
@@ -161,6 +164,9 @@ def test_dispatch(c, hw, filt, stride, kernel, why, dtype):
         assert "diagonal" in sel.reason and "MMA" in sel.detail
     else:
         assert why in sel.declined[KERNEL], sel.declined[KERNEL]
+    forced = dispatch.select(p, H100, KERNEL) if why in ("", "not measured") else None
+    if forced:
+        assert forced[1].kernel == KERNEL and "diagonal" in forced[1].reason
 
 
 @pytest.mark.parametrize("kw, why", [

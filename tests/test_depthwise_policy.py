@@ -234,7 +234,7 @@ def test_direct_plans_pack_their_launch(monkeypatch):
                       (problem2d(C=40, K=40, groups=40, epilogue=ep), "depthwise_direct"),
                       (problem2d(C=3, K=32, stride=2, dtype="float32", epilogue=ep), "smallc_direct"),
                       (problem2d(C=64, K=3, dtype="float32", epilogue=ep), "narrowk_direct")):
-        plan = dispatch.select(p, H100)[0]
+        plan = dispatch.select(p, H100, kernel)[0]
         assert plan.kernel.name == kernel
         plan._build()
         c = plan.cfg

@@ -59,20 +59,18 @@ __device__ __forceinline__ uint4 blockdiag_unit(const Params& g, int i) {
 // Run by all NT threads of the CTA before its start-up barrier.
 template <int NT, typename Params>
 __device__ __forceinline__ void write_blockdiag_filter(const Params& g) {
-  // Eight 8-channel units per 64-channel row: the host keeps `total` below 2^31, so the unsigned indices,
-  // which run up to SM90_BD_BATCH grid steps past it, do not wrap.
-  const unsigned total = (unsigned)g.bd_rows * 8u;
-  const unsigned step = gridDim.x * NT;
-  for (unsigned i0 = blockIdx.x * NT + threadIdx.x; i0 < total; i0 += SM90_BD_BATCH * step) {
+  const int total = g.bd_rows * 8;  // eight 8-channel units per 64-channel row (the host keeps it below 2^31)
+  const int step = gridDim.x * NT;
+  for (int i0 = blockIdx.x * NT + threadIdx.x; i0 < total; i0 += SM90_BD_BATCH * step) {
     uint4 v[SM90_BD_BATCH];
 #pragma unroll
     for (int u = 0; u < SM90_BD_BATCH; ++u) {
-      const unsigned i = i0 + u * step;
-      v[u] = i < total ? blockdiag_unit(g, (int)i) : make_uint4(0u, 0u, 0u, 0u);
+      const int i = i0 + u * step;
+      v[u] = i < total ? blockdiag_unit(g, i) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int u = 0; u < SM90_BD_BATCH; ++u) {
-      const unsigned i = i0 + u * step;
+      const int i = i0 + u * step;
       if (i < total) *reinterpret_cast<uint4*>(g.bd_dst + (size_t)i * 8) = v[u];  // row * 64 + j0
     }
   }

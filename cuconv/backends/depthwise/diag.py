@@ -22,7 +22,10 @@ from .mma import MIN_FILTER_WIDTH as BANDED_MIN_WIDTH
 from .params import dw_geometry
 from .variants import problem_axes
 
-__all__ = ["DepthwiseDiagKernel", "DepthwiseDiagPlan"]
+__all__ = ["DepthwiseDiagKernel", "DepthwiseDiagPlan", "AUTOMATIC"]
+
+#: Whether the automatic choice takes the kernel for the layers it accepts (:meth:`DepthwiseDiagKernel.passes_over`).
+AUTOMATIC = False
 
 
 class DepthwiseDiagKernel(DirectKernel):
@@ -43,11 +46,17 @@ class DepthwiseDiagKernel(DirectKernel):
 
     def passes_over(self, plan):
         """The automatic choice leaves filters ``depthwise_mma`` takes (at least
-        :data:`cuconv.backends.depthwise.mma.MIN_FILTER_WIDTH` wide, W stride 1) to it."""
+        :data:`cuconv.backends.depthwise.mma.MIN_FILTER_WIDTH` wide, W stride 1) to it, and the others to
+        ``depthwise_direct`` while :data:`AUTOMATIC` is off: the kernel runs when forced
+        (``kernel="depthwise_diag"``) until the benchmark shows on which layers it wins
+        (docs/tuning.md#T-dw-diag)."""
         _, _, S, (_, sw), _, _ = problem_axes(plan.problem)
         if S >= BANDED_MIN_WIDTH and sw == 1:
             return (f"filter width {S} >= {BANDED_MIN_WIDTH} at W stride 1: depthwise_mma's banded matrices do "
                     f"more of a wide filter row per MMA")
+        if not AUTOMATIC:
+            return ("the automatic choice keeps depthwise_direct: this kernel's speed against it is not measured "
+                    "(docs/tuning.md#T-dw-diag); kernel='depthwise_diag' forces it")
         return None
 
     def plan_for(self, problem, device, cfg):
