@@ -346,9 +346,9 @@ def depthwise_cases(draw, nd=2, dtypes=("float16", "bfloat16", "float32"), layou
                 seed=draw(st.integers(0, 2**31 - 1)))
 
 
-def check_depthwise_layer(cp, kernel: str, c, hw, filt, stride, mult, dtype, layout="NHWC"):
+def check_depthwise_layer(cp, kernel: str, c, hw, filt, stride, mult, dtype, layout="NHWC", forced=False):
     """A depthwise network layer (N = 4, padding filt // 2, bias, gelu) on ``layout`` arrays, chosen
-    automatically for ``kernel`` and checked against the reference."""
+    automatically for ``kernel`` (``forced``: asked for it by name) and checked against the reference."""
     import numpy as np
 
     import cuconv
@@ -362,9 +362,35 @@ def check_depthwise_layer(cp, kernel: str, c, hw, filt, stride, mult, dtype, lay
     if layout == "NCHW":  # the same convolution on channels-first arrays
         x, w, ref = (np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (x, w, ref))
         kw["layout"] = "NCHW"
+    if forced:
+        kw["kernel"] = kernel
     e = cuconv.explain(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw)
     assert e.kernel == kernel, str(e)
     assert_close(cuconv.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), **kw), ref, dtype)
+
+
+def check_depthwise_same_bits_and_in_place(cp, kernel: str, filt: int, seed: int):
+    """A depthwise layer (N = 4, 28 x 28 x 192, bf16, silu, alpha 0.5, beta 2 with a residual) forced onto
+    ``kernel``: two runs give the same bits, and a residual written over in place gives the reference."""
+    import numpy as np
+
+    import cuconv
+    from conftest import assert_close, random_array
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, (4, 28, 28, 192), "bfloat16")
+    w = random_array(rng, (192, filt, filt, 1), "bfloat16", scale=1 / filt)
+    r = random_array(rng, (4, 28, 28, 192), "bfloat16")
+    kw = dict(padding=filt // 2, groups=192, activation="silu", alpha=0.5, beta=2.0)
+    ref = cuconv.reference.conv2d(x, w, residual=r, **kw)
+    xg, wg = cp.asarray(x), cp.asarray(w)
+    a = cuconv.conv2d(xg, wg, residual=cp.asarray(r), kernel=kernel, **kw)
+    b = cuconv.conv2d(xg, wg, residual=cp.asarray(r), kernel=kernel, **kw)
+    assert bool((a.view(cp.uint16) == b.view(cp.uint16)).all())
+    assert_close(a, ref, "bfloat16")
+    rg = cp.asarray(r)
+    got = cuconv.conv2d(xg, wg, residual=rg, out=rg, kernel=kernel, **kw)
+    assert got is rg
+    assert_close(got, ref, "bfloat16")
 
 
 def check_depthwise_misaligned_views(cp, kernel: str):

@@ -30,8 +30,9 @@ from cuconv.models.depthwise_diag import (b_fragment, diag_conv, item_coordinate
                                           slot, store_lanes, tap_pixels)
 from cuconv.overrides import Overrides
 
-from conftest import assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
-from geometry import H100, Setting, case_problem, check_depthwise_layer, depthwise_cases, problem2d, run_property
+from conftest import assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
+from geometry import (H100, Setting, case_problem, check_depthwise_layer, check_depthwise_same_bits_and_in_place,
+                      depthwise_cases, problem2d, run_property)
 
 KERNEL = "depthwise_diag"
 
@@ -234,24 +235,10 @@ def test_drawn(cp, setting):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_network_layers(cp, c, hw, stride, dtype, layout):
-    check_depthwise_layer(cp, KERNEL, c, hw, 3, stride, 1, dtype, layout)
+    check_depthwise_layer(cp, KERNEL, c, hw, 3, stride, 1, dtype, layout, forced=not AUTOMATIC)
 
 
 @pytest.mark.gpu
 def test_same_bits_twice_and_in_place_residual(cp):
     """Two runs give the same bits; a residual written over in place gives the reference."""
-    rng = np.random.default_rng(12)
-    x = random_array(rng, (4, 28, 28, 192), "bfloat16")
-    w = random_array(rng, (192, 3, 3, 1), "bfloat16", scale=1 / 3)
-    r = random_array(rng, (4, 28, 28, 192), "bfloat16")
-    kw = dict(padding=1, groups=192, activation="silu", alpha=0.5, beta=2.0)
-    ref = cuconv.reference.conv2d(x, w, residual=r, **kw)
-    xg, wg = cp.asarray(x), cp.asarray(w)
-    a = cuconv.conv2d(xg, wg, residual=cp.asarray(r), kernel=KERNEL, **kw)
-    b = cuconv.conv2d(xg, wg, residual=cp.asarray(r), kernel=KERNEL, **kw)
-    assert bool((a.view(cp.uint16) == b.view(cp.uint16)).all())
-    assert_close(a, ref, "bfloat16")
-    rg = cp.asarray(r)
-    got = cuconv.conv2d(xg, wg, residual=rg, out=rg, kernel=KERNEL, **kw)
-    assert got is rg
-    assert_close(got, ref, "bfloat16")
+    check_depthwise_same_bits_and_in_place(cp, KERNEL, filt=3, seed=12)

@@ -27,8 +27,8 @@ from cuconv.models.depthwise_mma import b_fragment, banded_filter, mma_conv
 from cuconv.overrides import Overrides
 
 from conftest import assert_close, assert_compiles_without_spills, cupy_for_sm80, nvrtc_available, random_array
-from geometry import (H100, Setting, case_problem, check_depthwise_layer, depthwise_cases, problem2d,
-                      run_property)
+from geometry import (H100, Setting, case_problem, check_depthwise_layer, check_depthwise_same_bits_and_in_place,
+                      depthwise_cases, problem2d, run_property)
 
 KERNEL = "depthwise_mma"
 
@@ -188,18 +188,4 @@ def test_small_planes_forced(cp, c, hw, filt):
 @pytest.mark.gpu
 def test_same_bits_twice_and_in_place_residual(cp):
     """Two runs give the same bits; a residual written over in place gives the reference."""
-    rng = np.random.default_rng(11)
-    x = random_array(rng, (4, 28, 28, 192), "bfloat16")
-    w = random_array(rng, (192, 7, 7, 1), "bfloat16", scale=1 / 7)
-    r = random_array(rng, (4, 28, 28, 192), "bfloat16")
-    kw = dict(padding=3, groups=192, activation="silu", alpha=0.5, beta=2.0)
-    ref = cuconv.reference.conv2d(x, w, residual=r, **kw)
-    xg, wg = cp.asarray(x), cp.asarray(w)
-    a = cuconv.conv2d(xg, wg, residual=cp.asarray(r), kernel=KERNEL, **kw)
-    b = cuconv.conv2d(xg, wg, residual=cp.asarray(r), kernel=KERNEL, **kw)
-    assert bool((a.view(cp.uint16) == b.view(cp.uint16)).all())
-    assert_close(a, ref, "bfloat16")
-    rg = cp.asarray(r)
-    got = cuconv.conv2d(xg, wg, residual=rg, out=rg, kernel=KERNEL, **kw)
-    assert got is rg
-    assert_close(got, ref, "bfloat16")
+    check_depthwise_same_bits_and_in_place(cp, KERNEL, filt=7, seed=11)

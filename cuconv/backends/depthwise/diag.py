@@ -1,11 +1,12 @@
 """``depthwise_diag``: depthwise convolution (multiplier 1) on the tensor cores of every sm_80+ NVIDIA GPU,
-conv2d, NHWC, fp16 / bf16, C a multiple of 8, W stride 1 or 2, filters of up to 25 taps.
+conv2d, NHWC, fp16 / bf16, C a multiple of 16, filters of up to 9 taps, strides and dilations 1-2.
 
 16 output pixels x 8 channels are one m16n8k16 MMA per pair of filter taps: A's rows are the two taps'
 8-channel runs of the input pixels (read by ldmatrix from the channels-last tile as it is), B two
 diagonal 8 x 8 blocks of the taps' weights (kernels_cu/depthwise/depthwise_diag.cu; docs/architecture.md,
-"Depthwise"). Where ``depthwise_direct`` spends about 36 instructions an output on a 3x3 filter (bound
-by instruction issue), this kernel spends about one fifth of that and is left to the memory.
+"Depthwise"). ``depthwise_direct`` spends about 36 instructions an output on a 3x3 filter (bound by
+instruction issue); here a block of 16 pixels x 8 channels is 5 ldmatrix + 5 MMAs. The automatic choice
+does not take the kernel (:data:`AUTOMATIC`): its speed is not measured (docs/tuning.md#T-dw-diag).
 
 The grid is persistent like the direct kernel's: each CTA takes a run of output tiles, the next tile's
 input copied in while it computes one. A plan holds the tile shape (:func:`.diag_variants.diag_config`)
@@ -83,7 +84,8 @@ class DepthwiseDiagPlan(DirectPlan):
                 f"{c.cb // 8} channel group(s) of 8, {c.m_blocks} blocks of 2x8 pixels), input tile "
                 f"{c.in_rows}x{c.in_cols}x{c.cb} with halo copied into shared memory (two buffers, 16-byte "
                 f"units swizzled for ldmatrix, {c.smem} bytes); per block and channel group {pairs} MMA(s) of "
-                f"16 pixels x 8 channels x 2 taps; the epilogue from the accumulators, transposed within quads of lanes for 16-byte stores; "
+                f"16 pixels x 8 channels x 2 taps; the epilogue from the accumulators, transposed within quads "
+                f"of lanes for 16-byte stores; "
                 f"{c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} per plane) over a "
                 f"persistent grid of at most as many CTAs as the GPU holds at once")
 

@@ -13,7 +13,7 @@ from typing import Optional, Union
 
 from ...launch import dtype_code
 from ...problem import ConvProblem
-from .variants import SMEM_LIMIT, depthwise_declined, plane_offsets_declined, problem_axes
+from .variants import _DTYPE_TAG, SMEM_LIMIT, depthwise_declined, plane_offsets_declined, problem_axes
 
 __all__ = ["DwDiagConfig", "diag_config", "diag_declined", "diag_variant", "DIAG_SOURCE", "DIAG_CATALOG",
            "COMPILE_VARIANTS", "MAX_TAPS", "MIN_BLOCKS", "SMEM_TARGET", "CHUNK"]
@@ -35,7 +35,17 @@ CHUNK = 16
 MAX_IN_COLS = THREADS // 2
 #: Per-tile overhead of the cost model, in pixels of work: the item's decode, barrier and copy issue.
 TILE_OVERHEAD = 48
-_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16"}
+
+
+def row_pixels(in_cols: int, sw: int) -> int:
+    """Pixels a tile row takes in shared memory: ``in_cols`` rounded up to whole W-stride phases (the
+    kernel's ``ROW_PIX``)."""
+    return -(-in_cols // sw) * sw
+
+
+def buffers_bytes(in_rows: int, in_cols: int, sw: int) -> int:
+    """Shared memory of the two input-tile buffers (16 channels, 2 bytes each, per pixel)."""
+    return 2 * in_rows * row_pixels(in_cols, sw) * CHUNK * 2
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,6 @@ class DwDiagConfig:
     tiles_p: int
     tiles_q: int
     chunks: int
-    smem: int       # dynamic shared memory (bytes): two input-tile buffers
     sw: int = 1     # W stride: the phases a tile row is stored in
     mult: int = 1
     cb: int = CHUNK  # channels per chunk
@@ -75,9 +84,13 @@ class DwDiagConfig:
 
     @property
     def row_pixels(self) -> int:
-        """Pixels a tile row takes in shared memory: ``in_cols`` rounded up to whole W-stride phases (the
-        kernel's ``ROW_PIX``)."""
-        return -(-self.in_cols // self.sw) * self.sw
+        """Pixels a tile row takes in shared memory (:func:`row_pixels`)."""
+        return row_pixels(self.in_cols, self.sw)
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory (bytes): the two input-tile buffers."""
+        return buffers_bytes(self.in_rows, self.in_cols, self.sw)
 
     @property
     def m_blocks(self) -> int:
@@ -133,7 +146,7 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[DwDiagCon
     for tq in range(8, min(64, -(-Q // 8) * 8) + 1, 8):
         for tp in range(2, min(32, -(-P // 2) * 2) + 1, 2):
             rows, cols = input_extent(tp, tq, R, S, stride, dilation)
-            smem = 2 * rows * -(-cols // stride[1]) * stride[1] * CHUNK * 2
+            smem = buffers_bytes(rows, cols, stride[1])
             if cols > MAX_IN_COLS or (smem > SMEM_TARGET and not (tp == 2 and tq == 8)):
                 continue
             blocks = tp // 2 * tq // 8
@@ -149,7 +162,7 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[DwDiagCon
         return (f"the smallest tile (2 x 8 outputs) reads {rows} x {cols} input pixels with its halo: {smem} "
                 f"bytes of shared memory, over the {smem_limit} the kernel uses")
     cfg = DwDiagConfig(tp=tp, tq=tq, in_rows=rows, in_cols=cols, tiles_p=-(-P // tp), tiles_q=-(-Q // tq),
-                       chunks=p.channels // CHUNK, smem=smem, sw=stride[1])
+                       chunks=p.channels // CHUNK, sw=stride[1])
     if cfg.tiles(p) >= 2**31:
         return f"{cfg.tiles(p)} tiles: over the 2**31 - 1 of the item index"
     return cfg
@@ -160,8 +173,7 @@ def diag_variant(p: ConvProblem, cfg: DwDiagConfig):
     _, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
     name = f"depthwise_diag_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_s{sh}x{sw}d{dh}x{dw}_t{cfg.tp}x{cfg.tq}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DWD_R=R, DWD_S=S, DWD_SH=sh, DWD_SW=sw, DWD_DH=dh, DWD_DW=dw,
-                   DWD_TP=cfg.tp,
-                   DWD_TQ=cfg.tq, DWD_MIN_BLOCKS=MIN_BLOCKS, CUCONV_KERNEL_NAME=name)
+                   DWD_TP=cfg.tp, DWD_TQ=cfg.tq, DWD_MIN_BLOCKS=MIN_BLOCKS, CUCONV_KERNEL_NAME=name)
     return name, defines
 
 
@@ -179,8 +191,8 @@ def _catalog():
             out[f"3x3_c{c}_{hw}_s{s}_{dtype}"] = dw(c, hw, 3, dtype, stride=s)
     out.update(dil2=dw(64, 20, 3, dil=2), odd=dw(48, 17, 3, "float16"),
                f1x9=ConvProblem.create(nd=2, batch=1, in_spatial=(30, 40), channels=32, out_channels=32,
-                                       filter_spatial=(1, 9), stride=1, dilation=1, padding=(0, 4), groups=32, dtype="bfloat16",
-                                       layout="NHWC"))
+                                       filter_spatial=(1, 9), stride=1, dilation=1, padding=(0, 4), groups=32,
+                                       dtype="bfloat16", layout="NHWC"))
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Optional, Union
 from ...launch import dtype_code
 from ...models.depthwise_mma import plane_cols
 from ...problem import ConvProblem
-from .variants import SMEM_LIMIT, depthwise_declined, plane_offsets_declined, pow2_divisor, problem_axes
+from .variants import _DTYPE_TAG, SMEM_LIMIT, depthwise_declined, plane_offsets_declined, pow2_divisor, problem_axes
 
 __all__ = ["DwMmaConfig", "mma_config", "mma_declined", "mma_variant", "MMA_SOURCE", "MMA_CATALOG",
            "COMPILE_VARIANTS"]
@@ -33,7 +33,6 @@ MIN_CHUNK = 8
 SMEM_TARGET = 72 * 1024
 #: The MMA's reduction: 16 input columns per 8 outputs, so (S - 1) x dilation_w <= 8.
 MMA_K = 16
-_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
