@@ -24,7 +24,8 @@ import cuconv
 from cuconv import dispatch
 from cuconv.backends.depthwise.diag import AUTOMATIC, DepthwiseDiagKernel
 from cuconv.backends.depthwise.diag_variants import (COMPILE_VARIANTS, DIAG_CATALOG, DIAG_SOURCE, MAX_TAPS,
-                                                     MIN_BLOCKS, SMEM_TARGET, diag_config, diag_variant)
+                                                     MIN_BLOCKS, SMEM_TARGET, STAGES, diag_config,
+                                                     diag_variant)
 from cuconv.backends.depthwise.variants import SMEM_LIMIT
 from cuconv.models.depthwise_diag import (b_fragment, diag_conv, item_coordinates, lane_pixels, quad_transpose,
                                           slot, store_lanes, tap_pixels)
@@ -141,7 +142,8 @@ def test_config_invariants(key):
     assert cfg.tiles_p * cfg.tp >= P > (cfg.tiles_p - 1) * cfg.tp
     assert cfg.tiles_q * cfg.tq >= Q > (cfg.tiles_q - 1) * cfg.tq
     assert cfg.row_pixels == -(-cfg.in_cols // sw) * sw
-    assert cfg.smem == 2 * cfg.in_rows * cfg.row_pixels * cfg.cb * 2
+    assert cfg.taps == R * S
+    assert cfg.smem == STAGES * (cfg.in_rows * cfg.row_pixels * cfg.cb * 2 + cfg.cb * R * S * 2)
     assert cfg.smem <= SMEM_LIMIT and (cfg.m_blocks == 1 or cfg.smem <= SMEM_TARGET)
     assert MIN_BLOCKS * (cfg.smem + 1024) <= 228 * 1024 and 2 * cfg.in_cols <= 256
 

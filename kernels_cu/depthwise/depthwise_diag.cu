@@ -19,23 +19,25 @@
 // with the chunk fastest (then tile column, tile row, image), so the CTAs at work at one time read
 // every chunk of the same pixels and DRAM sees whole pixel rows. Persistent grid, each CTA an equal run
 // of consecutive items.
-//   1. The input tile [in_rows][IN_COLS] pixels x 16 channels (halo included, zero padding) is copied by
-//      16-byte cp.async into one of two buffers while the CTA computes the previous item. At W stride
-//      2 a tile row holds its even columns, then its odd ones, so 8 consecutive outputs read 8
-//      consecutive pixels. Unit u (8 channels) of tile pixel p is stored at 16-byte slot
-//      2 p + (u ^ ((p >> 2) & 1)): the 8 rows of an ldmatrix block, 8 consecutive pixels, then lie on
-//      8 distinct 16-byte bank groups.
+//   1. The input tile [in_rows][IN_COLS] pixels x 16 channels (halo included, zero padding) and the
+//      chunk's weights (16 channels x TAPS, 32 TAPS bytes) are one stage of a STAGES-deep ring in shared
+//      memory, copied by 16-byte cp.async STAGES - 1 items ahead of the one the CTA computes: a CTA
+//      keeps that many tiles in flight, which the latency of DRAM under load asks for (one tile ahead
+//      leaves the CTA waiting on each copy). At W stride 2 a tile row holds its even columns, then its
+//      odd ones, so 8 consecutive outputs read 8 consecutive pixels. Unit u (8 channels) of tile pixel p
+//      is stored at 16-byte slot 2 p + (u ^ ((p >> 2) & 1)): the 8 rows of an ldmatrix block, 8
+//      consecutive pixels, then lie on 8 distinct 16-byte bank groups.
 //   2. An M block is 2 output rows x 8 columns (16 pixels); warp w takes blocks w, w + 8, ... Per block,
 //      both 8-channel groups (n-tiles) and each tap pair: one ldmatrix.x4 (x2 for an unpaired last tap)
-//      and one MMA. The B fragments (2 n-tiles x tap pairs) are built per item from w.
+//      and one MMA. The B fragments (2 n-tiles x tap pairs) are built per item from the stage's weights.
 //   3. Epilogue: act(alpha * acc + bias + beta * residual) on the accumulators (a lane holds channels
 //      2t, 2t + 1 of each n-tile for pixels g and g + 8), packed to 16-bit pairs, then a 4 x 4 transpose
 //      within each quad of lanes (four shuffles) leaves each lane 8 channels of one pixel: one 16-byte
 //      store, a warp's stores 16 pixels x 32 bytes.
 //
 // Compile-time (host: cuconv.backends.depthwise.diag_variants): dtype, R, S, the strides SH, SW and
-// dilations DH, DW (the lanes' row addresses fold to immediates), TP, TQ, MIN_BLOCKS (__launch_bounds__
-// occupancy). Run time (DwGeometry): the padding and the extents.
+// dilations DH, DW (the lanes' row addresses fold to immediates), TP, TQ, STAGES, MIN_BLOCKS
+// (__launch_bounds__ occupancy). Run time (DwGeometry): the padding and the extents.
 #include "common/types.cuh"
 #include "common/epilogue_math.cuh"
 #include "common/fast_div.cuh"
@@ -68,6 +70,9 @@
 #ifndef DWD_TQ
 #define DWD_TQ 56
 #endif
+#ifndef DWD_STAGES
+#define DWD_STAGES 4
+#endif
 #ifndef DWD_MIN_BLOCKS
 #define DWD_MIN_BLOCKS 4
 #endif
@@ -85,7 +90,8 @@ constexpr int R = DWD_R, S = DWD_S, SH = DWD_SH, SW = DWD_SW, DH = DWD_DH, DWL =
 constexpr int CB = 16, NT = 2;          // channels per chunk: two n-tiles of 8, two 16-byte units a pixel
 constexpr int TAPS = R * S, PAIRS = (TAPS + 1) / 2;
 constexpr bool ODD_TAPS = TAPS % 2 != 0;
-constexpr int WARPS = 8, THREADS = 32 * WARPS;
+constexpr int WARPS = 8, THREADS = 32 * WARPS, STAGES = DWD_STAGES;
+constexpr int W_UNITS = 2 * TAPS;  // 16-byte units of a chunk's weights (16 channels x TAPS, 2 bytes each)
 constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;
 // A tile row is stored in SW phases (at W stride 2: the even input columns, then the odd ones), so the
 // columns 8 consecutive outputs read are 8 consecutive pixels of the row: column c at pixel phys(c).
@@ -96,6 +102,7 @@ constexpr int MBQ = TQ / 8, MBLOCKS = (TP / 2) * MBQ;  // M blocks: 2 rows x 8 c
 static_assert(TAPS <= 9, "B fragments of 2 n-tiles x 5 tap pairs in registers");
 static_assert(TP % 2 == 0 && TQ % 8 == 0, "the tile is whole M blocks of 2 rows x 8 columns");
 static_assert(ROW_UNITS <= THREADS, "a tile row's copy units fit the CTA");
+static_assert(STAGES >= 2, "a stage computed while the next is copied");
 
 // The pixel of input column c within its tile row (SW phases).
 __device__ __forceinline__ constexpr int phys(int c) { return (c % SW) * HALF + c / SW; }
@@ -105,18 +112,17 @@ __device__ __forceinline__ uint32_t slot_bytes(int pix, int u) {
   return (uint32_t)(32 * pix + 16 * (u ^ ((pix >> 2) & 1)));
 }
 
-// The B fragments of the chunk starting at channel k0: for n-tile nt and tap pair j, b[nt][j][0] =
-// (B[2t][g], B[2t+1][g]) and b[nt][j][1] = (B[2t+8][g], B[2t+9][g]) (g = lane / 4, t = lane % 4; low half
-// first) of B = [diag(w[.][2j]); diag(w[.][2j+1])] over channels k0 + 8 nt .. + 7: lane (g, t) holds
-// w[k0 + 8 nt + g] where g / 2 == t.
-__device__ __forceinline__ void build_b(uint32_t (&b)[NT][PAIRS][2], const elem_t* w, int k0, int lane) {
-  const uint16_t* wb = reinterpret_cast<const uint16_t*>(w);
+// The B fragments of a chunk from its weights ws (16 channels x TAPS, in shared memory): for n-tile nt
+// and tap pair j, b[nt][j][0] = (B[2t][g], B[2t+1][g]) and b[nt][j][1] = (B[2t+8][g], B[2t+9][g]) (g =
+// lane / 4, t = lane % 4; low half first) of B = [diag(w[.][2j]); diag(w[.][2j+1])] over the chunk's
+// channels 8 nt .. + 7: lane (g, t) holds ws[8 nt + g] where g / 2 == t.
+__device__ __forceinline__ void build_b(uint32_t (&b)[NT][PAIRS][2], const uint16_t* wb, int lane) {
   const int g = lane >> 2, t = lane & 3;
   const bool holds = (g >> 1) == t;
   const int shift = 16 * (g & 1);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const uint16_t* wk = wb + (k0 + 8 * nt + g) * TAPS;
+    const uint16_t* wk = wb + (8 * nt + g) * TAPS;
 #pragma unroll
     for (int j = 0; j < PAIRS; ++j) {
       const uint32_t lo = holds ? wk[2 * j] : 0u;
@@ -135,10 +141,14 @@ __device__ __forceinline__ Item decode(const DwGeometry& g, int item, int chunks
   return it;
 }
 
-// Issue (without waiting) the 16-byte copies of item `it`'s input tile into `buf` (the swizzled layout
-// of 1. above; zeros outside the image). Thread i keeps one (column, unit) of a tile row and copies it
-// in rows i / ROW_UNITS, + ROWS_PER_PASS, ...
-__device__ __forceinline__ void load_item(uint32_t buf, const elem_t* x, const DwGeometry& g, const Item& it) {
+// Issue (without waiting) the 16-byte copies of item `it`'s stage: its input tile into `buf` (the
+// swizzled layout of 1. above; zeros outside the image) and its chunk's weights at `buf + tile_bytes`.
+// Thread i keeps one (column, unit) of a tile row and copies it in rows i / ROW_UNITS, + ROWS_PER_PASS,
+// ...; threads 0 .. W_UNITS - 1 copy a weight unit each.
+__device__ __forceinline__ void load_item(uint32_t buf, uint32_t tile_bytes, const elem_t* x, const elem_t* w,
+                                          const DwGeometry& g, const Item& it) {
+  if (threadIdx.x < W_UNITS)
+    sm80::cp_async_zfill<16>(buf + tile_bytes + 16 * threadIdx.x, w + it.chunk * CB * TAPS + 8 * threadIdx.x, true);
   const int r0 = threadIdx.x / ROW_UNITS;
   if (r0 >= ROWS_PER_PASS) return;
   const int pos = threadIdx.x - r0 * ROW_UNITS;
@@ -269,33 +279,40 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
                    const elem_t* residual, elem_t* out, DwGeometry g, EpilogueParams ep) {
   static_assert(sizeof(elem_t) == 2, "16-bit inputs only");
   extern __shared__ __align__(16) unsigned char smem[];
-  const uint32_t buf_bytes = (uint32_t)(g.in_rows * ROW_PIX * CB * 2);
+  const uint32_t tile_bytes = (uint32_t)(g.in_rows * ROW_PIX * CB * 2);
+  const uint32_t stage_bytes = tile_bytes + W_UNITS * 16;
   const uint32_t buf0 = smem_u32(smem);
   const int chunks = g.K / CB;
   const int64_t total = (int64_t)chunks * g.N * g.tiles_p * g.tiles_q;
   const int begin = (int)(total * blockIdx.x / gridDim.x), end = (int)(total * (blockIdx.x + 1) / gridDim.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  if (begin < end) load_item(buf0, x, g, decode(g, begin, chunks));
-  sm80::cp_async_commit();
-  int cur = 0;
+  // The ring: item begin + k in stage k % STAGES; the first STAGES - 1 items' copies go out at once (one
+  // commit group per stage, empty past the run).
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (begin + s < end) load_item(buf0 + s * stage_bytes, tile_bytes, x, w, g, decode(g, begin + s, chunks));
+    sm80::cp_async_commit();
+  }
+  int cur = 0;  // the stage of `item`
   uint32_t bfrag[NT][PAIRS][2];
 
 #pragma unroll 1
   for (int item = begin; item < end; ++item) {
-    const Item it = decode(g, item, chunks);
-    build_b(bfrag, w, it.chunk * CB, lane);  // the chunk's B fragments: loads in flight while the tile lands
-    sm80::cp_async_wait<0>();
-    __syncthreads();  // the item's tile landed; every warp is done with the other buffer
-    if (item + 1 < end) load_item(buf0 + (cur ^ 1) * buf_bytes, x, g, decode(g, item + 1, chunks));
+    sm80::cp_async_wait<STAGES - 2>();
+    __syncthreads();  // the item's stage landed; every warp is done with the stage the item before used
+    const int ahead = item + STAGES - 1, ahead_stage = cur == 0 ? STAGES - 1 : cur - 1;
+    if (ahead < end) load_item(buf0 + ahead_stage * stage_bytes, tile_bytes, x, w, g, decode(g, ahead, chunks));
     sm80::cp_async_commit();
-    const uint32_t buf = buf0 + cur * buf_bytes;
+    const Item it = decode(g, item, chunks);
+    const uint32_t buf = buf0 + cur * stage_bytes;
+    build_b(bfrag, reinterpret_cast<const uint16_t*>(smem + cur * stage_bytes + tile_bytes), lane);
     switch (ep.activation) {
       case ACT_RELU: compute_item<ACT_RELU>(buf, bfrag, bias, residual, out, g, ep, it, warp, lane); break;
       case ACT_SILU: compute_item<ACT_SILU>(buf, bfrag, bias, residual, out, g, ep, it, warp, lane); break;
       case ACT_GELU: compute_item<ACT_GELU>(buf, bfrag, bias, residual, out, g, ep, it, warp, lane); break;
       default: compute_item<ACT_NONE>(buf, bfrag, bias, residual, out, g, ep, it, warp, lane); break;
     }
-    cur ^= 1;
+    cur = cur == STAGES - 1 ? 0 : cur + 1;
   }
 }

@@ -8,16 +8,17 @@ diagonal 8 x 8 blocks of the taps' weights (kernels_cu/depthwise/depthwise_diag.
 instruction issue); here a block of 16 pixels x 8 channels is 5 ldmatrix + 5 MMAs. The automatic choice
 does not take the kernel (:data:`AUTOMATIC`): its speed is not measured (docs/tuning.md#T-dw-diag).
 
-The grid is persistent like the direct kernel's: each CTA takes a run of output tiles, the next tile's
-input copied in while it computes one. A plan holds the tile shape (:func:`.diag_variants.diag_config`)
-and after its first run the packed launch (:class:`cuconv.launch.PackedLaunch`).
+The grid is persistent like the direct kernel's: each CTA takes a run of output tiles, the input tiles
+(and chunk weights) of the next three copied in while it computes one. A plan holds the tile shape
+(:func:`.diag_variants.diag_config`, fitted to the GPU's SM count) and after its first run the packed
+launch (:class:`cuconv.launch.PackedLaunch`).
 """
 
 from __future__ import annotations
 
 from ...plan import SIXTEEN_BIT
 from ...registry import register
-from .diag_variants import DIAG_SOURCE, DwDiagConfig, diag_config, diag_declined, diag_variant
+from .diag_variants import DIAG_SOURCE, NOMINAL_SMS, STAGES, DwDiagConfig, diag_config, diag_declined, diag_variant
 from .kernel import DirectKernel, DirectPlan
 from .mma import MIN_FILTER_WIDTH as BANDED_MIN_WIDTH
 from .params import dw_geometry
@@ -44,6 +45,9 @@ class DepthwiseDiagKernel(DirectKernel):
 
     def config(self, problem):
         return diag_config(problem)
+
+    def config_for(self, problem, device):
+        return diag_config(problem, sm_count=device.sm_count or NOMINAL_SMS)
 
     def passes_over(self, plan):
         """The automatic choice leaves filters ``depthwise_mma`` takes (at least
@@ -72,6 +76,8 @@ class DepthwiseDiagPlan(DirectPlan):
     """The tile shape of one problem of ``depthwise_diag``, and its packed launch once it has run."""
 
     source = DIAG_SOURCE
+    #: The stages' weights are 16-byte copies of the filter.
+    w_vectors = True
 
     def __init__(self, kernel, problem, device, cfg: DwDiagConfig, reason: str):
         super().__init__(kernel, problem, device, cfg, diag_variant(problem, cfg), reason)
@@ -82,8 +88,8 @@ class DepthwiseDiagPlan(DirectPlan):
         pairs = -(-R * S // 2)
         return (f"{self.name}: CTA tile {c.tp}x{c.tq} output pixels x {c.cb} channels (8 warps: "
                 f"{c.cb // 8} channel group(s) of 8, {c.m_blocks} blocks of 2x8 pixels), input tile "
-                f"{c.in_rows}x{c.in_cols}x{c.cb} with halo copied into shared memory (two buffers, 16-byte "
-                f"units swizzled for ldmatrix, {c.smem} bytes); per block and channel group {pairs} MMA(s) of "
+                f"{c.in_rows}x{c.in_cols}x{c.cb} with halo and the chunk's weights copied into a ring of "
+                f"{STAGES} stages in shared memory (16-byte units swizzled for ldmatrix, {c.smem} bytes); per block and channel group {pairs} MMA(s) of "
                 f"16 pixels x 8 channels x 2 taps; the epilogue from the accumulators, transposed within quads "
                 f"of lanes for 16-byte stores; "
                 f"{c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} per plane) over a "

@@ -1,8 +1,8 @@
 """The tile policy and compiled variants of ``depthwise_diag`` (kernels_cu/depthwise/depthwise_diag.cu).
 
 A pure function of the problem. :func:`diag_declined` says why the kernel's design cannot take a problem;
-:func:`diag_config` picks the output tile (2-32 rows x 8-64 columns) of a 16-channel chunk and checks
-shared memory; :func:`diag_variant` names the compiled variant and its ``-D`` defines.
+:func:`diag_config` picks the output tile (2-32 rows x 8-64 columns) of a 16-channel chunk by a cost
+model of the GPU's CTAs and checks shared memory; :func:`diag_variant` names the compiled variant and its ``-D`` defines.
 Compile-time: dtype, R, S, the strides and dilations, the tile.
 """
 
@@ -16,7 +16,7 @@ from ...problem import ConvProblem
 from .variants import _DTYPE_TAG, SMEM_LIMIT, depthwise_declined, plane_offsets_declined, problem_axes
 
 __all__ = ["DwDiagConfig", "diag_config", "diag_declined", "diag_variant", "DIAG_SOURCE", "DIAG_CATALOG",
-           "COMPILE_VARIANTS", "MAX_TAPS", "MIN_BLOCKS", "SMEM_TARGET", "CHUNK"]
+           "COMPILE_VARIANTS", "MAX_TAPS", "MIN_BLOCKS", "SMEM_TARGET", "CHUNK", "STAGES", "stage_bytes"]
 
 DIAG_SOURCE = "depthwise/depthwise_diag.cu"
 #: Threads per CTA (8 warps; ``THREADS`` of the kernel).
@@ -24,8 +24,12 @@ THREADS = 256
 #: CTAs per SM the kernel is compiled for (``__launch_bounds__``: at most 80 registers a thread; at 64 the
 #: 3x3 variants spill).
 MIN_BLOCKS = 3
-#: Shared memory a CTA aims at (its two input-tile buffers): :data:`MIN_BLOCKS` CTAs per SM on the H100
-#: (228 KiB an SM, 1 KiB of it reserved per CTA).
+#: Stages of the CTA's ring in shared memory (``STAGES`` of the kernel): the item computed and the
+#: ``STAGES - 1`` copied ahead of it. Three tiles in flight per CTA (nine per SM) keep DRAM busy where one
+#: left each CTA waiting on its copy (docs/tuning.md#T-dw-diag).
+STAGES = 4
+#: Shared memory a CTA aims at (its ring of :data:`STAGES` stages): :data:`MIN_BLOCKS` CTAs per SM on the
+#: H100 (228 KiB an SM, 1 KiB of it reserved per CTA).
 SMEM_TARGET = (228 // MIN_BLOCKS - 1) * 1024
 #: Filter taps at most: a lane keeps the B fragments of 2 channel groups x 5 tap pairs (20 registers).
 MAX_TAPS = 9
@@ -35,6 +39,11 @@ CHUNK = 16
 MAX_IN_COLS = THREADS // 2
 #: Per-tile overhead of the cost model, in pixels of work: the item's decode, barrier and copy issue.
 TILE_OVERHEAD = 48
+#: The cost model's time to the first tile of a CTA's run, in pixels of work (a DRAM latency, about a
+#: microsecond, at the rate a CTA of a full H100 is fed: 32 bytes x 396 CTAs / 3 TB/s = 4 ns a pixel).
+FILL = 256
+#: SMs of the GPU the cost model assumes where the plan's device is not given (an H100 SXM).
+NOMINAL_SMS = 132
 
 
 def row_pixels(in_cols: int, sw: int) -> int:
@@ -43,9 +52,15 @@ def row_pixels(in_cols: int, sw: int) -> int:
     return -(-in_cols // sw) * sw
 
 
-def buffers_bytes(in_rows: int, in_cols: int, sw: int) -> int:
-    """Shared memory of the two input-tile buffers (16 channels, 2 bytes each, per pixel)."""
-    return 2 * in_rows * row_pixels(in_cols, sw) * CHUNK * 2
+def stage_bytes(in_rows: int, in_cols: int, sw: int, taps: int) -> int:
+    """Shared memory of one stage of the ring: the input tile (16 channels, 2 bytes each, per pixel), then
+    the chunk's weights (16 channels x ``taps``)."""
+    return in_rows * row_pixels(in_cols, sw) * CHUNK * 2 + CHUNK * taps * 2
+
+
+def ring_bytes(in_rows: int, in_cols: int, sw: int, taps: int) -> int:
+    """Shared memory of the ring: :data:`STAGES` stages (:func:`stage_bytes`)."""
+    return STAGES * stage_bytes(in_rows, in_cols, sw, taps)
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,7 @@ class DwDiagConfig:
     tiles_p: int
     tiles_q: int
     chunks: int
+    taps: int = 9   # filter taps: the weights of a stage
     sw: int = 1     # W stride: the phases a tile row is stored in
     mult: int = 1
     cb: int = CHUNK  # channels per chunk
@@ -89,8 +105,8 @@ class DwDiagConfig:
 
     @property
     def smem(self) -> int:
-        """Dynamic shared memory (bytes): the two input-tile buffers."""
-        return buffers_bytes(self.in_rows, self.in_cols, self.sw)
+        """Dynamic shared memory (bytes): the ring of :data:`STAGES` stages (:func:`ring_bytes`)."""
+        return ring_bytes(self.in_rows, self.in_cols, self.sw, self.taps)
 
     @property
     def m_blocks(self) -> int:
@@ -134,24 +150,31 @@ def input_extent(tp: int, tq: int, R: int, S: int, stride, dilation):
     return (tp - 1) * sh + (R - 1) * dh + 1, (tq - 1) * sw + (S - 1) * dw + 1
 
 
-def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[DwDiagConfig, str]:
-    """The launch shape for ``p`` (see :func:`diag_declined`), or the reason there is none.
+def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, sm_count: int = NOMINAL_SMS) -> Union[DwDiagConfig, str]:
+    """The launch shape for ``p`` (see :func:`diag_declined`) on a GPU of ``sm_count`` SMs, or the reason
+    there is none.
 
-    Among the tiles of 2-32 rows x 8-64 columns whose two buffers fit :data:`SMEM_TARGET` (and whose
-    rows fit :data:`MAX_IN_COLS`), the one of the least work per chunk: input tiles with their halos, the
-    outputs computed (those past the plane included, and the blocks of warps left idle when a tile's M
-    blocks are not a multiple of 8) and :data:`TILE_OVERHEAD` per tile."""
+    Among the tiles of 2-32 rows x 8-64 columns whose ring fits :data:`SMEM_TARGET` (and whose rows fit
+    :data:`MAX_IN_COLS`), the one of the least time by the cost model: a CTA's run of items (the rounds
+    of items over the ``sm_count`` x :data:`MIN_BLOCKS` CTAs, the longest run counted) times the work
+    of an item -- its input tile with the halo, the outputs computed (those past the plane included, and
+    the blocks of warps left idle when a tile's M blocks are not a multiple of 8) and
+    :data:`TILE_OVERHEAD` -- plus :data:`FILL` for the first copy."""
     _, R, S, stride, dilation, (P, Q) = problem_axes(p)
+    taps = R * S
+    ctas = max(sm_count, 1) * MIN_BLOCKS
+    per_plane = p.batch * (p.channels // CHUNK)
     best = None
     for tq in range(8, min(64, -(-Q // 8) * 8) + 1, 8):
         for tp in range(2, min(32, -(-P // 2) * 2) + 1, 2):
             rows, cols = input_extent(tp, tq, R, S, stride, dilation)
-            smem = buffers_bytes(rows, cols, stride[1])
+            smem = ring_bytes(rows, cols, stride[1], taps)
             if cols > MAX_IN_COLS or (smem > SMEM_TARGET and not (tp == 2 and tq == 8)):
                 continue
             blocks = tp // 2 * tq // 8
             computed = -(-blocks // 8) * 8 * 16  # the warps' rounds of blocks, in pixels
-            cost = -(-P // tp) * -(-Q // tq) * (rows * cols + computed + TILE_OVERHEAD)
+            rounds = -(-(per_plane * -(-P // tp) * -(-Q // tq)) // ctas)
+            cost = rounds * (rows * cols + computed + TILE_OVERHEAD) + FILL
             if best is None or cost < best[0]:
                 best = (cost, tp, tq, rows, cols, smem)
     if best is None:
@@ -160,9 +183,9 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[DwDiagCon
     _, tp, tq, rows, cols, smem = best
     if smem > smem_limit:
         return (f"the smallest tile (2 x 8 outputs) reads {rows} x {cols} input pixels with its halo: {smem} "
-                f"bytes of shared memory, over the {smem_limit} the kernel uses")
+                f"bytes of shared memory in {STAGES} stages, over the {smem_limit} the kernel uses")
     cfg = DwDiagConfig(tp=tp, tq=tq, in_rows=rows, in_cols=cols, tiles_p=-(-P // tp), tiles_q=-(-Q // tq),
-                       chunks=p.channels // CHUNK, sw=stride[1])
+                       chunks=p.channels // CHUNK, taps=taps, sw=stride[1])
     if cfg.tiles(p) >= 2**31:
         return f"{cfg.tiles(p)} tiles: over the 2**31 - 1 of the item index"
     return cfg
@@ -173,7 +196,7 @@ def diag_variant(p: ConvProblem, cfg: DwDiagConfig):
     _, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
     name = f"depthwise_diag_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_s{sh}x{sw}d{dh}x{dw}_t{cfg.tp}x{cfg.tq}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DWD_R=R, DWD_S=S, DWD_SH=sh, DWD_SW=sw, DWD_DH=dh, DWD_DW=dw,
-                   DWD_TP=cfg.tp, DWD_TQ=cfg.tq, DWD_MIN_BLOCKS=MIN_BLOCKS, CUCONV_KERNEL_NAME=name)
+                   DWD_TP=cfg.tp, DWD_TQ=cfg.tq, DWD_STAGES=STAGES, DWD_MIN_BLOCKS=MIN_BLOCKS, CUCONV_KERNEL_NAME=name)
     return name, defines
 
 

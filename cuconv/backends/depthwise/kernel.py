@@ -48,10 +48,14 @@ class DirectKernel(Kernel):
         why_not = self.declined(problem)
         if why_not:
             return Declined(why_not)
-        cfg = self.config(problem)
+        cfg = self.config_for(problem, device)
         if isinstance(cfg, str):
             return Declined(cfg)
         return self.plan_for(problem, device, cfg)
+
+    def config_for(self, problem, device):
+        """The launch shape on ``device``: :meth:`config`'s, unless a subclass fits it to the GPU."""
+        return self.config(problem)
 
     def declined(self, problem) -> Optional[str]:  # pragma: no cover - every subclass defines it
         raise NotImplementedError
