@@ -6,7 +6,9 @@ conv2d, NHWC, fp16 / bf16, C a multiple of 16, filters of up to 9 taps, strides 
 diagonal 8 x 8 blocks of the taps' weights (kernels_cu/depthwise/depthwise_diag.cu; docs/architecture.md,
 "Depthwise"). ``depthwise_direct`` spends about 36 instructions an output on a 3x3 filter (bound by
 instruction issue); here a block of 16 pixels x 8 channels is 5 ldmatrix + 5 MMAs. The automatic choice
-does not take the kernel (:data:`AUTOMATIC`): its speed is not measured (docs/tuning.md#T-dw-diag).
+does not take the kernel (:data:`AUTOMATIC`): measured on an H100 it beats ``depthwise_direct`` by 3-21% on
+14x14-28x28 planes and loses on the larger and smaller ones, its per-item work (the ring's copies, the B
+fragments, a barrier) a third of its instructions (docs/tuning.md#T-dw-diag).
 
 The grid is persistent like the direct kernel's: each CTA takes a run of output tiles, the input tiles
 (and chunk weights) of the next three copied in while it computes one. A plan holds the tile shape
@@ -53,15 +55,16 @@ class DepthwiseDiagKernel(DirectKernel):
         """The automatic choice leaves filters ``depthwise_mma`` takes (at least
         :data:`cuconv.backends.depthwise.mma.MIN_FILTER_WIDTH` wide, W stride 1) to it, and the others to
         ``depthwise_direct`` while :data:`AUTOMATIC` is off: the kernel runs when forced
-        (``kernel="depthwise_diag"``) until the benchmark shows on which layers it wins
-        (docs/tuning.md#T-dw-diag)."""
+        (``kernel="depthwise_diag"``); on the layers measured it is slower than ``depthwise_direct`` on 56x56-112x112
+        and 7x7 planes and at most 21% faster on the others (docs/tuning.md#T-dw-diag)."""
         _, _, S, (_, sw), _, _ = problem_axes(plan.problem)
         if S >= BANDED_MIN_WIDTH and sw == 1:
             return (f"filter width {S} >= {BANDED_MIN_WIDTH} at W stride 1: depthwise_mma's banded matrices do "
                     f"more of a wide filter row per MMA")
         if not AUTOMATIC:
-            return ("the automatic choice keeps depthwise_direct: this kernel's speed against it is not measured "
-                    "(docs/tuning.md#T-dw-diag); kernel='depthwise_diag' forces it")
+            return ("the automatic choice keeps depthwise_direct: measured slower than it on 56x56-112x112 and 7x7 "
+                    "planes, at most 21% faster on the others (docs/tuning.md#T-dw-diag); kernel='depthwise_diag' "
+                    "forces it")
         return None
 
     def plan_for(self, problem, device, cfg):
