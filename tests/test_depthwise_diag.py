@@ -148,6 +148,19 @@ def test_config_invariants(key):
     assert MIN_BLOCKS * (cfg.smem + 1024) <= 228 * 1024 and 2 * cfg.in_cols <= 256
 
 
+def test_tile_follows_the_gpus_sm_count():
+    """The plan's tile is the cost model's for the plan's GPU: rounds of items over its SMs x MIN_BLOCKS CTAs."""
+    import dataclasses
+    p = problem2d(N=32, H=56, W=56, C=144, K=144, R=3, S=3, padding=1, groups=144, dtype="bfloat16")
+    for sms in (132, 58, 16):
+        dev = dataclasses.replace(H100, sm_count=sms)
+        got = DepthwiseDiagKernel().plan(p, dev, Overrides())
+        assert got and got.cfg == diag_config(p, sm_count=sms)
+    # fewer CTAs leave each more items: a GPU of 16 SMs takes a tile of no fewer input pixels than the H100's
+    big, small = diag_config(p, sm_count=132), diag_config(p, sm_count=16)
+    assert small.in_rows * small.in_cols >= big.in_rows * big.in_cols
+
+
 _AUTO = "depthwise_diag" if AUTOMATIC else "depthwise_direct"
 
 
