@@ -143,7 +143,8 @@ def test_config_invariants(key):
     assert cfg.tiles_q * cfg.tq >= Q > (cfg.tiles_q - 1) * cfg.tq
     assert cfg.row_pixels == -(-cfg.in_cols // sw) * sw
     assert cfg.taps == R * S
-    assert cfg.smem == STAGES * (cfg.in_rows * cfg.row_pixels * cfg.cb * 2 + cfg.cb * R * S * 2)
+    assert cfg.smem == STAGES * (cfg.in_rows * cfg.row_pixels * cfg.cb * 2 + cfg.cb * R * S * 2 + 16)
+    assert (cfg.smem // STAGES) % 16 == 0  # each stage's tile 16-byte aligned (cp.async, ldmatrix)
     assert cfg.smem <= SMEM_LIMIT and (cfg.m_blocks == 1 or cfg.smem <= SMEM_TARGET)
     assert MIN_BLOCKS * (cfg.smem + 1024) <= 228 * 1024 and 2 * cfg.in_cols <= 256
 

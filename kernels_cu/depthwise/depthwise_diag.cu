@@ -19,9 +19,10 @@
 // with the chunk fastest (then tile column, tile row, image), so the CTAs at work at one time read
 // every chunk of the same pixels and DRAM sees whole pixel rows. Persistent grid, each CTA an equal run
 // of consecutive items.
-//   1. The input tile [in_rows][IN_COLS] pixels x 16 channels (halo included, zero padding) and the
-//      chunk's weights (16 channels x TAPS, 32 TAPS bytes) are one stage of a STAGES-deep ring in shared
-//      memory, copied by 16-byte cp.async STAGES - 1 items ahead of the one the CTA computes: a CTA
+//   1. The input tile [in_rows][IN_COLS] pixels x 16 channels (halo included, zero padding), the
+//      chunk's weights (16 channels x TAPS, 32 TAPS bytes) and the item's record (its image, tile and
+//      chunk: the copying threads advance the item in run order, the computing ones read it back) are
+//      one stage of a STAGES-deep ring in shared memory, copied by 16-byte cp.async STAGES - 1 items ahead of the one the CTA computes: a CTA
 //      keeps that many tiles in flight, which the latency of DRAM under load asks for (one tile ahead
 //      leaves the CTA waiting on each copy). At W stride 2 a tile row holds its even columns, then its
 //      odd ones, so 8 consecutive outputs read 8 consecutive pixels. Unit u (8 channels) of tile pixel p
@@ -104,6 +105,16 @@ static_assert(TP % 2 == 0 && TQ % 8 == 0, "the tile is whole M blocks of 2 rows 
 static_assert(ROW_UNITS <= THREADS, "a tile row's copy units fit the CTA");
 static_assert(STAGES >= 2, "a stage computed while the next is copied");
 
+// A work item's record in its stage: 4 ints by one 16-byte shared-memory store and load.
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, int a, int b, int c, int d) {
+  asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+__device__ __forceinline__ void ld_shared_v4(uint32_t addr, int& a, int& b, int& c, int& d) {
+  asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr)
+               : "memory");
+}
+
 // The pixel of input column c within its tile row (SW phases).
 __device__ __forceinline__ constexpr int phys(int c) { return (c % SW) * HALF + c / SW; }
 
@@ -142,27 +153,47 @@ __device__ __forceinline__ Item decode(const DwGeometry& g, int item, int chunks
 }
 
 // Issue (without waiting) the 16-byte copies of item `it`'s stage: its input tile into `buf` (the
-// swizzled layout of 1. above; zeros outside the image) and its chunk's weights at `buf + tile_bytes`.
+// swizzled layout of 1. above; zeros outside the image) and its chunk's weights at `buf + tile_bytes`,
+// and record the item at `buf + tile_bytes + W_UNITS * 16` (thread 0: the compute reads it back).
 // Thread i keeps one (column, unit) of a tile row and copies it in rows i / ROW_UNITS, + ROWS_PER_PASS,
-// ...; threads 0 .. W_UNITS - 1 copy a weight unit each.
+// ... (the source and the slot step by whole rows); threads 0 .. W_UNITS - 1 copy a weight unit each.
 __device__ __forceinline__ void load_item(uint32_t buf, uint32_t tile_bytes, const elem_t* x, const elem_t* w,
                                           const DwGeometry& g, const Item& it) {
   if (threadIdx.x < W_UNITS)
     sm80::cp_async_zfill<16>(buf + tile_bytes + 16 * threadIdx.x, w + it.chunk * CB * TAPS + 8 * threadIdx.x, true);
+  if (threadIdx.x == 0) st_shared_v4(buf + tile_bytes + W_UNITS * 16, it.n, it.p0, it.q0, it.chunk);
   const int r0 = threadIdx.x / ROW_UNITS;
   if (r0 >= ROWS_PER_PASS) return;
   const int pos = threadIdx.x - r0 * ROW_UNITS;
   const int col = pos >> 1, cu = pos & 1;
   const int wi = it.q0 * SW - g.pad_w + col;
   const bool col_ok = (unsigned)wi < (unsigned)g.W;
-  const elem_t* src = x + ((int64_t)it.n * g.H * g.W + wi) * g.C + it.chunk * CB + cu * 8;
   int h = it.p0 * SH - g.pad_h + r0;
+  const elem_t* src = x + (((int64_t)it.n * g.H + h) * g.W + wi) * g.C + it.chunk * CB + cu * 8;
+  const int64_t src_step = (int64_t)ROWS_PER_PASS * g.W * g.C;
+  int pix = r0 * ROW_PIX + phys(col);
 #pragma unroll 1
-  for (int r = r0; r < g.in_rows; r += ROWS_PER_PASS, h += ROWS_PER_PASS) {
+  for (int r = r0; r < g.in_rows; r += ROWS_PER_PASS) {
     const bool valid = col_ok && (unsigned)h < (unsigned)g.H;
-    const uint32_t dst = buf + slot_bytes(r * ROW_PIX + phys(col), cu);
-    sm80::cp_async_zfill<16>(dst, valid ? src + h * g.W * g.C : x, valid);
+    sm80::cp_async_zfill<16>(buf + slot_bytes(pix, cu), valid ? src : x, valid);
+    h += ROWS_PER_PASS;
+    src += src_step;
+    pix += ROWS_PER_PASS * ROW_PIX;
   }
+}
+
+// The next item of a CTA's run after `it`: the chunk runs fastest, then the tile column, the tile row
+// and the image (the order of decode).
+__device__ __forceinline__ void advance(Item& it, const DwGeometry& g, int chunks) {
+  if (++it.chunk < chunks) return;
+  it.chunk = 0;
+  it.q0 += TQ;
+  if (it.q0 < g.tiles_q * TQ) return;
+  it.q0 = 0;
+  it.p0 += TP;
+  if (it.p0 < g.tiles_p * TP) return;
+  it.p0 = 0;
+  ++it.n;
 }
 
 // The 4 x 4 transpose of 32-bit words within each quad of lanes: on entry v[T] is the word this lane
@@ -280,7 +311,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   static_assert(sizeof(elem_t) == 2, "16-bit inputs only");
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t tile_bytes = (uint32_t)(g.in_rows * ROW_PIX * CB * 2);
-  const uint32_t stage_bytes = tile_bytes + W_UNITS * 16;
+  const uint32_t stage_bytes = tile_bytes + W_UNITS * 16 + 16;  // tile, weights, the item's record
   const uint32_t buf0 = smem_u32(smem);
   const int chunks = g.K / CB;
   const int64_t total = (int64_t)chunks * g.N * g.tiles_p * g.tiles_q;
@@ -288,11 +319,14 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
   // The ring: item begin + k in stage k % STAGES; the first STAGES - 1 items' copies go out at once (one
-  // commit group per stage, empty past the run).
+  // commit group per stage, empty past the run). `ahead` is the next item to copy, advanced in run order
+  // (one decode per CTA).
+  Item ahead = decode(g, begin, chunks);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (begin + s < end) load_item(buf0 + s * stage_bytes, tile_bytes, x, w, g, decode(g, begin + s, chunks));
+    if (begin + s < end) load_item(buf0 + s * stage_bytes, tile_bytes, x, w, g, ahead);
     sm80::cp_async_commit();
+    advance(ahead, g, chunks);
   }
   int cur = 0;  // the stage of `item`
   uint32_t bfrag[NT][PAIRS][2];
@@ -301,11 +335,13 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   for (int item = begin; item < end; ++item) {
     sm80::cp_async_wait<STAGES - 2>();
     __syncthreads();  // the item's stage landed; every warp is done with the stage the item before used
-    const int ahead = item + STAGES - 1, ahead_stage = cur == 0 ? STAGES - 1 : cur - 1;
-    if (ahead < end) load_item(buf0 + ahead_stage * stage_bytes, tile_bytes, x, w, g, decode(g, ahead, chunks));
+    const int ahead_stage = cur == 0 ? STAGES - 1 : cur - 1;
+    if (item + STAGES - 1 < end) load_item(buf0 + ahead_stage * stage_bytes, tile_bytes, x, w, g, ahead);
     sm80::cp_async_commit();
-    const Item it = decode(g, item, chunks);
+    advance(ahead, g, chunks);
     const uint32_t buf = buf0 + cur * stage_bytes;
+    Item it;
+    ld_shared_v4(buf + tile_bytes + W_UNITS * 16, it.n, it.p0, it.q0, it.chunk);
     build_b(bfrag, reinterpret_cast<const uint16_t*>(smem + cur * stage_bytes + tile_bytes), lane);
     switch (ep.activation) {
       case ACT_RELU: compute_item<ACT_RELU>(buf, bfrag, bias, residual, out, g, ep, it, warp, lane); break;

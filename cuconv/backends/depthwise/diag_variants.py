@@ -52,10 +52,14 @@ def row_pixels(in_cols: int, sw: int) -> int:
     return -(-in_cols // sw) * sw
 
 
+#: Bytes of a work item's record in its stage (image, tile row, tile column, chunk: 4 ints).
+ITEM_RECORD = 16
+
+
 def stage_bytes(in_rows: int, in_cols: int, sw: int, taps: int) -> int:
-    """Shared memory of one stage of the ring: the input tile (16 channels, 2 bytes each, per pixel), then
-    the chunk's weights (16 channels x ``taps``)."""
-    return in_rows * row_pixels(in_cols, sw) * CHUNK * 2 + CHUNK * taps * 2
+    """Shared memory of one stage of the ring: the input tile (16 channels, 2 bytes each, per pixel), the
+    chunk's weights (16 channels x ``taps``) and the item's record (:data:`ITEM_RECORD`)."""
+    return in_rows * row_pixels(in_cols, sw) * CHUNK * 2 + CHUNK * taps * 2 + ITEM_RECORD
 
 
 def ring_bytes(in_rows: int, in_cols: int, sw: int, taps: int) -> int:
