@@ -95,8 +95,13 @@ constexpr int WARPS = 8, THREADS = 32 * WARPS, STAGES = DWD_STAGES;
 constexpr int W_UNITS = 2 * TAPS;  // 16-byte units of a chunk's weights (16 channels x TAPS, 2 bytes each)
 constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;
 // A tile row is stored in SW phases (at W stride 2: the even input columns, then the odd ones), so the
-// columns 8 consecutive outputs read are 8 consecutive pixels of the row: column c at pixel phys(c).
-constexpr int HALF = (IN_COLS + SW - 1) / SW, ROW_PIX = SW * HALF;
+// columns 8 consecutive outputs read are 8 consecutive pixels of the row: column c at pixel phys(c). A
+// phase is HALF pixels, rounded up so that an M block's two output rows lie a multiple of 8 pixels
+// apart (SH * ROW_PIX % 4 == 0): the swizzle of a lane's A row then depends on its offset in the block
+// alone, and the lane's offsets for the tap pairs are computed once per item.
+constexpr int HALF_STEP = 4 / (SH * SW);
+constexpr int HALF = ((IN_COLS + SW - 1) / SW + HALF_STEP - 1) / HALF_STEP * HALF_STEP, ROW_PIX = SW * HALF;
+static_assert(SH * SW <= 4 && (2 * SH * ROW_PIX) % 8 == 0, "M blocks start on whole swizzle periods");
 constexpr int ROW_UNITS = IN_COLS * 2;                 // 16-byte copy units per tile row
 constexpr int ROWS_PER_PASS = THREADS / ROW_UNITS;     // tile rows the CTA's threads copy at once
 constexpr int MBQ = TQ / 8, MBLOCKS = (TP / 2) * MBQ;  // M blocks: 2 rows x 8 columns
@@ -104,6 +109,7 @@ static_assert(TAPS <= 9, "B fragments of 2 n-tiles x 5 tap pairs in registers");
 static_assert(TP % 2 == 0 && TQ % 8 == 0, "the tile is whole M blocks of 2 rows x 8 columns");
 static_assert(ROW_UNITS <= THREADS, "a tile row's copy units fit the CTA");
 static_assert(STAGES >= 2, "a stage computed while the next is copied");
+static_assert(W_UNITS * 16 % 32 == 0, "the stages start on 32 bytes");
 
 // A work item's record in its stage: 4 ints by one 16-byte shared-memory store and load.
 __device__ __forceinline__ void st_shared_v4(uint32_t addr, int a, int b, int c, int d) {
@@ -231,12 +237,21 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
   constexpr int row_step = 2 * SH * ROW_PIX;
   // After the transpose this lane stores pixel gq + 8 * (t / 2) of the block, channels 8 (t % 2) .. + 7.
   const int st_row = t >> 1, st_k = it.chunk * CB + 8 * (t & 1);
+  // The lane's A row of tap pair j: byte lane_off[j] from its block's first pixel (a multiple of 8).
+  uint32_t lane_off[PAIRS];
+#pragma unroll
+  for (int j = 0; j < PAIRS; ++j) {
+    const int ta = 2 * j, tb = 2 * j + 1 < TAPS ? 2 * j + 1 : 2 * j;
+    const int tap_pix = second ? (tb / S) * DH * ROW_PIX + phys((tb % S) * DWL)
+                               : (ta / S) * DH * ROW_PIX + phys((ta % S) * DWL);
+    lane_off[j] = slot_bytes(lane_pix + tap_pix, 0);
+  }
 #pragma unroll 1
   for (int mb = warp; mb < MBLOCKS; mb += WARPS) {
     const int mr = (int)((unsigned)mb / MBQ), mc = mb - mr * MBQ;
     const int p = it.p0 + 2 * mr, q = it.q0 + 8 * mc;
     if (p >= g.P || q >= g.Q) continue;  // the block lies past the output plane (warp-uniform)
-    const int block_pix = mr * row_step + 8 * mc + lane_pix;
+    const uint32_t block_addr = buf + 32u * (uint32_t)(mr * row_step + 8 * mc);
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -244,10 +259,7 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
       for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 #pragma unroll
     for (int j = 0; j < PAIRS; ++j) {
-      const int ta = 2 * j, tb = 2 * j + 1 < TAPS ? 2 * j + 1 : 2 * j;
-      const int tap_pix = second ? (tb / S) * DH * ROW_PIX + phys((tb % S) * DWL)
-                                 : (ta / S) * DH * ROW_PIX + phys((ta % S) * DWL);
-      const uint32_t addr = buf + slot_bytes(block_pix + tap_pix, 0);
+      const uint32_t addr = block_addr + lane_off[j];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const uint32_t a_nt = addr ^ (16u * nt);  // unit 1 is the other 16 bytes of the pixel's 32
@@ -309,9 +321,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, DWD_MIN_BLOCKS)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
                    const elem_t* residual, elem_t* out, DwGeometry g, EpilogueParams ep) {
   static_assert(sizeof(elem_t) == 2, "16-bit inputs only");
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t tile_bytes = (uint32_t)(g.in_rows * ROW_PIX * CB * 2);
-  const uint32_t stage_bytes = tile_bytes + W_UNITS * 16 + 16;  // tile, weights, the item's record
+  // tile, weights, the item's record (16 bytes, the stage padded to 32: a pixel's other unit is the
+  // address with bit 4 flipped)
+  const uint32_t stage_bytes = tile_bytes + W_UNITS * 16 + 32;
   const uint32_t buf0 = smem_u32(smem);
   const int chunks = g.K / CB;
   const int64_t total = (int64_t)chunks * g.N * g.tiles_p * g.tiles_q;
