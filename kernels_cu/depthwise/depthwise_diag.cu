@@ -98,7 +98,7 @@ constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;
 // columns 8 consecutive outputs read are 8 consecutive pixels of the row: column c at pixel phys(c). A
 // phase is HALF pixels, rounded up so that an M block's two output rows lie a multiple of 8 pixels
 // apart (SH * ROW_PIX % 4 == 0): the swizzle of a lane's A row then depends on its offset in the block
-// alone, and the lane's offsets for the tap pairs are computed once per item.
+// alone, and its address is the block's plus the lane's offset for the tap pair.
 constexpr int HALF_STEP = 4 / (SH * SW);
 constexpr int HALF = ((IN_COLS + SW - 1) / SW + HALF_STEP - 1) / HALF_STEP * HALF_STEP, ROW_PIX = SW * HALF;
 static_assert(SH * SW <= 4 && (2 * SH * ROW_PIX) % 8 == 0, "M blocks start on whole swizzle periods");
