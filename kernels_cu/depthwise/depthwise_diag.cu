@@ -10,7 +10,7 @@
 //   Da = diag(w[c0 .. c0 + 7][ta]), Db = diag(w[c0 .. c0 + 7][tb]),
 // so A's row m is the 8 channels of the input pixel tap ta of output m reads, then those of tap tb
 // (16-byte rows: ldmatrix reads them from the channels-last tile as it is, no transpose), and B is two
-// diagonal 8 x 8 blocks. A 3x3 filter is 5 MMAs (the fifth pairs tap 8 with zeros). Stride and dilation
+// diagonal 8 x 8 blocks. A 3x3 filter is 5 MMAs (the fifth, tap 8 alone, an m16n8k8). Stride and dilation
 // only move the lanes' row addresses. Products of 16-bit values are exact in fp32 and the accumulation
 // is fp32. The zeros off B's diagonals multiply the other channels of the pixels an output's window
 // holds: an Inf or NaN input spreads to the 8 channels of its group in those outputs.
@@ -29,8 +29,9 @@
 //      is stored at 16-byte slot 2 p + (u ^ ((p >> 2) & 1)): the 8 rows of an ldmatrix block, 8
 //      consecutive pixels, then lie on 8 distinct 16-byte bank groups.
 //   2. An M block is 2 output rows x 8 columns (16 pixels); warp w takes blocks w, w + 8, ... Per block,
-//      both 8-channel groups (n-tiles) and each tap pair: one ldmatrix.x4 (x2 for an unpaired last tap)
-//      and one MMA. The B fragments (2 n-tiles x tap pairs) are built per item from the stage's weights.
+//      both 8-channel groups (n-tiles) and each tap pair: one ldmatrix.x4 and one m16n8k16 MMA (an
+//      unpaired last tap: ldmatrix.x2 and m16n8k8, the first half of the reduction). The B fragments
+//      (2 n-tiles x tap pairs) are built per item from the stage's weights.
 //   3. Epilogue: act(alpha * acc + bias + beta * residual) on the accumulators (a lane holds channels
 //      2t, 2t + 1 of each n-tile for pixels g and g + 8), packed to 16-bit pairs, then a 4 x 4 transpose
 //      within each quad of lanes (four shuffles) leaves each lane 8 channels of one pixel: one 16-byte
@@ -263,15 +264,15 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const uint32_t a_nt = addr ^ (16u * nt);  // unit 1 is the other 16 bytes of the pixel's 32
-        uint32_t a[4];
-        if (ODD_TAPS && j == PAIRS - 1) {  // tap 2j alone: A's columns 8-15 are zeros
+        if (ODD_TAPS && j == PAIRS - 1) {  // tap 2j alone: an MMA of half the reduction (k = 8)
           uint32_t h[2];
           sm80::ldmatrix_x2(h, a_nt);
-          a[0] = h[0]; a[1] = h[1]; a[2] = 0u; a[3] = 0u;
+          sm80::mma_1688<elem_t>(acc[nt], h, b[nt][j][0]);
         } else {
+          uint32_t a[4];
           sm80::ldmatrix_x4(a, a_nt);
+          sm80::mma_16816<elem_t>(acc[nt], a, b[nt][j]);
         }
-        sm80::mma_16816<elem_t>(acc[nt], a, b[nt][j]);
       }
     }
     // v[2 h + nt]: channels 8 nt + 2t, + 1 of pixel gq + 8 h, for lane 2 h + nt of the quad.
