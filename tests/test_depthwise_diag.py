@@ -144,8 +144,9 @@ def test_config_invariants(key):
     assert cfg.row_pixels % sw == 0 and 0 <= cfg.row_pixels - cfg.in_cols < 4 * sw
     assert (2 * sh * cfg.row_pixels) % 8 == 0  # M blocks start on whole swizzle periods
     assert cfg.taps == R * S
-    assert cfg.smem == STAGES * (cfg.in_rows * cfg.row_pixels * cfg.cb * 2 + cfg.cb * R * S * 2 + 32)
-    assert (cfg.smem // STAGES) % 32 == 0  # each stage on 32 bytes: a pixel's other unit is bit 4 of the address flipped
+    stage = cfg.in_rows * cfg.row_pixels * cfg.cb * 2 + cfg.cb * R * S * 2 + 32
+    assert cfg.smem == STAGES * stage + 2 * STAGES * 8  # the ring, then its mbarriers
+    assert stage % 32 == 0  # each stage on 32 bytes: a pixel's other unit is bit 4 of the address flipped
     assert cfg.smem <= SMEM_LIMIT and (cfg.m_blocks == 1 or cfg.smem <= SMEM_TARGET)
     assert MIN_BLOCKS * (cfg.smem + 1024) <= 228 * 1024 and 2 * cfg.in_cols <= 256
 

@@ -75,6 +75,9 @@
 #ifndef DWD_STAGES
 #define DWD_STAGES 4
 #endif
+#ifndef DWD_DECOUPLED
+#define DWD_DECOUPLED 0
+#endif
 #ifndef DWD_MIN_BLOCKS
 #define DWD_MIN_BLOCKS 4
 #endif
@@ -120,6 +123,26 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, int a, int b, int c,
 __device__ __forceinline__ void ld_shared_v4(uint32_t addr, int& a, int& b, int& c, int& d) {
   asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr)
                : "memory");
+}
+
+// mbarriers of the decoupled ring (DWD_DECOUPLED; sm_80: test_wait, cp.async's arrive).
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// An arrival once this thread's cp.async copies issued so far have landed (counted in the init's
+// arrivals: .noinc).
+__device__ __forceinline__ void mbar_arrive_copies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
 }
 
 // The pixel of input column c within its tile row (SW phases).
@@ -228,7 +251,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4], int t) {
 template <int ACT>
 __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[NT][PAIRS][2], const elem_t* bias,
                                              const elem_t* residual, elem_t* out, const DwGeometry& g,
-                                             const EpilogueParams& ep, const Item& it, int warp, int lane) {
+                                             const EpilogueParams& ep, const Item& it, int first, int lane) {
   const int gq = lane >> 2, t = lane & 3;
   // The A row this lane addresses: output row 2 mr + (lane / 8) % 2, column 8 mc + lane % 8, and the
   // tap: lanes 0-15 tap 2j, lanes 16-31 tap 2j + 1 (A's columns 8-15; the unpaired last tap's lanes
@@ -248,7 +271,7 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
     lane_off[j] = slot_bytes(lane_pix + tap_pix, 0);
   }
 #pragma unroll 1
-  for (int mb = warp; mb < MBLOCKS; mb += WARPS) {
+  for (int mb = first; mb < MBLOCKS; mb += WARPS) {
     const int mr = (int)((unsigned)mb / MBQ), mc = mb - mr * MBQ;
     const int p = it.p0 + 2 * mr, q = it.q0 + 8 * mc;
     if (p >= g.P || q >= g.Q) continue;  // the block lies past the output plane (warp-uniform)
@@ -333,6 +356,65 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const int begin = (int)(total * blockIdx.x / gridDim.x), end = (int)(total * (blockIdx.x + 1) / gridDim.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
+#if DWD_DECOUPLED
+  // The decoupled ring: no CTA-wide barrier per item. full[s] completes when every thread's copies of
+  // stage s have landed and thread 0 has written the record; empty[s] when every thread is done with
+  // the item in stage s (the mbarriers follow the ring in shared memory). Copies run LOOK = STAGES - 2 items ahead, into the stage of the item LOOK + 1
+  // before the one computed, so a warp runs up to one item ahead of the slowest. The blocks of
+  // consecutive items are dealt to the warps round-robin (the warp of block b of item k is
+  // (k * MBLOCKS + b) % 8), so uneven items even out.
+  constexpr int LOOK = STAGES - 2;
+  static_assert(LOOK >= 1, "one item copied ahead");
+  const uint32_t full0 = buf0 + STAGES * stage_bytes, empty0 = full0 + 8 * STAGES;  // after the ring
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full0 + 8 * s, THREADS + 1);
+      mbar_init(empty0 + 8 * s, THREADS);
+    }
+  }
+  __syncthreads();
+  const int n_items = end - begin;
+  Item ahead = decode(g, begin, chunks);
+  int fill = 0, fill_use = 0;  // the stage of the next copy, and how many times it was filled before
+#pragma unroll 1
+  for (int k = 0; k < LOOK && k < n_items; ++k) {
+    const uint32_t sb = buf0 + fill * stage_bytes;
+    load_item(sb, tile_bytes, x, w, g, ahead);
+    mbar_arrive_copies(full0 + 8 * fill);
+    if (threadIdx.x == 0) mbar_arrive(full0 + 8 * fill);
+    advance(ahead, g, chunks);
+    if (++fill == STAGES) { fill = 0; ++fill_use; }
+  }
+  int cur = 0, cur_use = 0, first = warp;
+  uint32_t bfrag[NT][PAIRS][2];
+#pragma unroll 1
+  for (int k = 0; k < n_items; ++k) {
+    if (k + LOOK < n_items) {
+      if (fill_use > 0) mbar_wait(empty0 + 8 * fill, (fill_use - 1) & 1);  // its last item is done
+      const uint32_t sb = buf0 + fill * stage_bytes;
+      load_item(sb, tile_bytes, x, w, g, ahead);
+      mbar_arrive_copies(full0 + 8 * fill);
+      if (threadIdx.x == 0) mbar_arrive(full0 + 8 * fill);
+      advance(ahead, g, chunks);
+      if (++fill == STAGES) { fill = 0; ++fill_use; }
+    }
+    mbar_wait(full0 + 8 * cur, cur_use & 1);
+    const uint32_t buf = buf0 + cur * stage_bytes;
+    Item it;
+    ld_shared_v4(buf + tile_bytes + W_UNITS * 16, it.n, it.p0, it.q0, it.chunk);
+    build_b(bfrag, reinterpret_cast<const uint16_t*>(smem + cur * stage_bytes + tile_bytes), lane);
+    switch (ep.activation) {
+      case ACT_RELU: compute_item<ACT_RELU>(buf, bfrag, bias, residual, out, g, ep, it, first, lane); break;
+      case ACT_SILU: compute_item<ACT_SILU>(buf, bfrag, bias, residual, out, g, ep, it, first, lane); break;
+      case ACT_GELU: compute_item<ACT_GELU>(buf, bfrag, bias, residual, out, g, ep, it, first, lane); break;
+      default: compute_item<ACT_NONE>(buf, bfrag, bias, residual, out, g, ep, it, first, lane); break;
+    }
+    mbar_arrive(empty0 + 8 * cur);  // this thread's reads of the stage are done
+    first = (first - MBLOCKS % WARPS + WARPS) % WARPS;
+    if (++cur == STAGES) { cur = 0; ++cur_use; }
+  }
+#else
   // The ring: item begin + k in stage k % STAGES; the first STAGES - 1 items' copies go out at once (one
   // commit group per stage, empty past the run). `ahead` is the next item to copy, advanced in run order
   // (one decode per CTA).
@@ -366,4 +448,5 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     }
     cur = cur == STAGES - 1 ? 0 : cur + 1;
   }
+#endif
 }

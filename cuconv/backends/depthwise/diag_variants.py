@@ -68,8 +68,9 @@ def stage_bytes(in_rows: int, in_cols: int, sw: int, taps: int, sh: int = 1) -> 
 
 
 def ring_bytes(in_rows: int, in_cols: int, sw: int, taps: int, sh: int = 1) -> int:
-    """Shared memory of the ring: :data:`STAGES` stages (:func:`stage_bytes`)."""
-    return STAGES * stage_bytes(in_rows, in_cols, sw, taps, sh)
+    """Shared memory of the ring: :data:`STAGES` stages (:func:`stage_bytes`), then two mbarriers per
+    stage (the decoupled ring's full and empty barriers: ``DWD_DECOUPLED``)."""
+    return STAGES * stage_bytes(in_rows, in_cols, sw, taps, sh) + 2 * STAGES * 8
 
 
 @dataclass(frozen=True)
