@@ -27,7 +27,7 @@ from cuconv.backends.depthwise.diag_variants import (COMPILE_VARIANTS, DIAG_CATA
                                                      MIN_BLOCKS, SMEM_TARGET, STAGES, diag_config,
                                                      diag_variant)
 from cuconv.backends.depthwise.variants import SMEM_LIMIT
-from cuconv.models.depthwise_diag import (b_fragment, diag_conv, item_coordinates, lane_pixels, quad_transpose,
+from cuconv.models.depthwise_diag import (advance_item, b_fragment, block_warps, diag_conv, item_coordinates, lane_pixels, quad_transpose,
                                           slot, store_lanes, tap_pixels)
 from cuconv.overrides import Overrides
 
@@ -112,6 +112,26 @@ def test_items_run_chunk_fastest():
     got = [item_coordinates(i, p, cfg) for i in range(cfg.tiles(p))]
     assert len(set(got)) == cfg.tiles(p)
     assert [c for *_, c in got[:cfg.chunks + 1]] == list(range(cfg.chunks)) + [0]
+
+
+@pytest.mark.parametrize("key", ["3x3_c144_56_s1_bfloat16", "3x3_c960_7_s1_float16", "odd"])
+def test_advancing_an_item_walks_the_run_order(key):
+    p = DIAG_CATALOG[key]
+    cfg = diag_config(p)
+    coords = item_coordinates(0, p, cfg)
+    for i in range(cfg.tiles(p)):
+        assert coords == item_coordinates(i, p, cfg)
+        coords = advance_item(coords, cfg)
+
+
+@pytest.mark.parametrize("m_blocks", [1, 4, 7, 8, 12, 28, 49])
+def test_decoupled_ring_deals_blocks_evenly(m_blocks):
+    """Each item's M blocks are computed once; over items the warps' counts differ by at most one block."""
+    rows = block_warps(24, m_blocks)
+    assert all(None not in row for row in rows)
+    counts = [sum(row.count(w) for row in rows) for w in range(8)]
+    assert max(counts) - min(counts) <= 1
+    assert rows[0] == [b % 8 for b in range(m_blocks)]
 
 
 @settings(max_examples=40, deadline=None)
