@@ -4,8 +4,6 @@ The kernel's index math as functions, so a CPU test runs the whole kernel with t
 picks (:func:`cuconv.backends.depthwise.diag_variants.diag_config`):
 
 * :func:`item_coordinates` -- a work item's (image, tile row, tile column, chunk), the chunk fastest;
-  :func:`advance_item` the next one of a CTA's run; :func:`block_warps` the warp of each M block in the
-  decoupled ring;
 * :func:`slot` -- the 16-byte shared-memory slot of unit ``u`` (8 channels) of tile pixel ``pix``, the
   swizzle that puts an ldmatrix block's 8 consecutive pixels on distinct bank groups;
 * :func:`phys`, :func:`swizzled_tile` -- the input tile as the loader stores it (a row's columns in W
@@ -27,7 +25,7 @@ import numpy as np
 from ..problem import ConvProblem
 from .depthwise import input_tile
 
-__all__ = ["item_coordinates", "advance_item", "block_warps", "phys", "slot", "swizzled_tile", "lane_pixels", "tap_pixels", "b_fragment", "diag_conv",
+__all__ = ["item_coordinates", "phys", "slot", "swizzled_tile", "lane_pixels", "tap_pixels", "b_fragment", "diag_conv",
            "quad_transpose", "store_lanes"]
 
 
@@ -39,35 +37,6 @@ def item_coordinates(item: int, p: ConvProblem, cfg):
     rest //= cfg.tiles_q
     tile_p = rest % cfg.tiles_p
     return rest // cfg.tiles_p, tile_p, tile_q, chunk
-
-
-def advance_item(coords, cfg):
-    """The coordinates of the item after ``coords`` in a CTA's run (the kernel's ``advance``: the
-    copying threads step the item instead of decoding each one)."""
-    n, tile_p, tile_q, chunk = coords
-    chunk += 1
-    if chunk == cfg.chunks:
-        chunk, tile_q = 0, tile_q + 1
-        if tile_q == cfg.tiles_q:
-            tile_q, tile_p = 0, tile_p + 1
-            if tile_p == cfg.tiles_p:
-                tile_p, n = 0, n + 1
-    return n, tile_p, tile_q, chunk
-
-
-def block_warps(items: int, m_blocks: int, warps: int = 8):
-    """``[item][block]``: the warp computing each M block of a CTA's first ``items`` items in the decoupled
-    ring (``DWD_DECOUPLED``): blocks dealt round-robin across items, warp ``(k * m_blocks + b) % warps``,
-    the kernel's ``first`` stepping back ``m_blocks % warps`` per item."""
-    out, first = [], list(range(warps))
-    for _ in range(items):
-        row = [None] * m_blocks
-        for w in range(warps):
-            for b in range(first[w], m_blocks, warps):
-                row[b] = w
-        out.append(row)
-        first = [(f - m_blocks % warps + warps) % warps for f in first]
-    return out
 
 
 def slot(pix, u):

@@ -10,7 +10,7 @@
 //   Da = diag(w[c0 .. c0 + 7][ta]), Db = diag(w[c0 .. c0 + 7][tb]),
 // so A's row m is the 8 channels of the input pixel tap ta of output m reads, then those of tap tb
 // (16-byte rows: ldmatrix reads them from the channels-last tile as it is, no transpose), and B is two
-// diagonal 8 x 8 blocks. A 3x3 filter is 5 MMAs (the fifth, tap 8 alone, an m16n8k8). Stride and dilation
+// diagonal 8 x 8 blocks. A 3x3 filter is 5 MMAs (the fifth pairs tap 8 with zeros). Stride and dilation
 // only move the lanes' row addresses. Products of 16-bit values are exact in fp32 and the accumulation
 // is fp32. The zeros off B's diagonals multiply the other channels of the pixels an output's window
 // holds: an Inf or NaN input spreads to the 8 channels of its group in those outputs.
@@ -19,19 +19,17 @@
 // with the chunk fastest (then tile column, tile row, image), so the CTAs at work at one time read
 // every chunk of the same pixels and DRAM sees whole pixel rows. Persistent grid, each CTA an equal run
 // of consecutive items.
-//   1. The input tile [in_rows][IN_COLS] pixels x 16 channels (halo included, zero padding), the
-//      chunk's weights (16 channels x TAPS, 32 TAPS bytes) and the item's record (its image, tile and
-//      chunk: the copying threads advance the item in run order, the computing ones read it back) are
-//      one stage of a STAGES-deep ring in shared memory, copied by 16-byte cp.async STAGES - 1 items ahead of the one the CTA computes: a CTA
+//   1. The input tile [in_rows][IN_COLS] pixels x 16 channels (halo included, zero padding) and the
+//      chunk's weights (16 channels x TAPS, 32 TAPS bytes) are one stage of a STAGES-deep ring in shared
+//      memory, copied by 16-byte cp.async STAGES - 1 items ahead of the one the CTA computes: a CTA
 //      keeps that many tiles in flight, which the latency of DRAM under load asks for (one tile ahead
 //      leaves the CTA waiting on each copy). At W stride 2 a tile row holds its even columns, then its
 //      odd ones, so 8 consecutive outputs read 8 consecutive pixels. Unit u (8 channels) of tile pixel p
 //      is stored at 16-byte slot 2 p + (u ^ ((p >> 2) & 1)): the 8 rows of an ldmatrix block, 8
 //      consecutive pixels, then lie on 8 distinct 16-byte bank groups.
 //   2. An M block is 2 output rows x 8 columns (16 pixels); warp w takes blocks w, w + 8, ... Per block,
-//      both 8-channel groups (n-tiles) and each tap pair: one ldmatrix.x4 and one m16n8k16 MMA (an
-//      unpaired last tap: ldmatrix.x2 and m16n8k8, the first half of the reduction). The B fragments
-//      (2 n-tiles x tap pairs) are built per item from the stage's weights.
+//      both 8-channel groups (n-tiles) and each tap pair: one ldmatrix.x4 (x2 for an unpaired last tap)
+//      and one MMA. The B fragments (2 n-tiles x tap pairs) are built per item from the stage's weights.
 //   3. Epilogue: act(alpha * acc + bias + beta * residual) on the accumulators (a lane holds channels
 //      2t, 2t + 1 of each n-tile for pixels g and g + 8), packed to 16-bit pairs, then a 4 x 4 transpose
 //      within each quad of lanes (four shuffles) leaves each lane 8 channels of one pixel: one 16-byte
@@ -75,9 +73,6 @@
 #ifndef DWD_STAGES
 #define DWD_STAGES 4
 #endif
-#ifndef DWD_DECOUPLED
-#define DWD_DECOUPLED 0
-#endif
 #ifndef DWD_MIN_BLOCKS
 #define DWD_MIN_BLOCKS 4
 #endif
@@ -99,13 +94,8 @@ constexpr int WARPS = 8, THREADS = 32 * WARPS, STAGES = DWD_STAGES;
 constexpr int W_UNITS = 2 * TAPS;  // 16-byte units of a chunk's weights (16 channels x TAPS, 2 bytes each)
 constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;
 // A tile row is stored in SW phases (at W stride 2: the even input columns, then the odd ones), so the
-// columns 8 consecutive outputs read are 8 consecutive pixels of the row: column c at pixel phys(c). A
-// phase is HALF pixels, rounded up so that an M block's two output rows lie a multiple of 8 pixels
-// apart (SH * ROW_PIX % 4 == 0): the swizzle of a lane's A row then depends on its offset in the block
-// alone, and its address is the block's plus the lane's offset for the tap pair.
-constexpr int HALF_STEP = 4 / (SH * SW);
-constexpr int HALF = ((IN_COLS + SW - 1) / SW + HALF_STEP - 1) / HALF_STEP * HALF_STEP, ROW_PIX = SW * HALF;
-static_assert(SH * SW <= 4 && (2 * SH * ROW_PIX) % 8 == 0, "M blocks start on whole swizzle periods");
+// columns 8 consecutive outputs read are 8 consecutive pixels of the row: column c at pixel phys(c).
+constexpr int HALF = (IN_COLS + SW - 1) / SW, ROW_PIX = SW * HALF;
 constexpr int ROW_UNITS = IN_COLS * 2;                 // 16-byte copy units per tile row
 constexpr int ROWS_PER_PASS = THREADS / ROW_UNITS;     // tile rows the CTA's threads copy at once
 constexpr int MBQ = TQ / 8, MBLOCKS = (TP / 2) * MBQ;  // M blocks: 2 rows x 8 columns
@@ -113,37 +103,6 @@ static_assert(TAPS <= 9, "B fragments of 2 n-tiles x 5 tap pairs in registers");
 static_assert(TP % 2 == 0 && TQ % 8 == 0, "the tile is whole M blocks of 2 rows x 8 columns");
 static_assert(ROW_UNITS <= THREADS, "a tile row's copy units fit the CTA");
 static_assert(STAGES >= 2, "a stage computed while the next is copied");
-static_assert(W_UNITS * 16 % 32 == 0, "the stages start on 32 bytes");
-
-// A work item's record in its stage: 4 ints by one 16-byte shared-memory store and load.
-__device__ __forceinline__ void st_shared_v4(uint32_t addr, int a, int b, int c, int d) {
-  asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d)
-               : "memory");
-}
-__device__ __forceinline__ void ld_shared_v4(uint32_t addr, int& a, int& b, int& c, int& d) {
-  asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr)
-               : "memory");
-}
-
-// mbarriers of the decoupled ring (DWD_DECOUPLED; sm_80: test_wait, cp.async's arrive).
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-// An arrival once this thread's cp.async copies issued so far have landed (counted in the init's
-// arrivals: .noinc).
-__device__ __forceinline__ void mbar_arrive_copies(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  } while (!done);
-}
 
 // The pixel of input column c within its tile row (SW phases).
 __device__ __forceinline__ constexpr int phys(int c) { return (c % SW) * HALF + c / SW; }
@@ -183,47 +142,27 @@ __device__ __forceinline__ Item decode(const DwGeometry& g, int item, int chunks
 }
 
 // Issue (without waiting) the 16-byte copies of item `it`'s stage: its input tile into `buf` (the
-// swizzled layout of 1. above; zeros outside the image) and its chunk's weights at `buf + tile_bytes`,
-// and record the item at `buf + tile_bytes + W_UNITS * 16` (thread 0: the compute reads it back).
+// swizzled layout of 1. above; zeros outside the image) and its chunk's weights at `buf + tile_bytes`.
 // Thread i keeps one (column, unit) of a tile row and copies it in rows i / ROW_UNITS, + ROWS_PER_PASS,
-// ... (the source and the slot step by whole rows); threads 0 .. W_UNITS - 1 copy a weight unit each.
+// ...; threads 0 .. W_UNITS - 1 copy a weight unit each.
 __device__ __forceinline__ void load_item(uint32_t buf, uint32_t tile_bytes, const elem_t* x, const elem_t* w,
                                           const DwGeometry& g, const Item& it) {
   if (threadIdx.x < W_UNITS)
     sm80::cp_async_zfill<16>(buf + tile_bytes + 16 * threadIdx.x, w + it.chunk * CB * TAPS + 8 * threadIdx.x, true);
-  if (threadIdx.x == 0) st_shared_v4(buf + tile_bytes + W_UNITS * 16, it.n, it.p0, it.q0, it.chunk);
   const int r0 = threadIdx.x / ROW_UNITS;
   if (r0 >= ROWS_PER_PASS) return;
   const int pos = threadIdx.x - r0 * ROW_UNITS;
   const int col = pos >> 1, cu = pos & 1;
   const int wi = it.q0 * SW - g.pad_w + col;
   const bool col_ok = (unsigned)wi < (unsigned)g.W;
+  const elem_t* src = x + ((int64_t)it.n * g.H * g.W + wi) * g.C + it.chunk * CB + cu * 8;
   int h = it.p0 * SH - g.pad_h + r0;
-  const elem_t* src = x + (((int64_t)it.n * g.H + h) * g.W + wi) * g.C + it.chunk * CB + cu * 8;
-  const int64_t src_step = (int64_t)ROWS_PER_PASS * g.W * g.C;
-  int pix = r0 * ROW_PIX + phys(col);
 #pragma unroll 1
-  for (int r = r0; r < g.in_rows; r += ROWS_PER_PASS) {
+  for (int r = r0; r < g.in_rows; r += ROWS_PER_PASS, h += ROWS_PER_PASS) {
     const bool valid = col_ok && (unsigned)h < (unsigned)g.H;
-    sm80::cp_async_zfill<16>(buf + slot_bytes(pix, cu), valid ? src : x, valid);
-    h += ROWS_PER_PASS;
-    src += src_step;
-    pix += ROWS_PER_PASS * ROW_PIX;
+    const uint32_t dst = buf + slot_bytes(r * ROW_PIX + phys(col), cu);
+    sm80::cp_async_zfill<16>(dst, valid ? src + h * g.W * g.C : x, valid);
   }
-}
-
-// The next item of a CTA's run after `it`: the chunk runs fastest, then the tile column, the tile row
-// and the image (the order of decode).
-__device__ __forceinline__ void advance(Item& it, const DwGeometry& g, int chunks) {
-  if (++it.chunk < chunks) return;
-  it.chunk = 0;
-  it.q0 += TQ;
-  if (it.q0 < g.tiles_q * TQ) return;
-  it.q0 = 0;
-  it.p0 += TP;
-  if (it.p0 < g.tiles_p * TP) return;
-  it.p0 = 0;
-  ++it.n;
 }
 
 // The 4 x 4 transpose of 32-bit words within each quad of lanes: on entry v[T] is the word this lane
@@ -251,7 +190,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4], int t) {
 template <int ACT>
 __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[NT][PAIRS][2], const elem_t* bias,
                                              const elem_t* residual, elem_t* out, const DwGeometry& g,
-                                             const EpilogueParams& ep, const Item& it, int first, int lane) {
+                                             const EpilogueParams& ep, const Item& it, int warp, int lane) {
   const int gq = lane >> 2, t = lane & 3;
   // The A row this lane addresses: output row 2 mr + (lane / 8) % 2, column 8 mc + lane % 8, and the
   // tap: lanes 0-15 tap 2j, lanes 16-31 tap 2j + 1 (A's columns 8-15; the unpaired last tap's lanes
@@ -261,21 +200,12 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
   constexpr int row_step = 2 * SH * ROW_PIX;
   // After the transpose this lane stores pixel gq + 8 * (t / 2) of the block, channels 8 (t % 2) .. + 7.
   const int st_row = t >> 1, st_k = it.chunk * CB + 8 * (t & 1);
-  // The lane's A row of tap pair j: byte lane_off[j] from its block's first pixel (a multiple of 8).
-  uint32_t lane_off[PAIRS];
-#pragma unroll
-  for (int j = 0; j < PAIRS; ++j) {
-    const int ta = 2 * j, tb = 2 * j + 1 < TAPS ? 2 * j + 1 : 2 * j;
-    const int tap_pix = second ? (tb / S) * DH * ROW_PIX + phys((tb % S) * DWL)
-                               : (ta / S) * DH * ROW_PIX + phys((ta % S) * DWL);
-    lane_off[j] = slot_bytes(lane_pix + tap_pix, 0);
-  }
 #pragma unroll 1
-  for (int mb = first; mb < MBLOCKS; mb += WARPS) {
+  for (int mb = warp; mb < MBLOCKS; mb += WARPS) {
     const int mr = (int)((unsigned)mb / MBQ), mc = mb - mr * MBQ;
     const int p = it.p0 + 2 * mr, q = it.q0 + 8 * mc;
     if (p >= g.P || q >= g.Q) continue;  // the block lies past the output plane (warp-uniform)
-    const uint32_t block_addr = buf + 32u * (uint32_t)(mr * row_step + 8 * mc);
+    const int block_pix = mr * row_step + 8 * mc + lane_pix;
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -283,19 +213,22 @@ __device__ __forceinline__ void compute_item(uint32_t buf, const uint32_t (&b)[N
       for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 #pragma unroll
     for (int j = 0; j < PAIRS; ++j) {
-      const uint32_t addr = block_addr + lane_off[j];
+      const int ta = 2 * j, tb = 2 * j + 1 < TAPS ? 2 * j + 1 : 2 * j;
+      const int tap_pix = second ? (tb / S) * DH * ROW_PIX + phys((tb % S) * DWL)
+                                 : (ta / S) * DH * ROW_PIX + phys((ta % S) * DWL);
+      const uint32_t addr = buf + slot_bytes(block_pix + tap_pix, 0);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const uint32_t a_nt = addr ^ (16u * nt);  // unit 1 is the other 16 bytes of the pixel's 32
-        if (ODD_TAPS && j == PAIRS - 1) {  // tap 2j alone: an MMA of half the reduction (k = 8)
+        uint32_t a[4];
+        if (ODD_TAPS && j == PAIRS - 1) {  // tap 2j alone: A's columns 8-15 are zeros
           uint32_t h[2];
           sm80::ldmatrix_x2(h, a_nt);
-          sm80::mma_1688<elem_t>(acc[nt], h, b[nt][j][0]);
+          a[0] = h[0]; a[1] = h[1]; a[2] = 0u; a[3] = 0u;
         } else {
-          uint32_t a[4];
           sm80::ldmatrix_x4(a, a_nt);
-          sm80::mma_16816<elem_t>(acc[nt], a, b[nt][j]);
         }
+        sm80::mma_16816<elem_t>(acc[nt], a, b[nt][j]);
       }
     }
     // v[2 h + nt]: channels 8 nt + 2t, + 1 of pixel gq + 8 h, for lane 2 h + nt of the quad.
@@ -345,85 +278,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, DWD_MIN_BLOCKS)
 CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, const elem_t* bias,
                    const elem_t* residual, elem_t* out, DwGeometry g, EpilogueParams ep) {
   static_assert(sizeof(elem_t) == 2, "16-bit inputs only");
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t tile_bytes = (uint32_t)(g.in_rows * ROW_PIX * CB * 2);
-  // tile, weights, the item's record (16 bytes, the stage padded to 32: a pixel's other unit is the
-  // address with bit 4 flipped)
-  const uint32_t stage_bytes = tile_bytes + W_UNITS * 16 + 32;
+  const uint32_t stage_bytes = tile_bytes + W_UNITS * 16;
   const uint32_t buf0 = smem_u32(smem);
   const int chunks = g.K / CB;
   const int64_t total = (int64_t)chunks * g.N * g.tiles_p * g.tiles_q;
   const int begin = (int)(total * blockIdx.x / gridDim.x), end = (int)(total * (blockIdx.x + 1) / gridDim.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-#if DWD_DECOUPLED
-  // The decoupled ring: no CTA-wide barrier per item. full[s] completes when every thread's copies of
-  // stage s have landed and thread 0 has written the record; empty[s] when every thread is done with
-  // the item in stage s (the mbarriers follow the ring in shared memory). Copies run LOOK = STAGES - 2 items ahead, into the stage of the item LOOK + 1
-  // before the one computed, so a warp runs up to one item ahead of the slowest. The blocks of
-  // consecutive items are dealt to the warps round-robin (the warp of block b of item k is
-  // (k * MBLOCKS + b) % 8), so uneven items even out.
-  constexpr int LOOK = STAGES - 2;
-  static_assert(LOOK >= 1, "one item copied ahead");
-  const uint32_t full0 = buf0 + STAGES * stage_bytes, empty0 = full0 + 8 * STAGES;  // after the ring
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full0 + 8 * s, THREADS + 1);
-      mbar_init(empty0 + 8 * s, THREADS);
-    }
-  }
-  __syncthreads();
-  const int n_items = end - begin;
-  Item ahead = decode(g, begin, chunks);
-  int fill = 0, fill_use = 0;  // the stage of the next copy, and how many times it was filled before
-#pragma unroll 1
-  for (int k = 0; k < LOOK && k < n_items; ++k) {
-    const uint32_t sb = buf0 + fill * stage_bytes;
-    load_item(sb, tile_bytes, x, w, g, ahead);
-    mbar_arrive_copies(full0 + 8 * fill);
-    if (threadIdx.x == 0) mbar_arrive(full0 + 8 * fill);
-    advance(ahead, g, chunks);
-    if (++fill == STAGES) { fill = 0; ++fill_use; }
-  }
-  int cur = 0, cur_use = 0, first = warp;
-  uint32_t bfrag[NT][PAIRS][2];
-#pragma unroll 1
-  for (int k = 0; k < n_items; ++k) {
-    if (k + LOOK < n_items) {
-      if (fill_use > 0) mbar_wait(empty0 + 8 * fill, (fill_use - 1) & 1);  // its last item is done
-      const uint32_t sb = buf0 + fill * stage_bytes;
-      load_item(sb, tile_bytes, x, w, g, ahead);
-      mbar_arrive_copies(full0 + 8 * fill);
-      if (threadIdx.x == 0) mbar_arrive(full0 + 8 * fill);
-      advance(ahead, g, chunks);
-      if (++fill == STAGES) { fill = 0; ++fill_use; }
-    }
-    mbar_wait(full0 + 8 * cur, cur_use & 1);
-    const uint32_t buf = buf0 + cur * stage_bytes;
-    Item it;
-    ld_shared_v4(buf + tile_bytes + W_UNITS * 16, it.n, it.p0, it.q0, it.chunk);
-    build_b(bfrag, reinterpret_cast<const uint16_t*>(smem + cur * stage_bytes + tile_bytes), lane);
-    switch (ep.activation) {
-      case ACT_RELU: compute_item<ACT_RELU>(buf, bfrag, bias, residual, out, g, ep, it, first, lane); break;
-      case ACT_SILU: compute_item<ACT_SILU>(buf, bfrag, bias, residual, out, g, ep, it, first, lane); break;
-      case ACT_GELU: compute_item<ACT_GELU>(buf, bfrag, bias, residual, out, g, ep, it, first, lane); break;
-      default: compute_item<ACT_NONE>(buf, bfrag, bias, residual, out, g, ep, it, first, lane); break;
-    }
-    mbar_arrive(empty0 + 8 * cur);  // this thread's reads of the stage are done
-    first = (first - MBLOCKS % WARPS + WARPS) % WARPS;
-    if (++cur == STAGES) { cur = 0; ++cur_use; }
-  }
-#else
   // The ring: item begin + k in stage k % STAGES; the first STAGES - 1 items' copies go out at once (one
-  // commit group per stage, empty past the run). `ahead` is the next item to copy, advanced in run order
-  // (one decode per CTA).
-  Item ahead = decode(g, begin, chunks);
+  // commit group per stage, empty past the run).
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (begin + s < end) load_item(buf0 + s * stage_bytes, tile_bytes, x, w, g, ahead);
+    if (begin + s < end) load_item(buf0 + s * stage_bytes, tile_bytes, x, w, g, decode(g, begin + s, chunks));
     sm80::cp_async_commit();
-    advance(ahead, g, chunks);
   }
   int cur = 0;  // the stage of `item`
   uint32_t bfrag[NT][PAIRS][2];
@@ -432,13 +301,11 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   for (int item = begin; item < end; ++item) {
     sm80::cp_async_wait<STAGES - 2>();
     __syncthreads();  // the item's stage landed; every warp is done with the stage the item before used
-    const int ahead_stage = cur == 0 ? STAGES - 1 : cur - 1;
-    if (item + STAGES - 1 < end) load_item(buf0 + ahead_stage * stage_bytes, tile_bytes, x, w, g, ahead);
+    const int ahead = item + STAGES - 1, ahead_stage = cur == 0 ? STAGES - 1 : cur - 1;
+    if (ahead < end) load_item(buf0 + ahead_stage * stage_bytes, tile_bytes, x, w, g, decode(g, ahead, chunks));
     sm80::cp_async_commit();
-    advance(ahead, g, chunks);
+    const Item it = decode(g, item, chunks);
     const uint32_t buf = buf0 + cur * stage_bytes;
-    Item it;
-    ld_shared_v4(buf + tile_bytes + W_UNITS * 16, it.n, it.p0, it.q0, it.chunk);
     build_b(bfrag, reinterpret_cast<const uint16_t*>(smem + cur * stage_bytes + tile_bytes), lane);
     switch (ep.activation) {
       case ACT_RELU: compute_item<ACT_RELU>(buf, bfrag, bias, residual, out, g, ep, it, warp, lane); break;
@@ -448,5 +315,4 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     }
     cur = cur == STAGES - 1 ? 0 : cur + 1;
   }
-#endif
 }

@@ -97,25 +97,6 @@ __device__ __forceinline__ void mma_16816<bf16_t>(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// D = A * B + D, m16n8k8, row.col, fp32 accumulate: the first half of m16n8k16's reduction (A's
-// registers a0, a1 and B's b0 of that shape). ELEM picks f16 or bf16 inputs.
-template <typename ELEM>
-__device__ __forceinline__ void mma_1688(float (&d)[4], const uint32_t (&a)[2], uint32_t b);
-
-template <>
-__device__ __forceinline__ void mma_1688<half_t>(float (&d)[4], const uint32_t (&a)[2], uint32_t b) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(b));
-}
-
-template <>
-__device__ __forceinline__ void mma_1688<bf16_t>(float (&d)[4], const uint32_t (&a)[2], uint32_t b) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(b));
-}
-
 // float32 data moved as pairs of 16-bit elements (CUCONV_TF32): the fragments ldmatrix gives for 16
 // 16-bit elements of k are, register for register, those of mma.m16n8k8.tf32 for the 8 floats they
 // hold (A: a0 = (row g, k t), a1 = (g + 8, t), a2 = (g, t + 4), a3 = (g + 8, t + 4); B: b0 = (k t, col

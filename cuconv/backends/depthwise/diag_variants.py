@@ -46,31 +46,21 @@ FILL = 256
 NOMINAL_SMS = 132
 
 
-def row_pixels(in_cols: int, sw: int, sh: int = 1) -> int:
-    """Pixels a tile row takes in shared memory (the kernel's ``ROW_PIX``): ``sw`` phases of
-    ``ceil(in_cols / sw)`` pixels each, rounded up so that ``sh * ROW_PIX`` is a multiple of 4 (an M
-    block's two output rows a multiple of 8 pixels apart: whole swizzle periods)."""
-    step = 4 // (sh * sw)
-    half = -(-in_cols // sw)
-    return -(-half // step) * step * sw
+def row_pixels(in_cols: int, sw: int) -> int:
+    """Pixels a tile row takes in shared memory: ``in_cols`` rounded up to whole W-stride phases (the
+    kernel's ``ROW_PIX``)."""
+    return -(-in_cols // sw) * sw
 
 
-#: Bytes of a work item's record in its stage (image, tile row, tile column, chunk: 4 ints, padded so
-#: that every stage starts on 32 bytes: the kernel finds a pixel's other 16-byte unit by flipping bit 4
-#: of the address).
-ITEM_RECORD = 32
+def stage_bytes(in_rows: int, in_cols: int, sw: int, taps: int) -> int:
+    """Shared memory of one stage of the ring: the input tile (16 channels, 2 bytes each, per pixel), then
+    the chunk's weights (16 channels x ``taps``)."""
+    return in_rows * row_pixels(in_cols, sw) * CHUNK * 2 + CHUNK * taps * 2
 
 
-def stage_bytes(in_rows: int, in_cols: int, sw: int, taps: int, sh: int = 1) -> int:
-    """Shared memory of one stage of the ring: the input tile (16 channels, 2 bytes each, per pixel), the
-    chunk's weights (16 channels x ``taps``) and the item's record (:data:`ITEM_RECORD`)."""
-    return in_rows * row_pixels(in_cols, sw, sh) * CHUNK * 2 + CHUNK * taps * 2 + ITEM_RECORD
-
-
-def ring_bytes(in_rows: int, in_cols: int, sw: int, taps: int, sh: int = 1) -> int:
-    """Shared memory of the ring: :data:`STAGES` stages (:func:`stage_bytes`), then two mbarriers per
-    stage (the decoupled ring's full and empty barriers: ``DWD_DECOUPLED``)."""
-    return STAGES * stage_bytes(in_rows, in_cols, sw, taps, sh) + 2 * STAGES * 8
+def ring_bytes(in_rows: int, in_cols: int, sw: int, taps: int) -> int:
+    """Shared memory of the ring: :data:`STAGES` stages (:func:`stage_bytes`)."""
+    return STAGES * stage_bytes(in_rows, in_cols, sw, taps)
 
 
 @dataclass(frozen=True)
@@ -87,7 +77,6 @@ class DwDiagConfig:
     chunks: int
     taps: int = 9   # filter taps: the weights of a stage
     sw: int = 1     # W stride: the phases a tile row is stored in
-    sh: int = 1     # H stride: with sw, the rounding of a tile row (row_pixels)
     mult: int = 1
     cb: int = CHUNK  # channels per chunk
     vin: int = 8    # channels per input copy (16 bytes)
@@ -112,12 +101,12 @@ class DwDiagConfig:
     @property
     def row_pixels(self) -> int:
         """Pixels a tile row takes in shared memory (:func:`row_pixels`)."""
-        return row_pixels(self.in_cols, self.sw, self.sh)
+        return row_pixels(self.in_cols, self.sw)
 
     @property
     def smem(self) -> int:
         """Dynamic shared memory (bytes): the ring of :data:`STAGES` stages (:func:`ring_bytes`)."""
-        return ring_bytes(self.in_rows, self.in_cols, self.sw, self.taps, self.sh)
+        return ring_bytes(self.in_rows, self.in_cols, self.sw, self.taps)
 
     @property
     def m_blocks(self) -> int:
@@ -179,7 +168,7 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, sm_count: int = NO
     for tq in range(8, min(64, -(-Q // 8) * 8) + 1, 8):
         for tp in range(2, min(32, -(-P // 2) * 2) + 1, 2):
             rows, cols = input_extent(tp, tq, R, S, stride, dilation)
-            smem = ring_bytes(rows, cols, stride[1], taps, stride[0])
+            smem = ring_bytes(rows, cols, stride[1], taps)
             if cols > MAX_IN_COLS or (smem > SMEM_TARGET and not (tp == 2 and tq == 8)):
                 continue
             blocks = tp // 2 * tq // 8
@@ -196,7 +185,7 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, sm_count: int = NO
         return (f"the smallest tile (2 x 8 outputs) reads {rows} x {cols} input pixels with its halo: {smem} "
                 f"bytes of shared memory in {STAGES} stages, over the {smem_limit} the kernel uses")
     cfg = DwDiagConfig(tp=tp, tq=tq, in_rows=rows, in_cols=cols, tiles_p=-(-P // tp), tiles_q=-(-Q // tq),
-                       chunks=p.channels // CHUNK, taps=taps, sw=stride[1], sh=stride[0])
+                       chunks=p.channels // CHUNK, taps=taps, sw=stride[1])
     if cfg.tiles(p) >= 2**31:
         return f"{cfg.tiles(p)} tiles: over the 2**31 - 1 of the item index"
     return cfg
