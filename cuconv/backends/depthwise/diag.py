@@ -55,8 +55,8 @@ class DepthwiseDiagKernel(DirectKernel):
         """The automatic choice leaves filters ``depthwise_mma`` takes (at least
         :data:`cuconv.backends.depthwise.mma.MIN_FILTER_WIDTH` wide, W stride 1) to it, and the others to
         ``depthwise_direct`` while :data:`AUTOMATIC` is off: the kernel runs when forced
-        (``kernel="depthwise_diag"``); on the layers measured it is slower than ``depthwise_direct`` on 56x56-112x112
-        and 7x7 planes and at most 21% faster on the others (docs/tuning.md#T-dw-diag)."""
+        (``kernel="depthwise_diag"``); on the layers measured it is slower than ``depthwise_direct`` on
+        56x56-112x112 and 7x7 planes and at most 21% faster on the others (docs/tuning.md#T-dw-diag)."""
         _, _, S, (_, sw), _, _ = problem_axes(plan.problem)
         if S >= BANDED_MIN_WIDTH and sw == 1:
             return (f"filter width {S} >= {BANDED_MIN_WIDTH} at W stride 1: depthwise_mma's banded matrices do "
@@ -92,8 +92,8 @@ class DepthwiseDiagPlan(DirectPlan):
         return (f"{self.name}: CTA tile {c.tp}x{c.tq} output pixels x {c.cb} channels (8 warps: "
                 f"{c.cb // 8} channel group(s) of 8, {c.m_blocks} blocks of 2x8 pixels), input tile "
                 f"{c.in_rows}x{c.in_cols}x{c.cb} with halo and the chunk's weights copied into a ring of "
-                f"{STAGES} stages in shared memory (16-byte units swizzled for ldmatrix, {c.smem} bytes); per block and channel group {pairs} MMA(s) of "
-                f"16 pixels x 8 channels x 2 taps; the epilogue from the accumulators, transposed within quads "
+                f"{STAGES} stages in shared memory (16-byte units swizzled for ldmatrix, {c.smem} bytes); per "
+                f"block and channel group {pairs} MMA(s) of 16 pixels x 8 channels x 2 taps; the epilogue from the accumulators, transposed within quads "
                 f"of lanes for 16-byte stores; "
                 f"{c.tiles(p)} tiles ({c.chunks} chunks x {c.tiles_p}x{c.tiles_q} per plane) over a "
                 f"persistent grid of at most as many CTAs as the GPU holds at once")

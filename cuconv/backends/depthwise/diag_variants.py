@@ -2,7 +2,8 @@
 
 A pure function of the problem. :func:`diag_declined` says why the kernel's design cannot take a problem;
 :func:`diag_config` picks the output tile (2-32 rows x 8-64 columns) of a 16-channel chunk by a cost
-model of the GPU's CTAs and checks shared memory; :func:`diag_variant` names the compiled variant and its ``-D`` defines.
+model of the GPU's CTAs and checks shared memory; :func:`diag_variant` names the compiled variant and
+its ``-D`` defines.
 Compile-time: dtype, R, S, the strides and dilations, the tile.
 """
 
@@ -163,7 +164,7 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, sm_count: int = NO
     _, R, S, stride, dilation, (P, Q) = problem_axes(p)
     taps = R * S
     ctas = max(sm_count, 1) * MIN_BLOCKS
-    per_plane = p.batch * (p.channels // CHUNK)
+    items_per_tile = p.batch * (p.channels // CHUNK)  # a tile position's items: images x chunks
     best = None
     for tq in range(8, min(64, -(-Q // 8) * 8) + 1, 8):
         for tp in range(2, min(32, -(-P // 2) * 2) + 1, 2):
@@ -173,7 +174,7 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, sm_count: int = NO
                 continue
             blocks = tp // 2 * tq // 8
             computed = -(-blocks // 8) * 8 * 16  # the warps' rounds of blocks, in pixels
-            rounds = -(-(per_plane * -(-P // tp) * -(-Q // tq)) // ctas)
+            rounds = -(-(items_per_tile * -(-P // tp) * -(-Q // tq)) // ctas)
             cost = rounds * (rows * cols + computed + TILE_OVERHEAD) + FILL
             if best is None or cost < best[0]:
                 best = (cost, tp, tq, rows, cols, smem)
