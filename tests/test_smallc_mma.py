@@ -139,6 +139,29 @@ def test_channels_first_problems_get_the_channels_first_variant():
     assert "read and written by the kernel itself" in line and "no operand is moved" in line, line
 
 
+def test_span_copies_where_rows_allow_them():
+    """Channels-last tiles copy their rows' runs as 16-byte words where W x C and a tile's step along
+    the row are multiples of 8 elements (an RGB stem's 2-byte pixels otherwise go through registers):
+    the run's start within its word (SHIFT) puts a spare term before each filter row where pairs of
+    terms would start on odd elements, and x must then be 16-byte aligned. Rows of odd length, x
+    already copied 16 bytes per pixel, and channels-first x keep their copies."""
+    from cuconv.backends.depthwise.kernel import vector_alignments
+    stem = problem2d(N=32, H=224, W=224, C=3, K=64, R=7, S=7, stride=2, padding=3)
+    cfg = mma_config(stem)
+    assert (cfg.span, cfg.shift, cfg.lead) == (8, (-3 * 3) % 8, 1) and cfg.kp == 160
+    assert cfg.rowst % 8 == 0 and cfg.rowst >= ((cfg.tq - 1) * 2 + 7) * 3 + cfg.shift
+    assert vector_alignments(stem, cfg)[0] == 16
+    plan = SmallcMmaKernel().plan(stem, H100, Overrides())
+    assert (plan.defines["MM_SPAN"], plan.defines["MM_SHIFT"]) == (8, 7) and "_v8s7_" in plan.name
+    assert "rows copied as 16-byte words" in plan.describe()
+    even = mma_config(problem2d(N=32, H=224, W=224, C=3, K=96, R=4, S=4, stride=4, padding=0))
+    assert (even.span, even.shift, even.lead) == (8, 0, 0)
+    odd_row = mma_config(problem2d(N=2, H=33, W=33, C=3, K=16, R=7, S=7, stride=2, padding=3))
+    assert odd_row.span == 0 and odd_row.vin == 1 and odd_row.lead == 0
+    assert mma_config(problem2d(N=2, H=32, W=32, C=8, K=16)).span == 0
+    assert mma_config(CATALOG["c4_3x3_nchw"]).span == 0
+
+
 def test_tile_shape_is_one_that_fits():
     """Where the cheapest tile shape's input tile is over the shared-memory limit, the next cheapest that
     fits is chosen; the kernel declines, naming the smallest need, only where no shape fits."""

@@ -5,11 +5,14 @@ the input tile in shared memory at ``base(m) + off(kk)``. This module computes t
 the kernel does, for the tile shape the host picks (:func:`cuconv.backends.smallc.mma_variants.mma_config`):
 
 * :func:`layout` -- the tile's row stride (``ROWST``: an even number of elements, one spare column when
-  ``IN_COLS * C`` is odd), the run of terms per filter row (``KRUN``: ``S * C`` rounded up to even)
-  and the padded reduction (``KP``);
+  ``IN_COLS * C`` is odd; with span copies the words of ``SPAN`` elements covering the row's run, which
+  starts ``SHIFT`` elements in), the run of terms per filter row (``KRUN``: ``LEAD + S * C`` rounded
+  up to even, ``LEAD`` one spare term before the run where pairs read from odd starts) and the padded
+  reduction (``KP``);
 * :func:`term_offsets` -- the element each term reads, relative to a pixel's base: under ``PAIRS``
   an odd term is read with the term before it as one 32-bit word, so it reads that term's element
-  + 1 (the spare term of an odd run reads the element after the window);
+  + 1 (the spare term of an odd run reads the element after the window, a leading spare term the
+  element before it);
 * :func:`pixel_bases` -- the window origin of each of the tile's 128 pixels;
 * :func:`filter_matrix` -- B as the kernel keeps it: ``[K][KP]``, zero for the spare and padding terms;
 * :func:`weighted_terms` -- which terms carry a weight: the kernel masks the A values of the others
@@ -49,6 +52,9 @@ class MmaLayout:
     krun: int       # KRUN: terms of one filter row
     kp: int         # KP: terms of one depth slice, padded to whole k16 steps
     pairs: bool     # PAIRS: A read as 32-bit pairs of terms
+    span: int = 0   # SPAN: elements per copy of a row's run (0: copies of whole pixels)
+    shift: int = 0  # SHIFT: where the run starts in the stored row
+    lead: int = 0   # LEAD: spare terms before each filter row's run
 
 
 def _axes(p: ConvProblem):
@@ -68,21 +74,27 @@ def layout(p: ConvProblem, cfg) -> MmaLayout:
     C = p.channels
     in_cols = (cfg.tq - 1) * sw + (S - 1) * dw + 1
     cols_st = in_cols + (in_cols * C) % 2
-    krun = -(-(S * C) // 2) * 2
-    kp = -(-(R * krun) // 16) * 16
     pairs = (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
+    span, shift = cfg.span, cfg.shift
+    lead = shift & 1 if pairs else 0
+    krun = -(-(S * C + lead) // 2) * 2
+    kp = -(-(R * krun) // 16) * 16
+    rowst = -(-(in_cols * C + shift) // span) * span if span else cols_st * C
     return MmaLayout(C=C, R=R, S=S, SW=sw, DW=dw, TP=cfg.tp, TQ=cfg.tq, in_cols=in_cols, cols_st=cols_st,
-                     rowst=cols_st * C, krun=krun, kp=kp, pairs=pairs)
+                     rowst=rowst, krun=krun, kp=kp, pairs=pairs, span=span, shift=shift, lead=lead)
 
 
 def _term(lay: MmaLayout, kk: int, dil_h: int) -> int:
-    """``term_offset`` of the kernel: term kk's element relative to a pixel's base (0 for the spare and
-    padding terms)."""
-    r, j = divmod(kk, lay.krun)
+    """``term_offset`` of the kernel: term kk's element relative to a pixel's base (0 for the padding
+    terms and the spare term after a run, the element before the run for a leading spare term)."""
+    r, jj = divmod(kk, lay.krun)
+    j = jj - lay.lead
     if r >= lay.R or j >= lay.S * lay.C:
         return 0
+    if j < 0:
+        return r * dil_h * lay.rowst + lay.shift - 1
     s, c = divmod(j, lay.C)
-    return r * dil_h * lay.rowst + s * lay.DW * lay.C + c
+    return r * dil_h * lay.rowst + lay.shift + s * lay.DW * lay.C + c
 
 
 def term_offsets(lay: MmaLayout, dil_h: int) -> np.ndarray:
@@ -96,8 +108,9 @@ def term_offsets(lay: MmaLayout, dil_h: int) -> np.ndarray:
 
 def weighted_terms(lay: MmaLayout) -> np.ndarray:
     """``[KP]`` bools: term kk is a filter term (not the spare term of an odd run, not padding)."""
-    r, j = np.divmod(np.arange(lay.kp), lay.krun)
-    return (r < lay.R) & (j < lay.S * lay.C)
+    r, jj = np.divmod(np.arange(lay.kp), lay.krun)
+    j = jj - lay.lead
+    return (r < lay.R) & (j >= 0) & (j < lay.S * lay.C)
 
 
 def pixel_bases(lay: MmaLayout, stride_h: int) -> np.ndarray:
@@ -108,25 +121,38 @@ def pixel_bases(lay: MmaLayout, stride_h: int) -> np.ndarray:
 
 def filter_matrix(w_slice: np.ndarray, lay: MmaLayout) -> np.ndarray:
     """B of one filter depth slice, ``[K][KP]`` float32: ``w_slice`` is ``(K, R, S, C)``; term
-    ``r * KRUN + s * C + c`` holds ``w[k, r, s, c]``, the spare and padding terms zero."""
+    ``r * KRUN + LEAD + s * C + c`` holds ``w[k, r, s, c]``, the spare and padding terms zero."""
     K = w_slice.shape[0]
     b = np.zeros((K, lay.kp), dtype=np.float32)
     run = w_slice.reshape(K, lay.R, lay.S * lay.C).astype(np.float32)
     for r in range(lay.R):
-        b[:, r * lay.krun:r * lay.krun + lay.S * lay.C] = run[:, r]
+        start = r * lay.krun + lay.lead
+        b[:, start:start + lay.S * lay.C] = run[:, r]
     return b
 
 
 def input_tile(x5: np.ndarray, p: ConvProblem, lay: MmaLayout, in_rows: int, n: int, d: int, tile_p: int,
                tile_q: int) -> np.ndarray:
     """The tile buffer the kernel multiplies from, flat: ``in_rows`` rows of ``COLS_ST`` pixels x C
-    channels (zeros outside the image), then the zeroed tail word (two elements)."""
+    channels (zeros outside the image), then the zeroed tail word (two elements). With span copies a
+    row is instead the ``ROWST`` elements of the image row's run of W x C elements from ``w0 x C -
+    SHIFT`` on (zeros outside the image), whose words the kernel copies."""
     _, H, W, _, _, _, _, _, _, _, sh, sw, _, _, _, _, ph, pw = _axes(p)
     h0, w0 = tile_p * lay.TP * sh - ph, tile_q * lay.TQ * sw - pw
-    tile = np.zeros((in_rows, lay.cols_st, lay.C), dtype=np.float32)
-    rows, cols = np.arange(in_rows) + h0, np.arange(lay.cols_st) + w0
-    rv, cv = (rows >= 0) & (rows < H), (cols >= 0) & (cols < W)
-    tile[np.ix_(rv, cv)] = x5[n, d][np.ix_(rows[rv], cols[cv])]
+    rows = np.arange(in_rows) + h0
+    rv = (rows >= 0) & (rows < H)
+    if lay.span:
+        e0 = w0 * lay.C - lay.shift
+        assert e0 % lay.span == 0 and (W * lay.C) % lay.span == 0, "every copied word lies in or out of the row"
+        tile = np.zeros((in_rows, lay.rowst), dtype=np.float32)
+        elems = np.arange(lay.rowst) + e0
+        ev = (elems >= 0) & (elems < W * lay.C)
+        tile[np.ix_(rv, ev)] = x5[n, d].reshape(H, W * lay.C)[np.ix_(rows[rv], elems[ev])]
+    else:
+        tile = np.zeros((in_rows, lay.cols_st, lay.C), dtype=np.float32)
+        cols = np.arange(lay.cols_st) + w0
+        cv = (cols >= 0) & (cols < W)
+        tile[np.ix_(rv, cv)] = x5[n, d][np.ix_(rows[rv], cols[cv])]
     return np.concatenate([tile.reshape(-1), np.zeros(2, dtype=np.float32)])
 
 

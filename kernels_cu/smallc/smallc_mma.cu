@@ -6,25 +6,30 @@
 // The implicit GEMM kernels cannot read a pixel of 3 channels as a 16-byte row, and the fp32 direct
 // kernel (smallc_fprop.cu) spends C*R*S multiply-adds per output, too many for a 7x7 window. Here an
 // output pixel's im2col row is read straight from the input tile, stored [row][col][c] with an even
-// row stride ROWST (COLS_ST columns: one spare when IN_COLS * C is odd). The reduction runs over
-// filter rows r, each a run of KRUN terms j = s * C + c of the filter's (S, C) order, KRUN = S * C
-// rounded up to even:
+// row stride ROWST (COLS_ST columns: one spare when IN_COLS * C is odd; with span copies, below, the
+// row's run starts SHIFT elements in). The reduction runs over filter rows r, each a run of KRUN terms
+// j = s * C + c of the filter's (S, C) order, after LEAD spare terms, KRUN = LEAD + S * C rounded up
+// to even:
 //   A[m][kk] = tile[base(m) + off(kk)],  base(m) = row(m) * stride_h * ROWST + col(m) * SW * C,
-//                                        off(r * KRUN + j) = r * dil_h * ROWST + s * DW * C + c;
+//                         off(r * KRUN + LEAD + j) = r * dil_h * ROWST + SHIFT + s * DW * C + c;
 //   the spare term j = S * C of an odd run reads, against a zero weight, the element after the run
-//   under PAIRS (below), else the window's first element.
+//   under PAIRS (below), else the window's first element; a leading spare term (j = -1) the element
+//   before the run.
 // With dilation 1 along W a run is S*C consecutive elements, so where SW * C is even (every base even)
 // and DW == 1 or C is even, each pair of terms (kk even, kk + 1) is one aligned 32-bit word: PAIRS,
-// one shared-memory read per A register. Otherwise (PAIRS = 0) each term is read on its
-// own. One table of offsets (shared memory) and four pixel bases per thread (registers) address every
+// one shared-memory read per A register (an odd SHIFT puts LEAD = 1 spare term before each run so
+// that the pairs stay aligned). Otherwise (PAIRS = 0) each term is read on its own. One table of offsets (shared memory) and four pixel bases per thread (registers) address every
 // A element; no im2col is ever written. The spare and padding terms (kk >= R * KRUN) carry zero
 // weights, and the A values they read are masked to zero as well (the offset table's codes), so an Inf
 // or NaN in x reaches only the outputs whose windows hold it, as in the reference.
 //
-// The input tile's copy (one per tile and filter depth slice, depthwise/halo_tile.cuh) starts before
-// the CTA multiplies the current tile, into a second buffer: cp.async of 4-16 bytes for even C runs
-// while the tensor cores work; the 2-byte copies of odd C go through registers and wait for their
-// loads. A zeroed word follows each buffer's tile (TAIL).
+// The input tile's copy (one per tile and filter depth slice) starts before the CTA multiplies the
+// current tile, into a second buffer, and runs while the tensor cores work: channels-last rows whose
+// length W * C and tile step TQ * SW * C are multiples of MM_SPAN elements are copied as the aligned
+// 4-16 byte words covering each tile row's run (smallc/span_tile.cuh, "span copies": an RGB stem's
+// rows are 16-byte copies, not 2-byte pixels); other tiles pixel by pixel (depthwise/halo_tile.cuh),
+// cp.async of 4-16 bytes for even C, and for odd C 2-byte copies through registers, which wait for
+// their loads. A zeroed word follows each buffer's tile (TAIL).
 //
 // CTA: 4 warps, an output tile of TP rows x TQ columns (BM = TP * TQ = 128 pixels: 32 per warp, two
 // m16 fragments) x BN output channels (BN / 8 n8 fragments) of one (image, output depth slice). The
@@ -48,7 +53,8 @@
 //      store: the layout's caller moves nothing.
 //
 // Compile-time (host: cuconv.backends.smallc.mma_variants): dtype, C, R, S, SW (stride along W), DW
-// (dilation along W), TP, TQ, BN, EV, VIN (channels per input copy) and NCHW (the operands' layout).
+// (dilation along W), TP, TQ, BN, EV, VIN (channels per input copy), SPAN and SHIFT (span copies) and
+// NCHW (the operands' layout).
 // Everything else is run-time (MmaGeometry).
 #include "common/types.cuh"
 #include "common/smem.cuh"
@@ -59,6 +65,7 @@
 #include "depthwise/halo_tile.cuh"
 #include "depthwise/direct_epilogue.cuh"
 #include "smallc/cf_tile.cuh"
+#include "smallc/span_tile.cuh"
 
 #ifndef SC_C
 #define SC_C 3
@@ -96,6 +103,12 @@
 #ifndef MM_NCHW
 #define MM_NCHW 0
 #endif
+#ifndef MM_SPAN
+#define MM_SPAN 0
+#endif
+#ifndef MM_SHIFT
+#define MM_SHIFT 0
+#endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME smallc_mma
 #endif
@@ -116,14 +129,24 @@ constexpr int TP = MM_TP, TQ = MM_TQ, BM = TP * TQ, BN = MM_BN, EV = MM_EV;
 constexpr bool CHANNELS_FIRST = MM_NCHW != 0;
 constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;  // input tile columns
 constexpr int COLS_ST = IN_COLS + ((IN_COLS * C) & 1);      // stored columns: an even row stride
-constexpr int ROWST = COLS_ST * C;                          // row stride of the input tile (elements)
-constexpr int KRUN = (S * C + 1) / 2 * 2;                   // terms of one filter row, padded to even
+// MM_SPAN = V (2, 4 or 8 elements): each tile row is copied as the aligned V-element words covering
+// its run of IN_COLS * C elements of x (span_tile.cuh); the run starts SHIFT elements into the row.
+constexpr int SPAN = MM_SPAN, SHIFT = MM_SHIFT;
+static_assert(SPAN == 0 || SPAN == 2 || SPAN == 4 || SPAN == 8, "span copies of 4, 8 or 16 bytes");
+static_assert(SHIFT == 0 || (SPAN > 0 && SHIFT < SPAN), "a shift lies within the first copied word");
+static_assert(!(SPAN > 0 && MM_NCHW), "span copies read channels-last rows");
+constexpr int SPAN_WORDS = SPAN ? (IN_COLS * C + SHIFT + SPAN - 1) / SPAN : 0;  // copies per tile row
+constexpr int ROWST = SPAN ? SPAN_WORDS * SPAN : COLS_ST * C;  // row stride of the input tile (elements)
+constexpr bool PAIRS = (SW * C) % 2 == 0 && (DWL == 1 || C % 2 == 0);
+// Under PAIRS every pixel's window starts SHIFT elements past an even offset; an odd SHIFT puts one
+// spare term (LEAD) before each filter row's run, so that each pair of terms is one aligned word.
+constexpr int LEAD = PAIRS ? (SHIFT & 1) : 0;
+constexpr int KRUN = (S * C + LEAD + 1) / 2 * 2;            // terms of one filter row, padded to even
 constexpr int KTERMS = R * KRUN;                            // terms of one filter depth slice
 constexpr int KP = (KTERMS + 15) / 16 * 16;                 // padded to whole k16 steps
 constexpr int KPS = KP + 8;                                 // row stride of the filter in shared memory
 constexpr int KSTEPS = KP / 16;
 constexpr int NFRAG = BN / 8;
-constexpr bool PAIRS = (SW * C) % 2 == 0 && (DWL == 1 || C % 2 == 0);
 constexpr int OFFS = PAIRS ? KP / 2 : KP;                   // offset table entries (pairs or terms)
 constexpr int SLD = BN + ((BN % 32 == 0 || BN % 32 == 16) ? 8 : 0);  // staged row stride (floats)
 constexpr int THREADS = 128;                                // 4 warps x 32 pixels
@@ -167,7 +190,7 @@ __device__ __forceinline__ TileCoords tile_coords(const MmaGeometry& g, int tile
 __device__ __forceinline__ int filter_bytes(int T) { return (T * BN * KPS * 2 + 15) & ~15; }
 __device__ __forceinline__ int tile_buffer_bytes(int in_rows) { return (in_rows * ROWST * 2 + 4 + 15) & ~15; }
 
-// The chunk's filter (w: [K][T][R][S][C]) -> sw[t][k - k0][r * KRUN + s * C + c], zero elsewhere.
+// The chunk's filter (w: [K][T][R][S][C]) -> sw[t][k - k0][r * KRUN + LEAD + s * C + c], zero elsewhere.
 __device__ __forceinline__ void load_filter(uint16_t* sw, const elem_t* w, const MmaGeometry& g, int k0) {
   const uint16_t* wu = reinterpret_cast<const uint16_t*>(w);
   const int total = g.T * BN * KP;
@@ -175,9 +198,9 @@ __device__ __forceinline__ void load_filter(uint16_t* sw, const elem_t* w, const
   for (int i = threadIdx.x; i < total; i += THREADS) {
     const int kk = i % KP, rest = i / KP;
     const int nn = rest % BN, t = rest / BN;
-    const int k = k0 + nn, r = kk / KRUN, j = kk - r * KRUN;
+    const int k = k0 + nn, r = kk / KRUN, j = kk - r * KRUN - LEAD;
     uint16_t v = 0;
-    if (r < R && j < S * C && k < g.K) {
+    if (r < R && j >= 0 && j < S * C && k < g.K) {
       if constexpr (CHANNELS_FIRST) {  // w[k][c][t][r][s]
         const int s_ = j / C, c = j - s_ * C;
         v = wu[(((int64_t)k * C + c) * g.T + t) * (R * S) + r * S + s_];
@@ -189,33 +212,37 @@ __device__ __forceinline__ void load_filter(uint16_t* sw, const elem_t* w, const
   }
 }
 
-// The offset of term kk in the input tile, relative to a pixel's base (padding terms: the window's
-// first element). Under PAIRS the table holds even terms only: a pair ending at the spare term j =
-// S * C reads the element after the run (the next pixel or row, the row's spare element, or after the
-// tile's last row a zeroed word: TAIL).
+// The offset of term kk in the input tile, relative to a pixel's base (padding terms: the tile
+// row's first element). Term kk of filter row r is element j = kk - r * KRUN - LEAD of the row's run,
+// which starts SHIFT elements into the window's first tile row (span copies). Under PAIRS the table
+// holds even terms only: a pair ending at the spare term j = S * C reads the element after the run
+// (the next pixel or row, the row's spare element, or after the tile's last row a zeroed word: TAIL);
+// a pair starting at the leading spare term j = -1 reads the element before the run (the pixel
+// before, or the last of the row's first SHIFT elements).
 __device__ __forceinline__ int term_offset(int kk, int dil_h) {
-  const int r = kk / KRUN, j = kk - r * KRUN;
+  const int r = kk / KRUN, j = kk - r * KRUN - LEAD;
   if (r >= R || j >= S * C) return 0;
+  if (j < 0) return r * dil_h * ROWST + SHIFT - 1;  // the leading spare term
   const int s = j / C, c = j - s * C;
-  return r * dil_h * ROWST + s * DWL * C + c;
+  return r * dil_h * ROWST + SHIFT + s * DWL * C + c;
 }
 
-// Whether term kk carries a weight (a real filter term, not the spare term of an odd run nor
-// padding past R * KRUN).
+// Whether term kk carries a weight (a real filter term, not a spare term of a run nor padding past
+// R * KRUN).
 __device__ __forceinline__ bool term_weighted(int kk) {
-  const int r = kk / KRUN, j = kk - r * KRUN;
-  return r < R && j < S * C;
+  const int r = kk / KRUN, j = kk - r * KRUN - LEAD;
+  return r < R && j >= 0 && j < S * C;
 }
 
-// PAIRS: the code in the two low bits of a pair's byte offset (a multiple of 4) says which halves carry
-// weights: 0 both, 1 the low one only (the high one is a spare term), 2 neither (padding). The A
-// register is masked to those halves, so a term without weight contributes an exact zero whatever
-// the tile holds there (an Inf or NaN of x included).
+// PAIRS: the code in the two low bits of a pair's byte offset (a multiple of 4) says which halves
+// carry no weight: bit 0 the high one, bit 1 the low one (0 both carry weights, 3 neither: padding).
+// The A register is masked to the weighted halves, so a term without weight contributes an exact zero
+// whatever the tile holds there (an Inf or NaN of x included).
 __device__ __forceinline__ int pair_code(int kk) {
-  return term_weighted(kk) ? (term_weighted(kk + 1) ? 0 : 1) : 2;
+  return (term_weighted(kk) ? 0 : 2) | (term_weighted(kk + 1) ? 0 : 1);
 }
 __device__ __forceinline__ uint32_t pair_mask(int entry) {
-  return (entry & 2) ? 0u : (0xFFFFFFFFu >> ((entry & 1) * 16));
+  return ((entry & 2) ? 0u : 0x0000FFFFu) | ((entry & 1) ? 0u : 0xFFFF0000u);
 }
 
 // Without PAIRS: a term's element offset, or -1 for a term without weight (read as zero).
@@ -361,6 +388,12 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   auto start_copy = [&](int tile, int t, int buf) {
     const TileSource src = tile_source(x, g, tile, t);
     unsigned char* dst = tiles + buf * buf_bytes;
+    if constexpr (SPAN > 0) {
+      sc::copy_tile_span<SPAN, SPAN_WORDS, THREADS>(reinterpret_cast<elem_t*>(dst), src.plane, src.h0,
+                                                    src.w0 * C - SHIFT, g.in_rows, ROWST, g.H, g.W * C);
+      sm80::cp_async_commit();
+      return;
+    }
     if constexpr (CHANNELS_FIRST) {
       sc::gather_tile_channels_first<C, COLS_ST>(reinterpret_cast<elem_t*>(dst), src.plane, (int64_t)g.D * g.H * g.W,
                                              src.h0, src.w0, g.in_rows, COLS_ST, FastDivisor{}, g.H, g.W, THREADS);

@@ -176,9 +176,10 @@ class DepthwisePlan(DirectPlan):
 
 
 def vector_alignments(problem, cfg: DwConfig):
-    """``(x, out)``: the byte alignments of x's copies (``vin`` channels) and of the epilogue's accesses of
-    out, bias and residual (``vec`` channels) in the depthwise design's kernels."""
-    return cfg.vin * problem.itemsize, cfg.vec * problem.itemsize
+    """``(x, out)``: the byte alignments of x's copies (``vin`` channels, or ``copy_elems`` elements for a
+    config whose copies are not whole pixels' channels) and of the epilogue's accesses of out, bias and
+    residual (``vec`` channels) in the depthwise design's kernels."""
+    return getattr(cfg, "copy_elems", cfg.vin) * problem.itemsize, cfg.vec * problem.itemsize
 
 
 def aligned_operands(problem, cfg: DwConfig, x, bias, residual, out):

@@ -17,7 +17,7 @@ from ...problem import LAYOUTS, ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 from .variants import DTYPE_TAG, few_channels_declined
 
-__all__ = ["MmaConfig", "mma_config", "mma_terms", "mma_variant", "mma_declined", "min_blocks", "MMA_SOURCE",
+__all__ = ["MmaConfig", "mma_config", "mma_terms", "span_copy", "mma_variant", "mma_declined", "min_blocks", "MMA_SOURCE",
            "MAX_TERMS", "SMEM_LIMIT", "THREADS", "BM"]
 
 MMA_SOURCE = "smallc/smallc_mma.cu"
@@ -53,12 +53,26 @@ class MmaConfig:
     kp: int         # reduction terms per filter depth slice, padded to whole k16 steps
     pairs: bool     # A read as 32-bit pairs of terms (PAIRS of the kernel)
     smem: int       # dynamic shared memory (bytes)
+    rowst: int      # elements per stored tile row (ROWST of the kernel)
+    span: int = 0   # span copies: elements per copy of a tile row's run (2, 4 or 8); 0: copies of vin channels
+    shift: int = 0  # span copies: where the run starts in its first word (elements)
     threads: int = THREADS
 
     @property
     def vec(self) -> int:
         """Channels per access of out, bias and residual (``aligned_operands``)."""
         return self.ev
+
+    @property
+    def copy_elems(self) -> int:
+        """Elements per copy of x into the input tile (``aligned_operands`` aligns x to them)."""
+        return self.span or self.vin
+
+    @property
+    def lead(self) -> int:
+        """Spare terms before each filter row's run (LEAD of the kernel): 1 where pairs of terms read
+        from runs that start on an odd element."""
+        return self.shift & 1 if self.pairs else 0
 
     def tiles(self, p: ConvProblem) -> int:
         """Output tiles: chunks x images x output depth x tiles per plane (the persistent grid's work)."""
@@ -79,11 +93,27 @@ def mma_declined(p: ConvProblem) -> Optional[str]:
     return index_range_declined(p) or plane_offsets_declined(p)
 
 
-def mma_terms(p: ConvProblem) -> int:
-    """Reduction terms of one filter depth slice as the kernel lays them out: R runs of S x C terms,
-    each padded to an even count (KTERMS of the kernel)."""
+def mma_terms(p: ConvProblem, lead: int = 0) -> int:
+    """Reduction terms of one filter depth slice as the kernel lays them out: R runs of ``lead`` spare
+    terms and S x C terms, each padded to an even count (KTERMS of the kernel)."""
     _, R, S, _, _, _ = problem_axes(p)
-    return R * (-(-(S * p.channels) // 2) * 2)
+    return R * (-(-(S * p.channels + lead) // 2) * 2)
+
+
+def span_copy(p: ConvProblem, tq: int, vin: int):
+    """``(span, shift)``: the widest copy of V = 8, 4 or 2 elements (16, 8 or 4 bytes) wider than the
+    ``vin`` channels of a per-pixel copy, with which tiles of ``tq`` columns can copy their rows' runs of
+    a channels-last x (kernels_cu/smallc/span_tile.cuh), and the element where each run starts in its
+    first word; ``(0, 0)`` where none applies. V must divide a row of x (W x C elements: no word mixes
+    image and padding) and a tile's step along it (tq x stride x C: every tile's run starts at the same
+    place in its word)."""
+    if not LAYOUTS[p.layout][1]:
+        return 0, 0
+    W, C, sw, pad_w = p.in_spatial[-1], p.channels, p.stride[-1], p.pad_lo[-1]
+    for v in (8, 4, 2):
+        if v > vin and (W * C) % v == 0 and (tq * sw * C) % v == 0:
+            return v, (-pad_w * C) % v
+    return 0, 0
 
 
 def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig, str]:
@@ -92,44 +122,50 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
     BN: the output channels in the fewest chunks of at most 64, each a whole number of n8 fragments;
     EV: the largest power of two up to 8 dividing K. Tile: the 128-pixel shape (TQ of 8-128 columns)
     with the least output padding plus input-tile reads (halo included, counted per output channel of
-    the chunk) among the shapes whose shared memory fits. Shared memory (the kernel's layout): the filter
-    slices, the offset table, two input tile buffers (an even row stride, a zeroed tail word) and four
-    warps' staging rows."""
+    the chunk) among the shapes whose shared memory fits. Input copies: span copies of the tile rows'
+    runs (:func:`span_copy`) where they apply, else copies of ``vin`` channels per pixel. Shared memory
+    (the kernel's layout): the filter slices, the offset table, two input tile buffers (an even row
+    stride, a zeroed tail word) and four warps' staging rows."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     C, K, esize = p.channels, p.out_channels, p.itemsize
     chunks = -(-K // MAX_BN)
     bn = -(-(-(-K // chunks)) // 8) * 8
-    kp = -(-mma_terms(p) // 16) * 16
     pairs = (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
     vin = pow2_divisor(C, 16 // esize) if C * esize >= 4 else 1
+    sld = bn + (8 if bn % 32 in (0, 16) else 0)
 
     def extent(tp_, tq_):
         return (tp_ - 1) * sh + (R - 1) * dh + 1, (tq_ - 1) * sw + (S - 1) * dw + 1
-
-    # Shared memory besides the input tiles: the filter slices, the offset table, four warps' staging rows.
-    sld = bn + (8 if bn % 32 in (0, 16) else 0)
-    fixed = -(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4 + 4 * 16 * sld * 4
 
     best, smallest = None, None
     for tq in _TILE_COLS:
         tp = BM // tq
         rows, cols = extent(tp, tq)
         cols_st = cols + (cols * C) % 2  # stored columns: an even number of words per row
-        smem = fixed + 2 * (-(-(rows * cols_st * C * esize + 4) // 16) * 16)  # two buffers, a zeroed tail word
+        # span copies where they apply and fit, else copies of vin channels
+        for span, shift in dict.fromkeys((span_copy(p, tq, vin), (0, 0))):
+            kp = -(-mma_terms(p, shift & 1 if pairs else 0) // 16) * 16
+            # Shared memory besides the input tiles: the filter slices, the offset table, four warps' staging rows.
+            fixed = -(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4 + 4 * 16 * sld * 4
+            rowst = -(-(cols * C + shift) // span) * span if span else cols_st * C
+            smem = fixed + 2 * (-(-(rows * rowst * esize + 4) // 16) * 16)  # two buffers, a zeroed tail word
+            if smem <= smem_limit:
+                break
         if smallest is None or smem < smallest[0]:
             smallest = (smem, rows, cols)
         if smem > smem_limit:
             continue
         cost = -(-P // tp) * -(-Q // tq) * (rows * cols * C / bn + BM)
         if best is None or cost < best[0]:
-            best = (cost, tp, tq, rows, cols_st, smem)
+            best = (cost, dict(tp=tp, tq=tq, in_rows=rows, in_cols=cols_st, kp=kp, smem=smem, rowst=rowst,
+                               span=span, shift=shift))
     if best is None:
         smem, rows, cols = smallest
         return (f"the filter ({T} slices) and the {rows}x{cols} input tile need {smem} bytes of shared "
                 f"memory, over the {smem_limit} the kernel uses")
-    _, tp, tq, in_rows, cols_st, smem = best
-    cfg = MmaConfig(bn=bn, ev=pow2_divisor(K, 8), vin=vin, tp=tp, tq=tq, in_rows=in_rows, in_cols=cols_st,
-                    tiles_p=-(-P // tp), tiles_q=-(-Q // tq), chunks=chunks, kp=kp, pairs=pairs, smem=smem)
+    tile = best[1]
+    cfg = MmaConfig(bn=bn, ev=pow2_divisor(K, 8), vin=vin, tiles_p=-(-P // tile["tp"]), tiles_q=-(-Q // tile["tq"]),
+                    chunks=chunks, pairs=pairs, **tile)
     if cfg.tiles(p) >= 2**31:
         return f"{cfg.tiles(p)} tiles: over the kernel's 32-bit tile index"
     return cfg
@@ -147,13 +183,16 @@ def mma_variant(p: ConvProblem, cfg: MmaConfig):
     _, R, S, (_, sw), (_, dw), _ = problem_axes(p)
     blocks = min_blocks(cfg.bn, cfg.pairs)
     cf = not LAYOUTS[p.layout][1]  # channels-first output (the variant's epilogue stores it)
+    copies = f"_v{cfg.span}s{cfg.shift}" if cfg.span else f"_i{cfg.vin}"
     name = (f"smallc_mma_{DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
-            f"_e{cfg.ev}_i{cfg.vin}_b{blocks}" + ("_cf" if cf else ""))
+            f"_e{cfg.ev}{copies}_b{blocks}" + ("_cf" if cf else ""))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
                    SC_VIN=cfg.vin, MM_TP=cfg.tp, MM_TQ=cfg.tq, MM_BN=cfg.bn, MM_EV=cfg.ev, MM_MIN_BLOCKS=blocks,
                    CUCONV_KERNEL_NAME=name)
     if cf:
         defines["MM_NCHW"] = 1
+    if cfg.span:
+        defines.update(MM_SPAN=cfg.span, MM_SHIFT=cfg.shift)
     return name, defines
 
 
