@@ -143,8 +143,10 @@ def test_span_copies_where_rows_allow_them():
     """Channels-last tiles copy their rows' runs as 16-byte words where W x C and a tile's step along
     the row are multiples of 8 elements (an RGB stem's 2-byte pixels otherwise go through registers):
     the run's start within its word (SHIFT) puts a spare term before each filter row where pairs of
-    terms would start on odd elements, and x must then be 16-byte aligned. Rows of odd length, x
-    already copied 16 bytes per pixel, and channels-first x keep their copies."""
+    terms would start on odd elements, and x must then be 16-byte aligned. Rows of odd length and x
+    already copied 16 bytes per pixel keep their copies. Channels-first x is copied plane by plane
+    into a [row][c][col] tile where W and a tile's step are multiples of the word."""
+    import dataclasses
     from cuconv.backends.depthwise.kernel import vector_alignments
     stem = problem2d(N=32, H=224, W=224, C=3, K=64, R=7, S=7, stride=2, padding=3)
     cfg = mma_config(stem)
@@ -159,7 +161,17 @@ def test_span_copies_where_rows_allow_them():
     odd_row = mma_config(problem2d(N=2, H=33, W=33, C=3, K=16, R=7, S=7, stride=2, padding=3))
     assert odd_row.span == 0 and odd_row.vin == 1 and odd_row.lead == 0
     assert mma_config(problem2d(N=2, H=32, W=32, C=8, K=16)).span == 0
-    assert mma_config(CATALOG["c4_3x3_nchw"]).span == 0
+    cf = dataclasses.replace(stem, layout="NCHW")
+    cfg = mma_config(cf)
+    assert cfg.planar and (cfg.span, cfg.shift, cfg.lead, cfg.pairs) == (8, (-3) % 8, 1, True)
+    assert cfg.kp == 7 * 3 * 8 + 8  # R x C runs of LEAD + S = 8 terms, padded to a k16 step
+    plan = SmallcMmaKernel().plan(cf, H100, Overrides())
+    assert "stored [row][c][col]" in plan.describe() and "copied from the channel planes" in plan.describe()
+    # stride 1 channels-first: planar runs have no pairs of terms along s (odd window starts)
+    conv_in = mma_config(dataclasses.replace(problem2d(N=1, H=64, W=64, C=4, K=512), layout="NCHW"))
+    assert conv_in.planar and not conv_in.pairs and conv_in.lead == 0
+    # W not a multiple of two: the channels-first gather
+    assert not mma_config(dataclasses.replace(problem2d(N=1, H=33, W=33, C=4, K=64), layout="NCHW")).span
 
 
 def test_tile_shape_is_one_that_fits():
@@ -183,7 +195,8 @@ def test_model_addressing_is_the_convolution(case):
     """The kernel's A addressing (pixel bases + term offsets into the tile buffer, pairs of terms,
     spare and padding terms against zero weights), run on the CPU through cuconv.models.smallc_mma
     with the host's tile shapes, is the convolution; every read stays in the tile buffer (its tail
-    word included) and every pair read is 32-bit aligned."""
+    word included) and every pair read is 32-bit aligned. Channels-first problems run the same model
+    with the tile their variant stores (a [row][c][col] tile where span copies apply)."""
     p = case_problem(case)
     cfg = mma_config(p)
     assume(not isinstance(cfg, str))

@@ -54,7 +54,10 @@ class MmaLayout:
     pairs: bool     # PAIRS: A read as 32-bit pairs of terms
     span: int = 0   # SPAN: elements per copy of a row's run (0: copies of whole pixels)
     shift: int = 0  # SHIFT: where the run starts in the stored row
-    lead: int = 0   # LEAD: spare terms before each filter row's run
+    lead: int = 0   # LEAD: spare terms before each run of terms
+    planar: bool = False  # PLANAR: the tile stored [row][c][col] (span copies of channels-first x)
+    rowc: int = 0   # ROWC: PLANAR, the stride of a tile row's channel runs
+    runc: int = 0   # RUNC: PLANAR, terms of one channel's run
 
 
 def _axes(p: ConvProblem):
@@ -74,27 +77,47 @@ def layout(p: ConvProblem, cfg) -> MmaLayout:
     C = p.channels
     in_cols = (cfg.tq - 1) * sw + (S - 1) * dw + 1
     cols_st = in_cols + (in_cols * C) % 2
-    pairs = (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
-    span, shift = cfg.span, cfg.shift
+    span, shift, planar = cfg.span, cfg.shift, cfg.planar
+    pairs = (sw % 2 == 0 and dw == 1) if planar else (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
     lead = shift & 1 if pairs else 0
-    krun = -(-(S * C + lead) // 2) * 2
+    if planar:
+        runc = -(-(S + lead) // 2) * 2 if pairs else S
+        krun = -(-(C * runc) // 2) * 2
+        rowc = -(-(in_cols + shift) // span) * span
+        rowst = C * rowc
+    else:
+        runc = rowc = 0
+        krun = -(-(S * C + lead) // 2) * 2
+        rowst = -(-(in_cols * C + shift) // span) * span if span else cols_st * C
     kp = -(-(R * krun) // 16) * 16
-    rowst = -(-(in_cols * C + shift) // span) * span if span else cols_st * C
     return MmaLayout(C=C, R=R, S=S, SW=sw, DW=dw, TP=cfg.tp, TQ=cfg.tq, in_cols=in_cols, cols_st=cols_st,
-                     rowst=rowst, krun=krun, kp=kp, pairs=pairs, span=span, shift=shift, lead=lead)
+                     rowst=rowst, krun=krun, kp=kp, pairs=pairs, span=span, shift=shift, lead=lead, planar=planar,
+                     rowc=rowc, runc=runc)
+
+
+def _position(lay: MmaLayout, kk: int):
+    """``term_position`` of the kernel: term kk as (r, c, s) and whether it carries a weight."""
+    r, jj = divmod(kk, lay.krun)
+    if lay.planar:
+        c, s = divmod(jj, lay.runc)
+        s -= lay.lead
+        return r, c, s, r < lay.R and c < lay.C and 0 <= s < lay.S
+    j = jj - lay.lead
+    s = j // lay.C if j >= 0 else -1
+    c = j - s * lay.C
+    return r, c, s, r < lay.R and 0 <= j < lay.S * lay.C
 
 
 def _term(lay: MmaLayout, kk: int, dil_h: int) -> int:
     """``term_offset`` of the kernel: term kk's element relative to a pixel's base (0 for the padding
     terms and the spare term after a run, the element before the run for a leading spare term)."""
-    r, jj = divmod(kk, lay.krun)
-    j = jj - lay.lead
-    if r >= lay.R or j >= lay.S * lay.C:
+    r, c, s, _ = _position(lay, kk)
+    if r >= lay.R or c >= lay.C or s >= lay.S:
         return 0
-    if j < 0:
-        return r * dil_h * lay.rowst + lay.shift - 1
-    s, c = divmod(j, lay.C)
-    return r * dil_h * lay.rowst + lay.shift + s * lay.DW * lay.C + c
+    row = r * dil_h * lay.rowst + lay.shift
+    if lay.planar:
+        return row + c * lay.rowc + s * lay.DW
+    return row - 1 if s < 0 else row + s * lay.DW * lay.C + c
 
 
 def term_offsets(lay: MmaLayout, dil_h: int) -> np.ndarray:
@@ -108,26 +131,25 @@ def term_offsets(lay: MmaLayout, dil_h: int) -> np.ndarray:
 
 def weighted_terms(lay: MmaLayout) -> np.ndarray:
     """``[KP]`` bools: term kk is a filter term (not the spare term of an odd run, not padding)."""
-    r, jj = np.divmod(np.arange(lay.kp), lay.krun)
-    j = jj - lay.lead
-    return (r < lay.R) & (j >= 0) & (j < lay.S * lay.C)
+    return np.array([_position(lay, kk)[3] for kk in range(lay.kp)], dtype=bool)
 
 
 def pixel_bases(lay: MmaLayout, stride_h: int) -> np.ndarray:
     """The window origin (element index in the tile) of each tile pixel m = row * TQ + col."""
     m = np.arange(lay.TP * lay.TQ)
-    return (m // lay.TQ) * stride_h * lay.rowst + (m % lay.TQ) * lay.SW * lay.C
+    return (m // lay.TQ) * stride_h * lay.rowst + (m % lay.TQ) * lay.SW * (1 if lay.planar else lay.C)
 
 
 def filter_matrix(w_slice: np.ndarray, lay: MmaLayout) -> np.ndarray:
-    """B of one filter depth slice, ``[K][KP]`` float32: ``w_slice`` is ``(K, R, S, C)``; term
-    ``r * KRUN + LEAD + s * C + c`` holds ``w[k, r, s, c]``, the spare and padding terms zero."""
+    """B of one filter depth slice, ``[K][KP]`` float32: ``w_slice`` is ``(K, R, S, C)``; term kk at
+    (r, c, s) (:func:`_position`: ``r * KRUN + LEAD + s * C + c``, PLANAR ``r * KRUN + c * RUNC + LEAD +
+    s``) holds ``w[k, r, s, c]``, the spare and padding terms zero."""
     K = w_slice.shape[0]
     b = np.zeros((K, lay.kp), dtype=np.float32)
-    run = w_slice.reshape(K, lay.R, lay.S * lay.C).astype(np.float32)
-    for r in range(lay.R):
-        start = r * lay.krun + lay.lead
-        b[:, start:start + lay.S * lay.C] = run[:, r]
+    for kk in range(lay.kp):
+        r, c, s, weighted = _position(lay, kk)
+        if weighted:
+            b[:, kk] = w_slice[:, r, s, c]
     return b
 
 
@@ -136,12 +158,22 @@ def input_tile(x5: np.ndarray, p: ConvProblem, lay: MmaLayout, in_rows: int, n: 
     """The tile buffer the kernel multiplies from, flat: ``in_rows`` rows of ``COLS_ST`` pixels x C
     channels (zeros outside the image), then the zeroed tail word (two elements). With span copies a
     row is instead the ``ROWST`` elements of the image row's run of W x C elements from ``w0 x C -
-    SHIFT`` on (zeros outside the image), whose words the kernel copies."""
+    SHIFT`` on (zeros outside the image), whose words the kernel copies; PLANAR, C runs of ``ROWC``
+    elements, channel c's from ``w0 - SHIFT`` on in its plane."""
     _, H, W, _, _, _, _, _, _, _, sh, sw, _, _, _, _, ph, pw = _axes(p)
     h0, w0 = tile_p * lay.TP * sh - ph, tile_q * lay.TQ * sw - pw
     rows = np.arange(in_rows) + h0
     rv = (rows >= 0) & (rows < H)
-    if lay.span:
+    if lay.planar:
+        e0 = w0 - lay.shift
+        assert e0 % lay.span == 0 and W % lay.span == 0, "every copied word lies in or out of the row"
+        tile = np.zeros((in_rows, lay.C, lay.rowc), dtype=np.float32)
+        elems = np.arange(lay.rowc) + e0
+        ev = (elems >= 0) & (elems < W)
+        planes = np.moveaxis(x5[n, d], -1, 0)  # (C, H, W)
+        tile[np.ix_(rv, np.arange(lay.C) >= 0, ev)] = np.moveaxis(planes[np.ix_(np.arange(lay.C), rows[rv],
+                                                                                elems[ev])], 0, 1)
+    elif lay.span:
         e0 = w0 * lay.C - lay.shift
         assert e0 % lay.span == 0 and (W * lay.C) % lay.span == 0, "every copied word lies in or out of the row"
         tile = np.zeros((in_rows, lay.rowst), dtype=np.float32)

@@ -129,19 +129,29 @@ constexpr int TP = MM_TP, TQ = MM_TQ, BM = TP * TQ, BN = MM_BN, EV = MM_EV;
 constexpr bool CHANNELS_FIRST = MM_NCHW != 0;
 constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;  // input tile columns
 constexpr int COLS_ST = IN_COLS + ((IN_COLS * C) & 1);      // stored columns: an even row stride
-// MM_SPAN = V (2, 4 or 8 elements): each tile row is copied as the aligned V-element words covering
-// its run of IN_COLS * C elements of x (span_tile.cuh); the run starts SHIFT elements into the row.
+// MM_SPAN = V (2, 4 or 8 elements): span copies (smallc/span_tile.cuh). Channels-last, each tile row
+// is copied as the aligned V-element words covering its run of IN_COLS * C elements of x; the run
+// starts SHIFT elements into the stored row. Channels-first (PLANAR), the tile is stored [row][c][col]
+// instead: each row holds C runs of IN_COLS elements, one per channel plane, ROWC elements apart, each
+// starting SHIFT elements in.
 constexpr int SPAN = MM_SPAN, SHIFT = MM_SHIFT;
 static_assert(SPAN == 0 || SPAN == 2 || SPAN == 4 || SPAN == 8, "span copies of 4, 8 or 16 bytes");
 static_assert(SHIFT == 0 || (SPAN > 0 && SHIFT < SPAN), "a shift lies within the first copied word");
-static_assert(!(SPAN > 0 && MM_NCHW), "span copies read channels-last rows");
-constexpr int SPAN_WORDS = SPAN ? (IN_COLS * C + SHIFT + SPAN - 1) / SPAN : 0;  // copies per tile row
-constexpr int ROWST = SPAN ? SPAN_WORDS * SPAN : COLS_ST * C;  // row stride of the input tile (elements)
-constexpr bool PAIRS = (SW * C) % 2 == 0 && (DWL == 1 || C % 2 == 0);
+constexpr bool PLANAR = SPAN > 0 && CHANNELS_FIRST;
+constexpr int RUN_ELEMS = PLANAR ? IN_COLS : IN_COLS * C;   // elements of one copied run
+constexpr int SPAN_WORDS = SPAN ? (RUN_ELEMS + SHIFT + SPAN - 1) / SPAN : 0;  // copies per run
+constexpr int ROWC = PLANAR ? SPAN_WORDS * SPAN : 0;        // PLANAR: stride of the channels' runs
+constexpr int ROWST = PLANAR ? C * ROWC : SPAN ? SPAN_WORDS * SPAN : COLS_ST * C;  // tile row stride (elements)
+// A pixel's window moves SW * C elements per output column (SW when PLANAR); pairs of terms are
+// adjacent elements of one run: along (s, c) channels-last, along s within one channel when PLANAR.
+constexpr int PIX_STEP = PLANAR ? SW : SW * C;
+constexpr bool PAIRS = PLANAR ? (SW % 2 == 0 && DWL == 1) : (SW * C) % 2 == 0 && (DWL == 1 || C % 2 == 0);
 // Under PAIRS every pixel's window starts SHIFT elements past an even offset; an odd SHIFT puts one
-// spare term (LEAD) before each filter row's run, so that each pair of terms is one aligned word.
+// spare term (LEAD) before each run of terms, so that each pair of terms is one aligned word.
 constexpr int LEAD = PAIRS ? (SHIFT & 1) : 0;
-constexpr int KRUN = (S * C + LEAD + 1) / 2 * 2;            // terms of one filter row, padded to even
+// Terms of one channel's run (PLANAR: LEAD + S, even under PAIRS), of one filter row (even).
+constexpr int RUNC = PLANAR ? (PAIRS ? (S + LEAD + 1) / 2 * 2 : S) : 0;
+constexpr int KRUN = PLANAR ? (C * RUNC + 1) / 2 * 2 : (S * C + LEAD + 1) / 2 * 2;
 constexpr int KTERMS = R * KRUN;                            // terms of one filter depth slice
 constexpr int KP = (KTERMS + 15) / 16 * 16;                 // padded to whole k16 steps
 constexpr int KPS = KP + 8;                                 // row stride of the filter in shared memory
@@ -190,48 +200,81 @@ __device__ __forceinline__ TileCoords tile_coords(const MmaGeometry& g, int tile
 __device__ __forceinline__ int filter_bytes(int T) { return (T * BN * KPS * 2 + 15) & ~15; }
 __device__ __forceinline__ int tile_buffer_bytes(int in_rows) { return (in_rows * ROWST * 2 + 4 + 15) & ~15; }
 
-// The chunk's filter (w: [K][T][R][S][C]) -> sw[t][k - k0][r * KRUN + LEAD + s * C + c], zero elsewhere.
+// Term kk of a filter depth slice as (filter row r, channel c, filter column s); false for a term
+// without weight: padding past R * KRUN, a run's leading spare term (s = -1) or the spare term after
+// an odd run. Channels-last: term r * KRUN + LEAD + s * C + c. PLANAR: term r * KRUN + c * RUNC + LEAD + s.
+__device__ __forceinline__ bool term_position(int kk, int& r, int& c, int& s) {
+  r = kk / KRUN;
+  const int jj = kk - r * KRUN;
+  if constexpr (PLANAR) {
+    c = jj / RUNC;
+    s = jj - c * RUNC - LEAD;
+    return r < R && c < C && s >= 0 && s < S;
+  } else {
+    const int j = jj - LEAD;
+    s = j >= 0 ? j / C : -1;
+    c = j - s * C;
+    return r < R && j >= 0 && j < S * C;
+  }
+}
+
+// The chunk's filter (w: [K][T][R][S][C], channels-first [K][C][T][R][S]) -> sw[t][k - k0][kk] in the
+// order of term_position, zero for the terms without weight and past K.
+constexpr int FILTER_BATCH = 16;
 __device__ __forceinline__ void load_filter(uint16_t* sw, const elem_t* w, const MmaGeometry& g, int k0) {
   const uint16_t* wu = reinterpret_cast<const uint16_t*>(w);
   const int total = g.T * BN * KP;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < total; i += THREADS) {
-    const int kk = i % KP, rest = i / KP;
-    const int nn = rest % BN, t = rest / BN;
-    const int k = k0 + nn, r = kk / KRUN, j = kk - r * KRUN - LEAD;
-    uint16_t v = 0;
-    if (r < R && j >= 0 && j < S * C && k < g.K) {
+#pragma unroll 1
+  for (int i0 = threadIdx.x; i0 < total; i0 += FILTER_BATCH * THREADS) {
+    uint16_t v[FILTER_BATCH];
+#pragma unroll
+    for (int b = 0; b < FILTER_BATCH; ++b) {
+      const int i = i0 + b * THREADS;
+      const int kk = i % KP, rest = i / KP;
+      const int nn = rest % BN, t = rest / BN;
+      const int k = k0 + nn;
+      int r, c, s_;
+      const bool valid = term_position(kk, r, c, s_) && i < total && k < g.K;
+      int64_t at = 0;
       if constexpr (CHANNELS_FIRST) {  // w[k][c][t][r][s]
-        const int s_ = j / C, c = j - s_ * C;
-        v = wu[(((int64_t)k * C + c) * g.T + t) * (R * S) + r * S + s_];
+        at = (((int64_t)k * C + c) * g.T + t) * (R * S) + r * S + s_;
       } else {                         // w[k][t][r][s][c]
-        v = wu[((int64_t)k * g.T + t) * (R * S * C) + r * S * C + j];
+        at = (((int64_t)k * g.T + t) * (R * S) + r * S + s_) * C + c;
+      }
+      v[b] = sm80::load_u16_zfill(wu + (valid ? at : 0), valid);
+    }
+#pragma unroll
+    for (int b = 0; b < FILTER_BATCH; ++b) {
+      const int i = i0 + b * THREADS;
+      if (i < total) {
+        const int kk = i % KP, rest = i / KP;  // rest = t * BN + nn
+        sw[rest * KPS + kk] = v[b];
       }
     }
-    sw[(t * BN + nn) * KPS + kk] = v;
   }
 }
 
 // The offset of term kk in the input tile, relative to a pixel's base (padding terms: the tile
-// row's first element). Term kk of filter row r is element j = kk - r * KRUN - LEAD of the row's run,
-// which starts SHIFT elements into the window's first tile row (span copies). Under PAIRS the table
-// holds even terms only: a pair ending at the spare term j = S * C reads the element after the run
+// row's first element). The terms of filter row r read tile row r * dil_h of the window, whose run
+// (channels-last) or channel c's run (PLANAR) starts SHIFT elements in. Under PAIRS the table holds
+// even terms only: a pair ending at the spare term after an odd run reads the element after the run
 // (the next pixel or row, the row's spare element, or after the tile's last row a zeroed word: TAIL);
-// a pair starting at the leading spare term j = -1 reads the element before the run (the pixel
-// before, or the last of the row's first SHIFT elements).
+// a pair starting at a leading spare term (s = -1) reads the element before the run (the pixel
+// before, or the last of the run's first SHIFT elements).
 __device__ __forceinline__ int term_offset(int kk, int dil_h) {
-  const int r = kk / KRUN, j = kk - r * KRUN - LEAD;
-  if (r >= R || j >= S * C) return 0;
-  if (j < 0) return r * dil_h * ROWST + SHIFT - 1;  // the leading spare term
-  const int s = j / C, c = j - s * C;
-  return r * dil_h * ROWST + SHIFT + s * DWL * C + c;
+  int r, c, s;
+  term_position(kk, r, c, s);
+  if (r >= R || c >= C || s >= S) return 0;  // padding, or the spare term after an odd run
+  const int row = r * dil_h * ROWST + SHIFT;
+  if constexpr (PLANAR) return row + c * ROWC + s * DWL;  // s = -1: the leading spare (DWL is 1 there)
+  return s < 0 ? row - 1 : row + s * DWL * C + c;
 }
 
 // Whether term kk carries a weight (a real filter term, not a spare term of a run nor padding past
 // R * KRUN).
 __device__ __forceinline__ bool term_weighted(int kk) {
-  const int r = kk / KRUN, j = kk - r * KRUN - LEAD;
-  return r < R && j >= 0 && j < S * C;
+  int r, c, s;
+  return term_position(kk, r, c, s);
 }
 
 // PAIRS: the code in the two low bits of a pair's byte offset (a multiple of 4) says which halves
@@ -388,9 +431,15 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   auto start_copy = [&](int tile, int t, int buf) {
     const TileSource src = tile_source(x, g, tile, t);
     unsigned char* dst = tiles + buf * buf_bytes;
-    if constexpr (SPAN > 0) {
-      sc::copy_tile_span<SPAN, SPAN_WORDS, THREADS>(reinterpret_cast<elem_t*>(dst), src.plane, src.h0,
-                                                    src.w0 * C - SHIFT, g.in_rows, ROWST, g.H, g.W * C);
+    if constexpr (PLANAR) {  // C runs per tile row, one from each channel plane
+      sc::copy_tile_span<SPAN, SPAN_WORDS, THREADS, C>(reinterpret_cast<elem_t*>(dst), src.plane,
+                                                       (int64_t)g.D * g.H * g.W, src.h0, src.w0 - SHIFT,
+                                                       g.in_rows, ROWST, ROWC, g.H, g.W);
+      sm80::cp_async_commit();
+      return;
+    } else if constexpr (SPAN > 0) {  // one run per tile row
+      sc::copy_tile_span<SPAN, SPAN_WORDS, THREADS, 1>(reinterpret_cast<elem_t*>(dst), src.plane, 0, src.h0,
+                                                       src.w0 * C - SHIFT, g.in_rows, ROWST, 0, g.H, g.W * C);
       sm80::cp_async_commit();
       return;
     }
@@ -438,7 +487,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int m = warp * 32 + f * 16 + h * 8 + (lane >> 2);
-        base[f][h] = ((m / TQ) * g.stride_h * ROWST + (m % TQ) * SW * C) * 2;
+        base[f][h] = ((m / TQ) * g.stride_h * ROWST + (m % TQ) * PIX_STEP) * 2;
       }
     float acc[2][NFRAG][4];
 #pragma unroll

@@ -87,14 +87,20 @@ class SmallcMmaPlan(DirectPlan):
         T = problem_axes(p)[0]
         depth = f", {T} filter slices in turn" if p.nd == 3 else ""
         reads = "pairs of terms" if c.pairs else "single terms"
-        copies = (f"rows copied as {2 * c.span}-byte words" if c.span else f"copies of {c.vin} channels")
+        if c.planar:
+            copies = f"each channel plane's rows copied as {2 * c.span}-byte words, stored [row][c][col]"
+        elif c.span:
+            copies = f"rows copied as {2 * c.span}-byte words"
+        else:
+            copies = f"copies of {c.vin} channels"
         return (f"{self.name}: CTA tile {c.tp}x{c.tq} output pixels x {c.bn} channels ({c.threads} threads, "
                 f"mma.sync m16n8k16 over {c.kp // 16} k16 steps, A read as {reads}), input tile "
                 f"{c.in_rows}x{c.in_cols}x{p.channels} with halo in shared memory, two buffers ({c.smem} bytes with "
                 f"the filter, {copies}){depth}, {c.tiles(p)} tiles ({c.chunks} chunks x "
                 f"{c.tiles_p}x{c.tiles_q} per plane) over a persistent grid"
-                + (", x and w read channels-first (the input tile gathered from the channel planes), epilogue "
-                   "stores channels-first (a pair of pixels per 32-bit store along each channel plane)" if self.reads_channels_first else ""))
+                + (f", x and w read channels-first (the input tile {'copied' if c.planar else 'gathered'} from the "
+                   "channel planes), epilogue stores channels-first (a pair of pixels per 32-bit store along each "
+                   "channel plane)" if self.reads_channels_first else ""))
 
     def geometry(self):
         return mma_geometry(self.problem, self.cfg)

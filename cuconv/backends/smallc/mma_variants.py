@@ -56,6 +56,7 @@ class MmaConfig:
     rowst: int      # elements per stored tile row (ROWST of the kernel)
     span: int = 0   # span copies: elements per copy of a tile row's run (2, 4 or 8); 0: copies of vin channels
     shift: int = 0  # span copies: where the run starts in its first word (elements)
+    planar: bool = False  # span copies of channels-first x: the tile stored [row][c][col]
     threads: int = THREADS
 
     @property
@@ -93,26 +94,32 @@ def mma_declined(p: ConvProblem) -> Optional[str]:
     return index_range_declined(p) or plane_offsets_declined(p)
 
 
-def mma_terms(p: ConvProblem, lead: int = 0) -> int:
-    """Reduction terms of one filter depth slice as the kernel lays them out: R runs of ``lead`` spare
-    terms and S x C terms, each padded to an even count (KTERMS of the kernel)."""
+def mma_terms(p: ConvProblem, lead: int = 0, planar: bool = False, pairs: bool = True) -> int:
+    """Reduction terms of one filter depth slice as the kernel lays them out (KTERMS of the kernel): R
+    runs of ``lead`` spare terms and S x C terms, each padded to an even count; ``planar`` (span copies
+    of channels-first x): R runs of C channel runs of ``lead`` + S terms (even under ``pairs``), each
+    filter row's padded to an even count."""
     _, R, S, _, _, _ = problem_axes(p)
-    return R * (-(-(S * p.channels + lead) // 2) * 2)
+    C = p.channels
+    if planar:
+        runc = -(-(S + lead) // 2) * 2 if pairs else S
+        return R * (-(-(C * runc) // 2) * 2)
+    return R * (-(-(S * C + lead) // 2) * 2)
 
 
 def span_copy(p: ConvProblem, tq: int, vin: int):
-    """``(span, shift)``: the widest copy of V = 8, 4 or 2 elements (16, 8 or 4 bytes) wider than the
-    ``vin`` channels of a per-pixel copy, with which tiles of ``tq`` columns can copy their rows' runs of
-    a channels-last x (kernels_cu/smallc/span_tile.cuh), and the element where each run starts in its
-    first word; ``(0, 0)`` where none applies. V must divide a row of x (W x C elements: no word mixes
-    image and padding) and a tile's step along it (tq x stride x C: every tile's run starts at the same
-    place in its word)."""
-    if not LAYOUTS[p.layout][1]:
-        return 0, 0
+    """``(span, shift)``: the widest copy of V = 8, 4 or 2 elements (16, 8 or 4 bytes) with which tiles
+    of ``tq`` columns can copy their rows' runs of x (kernels_cu/smallc/span_tile.cuh), and the element
+    where each run starts in its first word; ``(0, 0)`` where none applies. V must divide a run's row of
+    x (W x C elements channels-last, W channels-first: no word mixes image and padding) and a tile's
+    step along it (tq x stride x C, or tq x stride: every tile's run starts at the same place in its
+    word). Channels-last, V must also be wider than the ``vin`` channels a per-pixel copy moves."""
+    channels_last = LAYOUTS[p.layout][1]
     W, C, sw, pad_w = p.in_spatial[-1], p.channels, p.stride[-1], p.pad_lo[-1]
+    per = C if channels_last else 1  # elements per pixel along a run
     for v in (8, 4, 2):
-        if v > vin and (W * C) % v == 0 and (tq * sw * C) % v == 0:
-            return v, (-pad_w * C) % v
+        if (v > vin or not channels_last) and (W * per) % v == 0 and (tq * sw * per) % v == 0:
+            return v, (-pad_w * per) % v
     return 0, 0
 
 
@@ -130,7 +137,7 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
     C, K, esize = p.channels, p.out_channels, p.itemsize
     chunks = -(-K // MAX_BN)
     bn = -(-(-(-K // chunks)) // 8) * 8
-    pairs = (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
+    channels_last = LAYOUTS[p.layout][1]
     vin = pow2_divisor(C, 16 // esize) if C * esize >= 4 else 1
     sld = bn + (8 if bn % 32 in (0, 16) else 0)
 
@@ -142,12 +149,18 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
         tp = BM // tq
         rows, cols = extent(tp, tq)
         cols_st = cols + (cols * C) % 2  # stored columns: an even number of words per row
-        # span copies where they apply and fit, else copies of vin channels
+        # span copies where they apply and fit, else copies of vin channels (channels-first: a gather)
         for span, shift in dict.fromkeys((span_copy(p, tq, vin), (0, 0))):
-            kp = -(-mma_terms(p, shift & 1 if pairs else 0) // 16) * 16
+            planar = bool(span) and not channels_last  # the tile stored [row][c][col]
+            pairs = (sw % 2 == 0 and dw == 1) if planar else (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
+            lead = shift & 1 if pairs else 0
+            kp = -(-mma_terms(p, lead, planar, pairs) // 16) * 16
             # Shared memory besides the input tiles: the filter slices, the offset table, four warps' staging rows.
             fixed = -(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4 + 4 * 16 * sld * 4
-            rowst = -(-(cols * C + shift) // span) * span if span else cols_st * C
+            if planar:
+                rowst = C * (-(-(cols + shift) // span) * span)
+            else:
+                rowst = -(-(cols * C + shift) // span) * span if span else cols_st * C
             smem = fixed + 2 * (-(-(rows * rowst * esize + 4) // 16) * 16)  # two buffers, a zeroed tail word
             if smem <= smem_limit:
                 break
@@ -158,14 +171,14 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
         cost = -(-P // tp) * -(-Q // tq) * (rows * cols * C / bn + BM)
         if best is None or cost < best[0]:
             best = (cost, dict(tp=tp, tq=tq, in_rows=rows, in_cols=cols_st, kp=kp, smem=smem, rowst=rowst,
-                               span=span, shift=shift))
+                               span=span, shift=shift, pairs=pairs, planar=planar))
     if best is None:
         smem, rows, cols = smallest
         return (f"the filter ({T} slices) and the {rows}x{cols} input tile need {smem} bytes of shared "
                 f"memory, over the {smem_limit} the kernel uses")
     tile = best[1]
     cfg = MmaConfig(bn=bn, ev=pow2_divisor(K, 8), vin=vin, tiles_p=-(-P // tile["tp"]), tiles_q=-(-Q // tile["tq"]),
-                    chunks=chunks, pairs=pairs, **tile)
+                    chunks=chunks, **tile)
     if cfg.tiles(p) >= 2**31:
         return f"{cfg.tiles(p)} tiles: over the kernel's 32-bit tile index"
     return cfg
