@@ -27,7 +27,8 @@
 // current tile, into a second buffer, and runs while the tensor cores work: channels-last rows whose
 // length W * C and tile step TQ * SW * C are multiples of MM_SPAN elements are copied as the aligned
 // 4-16 byte words covering each tile row's run (smallc/span_tile.cuh, "span copies": an RGB stem's
-// rows are 16-byte copies, not 2-byte pixels); other tiles pixel by pixel (depthwise/halo_tile.cuh),
+// rows are 16-byte copies, not 2-byte pixels; channels-first rows of length W likewise, below); other
+// tiles pixel by pixel (depthwise/halo_tile.cuh),
 // cp.async of 4-16 bytes for even C, and for odd C 2-byte copies through registers, which wait for
 // their loads. A zeroed word follows each buffer's tile (TAIL).
 //
@@ -47,10 +48,12 @@
 //   4. Epilogue act(alpha * acc + bias + beta * residual) (depthwise/direct_epilogue.cuh): each warp
 //      stages 16 of its pixels at a time as fp32 in its own shared memory and writes EV-channel
 //      vectors, consecutive lanes along a pixel's channels, then along the tile row. With MM_NCHW every
-//      operand is channels-first: the input tile is gathered from C channel planes (cf_tile.cuh)
-//      into the same [row][col][c] order, the filter read from (K, C, T, R, S), and the output (and the
-//      residual) written with consecutive lanes along a channel's pixels, a pair of pixels per 32-bit
-//      store: the layout's caller moves nothing.
+//      operand is channels-first: the input tile is copied from C channel planes, by span copies into
+//      a [row][c][col] tile (PLANAR: the terms then run (r, c, s), each channel's run of S terms read
+//      along a row of its plane) or, where W does not allow them, gathered element by element
+//      (cf_tile.cuh) into the [row][col][c] order; the filter is read from (K, C, T, R, S), and the
+//      output (and the residual) written with consecutive lanes along a channel's pixels, a pair of
+//      pixels per 32-bit store: the layout's caller moves nothing.
 //
 // Compile-time (host: cuconv.backends.smallc.mma_variants): dtype, C, R, S, SW (stride along W), DW
 // (dilation along W), TP, TQ, BN, EV, VIN (channels per input copy), SPAN and SHIFT (span copies) and
