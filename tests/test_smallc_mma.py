@@ -167,6 +167,11 @@ def test_span_copies_where_rows_allow_them():
     assert cfg.kp == 7 * 3 * 8 + 8  # R x C runs of LEAD + S = 8 terms, padded to a k16 step
     plan = SmallcMmaKernel().plan(cf, H100, Overrides())
     assert "stored [row][c][col]" in plan.describe() and "copied from the channel planes" in plan.describe()
+    # channels-first output: tiles at least CF_MIN_TQ wide where the output is (full 32-byte store runs)
+    from cuconv.backends.smallc.mma_variants import CF_MIN_TQ
+    yolo = mma_config(dataclasses.replace(problem2d(N=16, H=640, W=640, C=3, K=32, stride=2, padding=1),
+                                          layout="NCHW"))
+    assert yolo.tq >= CF_MIN_TQ and mma_config(problem2d(N=16, H=640, W=640, C=3, K=32, stride=2, padding=1)).tq == 8
     # stride 1 channels-first: planar runs have no pairs of terms along s (odd window starts)
     conv_in = mma_config(dataclasses.replace(problem2d(N=1, H=64, W=64, C=4, K=512), layout="NCHW"))
     assert conv_in.planar and not conv_in.pairs and conv_in.lead == 0

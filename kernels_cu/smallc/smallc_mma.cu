@@ -221,38 +221,45 @@ __device__ __forceinline__ bool term_position(int kk, int& r, int& c, int& s) {
   }
 }
 
-// The chunk's filter (w: [K][T][R][S][C], channels-first [K][C][T][R][S]) -> sw[t][k - k0][kk] in the
-// order of term_position, zero for the terms without weight and past K.
+// Where term kk's weight lies in one filter slice (k, t) of w, or -1 for a term without weight: the
+// table `wtab` the filter copy reads, built once per CTA. Channels-last w[k][t][r][s][c]: the slice
+// starts at (k * T + t) * R * S * C and the term is at (r * S + s) * C + c. Channels-first
+// w[k][c][t][r][s]: the slice starts at k * C * T * R * S + t * R * S and the term is at
+// c * T * R * S + r * S + s.
+__device__ __forceinline__ int weight_entry(int kk, int T) {
+  int r, c, s;
+  if (!term_position(kk, r, c, s)) return -1;
+  return CHANNELS_FIRST ? c * T * (R * S) + r * S + s : (r * S + s) * C + c;
+}
+
+// The chunk's filter -> sw[t][k - k0][kk] in the order of term_position, zero for the terms without
+// weight and past K. Each thread issues FILTER_BATCH loads (through the read-only path) before their
+// stores, so the filter costs a few memory latencies per CTA, not one per handful of elements; a
+// term's place in the slice comes from `wtab`, so an element costs a few integer operations.
 constexpr int FILTER_BATCH = 16;
-__device__ __forceinline__ void load_filter(uint16_t* sw, const elem_t* w, const MmaGeometry& g, int k0) {
+__device__ __forceinline__ void load_filter(uint16_t* sw, const elem_t* w, const int* wtab, const MmaGeometry& g,
+                                            int k0) {
   const uint16_t* wu = reinterpret_cast<const uint16_t*>(w);
   const int total = g.T * BN * KP;
+  const int64_t k_stride = (int64_t)g.T * (R * S * C);  // elements per output channel's filter
+  const int t_stride = CHANNELS_FIRST ? R * S : R * S * C;
 #pragma unroll 1
   for (int i0 = threadIdx.x; i0 < total; i0 += FILTER_BATCH * THREADS) {
     uint16_t v[FILTER_BATCH];
 #pragma unroll
     for (int b = 0; b < FILTER_BATCH; ++b) {
       const int i = i0 + b * THREADS;
-      const int kk = i % KP, rest = i / KP;
-      const int nn = rest % BN, t = rest / BN;
-      const int k = k0 + nn;
-      int r, c, s_;
-      const bool valid = term_position(kk, r, c, s_) && i < total && k < g.K;
-      int64_t at = 0;
-      if constexpr (CHANNELS_FIRST) {  // w[k][c][t][r][s]
-        at = (((int64_t)k * C + c) * g.T + t) * (R * S) + r * S + s_;
-      } else {                         // w[k][t][r][s][c]
-        at = (((int64_t)k * g.T + t) * (R * S) + r * S + s_) * C + c;
-      }
-      v[b] = sm80::load_u16_zfill(wu + (valid ? at : 0), valid);
+      const int rest = i / KP, kk = i - rest * KP;  // rest = t * BN + nn
+      const int t = rest / BN, k = k0 + rest - t * BN;
+      const int e = i < total ? wtab[kk] : -1;
+      const bool valid = e >= 0 && k < g.K;
+      v[b] = sm80::load_u16_zfill(wu + (valid ? k * k_stride + t * t_stride + e : 0), valid);
     }
 #pragma unroll
     for (int b = 0; b < FILTER_BATCH; ++b) {
       const int i = i0 + b * THREADS;
-      if (i < total) {
-        const int kk = i % KP, rest = i / KP;  // rest = t * BN + nn
-        sw[rest * KPS + kk] = v[b];
-      }
+      const int rest = i / KP;
+      if (i < total) sw[rest * KPS + (i - rest * KP)] = v[b];
     }
   }
 }
@@ -413,7 +420,8 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   uint16_t* sw = reinterpret_cast<uint16_t*>(smem);                     // [T][BN][KPS]
   const int f_bytes = filter_bytes(g.T);
   int* offtab = reinterpret_cast<int*>(smem + f_bytes);                 // [OFFS]
-  unsigned char* tiles = smem + f_bytes + OFFS * 4;                     // two buffers [in_rows][ROWST]
+  int* wtab = offtab + OFFS;                                            // [KP]
+  unsigned char* tiles = smem + f_bytes + (OFFS + KP) * 4;              // two buffers [in_rows][ROWST]
   const int buf_bytes = tile_buffer_bytes(g.in_rows);
   float* stage = reinterpret_cast<float*>(tiles + 2 * buf_bytes);      // [4 warps][16][SLD]
   const int tile_bytes = g.in_rows * ROWST * 2;
@@ -422,9 +430,10 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
   const int c0 = (lane & 3) * 2;
 
   // Once per CTA: the offset table (byte offsets of term pairs under PAIRS, else element offsets of
-  // terms) and the zeroed word after each tile buffer (TAIL).
+  // terms), the filter terms' places (wtab) and the zeroed word after each tile buffer (TAIL).
   for (int i = threadIdx.x; i < OFFS; i += THREADS)
     offtab[i] = PAIRS ? term_offset(2 * i, g.dil_h) * 2 | pair_code(2 * i) : term_entry(i, g.dil_h);
+  for (int i = threadIdx.x; i < KP; i += THREADS) wtab[i] = weight_entry(i, g.T);
   if (threadIdx.x < 2) *reinterpret_cast<uint32_t*>(tiles + threadIdx.x * buf_bytes + tile_bytes) = 0u;
   // This thread's ldmatrix address of the B fragments (lane -> n row, k half), relative to a slice.
   const uint32_t b_lane =
@@ -480,7 +489,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
 
     if (k0 != k0_loaded) {  // 1. this chunk's filter
       __syncthreads();      // every warp is done with the previous chunk's
-      load_filter(sw, w, g, k0);
+      load_filter(sw, w, wtab, g, k0);
       k0_loaded = k0;
     }
 

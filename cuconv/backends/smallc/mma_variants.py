@@ -25,7 +25,7 @@ MMA_SOURCE = "smallc/smallc_mma.cu"
 #: input tile of a wider window outgrows shared memory (a 16x16 stride-16 patch embedding, 768 terms,
 #: is a GEMM over a transposed input, not a stem).
 MAX_TERMS = 256
-#: Shared memory one CTA may use (bytes): the filter, the offset table and one input tile.
+#: Shared memory one CTA may use (bytes): the filter, the offset tables and the input tile buffers.
 SMEM_LIMIT = 96 * 1024
 #: Threads per CTA: four warps of 32 output pixels (``THREADS`` of the kernel).
 THREADS = 128
@@ -34,6 +34,10 @@ BM = 128
 #: Output channels per CTA at most (eight n8 fragments per warp).
 MAX_BN = 64
 _TILE_COLS = (8, 16, 32, 64, 128)
+#: Output columns per tile at least, where the output is channels-first and at least this wide: the
+#: epilogue stores each channel's 16 pixels of a half warp as one 32-byte run of a row only when the tile
+#: row holds them (docs/tuning.md#T-smallc-span).
+CF_MIN_TQ = 16
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,10 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
     BN: the output channels in the fewest chunks of at most 64, each a whole number of n8 fragments;
     EV: the largest power of two up to 8 dividing K. Tile: the 128-pixel shape (TQ of 8-128 columns)
     with the least output padding plus input-tile reads (halo included, counted per output channel of
-    the chunk) among the shapes whose shared memory fits. Input copies: span copies of the tile rows'
+    the chunk) among the shapes whose shared memory fits, for channels-first output of at least
+    :data:`CF_MIN_TQ` columns among those at least that wide where one fits. Input copies: span copies of the tile rows'
     runs (:func:`span_copy`) where they apply, else copies of ``vin`` channels per pixel. Shared memory
-    (the kernel's layout): the filter slices, the offset table, two input tile buffers (an even row
+    (the kernel's layout): the filter slices, the offset table, the filter terms' places, two input tile buffers (an even row
     stride, a zeroed tail word) and four warps' staging rows."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     C, K, esize = p.channels, p.out_channels, p.itemsize
@@ -155,8 +160,10 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
             pairs = (sw % 2 == 0 and dw == 1) if planar else (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
             lead = shift & 1 if pairs else 0
             kp = -(-mma_terms(p, lead, planar, pairs) // 16) * 16
-            # Shared memory besides the input tiles: the filter slices, the offset table, four warps' staging rows.
-            fixed = -(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4 + 4 * 16 * sld * 4
+            # Shared memory besides the input tiles: the filter slices, the offset table, the filter terms'
+            # places, four warps' staging rows.
+            fixed = (-(-T * bn * (kp + 8) * 2 // 16) * 16 + (kp // 2 if pairs else kp) * 4 + kp * 4
+                     + 4 * 16 * sld * 4)
             if planar:
                 rowst = C * (-(-(cols + shift) // span) * span)
             else:
@@ -168,7 +175,10 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
             smallest = (smem, rows, cols)
         if smem > smem_limit:
             continue
-        cost = -(-P // tp) * -(-Q // tq) * (rows * cols * C / bn + BM)
+        # channels-first output: tiles narrower than a half warp's 16-pixel store runs only where no
+        # wider one fits (or the output is narrower)
+        narrow = not channels_last and tq < CF_MIN_TQ <= Q
+        cost = (narrow, -(-P // tp) * -(-Q // tq) * (rows * cols * C / bn + BM))
         if best is None or cost < best[0]:
             best = (cost, dict(tp=tp, tq=tq, in_rows=rows, in_cols=cols_st, kp=kp, smem=smem, rowst=rowst,
                                span=span, shift=shift, pairs=pairs, planar=planar))
