@@ -221,7 +221,9 @@ def mma_variant(p: ConvProblem, cfg: MmaConfig):
 
 def _catalog():
     """Problems whose variants CI compiles: the networks' stems (7x7 and 3x3 RGB, 4x4 stride 4, a latent's
-    3x3 of 4 channels, also channels-first) in both dtypes, an odd K, a 5x5 of one channel and a conv3d."""
+    3x3 of 4 channels, also channels-first) in both dtypes, an odd K, a 5x5 of one channel and a conv3d;
+    between them span copies of every form (channels-last and -first, with and without a leading spare
+    term) and the per-pixel copies and gather."""
     def stem(c, hw, f, s, k, dtype="bfloat16", nd=2, pad=None, layout=None):
         return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=k,
                                   filter_spatial=(f,) * nd, stride=s, dilation=1,
@@ -231,6 +233,10 @@ def _catalog():
     for dtype in ("float16", "bfloat16"):
         out[f"7x7_s2_rgb_{dtype}"] = stem(3, 64, 7, 2, 64, dtype)
         out[f"3x3_s2_rgb_{dtype}"] = stem(3, 64, 3, 2, 32, dtype)
+    out["7x7_s2_rgb_nchw"] = stem(3, 64, 7, 2, 64, "float16", layout="NCHW")
+    # rows of an odd number of elements: the per-pixel copies (2 bytes through registers) and the gather
+    out["7x7_s2_rgb_odd_w"] = stem(3, 33, 7, 2, 64)
+    out["c4_3x3_nchw_odd_w"] = stem(4, 33, 3, 1, 320, layout="NCHW")
     out.update(s4_rgb=stem(3, 64, 4, 4, 96, pad=0), c4_3x3=stem(4, 32, 3, 1, 320), narrow_k3=stem(3, 16, 7, 1, 3),
                c1_5x5=stem(1, 32, 5, 1, 32), c2_conv3d=stem(2, 12, 3, 1, 16, nd=3),
                c4_3x3_nchw=stem(4, 32, 3, 1, 320, layout="NCHW"), c2_conv3d_ncdhw=stem(2, 12, 3, 1, 16, nd=3, layout="NCDHW"))
