@@ -170,9 +170,8 @@ def input_tile(x5: np.ndarray, p: ConvProblem, lay: MmaLayout, in_rows: int, n: 
         tile = np.zeros((in_rows, lay.C, lay.rowc), dtype=np.float32)
         elems = np.arange(lay.rowc) + e0
         ev = (elems >= 0) & (elems < W)
-        planes = np.moveaxis(x5[n, d], -1, 0)  # (C, H, W)
-        tile[np.ix_(rv, np.arange(lay.C) >= 0, ev)] = np.moveaxis(planes[np.ix_(np.arange(lay.C), rows[rv],
-                                                                                elems[ev])], 0, 1)
+        planes, chans = np.moveaxis(x5[n, d], -1, 0), np.arange(lay.C)  # planes: (C, H, W)
+        tile[np.ix_(rv, chans, ev)] = np.moveaxis(planes[np.ix_(chans, rows[rv], elems[ev])], 0, 1)
     elif lay.span:
         e0 = w0 * lay.C - lay.shift
         assert e0 % lay.span == 0 and (W * lay.C) % lay.span == 0, "every copied word lies in or out of the row"

@@ -18,8 +18,9 @@
 // With dilation 1 along W a run is S*C consecutive elements, so where SW * C is even (every base even)
 // and DW == 1 or C is even, each pair of terms (kk even, kk + 1) is one aligned 32-bit word: PAIRS,
 // one shared-memory read per A register (an odd SHIFT puts LEAD = 1 spare term before each run so
-// that the pairs stay aligned). Otherwise (PAIRS = 0) each term is read on its own. One table of offsets (shared memory) and four pixel bases per thread (registers) address every
-// A element; no im2col is ever written. The spare and padding terms (kk >= R * KRUN) carry zero
+// that the pairs stay aligned). Otherwise (PAIRS = 0) each term is read on its own. One table of
+// offsets (shared memory) and four pixel bases per thread (registers) address every A element; no
+// im2col is ever written. The spare and padding terms (kk >= R * KRUN) carry zero
 // weights, and the A values they read are masked to zero as well (the offset table's codes), so an Inf
 // or NaN in x reaches only the outputs whose windows hold it, as in the reference.
 //
@@ -28,9 +29,9 @@
 // length W * C and tile step TQ * SW * C are multiples of MM_SPAN elements are copied as the aligned
 // 4-16 byte words covering each tile row's run (smallc/span_tile.cuh, "span copies": an RGB stem's
 // rows are 16-byte copies, not 2-byte pixels; channels-first rows of length W likewise, below); other
-// tiles pixel by pixel (depthwise/halo_tile.cuh),
-// cp.async of 4-16 bytes for even C, and for odd C 2-byte copies through registers, which wait for
-// their loads. A zeroed word follows each buffer's tile (TAIL).
+// tiles pixel by pixel (depthwise/halo_tile.cuh), cp.async of 4-16 bytes for even C, and for odd C
+// 2-byte copies through registers, which wait for their loads. A zeroed word follows each buffer's
+// tile (TAIL).
 //
 // CTA: 4 warps, an output tile of TP rows x TQ columns (BM = TP * TQ = 128 pixels: 32 per warp, two
 // m16 fragments) x BN output channels (BN / 8 n8 fragments) of one (image, output depth slice). The

@@ -17,8 +17,8 @@ from ...problem import LAYOUTS, ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 from .variants import DTYPE_TAG, few_channels_declined
 
-__all__ = ["MmaConfig", "mma_config", "mma_terms", "span_copy", "mma_variant", "mma_declined", "min_blocks", "MMA_SOURCE",
-           "MAX_TERMS", "SMEM_LIMIT", "THREADS", "BM"]
+__all__ = ["MmaConfig", "mma_config", "mma_terms", "span_copy", "mma_variant", "mma_declined", "min_blocks",
+           "MMA_SOURCE", "MAX_TERMS", "SMEM_LIMIT", "THREADS", "BM", "CF_MIN_TQ"]
 
 MMA_SOURCE = "smallc/smallc_mma.cu"
 #: Reduction terms (C x R x S) of one filter depth slice at most: the k16 steps are unrolled, and the
@@ -134,10 +134,11 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
     EV: the largest power of two up to 8 dividing K. Tile: the 128-pixel shape (TQ of 8-128 columns)
     with the least output padding plus input-tile reads (halo included, counted per output channel of
     the chunk) among the shapes whose shared memory fits, for channels-first output of at least
-    :data:`CF_MIN_TQ` columns among those at least that wide where one fits. Input copies: span copies of the tile rows'
-    runs (:func:`span_copy`) where they apply, else copies of ``vin`` channels per pixel. Shared memory
-    (the kernel's layout): the filter slices, the offset table, the filter terms' places, two input tile buffers (an even row
-    stride, a zeroed tail word) and four warps' staging rows."""
+    :data:`CF_MIN_TQ` columns among those at least that wide where one fits. Input copies: span copies
+    of the tile rows' runs (:func:`span_copy`) where they apply, else copies of ``vin`` channels per
+    pixel. Shared memory (the kernel's layout): the filter slices, the offset table, the filter terms'
+    places, two input tile buffers (an even row stride, a zeroed tail word) and four warps' staging
+    rows."""
     T, R, S, (sh, sw), (dh, dw), (P, Q) = problem_axes(p)
     C, K, esize = p.channels, p.out_channels, p.itemsize
     chunks = -(-K // MAX_BN)
