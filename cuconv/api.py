@@ -270,6 +270,26 @@ def _operand_key(a, tx):
     return (a.shape, a.strides, a.dtype, None if tx is _NUMPY_NDARRAY else a.data.device_id)
 
 
+#: What :func:`exact_key` returns for a value a memo key cannot vouch for.
+NO_KEY = object()
+
+
+def exact_key(v):
+    """``v`` itself where it is exactly an int, str or None, or a tuple of such (recursively), so that a
+    memo key never equates values that validation tells apart (2 and 2.0, 1 and True); else
+    :data:`NO_KEY`. Lists take the full path (they are not hashable)."""
+    t = type(v)
+    if t is int or t is str or v is None:
+        return v
+    if t is not tuple:
+        return NO_KEY
+    for u in v:
+        tu = type(u)
+        if not (tu is int or tu is str or u is None or (tu is tuple and exact_key(u) is not NO_KEY)):
+            return NO_KEY
+    return v
+
+
 def _cupy_ndarray():
     """``cupy.ndarray``, or a type no array has where CuPy does not import (looked up once)."""
     global _CUPY_NDARRAY
@@ -286,7 +306,8 @@ _NUMPY_NDARRAY = np.ndarray
 def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
                kernel, strategy, precision=None):
     """A key that fixes everything validation and dispatch decide for a call, or None when the call has
-    arguments this key cannot vouch for (anything but numpy / cupy arrays, sequences of ints, bools):
+    arguments this key cannot vouch for (anything but numpy / cupy arrays, ints, strings and tuples of
+    them for the geometry, int / float scalars):
     those calls take the full path every time. Operands are keyed by shape, strides, dtype and device
     (the device of a CuPy array; NumPy arrays all have None), scalars by type and value, and the
     :func:`cuconv.overrides` block in force is part of it (the environment's overrides are read once
@@ -301,9 +322,13 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
         on_gpu = True
     else:
         return None
-    if (type(stride) is not int or type(dilation) is not int or type(groups) is not int
-            or type(padding) not in (int, str) or type(alpha) not in _SCALAR_TYPES
-            or type(beta) not in _SCALAR_TYPES or type(w) is not tx):
+    if (type(groups) is not int or type(alpha) not in _SCALAR_TYPES or type(beta) not in _SCALAR_TYPES
+            or type(w) is not tx):
+        return None
+    # stride, padding and dilation as ints (the usual case, tested first) or as tuples of ints / pairs
+    if ((type(stride) is not int and exact_key(stride) is NO_KEY)
+            or (type(padding) is not int and exact_key(padding) is NO_KEY)
+            or (type(dilation) is not int and exact_key(dilation) is NO_KEY)):
         return None
     if bias is None and residual is None and out is None:
         operands = ()

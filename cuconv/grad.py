@@ -48,7 +48,7 @@ from typing import Sequence, Tuple
 import numpy as np
 
 from . import subpixel
-from .api import _SCALAR_TYPES, _keyed_type, _operand_key, execute
+from .api import _SCALAR_TYPES, NO_KEY, _keyed_type, _operand_key, exact_key, execute
 from .arrays import as_array, check_companion, check_same_place, dtype_name, meets, on_device_of, ranges_meet
 from .layout import flip_filter, flip_taps, scatter_phase, to_channels_first, to_channels_last
 from .problem import LAYOUTS, normalize_spatial
@@ -233,41 +233,22 @@ _GRAD_CALLS: dict = {}
 _GRAD_CALLS_LIMIT = 1024
 on_change(_GRAD_CALLS.clear)  # their replays hold forward plans
 on_environment_read(_GRAD_CALLS.clear)  # keyed by the overrides block in force, not the environment's
-_NO_KEY = object()
-
-
-def _exact(v):
-    """``v`` itself where it is exactly an int, str or None, or a tuple of such (recursively), so that a
-    memo key never equates values that validation tells apart (2 and 2.0, 1 and True); else
-    :data:`_NO_KEY`."""
-    t = type(v)
-    if t is int or t is str or v is None:
-        return v
-    if t is not tuple:
-        return _NO_KEY
-    for u in v:
-        tu = type(u)
-        if not (tu is int or tu is str or u is None or (tu is tuple and _exact(u) is not _NO_KEY)):
-            return _NO_KEY
-    return v
-
-
 def _call_key(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision, ep, out, base=None):
     """A key fixing everything :func:`_validated_input` decides for a call, or None where the call has
     arguments it cannot vouch for (the full path then runs every time): operands by shape, strides,
-    dtype and device, the other arguments as :func:`_exact` values, scalars by type and value, and the
+    dtype and device, the other arguments as :func:`cuconv.api.exact_key` values, scalars by type and value, and the
     :func:`cuconv.overrides` block in force (:func:`cuconv.overrides.active_overrides`). ``base``: a
     caller's key that already fixes dy, w and the geometry (:func:`_transpose`)."""
     tx = type(dy)
     if base is None:
         if _keyed_type(dy) is None:
             return None
-        args = _exact((nd, x_shape, stride, padding, dilation, groups, layout))
-        if args is _NO_KEY:
+        args = exact_key((nd, x_shape, stride, padding, dilation, groups, layout))
+        if args is NO_KEY:
             return None
     alpha, beta, act = ep["alpha"], ep["beta"], ep["activation"]
-    rest = _exact((kernel, precision, act))
-    if type(alpha) not in _SCALAR_TYPES or type(beta) not in _SCALAR_TYPES or rest is _NO_KEY:
+    rest = exact_key((kernel, precision, act))
+    if type(alpha) not in _SCALAR_TYPES or type(beta) not in _SCALAR_TYPES or rest is NO_KEY:
         return None
     if out is not None and tx is np.ndarray and not out.flags.writeable:
         return None
@@ -757,8 +738,8 @@ def _weight_key(nd, x, dy, w_shape, stride, padding, dilation, groups, layout, b
     tx = _keyed_type(x)
     if tx is None or type(bias_grad) is not bool:
         return None
-    args = _exact((nd, w_shape, stride, padding, dilation, groups, layout, kernel, precision))
-    if args is _NO_KEY:
+    args = exact_key((nd, w_shape, stride, padding, dilation, groups, layout, kernel, precision))
+    if args is NO_KEY:
         return None
     try:
         return (tx, _operand_key(x, tx), _operand_key(dy, tx), args, bias_grad, active_overrides())
@@ -1228,9 +1209,9 @@ _TRANSPOSE_SHAPES_LIMIT = 1024
 def _transpose(nd, x, w, bias, stride, padding, output_padding, dilation, groups, layout, residual, alpha, beta,
                activation, out, kernel, precision):
     tx = _keyed_type(x)
-    args = _exact((nd, stride, padding, output_padding, dilation, groups, layout))
+    args = exact_key((nd, stride, padding, output_padding, dilation, groups, layout))
     key = None
-    if args is not _NO_KEY and tx is not None:
+    if args is not NO_KEY and tx is not None:
         try:
             key = ("transpose", tx, _operand_key(x, tx), _operand_key(w, tx), args)
         except KeyError:  # w of another kind: validation says so
