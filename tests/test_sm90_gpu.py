@@ -390,32 +390,3 @@ def test_sm90_wider_split_chosen_automatically(cp, n, hw, c, k, parts):
     with cuconv.overrides(split=False):
         whole = cuconv.conv2d(x, w, b, **kw)
     assert float(cp.abs(a.astype(cp.float32) - whole.astype(cp.float32)).max()) < 0.05
-
-
-STREAM_K_CASES = {
-    # 78 tiles of 128 x 96 (18 steps each) over 132 runs of 10-11 steps: pieces of two tiles per run
-    "c128_k512_14x14": case2d(N=8, H=14, W=14, C=128, K=512, ep=dict(residual=True, beta=0.5, bias=True,
-                                                                      activation="relu")),
-    # 50 tiles with 96 of 136 columns in the second (a partial column tile), 36 steps
-    "k136_partial_columns": case2d(N=16, H=14, W=14, C=256, K=136, dtype="float16", ep=dict(bias=True)),
-}
-
-
-@gpu
-@needs_hopper
-@pytest.mark.parametrize("name", list(STREAM_K_CASES))
-def test_sm90_stream_k(cp, name):
-    """Stream-K tiles (the automatic choice on these shapes): each CTA's even run of reduction steps crosses
-    tile boundaries; a tile's first run adds the other runs' fp32 sums in CTA order and runs the epilogue.
-    Checked against the reference twice (the flags are put back to 0), with equal bits."""
-    case = STREAM_K_CASES[name]
-    assert "stream-K" in _sm90_detail(cp, case)
-    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
-    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
-    rng = np.random.default_rng(11)
-    (H, W), C, K = case.spatial, case.channels, case.out_channels
-    x = cp.asarray(rng.standard_normal((case.batch, H, W, C)).astype(np.float16))
-    w = cp.asarray((rng.standard_normal((K, 3, 3, C)) / 32).astype(np.float16))
-    a = cuconv.conv2d(x, w, padding=1, kernel="sm90_tma")
-    b = cuconv.conv2d(x, w, padding=1, kernel="sm90_tma")
-    assert bool((a.view(cp.uint16) == b.view(cp.uint16)).all())

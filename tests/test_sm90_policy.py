@@ -380,39 +380,14 @@ def test_env_rejects_bad_values(cuconv_env, name, value):
 def test_partial_wave_split_wider(m, n, k_iters_, want):
     """Tiles that fill one partial wave with a long reduction become wider tiles in parts where the model
     says so (docs/tuning.md T-split-wider); only with the width, height and split left automatic."""
-    cfg = choose_tile_config(m, n, 132, k_iters=k_iters_, stream_k=False)
+    cfg = choose_tile_config(m, n, 132, k_iters=k_iters_)
     if want is None:
         assert "T-split-wider" not in cfg.note
         return
     assert (cfg.block_n, cfg.split_ways, cfg.block_m) == (*want, 128) and "T-split-wider" in cfg.note
     assert cfg.split_tiles == cfg.num_tiles and cfg.num_units == cfg.grid <= 132 and min(cfg.split_steps) >= 10
     for forced in (dict(block_n=96), dict(block_m=128), dict(split=False), dict(split_ways=2), dict(tf32=True)):
-        assert "T-split-wider" not in choose_tile_config(m, n, 132, k_iters=k_iters_, stream_k=False,
-                                                         **forced).note, forced
-
-
-@pytest.mark.parametrize("m,n,k_iters_,want", [
-    (32 * 7 * 7, 512, 72, (128, 52, 2)),      # ResNet-50 layer4 3x3 512 at 7x7: 52 tiles, runs of 28-29 steps
-    (32 * 14 * 14, 256, 36, (128, 98, 2)),    # ResNet-50 layer3 3x3 256 at 14x14: 98 tiles on 132 SMs
-    (8 * 33 * 33, 256, 288, (128, 138, 2)),   # DeepLab's ASPP 3x3 2048 -> 256 at 33x33: 207 tiles of 96 -> 138
-    (32 * 17 * 17, 384, 45, (128, 219, 3)),   # Inception-v3 3x3 s2 288 -> 384: 219 tiles, 1.66 waves
-    (64 * 56 * 56, 256, 72, None),            # 12 waves: the last one's idle SMs cost little
-    (64 * 14 * 14, 256, 16, None),            # 16 steps: the tail split stays
-    (2 * 16 * 16, 1280, 360, None),           # the small problem's wider tiles in three parts stay
-])
-def test_stream_k_choice(m, n, k_iters_, want):
-    """The last waves' steps dealt out evenly over the SMs where the model says so (docs/tuning.md
-    T-stream-k): automatic choices only, single 128-row CTAs, every CTA of the grid resident."""
-    cfg = choose_tile_config(m, n, 132, k_iters=k_iters_)
-    if want is None:
-        assert not cfg.sk_tiles, cfg
-        return
-    assert (cfg.block_n, cfg.sk_tiles, cfg.sk_pieces) == want and "T-stream-k" in cfg.note, cfg
-    assert cfg.grid == 132 and cfg.dp_tiles % 132 == 0 and cfg.dp_tiles + cfg.sk_tiles == cfg.num_tiles
-    assert cfg.partial_slots == 132 and cfg.split_tiles == 0
-    for forced in (dict(block_n=cfg.block_n), dict(block_m=128), dict(split=False), dict(split=True),
-                   dict(split_ways=2), dict(tf32=True), dict(cluster=2), dict(stream_k=False)):
-        assert not choose_tile_config(m, n, 132, k_iters=k_iters_, **forced).sk_tiles, forced
+        assert "T-split-wider" not in choose_tile_config(m, n, 132, k_iters=k_iters_, **forced).note, forced
 
 
 @pytest.mark.parametrize("m,n,k_iters_,want", [

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cuconv.backends.sm90.tiles import choose_tile_config, stream_k_runs
+from cuconv.backends.sm90.tiles import choose_tile_config
 from cuconv.launch import fast_divisor
 
 from conftest import kernel_source_library
@@ -36,20 +36,20 @@ inline uint32_t __umulhi(uint32_t a, uint32_t b) { return (uint32_t)(((uint64_t)
 #include "sm90/scheduler.cuh"
 
 struct Params {
-  int n_tiles, num_units, dp_tiles, k_iters, split_ways, sk_tiles;
+  int n_tiles, num_units, dp_tiles, k_iters, split_ways;
   cuconv::FastDivisor n_tiles_div;
 };
 
 // For CTA `cta` of a grid of `grid` CTAs (CLUSTER 1): the units it walks, and per unit
-// (tile, m_tile, n_tile, part, k_begin, k_end, stores, the slot a PARTIAL writes, the parts a FINISH adds,
-// their slots ...) in `out`, 9 + 16 ints per unit. Returns the number of units.
+// (tile, m_tile, n_tile, part, k_begin, k_end, stores, slot of part j for j < split_ways - 1 ...) in `out`,
+// 7 + 16 ints per unit. Returns the number of units.
 extern "C" int walk(const Params* p, int cta, int grid, int* units, int* out, int max_units) {
   blockIdx = Dim3{(unsigned)cta, 0, 0};
   gridDim = Dim3{(unsigned)grid, 1, 1};
   cuconv::sm90::TileScheduler<1, Params> sched{*p, 0};
   int n = 0;
   for (int u = sched.first(); sched.valid(u) && n < max_units; u = sched.next(u), ++n) {
-    int* o = out + n * 25;
+    int* o = out + n * 23;
     units[n] = u;
     o[0] = sched.tile(u);
     o[1] = sched.m_tile(u);
@@ -58,10 +58,7 @@ extern "C" int walk(const Params* p, int cta, int grid, int* units, int* out, in
     o[4] = sched.k_begin(u);
     o[5] = sched.k_end(u);
     o[6] = sched.stores(u);
-    const int part = sched.part(u), parts = part == cuconv::sm90::UNIT_FINISH ? sched.finish_parts(u) : 0;
-    o[7] = part == cuconv::sm90::UNIT_PARTIAL ? sched.partial_slot(u) : -1;
-    o[8] = parts;
-    for (int j = 0; j < 16; ++j) o[9 + j] = j < parts ? sched.finish_slot(u, j) : -1;
+    for (int j = 0; j < 16; ++j) o[7 + j] = (u >= p->dp_tiles && j < p->split_ways - 1) ? sched.slot(u, j) : -1;
   }
   return n;
 }
@@ -80,76 +77,60 @@ def lib(tmp_path_factory):
 
 
 class _Params(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int) for n in ("n_tiles", "num_units", "dp_tiles", "k_iters", "split_ways",
-                                            "sk_tiles")] + [
+    _fields_ = [(n, ctypes.c_int) for n in ("n_tiles", "num_units", "dp_tiles", "k_iters", "split_ways")] + [
         ("div_mul", ctypes.c_uint32), ("div_shr", ctypes.c_uint32)]
 
 
 def _walk(lib, cfg):
     mul, shr = fast_divisor(cfg.n_tiles)
-    p = _Params(cfg.n_tiles, cfg.num_units, cfg.dp_tiles, cfg.k_iters, cfg.split_ways, cfg.sk_tiles, mul, shr)
+    p = _Params(cfg.n_tiles, cfg.num_units, cfg.dp_tiles, cfg.k_iters, cfg.split_ways, mul, shr)
     per_cta = []
     for cta in range(cfg.grid):
         units = np.zeros(4096, np.int32)
-        out = np.zeros((4096, 25), np.int32)
+        out = np.zeros((4096, 23), np.int32)
         n = lib.walk(ctypes.byref(p), cta, cfg.grid, units.ctypes.data_as(ctypes.c_void_p),
                      out.ctypes.data_as(ctypes.c_void_p), 4096)
         per_cta.append([(int(u), out[i]) for i, u in enumerate(units[:n])])
     return per_cta
 
 
-def _expected_units(cfg, cta):
-    """The units CTA ``cta`` walks: its whole tiles, then (stream-K) one unit per piece of its run."""
-    if not cfg.sk_tiles:
-        return list(range(cta, cfg.num_units, cfg.grid))
-    pieces = stream_k_runs(cfg.sk_tiles, cfg.k_iters, cfg.grid)[cta]
-    return list(range(cta, cfg.dp_tiles, cfg.grid)) + [cfg.dp_tiles + j * cfg.grid + cta for j in range(pieces)]
-
-
 def _check(lib, cfg):
     per_cta = _walk(lib, cfg)
     seen = {}
     for cta, walked in enumerate(per_cta):
-        assert [u for u, _ in walked] == _expected_units(cfg, cta)
+        assert [u for u, _ in walked] == list(range(cta, cfg.num_units, cfg.grid))
         for rnd, (u, o) in enumerate(walked):
             seen[u] = (cta, rnd, o)
-    if not cfg.sk_tiles:
-        assert sorted(seen) == list(range(cfg.num_units))
+    assert sorted(seen) == list(range(cfg.num_units))
     pieces = {}
+    slots = set()
     for u, (cta, rnd, o) in seen.items():
         tile, m_tile, n_tile, part, k0, k1, stores = (int(v) for v in o[:7])
         assert tile == m_tile * cfg.n_tiles + n_tile and 0 <= n_tile < cfg.n_tiles and m_tile < cfg.m_tiles
         assert stores == (part != PARTIAL)
         pieces.setdefault(tile, []).append((k0, k1, part, cta, rnd, u, o))
     assert sorted(pieces) == list(range(cfg.num_tiles))
-    slots = set()
     for tile, parts in pieces.items():
         parts.sort()
-        # the pieces partition the reduction; the one starting it stores, the others hand over their sums
+        if len(parts) == 1:
+            k0, k1, part = parts[0][:3]
+            assert (k0, k1, part) == (0, cfg.k_iters, WHOLE)
+            continue
+        assert len(parts) == cfg.split_ways
         assert [k0 for k0, *_ in parts] == [0, *[k1 for _, k1, *_ in parts[:-1]]] and parts[-1][1] == cfg.k_iters
         assert all(k1 > k0 for k0, k1, *_ in parts)
-        if len(parts) == 1:
-            assert parts[0][2] == WHOLE
-            continue
-        assert len({cta for *_, cta, _, _, _ in parts}) == len(parts), "on distinct CTAs"
+        assert [p for _, _, p, *_ in parts] == [PARTIAL] * (cfg.split_ways - 1) + [FINISH]
+        assert len({rnd for *_, rnd, _, _ in parts}) == 1, "a split tile's parts in one round"
+        assert len({cta for *_, cta, _, _, _ in parts}) == cfg.split_ways, "on distinct CTAs"
         own = []
-        for _, _, part, cta, _, u, o in parts[:-1] if not cfg.sk_tiles else parts[1:]:
-            assert part == PARTIAL
-            if cfg.sk_tiles:  # a CTA's first stream-K unit, which waits on nothing: its slot is the CTA's
-                assert u - cfg.dp_tiles < cfg.grid and int(o[7]) == cta
-            own.append(int(o[7]))
-        assert not slots & set(own)
-        slots |= set(own)
-        finish = parts[0] if cfg.sk_tiles else parts[-1]
-        assert finish[2] == FINISH
-        if not cfg.sk_tiles:
-            assert len(parts) == cfg.split_ways
-            assert len({rnd for *_, rnd, _, _ in parts}) == 1, "a split tile's parts in one round"
-        o = finish[6]
-        assert [int(v) for v in o[9:9 + int(o[8])]] == own  # the FINISH adds them in a fixed order
-    assert slots <= set(range(cfg.partial_slots))  # the workspace the host allocates
-    if not cfg.sk_tiles:
-        assert slots == set(range(cfg.partial_slots))
+        for j, (_, _, part, _, _, u, o) in enumerate(parts[:-1]):
+            slot = int(o[7 + j])  # a PARTIAL part writes the slot of its own index
+            assert slot not in slots
+            slots.add(slot)
+            own.append(slot)
+        finish = parts[-1][6]
+        assert [int(v) for v in finish[7:7 + cfg.split_ways - 1]] == own  # the FINISH reads them in part order
+    assert slots == set(range(cfg.split_tiles * (cfg.split_ways - 1)))  # the workspace the host allocates
 
 
 @pytest.mark.parametrize("kw", [
@@ -169,29 +150,6 @@ def test_named_launches(lib, kw):
        sms=st.sampled_from([132, 114, 78]))
 def test_drawn_launches(lib, m, n, k_iters, ways, split, sms):
     cfg = choose_tile_config(m, n, sms, cluster=1, k_iters=k_iters, split=split, split_ways=ways, block_m=128)
-    if cfg.num_units > 20000:
-        return
-    _check(lib, cfg)
-
-
-@pytest.mark.parametrize("kw", [
-    dict(gemm_m=8 * 33 * 33, gemm_n=256, k_iters=288),   # DeepLab's 3x3 2048 -> 256 at 33x33: 138 tiles of 128
-    dict(gemm_m=32 * 7 * 7, gemm_n=512, k_iters=72),     # ResNet-50's 3x3 512 at 7x7: 52 tiles
-    dict(gemm_m=32 * 14 * 14, gemm_n=256, k_iters=36),   # ResNet-50's 3x3 256 at 14x14: 98 tiles
-    dict(gemm_m=32 * 17 * 17, gemm_n=384, k_iters=45),   # Inception-v3's 3x3 s2 288 -> 384: 219 tiles
-])
-def test_stream_k_launches(lib, kw):
-    cfg = choose_tile_config(sm_count=132, cluster=1, **kw)
-    assert cfg.sk_tiles and cfg.grid == 132, cfg
-    _check(lib, cfg)
-
-
-@settings(max_examples=120, deadline=None)
-@given(m=st.integers(1, 60000), n=st.integers(8, 2048), k_iters=st.integers(1, 600),
-       sms=st.sampled_from([132, 114, 78]))
-def test_drawn_automatic_launches(lib, m, n, k_iters, sms):
-    """The automatic choice (stream-K included) on drawn GEMMs."""
-    cfg = choose_tile_config(m, n, sms, cluster=1, k_iters=k_iters)
     if cfg.num_units > 20000:
         return
     _check(lib, cfg)

@@ -290,7 +290,6 @@ struct Sm90ConvParams {
   int dp_tiles;     // units that are whole tiles (= num_units when no tile is split)
   int k_iters;      // reduction steps of a whole tile: T * R * S * c_blocks
   int split_ways;   // parts of a split tile along the reduction (scheduler.cuh; 2 when no tile is split)
-  int sk_tiles;     // stream-K tiles (scheduler.cuh; 0 for none)
   int x_tiles;      // halo tiles: ceil(Q / 64) column tiles per output row
   int y_tiles;      // halo tiles: ceil(P / (BM / 64)) row tiles per plane
   int halo_w;       // halo tiles: window width in pixels, 64 + (S - 1) * dil_w
@@ -562,15 +561,15 @@ __device__ __forceinline__ void consumer_cooperative(const Sm90ConvParams& g, co
       // are not hoisted out of the tile loop: kept live, they spill at BN = 256 with a residual.
       const int consumer_thread = (int)sm90::thread_index_volatile() - 128;
       if (part == sm90::UNIT_PARTIAL) {
-        const int slot = sched.partial_slot(t);
+        const int slot = sched.slot(t, sched.part_index(t));
         int* flag = partial_flags + slot * (4 * cfg::CONSUMERS) + consumer_thread / 32;
         sm90::store_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, slot, consumer_thread);
         continue;  // the FINISH part of this tile runs the epilogue
       }
       // The FINISH part: the other parts' sums in part order (a fixed order: the same bits every run).
 #pragma unroll 1
-      for (int j = 0, parts = sched.finish_parts(t); j < parts; ++j) {
-        const int slot = sched.finish_slot(t, j);
+      for (int j = 0; j < g.split_ways - 1; ++j) {
+        const int slot = sched.slot(t, j);
         int* flag = partial_flags + slot * (4 * cfg::CONSUMERS) + consumer_thread / 32;
         sm90::add_partial<cfg::BN / 2, 128 * cfg::CONSUMERS>(acc, partials, flag, slot, consumer_thread);
       }

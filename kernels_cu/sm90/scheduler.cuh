@@ -28,18 +28,6 @@
 // the host keeps a split tile's units within one round of the grid), so a FINISH never waits on a part
 // its own CTA has still to run.
 //
-// Stream-K tiles (sk_tiles > 0; CLUSTER == 1; the host decides, tiles.py `_stream_k`): the last sk_tiles
-// tiles' reduction steps, sk_tiles * k_iters in all, are dealt out in one even run per CTA: CTA b of the
-// G = gridDim.x CTAs takes global steps [b T / G, (b + 1) T / G), T = sk_tiles * k_iters, after its
-// dp_tiles / G whole tiles (dp_tiles is a multiple of G). A run crosses tile boundaries; its pieces, one
-// per tile it touches, are the units dp_tiles + j G + b (piece j). A piece that starts at a tile's first
-// step is its FINISH (WHOLE where it also ends the tile); a piece that starts inside a tile is a PARTIAL,
-// and only a run's first piece can be one, so its workspace slot is the CTA's own index b. A FINISH adds
-// the slots of the CTAs b + 1, b + 2, ... whose runs start inside its tile, in CTA order (one fixed
-// order: the same bits on every run). Those PARTIALs are their CTAs' first stream-K units, which wait on
-// nothing, and the grid is resident at once, so the wait ends. The host keeps every run at least one
-// step long, so each CTA's run starts at a step of its own.
-//
 // Rotated columns (ROTATE, the SM90_B_MN variants): the tiles of row tile r take the column tiles in the
 // order r, r + 1, ... (mod n_tiles). A stacked-phase convolution's column tiles are its phases, and a tile
 // skips the window taps its phase has no filter tap at (mn_filter_loader.cuh), so its reduction length
@@ -63,9 +51,8 @@ enum UnitPart : int { UNIT_WHOLE = 0, UNIT_PARTIAL = 1, UNIT_FINISH = 2 };
 // Params: the kernel's parameter struct (a __grid_constant__ kernel parameter, so the reference
 // reads the parameter bank and the scheduler costs no registers), with fields n_tiles (tiles along
 // the GEMM N) and its FastDivisor n_tiles_div, num_units (ceil(m_tiles / CLUSTER) * n_tiles, plus
-// split_ways - 1 per split tile; dp_tiles + the most pieces of a run x G with stream-K tiles), dp_tiles
-// (units below this are whole tiles), k_iters (reduction steps of a whole tile), split_ways (parts per split
-// tile, >= 2 where any tile is split) and sk_tiles (stream-K tiles, 0 for none; no split tiles then).
+// split_ways - 1 per split tile), dp_tiles (units below this are whole tiles), k_iters (reduction steps
+// of a whole tile) and split_ways (parts per split tile, >= 2 where any tile is split).
 template <int CLUSTER, typename Params, bool ROTATE = false>
 struct TileScheduler {
   const Params& p;
@@ -73,67 +60,22 @@ struct TileScheduler {
 
   __device__ __forceinline__ int first() const { return blockIdx.x / CLUSTER; }
   __device__ __forceinline__ int next(int u) const { return u + gridDim.x / CLUSTER; }
-  __device__ __forceinline__ bool valid(int u) const {
-    return u < p.num_units && (p.sk_tiles == 0 || u < p.dp_tiles || sk_step(u) < sk_run_end(sk_cta(u)));
-  }
+  __device__ __forceinline__ bool valid(int u) const { return u < p.num_units; }
   // Which split tile a unit >= dp_tiles belongs to, and which of its parts it is.
   __device__ __forceinline__ int split_index(int u) const { return (u - p.dp_tiles) / p.split_ways; }
   __device__ __forceinline__ int part_index(int u) const { return (u - p.dp_tiles) % p.split_ways; }
-  // Stream-K: the CTA whose run a unit >= dp_tiles is a piece of, the first step of CTA b's run (global
-  // steps over the stream-K tiles), and the global step the unit's piece starts at.
-  __device__ __forceinline__ int sk_cta(int u) const { return (u - p.dp_tiles) % (int)gridDim.x; }
-  __device__ __forceinline__ int sk_run_start(int b) const {
-    return (int)((long long)b * p.sk_tiles * p.k_iters / gridDim.x);
-  }
-  __device__ __forceinline__ int sk_run_end(int b) const { return sk_run_start(b + 1); }
-  __device__ __forceinline__ int sk_step(int u) const {
-    const int b = sk_cta(u), start = sk_run_start(b), j = (u - p.dp_tiles) / (int)gridDim.x;
-    const int t = start / p.k_iters + j;  // the stream-K tile of piece j
-    return j == 0 ? start : t * p.k_iters;
-  }
-  __device__ __forceinline__ int sk_tile(int u) const { return sk_step(u) / p.k_iters; }
   // The (cluster) tile a unit works on.
-  __device__ __forceinline__ int tile(int u) const {
-    if (u < p.dp_tiles) return u;
-    return p.dp_tiles + (p.sk_tiles ? sk_tile(u) : split_index(u));
-  }
+  __device__ __forceinline__ int tile(int u) const { return u < p.dp_tiles ? u : p.dp_tiles + split_index(u); }
   __device__ __forceinline__ int part(int u) const {
-    if (u < p.dp_tiles) return UNIT_WHOLE;
-    if (p.sk_tiles) {
-      if (k_begin(u) != 0) return UNIT_PARTIAL;
-      return k_end(u) == p.k_iters ? UNIT_WHOLE : UNIT_FINISH;
-    }
-    return part_index(u) == p.split_ways - 1 ? UNIT_FINISH : UNIT_PARTIAL;
+    return u < p.dp_tiles ? UNIT_WHOLE : (part_index(u) == p.split_ways - 1 ? UNIT_FINISH : UNIT_PARTIAL);
   }
   // Workspace slot of part j (< split_ways - 1) of u's split tile.
   __device__ __forceinline__ int slot(int u, int j) const { return split_index(u) * (p.split_ways - 1) + j; }
-  // The workspace slot a PARTIAL unit writes.
-  __device__ __forceinline__ int partial_slot(int u) const {
-    return p.sk_tiles ? sk_cta(u) : slot(u, part_index(u));
-  }
-  // The PARTIAL units a FINISH unit adds, and the slot of the j-th (in the fixed order of their sums).
-  __device__ __forceinline__ int finish_parts(int u) const {
-    if (!p.sk_tiles) return p.split_ways - 1;
-    const int b = sk_cta(u), tile_end = (sk_tile(u) + 1) * p.k_iters;
-    int n = 0;
-    while (b + 1 + n < (int)gridDim.x && sk_run_start(b + 1 + n) < tile_end) ++n;
-    return n;
-  }
-  __device__ __forceinline__ int finish_slot(int u, int j) const {
-    return p.sk_tiles ? sk_cta(u) + 1 + j : slot(u, j);
-  }
   __device__ __forceinline__ int k_begin(int u) const {
-    if (u < p.dp_tiles) return 0;
-    if (p.sk_tiles) return sk_step(u) - sk_tile(u) * p.k_iters;
-    return part_index(u) * p.k_iters / p.split_ways;
+    return u < p.dp_tiles ? 0 : part_index(u) * p.k_iters / p.split_ways;
   }
   __device__ __forceinline__ int k_end(int u) const {
-    if (u < p.dp_tiles) return p.k_iters;
-    if (p.sk_tiles) {
-      const int t = sk_tile(u), end = sk_run_end(sk_cta(u));
-      return (end < (t + 1) * p.k_iters ? end : (t + 1) * p.k_iters) - t * p.k_iters;
-    }
-    return (part_index(u) + 1) * p.k_iters / p.split_ways;
+    return u < p.dp_tiles ? p.k_iters : (part_index(u) + 1) * p.k_iters / p.split_ways;
   }
   // Units whose epilogue stores (and, with a residual, reads C): all but the PARTIAL parts.
   __device__ __forceinline__ bool stores(int u) const { return part(u) != UNIT_PARTIAL; }

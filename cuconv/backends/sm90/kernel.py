@@ -314,13 +314,7 @@ class Sm90Plan(Plan):
         grid = (f"persistent grid {cfg.grid} CTAs over {cfg.num_units} units of one {unit}" if cfg.persistent
                 else f"grid {cfg.grid} CTAs, one {unit} per {'CTA' if cfg.cluster == 1 else 'pair'}")
         split = ""
-        if cfg.sk_tiles:
-            waves = f"after {cfg.dp_tiles} whole tiles, " if cfg.dp_tiles else ""
-            steps = cfg.sk_tiles * cfg.k_iters
-            split = (f", stream-K: {waves}the {cfg.sk_tiles} last tiles' {steps} reduction steps dealt out in one "
-                     f"run of {steps // cfg.grid}-{-(-steps // cfg.grid)} steps per CTA (up to {cfg.sk_pieces} "
-                     f"tiles each; a tile's first run adds the others' fp32 sums in CTA order)")
-        elif cfg.split_tiles:
+        if cfg.split_tiles:
             which = "last wave's" if cfg.dp_tiles else "all"
             ways = "in two" if cfg.split_ways == 2 else f"{cfg.split_ways} ways"
             split = (f", {which} {cfg.split_tiles} tiles split {ways} along the reduction "
@@ -503,7 +497,7 @@ def _split_workspace(cfg: TileConfig):
     nothing is split): one fp32 tile per PARTIAL part, and one flag per consumer warp per PARTIAL part, zero
     between launches (kernels_cu/sm90/split_reduce.cuh). Both are :mod:`cuconv.scratch` buffers, one per
     (device, stream); a launch record keeps the views it was built with alive."""
-    slots = cfg.partial_slots  # one per PARTIAL part (per CTA with stream-K tiles)
+    slots = cfg.split_tiles * (cfg.split_ways - 1)  # one per PARTIAL part
     nflt = slots * cfg.block_m * cfg.block_n
     nflag = slots * 4 * cfg.consumers
     return (scratch("sm90_split_partials", (max(nflt, 4),), "float32"),

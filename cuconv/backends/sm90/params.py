@@ -82,7 +82,7 @@ def phase_table(device_index: int, offsets: Tuple[Tuple[int, int, int], ...]):
 
 PARAM_FIELDS = [("M", "i8")] + [(n, "i4") for n in (
     "K", "O", "P", "Q", "T", "R", "S", "stride_d", "stride_h", "stride_w", "dil_d", "dil_h", "dil_w", "pad_d",
-    "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "split_ways", "sk_tiles", "x_tiles",
+    "pad_h", "pad_w", "c_blocks", "last_k16", "n_tiles", "num_units", "dp_tiles", "k_iters", "split_ways", "x_tiles",
     "y_tiles", "halo_w", "halo_tx", "a_wrap")] + [(n, "u4") for n, _ in divisor_fields(
         "n_tiles_div", "opq_div", "pq_div", "q_div", "x_tiles_div", "y_tiles_div", "o_div")] + [
     ("residual", "u8"), ("ph_table", "u8")] + [
@@ -114,7 +114,6 @@ def kernel_params(problem, cfg: TileConfig, residual: int = 0, x_channels: int =
     vals = dict(M=problem.gemm_m, K=problem.out_channels, O=g.O, P=g.P, Q=g.Q, T=g.T, R=g.R, S=g.S,
                 c_blocks=c_blocks(problem.channels), last_k16=last_k16(problem.channels), n_tiles=cfg.n_tiles,
                 num_units=cfg.num_units, dp_tiles=cfg.dp_tiles, k_iters=cfg.k_iters, split_ways=cfg.split_ways,
-                sk_tiles=cfg.sk_tiles,
                 x_tiles=x_tiles, y_tiles=y_tiles, halo_w=halo_w, halo_tx=halo_w * halo_h * 128 if cfg.halo else 0,
                 residual=residual,
                 a_wrap=c_blocks(x_channels or problem.channels))

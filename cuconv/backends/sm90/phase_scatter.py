@@ -90,22 +90,19 @@ def scatter_plan(plan, channels: int, extent, stride, offsets,
     if why:
         return None, why
     p, cfg = plan.problem, plan.cfg
-    if cfg.sk_tiles:  # the phase-storing and MN-major variants' tiles are not dealt out as stream-K runs
-        cfg = tile_config(p, plan.device.sm_count, plan._overrides, stream_k=False)
     if channels % 32:
         return None, f"C={channels} is not a multiple of 32 (a 32-column group must lie in one phase)"
     if p.gemm_m >= 2 ** 31:
         return None, "more than 2^31 rows"
     out = copy.copy(plan)
-    out.cfg = cfg
     note = ""
     too_wide = plan._overrides.block_n is None and not cfg.pingpong and cfg.block_n > max_block_n
     if not phase_out_fits(cfg) or too_wide:
         width = min(cfg.block_n, max_block_n if too_wide else 128)
         ov = dataclasses.replace(plan._overrides, block_n=width)
-        out.cfg = tile_config(p, plan.device.sm_count, ov, stream_k=False)
+        out.cfg = tile_config(p, plan.device.sm_count, ov)
         if not phase_out_fits(out.cfg):
-            out.cfg = tile_config(p, plan.device.sm_count, dataclasses.replace(ov, block_m=128), stream_k=False)
+            out.cfg = tile_config(p, plan.device.sm_count, dataclasses.replace(ov, block_m=128))
         if not phase_out_fits(out.cfg):
             return None, f"no {out.cfg.block_m}x{out.cfg.block_n} tile of the phase-scattering epilogue"
         why_not = ("consumers spill with this epilogue" if not phase_out_fits(cfg) else
@@ -128,8 +125,6 @@ def direct_filter(plan, mn: MnFilter) -> Tuple[Optional[Sm90Plan], str]:
     if why:
         return None, why
     p, cfg = plan.problem, plan.cfg
-    if cfg.sk_tiles:  # the phase-storing and MN-major variants' tiles are not dealt out as stream-K runs
-        cfg = tile_config(p, plan.device.sm_count, plan._overrides, stream_k=False)
     window = math.prod(p.filter_spatial)
     view_phases = len(mn.table) // window
     if len(mn.table) != view_phases * window or mn.rows != p.channels or view_phases * mn.cols != p.out_channels:
@@ -140,11 +135,10 @@ def direct_filter(plan, mn: MnFilter) -> Tuple[Optional[Sm90Plan], str]:
     if view_phases > 1 and mn.cols % 64:
         return None, f"C={mn.cols} is not a multiple of 64 (a 64-column box of the filter must lie in one phase)"
     out = copy.copy(plan)
-    out.cfg = cfg
     scatters = plan.phase_scatter is not None
     if not b_mn_fits(cfg):
         ov = dataclasses.replace(plan._overrides, block_n=128 if cfg.block_n >= 128 else 64)
-        out.cfg = tile_config(p, plan.device.sm_count, ov, stream_k=False)
+        out.cfg = tile_config(p, plan.device.sm_count, ov)
         if not b_mn_fits(out.cfg) or (scatters and not phase_out_fits(out.cfg)):
             return None, (f"no {out.cfg.block_m}x{out.cfg.block_n}{' halo' if out.cfg.halo else ''} tile reading the "
                           f"filter MN-major{' with the phase-scattering epilogue' if scatters else ''}")

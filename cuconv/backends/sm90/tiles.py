@@ -129,8 +129,6 @@ class TileConfig:
     cluster: int = 1        # CTAs per cluster sharing the filter tile by multicast (1 or 2)
     split_tiles: int = 0    # tiles cut into split_ways parts along the reduction (scheduler.cuh)
     split_ways: int = 2     # parts of a split tile: 2 for the split tail, up to 16 for small problems
-    sk_tiles: int = 0       # stream-K tiles: the last sk_tiles tiles' steps dealt out evenly over the grid
-    sk_pieces: int = 0      # stream-K: the most pieces (tiles touched) of one CTA's run
     k_iters: int = 0        # reduction steps (ring slots) of a whole tile
     halo: bool = False      # halo tiles: BM/64 output rows x 64 columns, one window per (t, c-block)
     pingpong: bool = False  # halo tiles only: two consumer warpgroups take turns, each owning a whole tile
@@ -154,25 +152,13 @@ class TileConfig:
 
     @property
     def num_units(self) -> int:
-        """Scheduling units (scheduler.cuh): cluster tiles, each split tile counted once per part; with
-        stream-K tiles, the whole tiles and ``sk_pieces`` pieces per CTA."""
-        if self.sk_tiles:
-            return self.num_tiles - self.sk_tiles + self.sk_pieces * self.grid
+        """Scheduling units (scheduler.cuh): cluster tiles, each split tile counted once per part."""
         return -(-self.m_tiles // self.cluster) * self.n_tiles + self.split_tiles * (self.split_ways - 1)
 
     @property
     def dp_tiles(self) -> int:
-        """Units that are whole tiles: the first ``num_units - split_ways * split_tiles`` (the tiles before
-        the stream-K tiles)."""
-        if self.sk_tiles:
-            return self.num_tiles - self.sk_tiles
+        """Units that are whole tiles: the first ``num_units - split_ways * split_tiles``."""
         return self.num_units - self.split_ways * self.split_tiles
-
-    @property
-    def partial_slots(self) -> int:
-        """Workspace slots of fp32 partial sums (split_reduce.cuh): one per PARTIAL part of a split tile, or
-        one per CTA with stream-K tiles (a run's first piece)."""
-        return self.grid if self.sk_tiles else self.split_tiles * (self.split_ways - 1)
 
     @property
     def split_steps(self) -> tuple:
@@ -401,59 +387,6 @@ def _wider_in_parts(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, now
     return best, ways
 
 
-#: Stream-K (:func:`_stream_k`): taken where the model predicts at most this share of the time of the
-#: tiles as otherwise chosen; never for tiles of fewer reduction steps than the second bound, nor with runs
-#: shorter than the third or than a quarter of a tile (a tile's first run adds the others' sums one by one,
-#: so a tile shared by many runs waits on many hand-overs).
-_STREAM_K_GAIN, _STREAM_K_MIN_K_ITERS, _STREAM_K_MIN_RUN = 0.9, 16, 10
-#: Switched off, the chooser never takes stream-K tiles (an A/B switch for the benchmark and tests).
-STREAM_K = True
-
-
-def stream_k_runs(tiles: int, k_iters_: int, grid: int) -> Tuple[int, ...]:
-    """The number of pieces (tiles touched) of each CTA's run when ``tiles`` tiles of ``k_iters_`` steps are
-    dealt out evenly over ``grid`` CTAs (scheduler.cuh: CTA b takes steps [b T / grid, (b + 1) T / grid))."""
-    total = tiles * k_iters_
-    starts = [b * total // grid for b in range(grid + 1)]
-    return tuple((starts[b + 1] - 1) // k_iters_ - starts[b] // k_iters_ + 1 for b in range(grid))
-
-
-def _grid_steps(tiles: int, sm_count: int, k_iters_: int, ways: int, split_tiles: int) -> float:
-    """The model's reduction steps of the busiest CTA for whole tiles in waves, the split tail
-    (``split_tiles`` tiles in halves) or a small problem's parts (``ways`` > 0), hand-overs included."""
-    if ways:
-        return -(-k_iters_ // ways) + _SPLIT_HANDOVER_K_ITERS
-    if split_tiles:
-        return (tiles // sm_count) * k_iters_ + -(-k_iters_ // 2) + _SPLIT_HANDOVER_K_ITERS
-    return -(-tiles // sm_count) * k_iters_
-
-
-def _stream_k(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, bn: int, now: float
-              ) -> Optional[Tuple[int, int, int]]:
-    """``(BN, sk_tiles, pieces)``: tiles whose last one or two waves' steps are dealt out evenly over the SMs
-    (stream-K, scheduler.cuh), for ``bn`` or 128-wide tiles, where the model (a step costs BN + 32; a run
-    pays one hand-over) predicts at most :data:`_STREAM_K_GAIN` of ``now``
-    (the cost of ``bn`` as chosen: :func:`_grid_steps` x (``bn`` + 32)); else None (docs/tuning.md
-    T-stream-k). Whole waves before the last full one stay whole tiles."""
-    if not STREAM_K or k_iters_ < _STREAM_K_MIN_K_ITERS:
-        return None
-    best = None
-    for width in sorted({bn, 128} if bn < 128 < gemm_n + 64 else {bn}):
-        tiles = m_tiles * -(-gemm_n // width)
-        if tiles % sm_count == 0:
-            continue
-        dp = max(0, tiles // sm_count - 1) * sm_count
-        sk = tiles - dp
-        if sk * k_iters_ < max(_STREAM_K_MIN_RUN, k_iters_ // 4) * sm_count:
-            continue
-        runs = stream_k_runs(sk, k_iters_, sm_count)
-        steps = dp // sm_count * k_iters_ + -(-sk * k_iters_ // sm_count) + _SPLIT_HANDOVER_K_ITERS
-        cost = steps * (width + 32)
-        if cost <= _STREAM_K_GAIN * now and (best is None or cost < best[0]):
-            best = (cost, width, sk, max(runs))
-    return None if best is None else best[1:]
-
-
 #: :func:`_split_wider_small`: the parts of its wider tiles.
 _SPLIT_WIDER_SMALL_WAYS = 3
 
@@ -600,7 +533,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
                        block_m: Optional[int] = None, loads_residual: bool = False,
                        halo_geometry: Optional[tuple] = None, halo: Optional[bool] = None,
                        pingpong: Optional[bool] = None, tf32: bool = False, a_cf: bool = False,
-                       a_xpose: bool = False, stream_k: bool = True) -> TileConfig:
+                       a_xpose: bool = False) -> TileConfig:
     """The tile configuration of a GEMM of ``gemm_m`` x ``gemm_n`` whose tiles take ``k_iters`` reduction
     steps. Pure; every keyword left None is chosen automatically.
 
@@ -626,8 +559,6 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
       are those the channels-first epilogue builds with a residual (:func:`bm_fits`), single CTAs.
     * ``a_xpose``: the same for halo tiles transposing staged rows of channels-first x into their windows
       (:func:`transposed_x_decline`); the staging ring takes its share of the filter ring's memory.
-    * Stream-K (``stream_k``, automatic choices only, 128-row tiles, single CTAs): where the last waves
-      would leave SMs idle, their tiles' steps dealt out evenly over the SMs (:func:`_stream_k`).
     The grid is persistent (as many clusters as fit, striding over the units) when there are more
     units than SMs; the launch lowers it to the clusters the device co-schedules.
     """
@@ -709,20 +640,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     if ways:
         sp = m_tiles * n_tiles
     else:
-        sp = _split_tiles(m_tiles * n_tiles, sm_count, k_iters, cl, split)
-    if auto_bn and stream_k and not tf32 and block_m is None and bm == BLOCK_M and cl == 1 and split is None \
-            and split_ways is None:
-        now = _grid_steps(m_tiles * n_tiles, sm_count, k_iters, ways, sp) * (bn + 32)
-        sk = _stream_k(m_tiles, gemm_n, sm_count, k_iters, bn, now)
-        if sk:
-            bn, sk_tiles, pieces = sk
-            return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages_for(bm, bn, loads_residual),
-                              m_tiles=m_tiles, n_tiles=-(-gemm_n // bn), grid=sm_count, k_iters=k_iters,
-                              sk_tiles=sk_tiles, sk_pieces=pieces,
-                              note="stream-K: the last waves' steps dealt out evenly over the SMs "
-                                   "(docs/tuning.md T-stream-k)" + ("" if wider or not note else f"; {note}"))
-    if not ways:
-        ways = 2
+        sp, ways = _split_tiles(m_tiles * n_tiles, sm_count, k_iters, cl, split), 2
     units = -(-m_tiles // cl) * n_tiles + sp * (ways - 1)
     return TileConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, stages=stages_for(bm, bn, loads_residual),
                       m_tiles=m_tiles, n_tiles=n_tiles, grid=cl * max(1, min(units, sm_count // cl)), cluster=cl,
@@ -767,14 +685,13 @@ def f32_block_n(gemm_n: int, forced: Optional[int] = None) -> int:
 
 
 def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: bool = False,
-                a_cf: bool = False, a_xpose: bool = False, narrow: bool = False, stream_k: bool = True) -> TileConfig:
+                a_cf: bool = False, a_xpose: bool = False, narrow: bool = False) -> TileConfig:
     """The tile configuration of ``problem`` on ``sm_count`` SMs under ``overrides``
     (:class:`cuconv.overrides.Overrides`); ``out_f32``: for the float32-output variant with promotion
     (128-row tiles, :func:`f32_block_n`, no ping-pong); ``tf32``: for tf32 products (:func:`_tf32_bn`);
     ``a_cf``: halo tiles reading x channels-first (where :func:`channels_first_x_decline` allows them);
     ``a_xpose``: halo tiles transposing staged rows of channels-first x (where :func:`transposed_x_decline`
-    allows them); ``narrow``: the narrow variant (:data:`NARROW_BLOCK_N` columns, cooperative warpgroups);
-    ``stream_k``: False keeps the chooser off stream-K tiles (variants whose scheduling it does not serve)."""
+    allows them); ``narrow``: the narrow variant (:data:`NARROW_BLOCK_N` columns, cooperative warpgroups)."""
     o = overrides
     block_m, block_n, pingpong, halo = o.block_m, o.block_n, o.pingpong, o.halo
     if a_cf and a_xpose:
@@ -797,7 +714,7 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: 
     return choose_tile_config(problem.gemm_m, problem.gemm_n, sm_count or 132, cluster=o.cluster, block_n=block_n,
                               k_iters=k_iters(problem), split=o.split, split_ways=o.split_ways, block_m=block_m,
                               loads_residual=problem.epilogue.loads_residual, halo_geometry=geometry,
-                              halo=halo, pingpong=pingpong, tf32=tf32, stream_k=stream_k and not (out_f32 or narrow))
+                              halo=halo, pingpong=pingpong, tf32=tf32)
 
 
 #: :func:`halo_why_not`'s answer where halo tiles are switched off.
