@@ -290,6 +290,14 @@ def exact_key(v):
     return v
 
 
+def _geometry_key(v):
+    """:func:`exact_key` of a stride, padding or dilation, lists taken as the tuples they equal (validation
+    reads a list and a tuple of the same ints alike)."""
+    if type(v) is list:
+        v = tuple(tuple(e) if type(e) is list else e for e in v)
+    return exact_key(v)
+
+
 def _cupy_ndarray():
     """``cupy.ndarray``, or a type no array has where CuPy does not import (looked up once)."""
     global _CUPY_NDARRAY
@@ -306,8 +314,8 @@ _NUMPY_NDARRAY = np.ndarray
 def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residual, alpha, beta, activation, out,
                kernel, strategy, precision=None):
     """A key that fixes everything validation and dispatch decide for a call, or None when the call has
-    arguments this key cannot vouch for (anything but numpy / cupy arrays, ints, strings and tuples of
-    them for the geometry, int / float scalars):
+    arguments this key cannot vouch for (anything but numpy / cupy arrays, ints, strings and tuples or
+    lists of them for the geometry, int / float scalars):
     those calls take the full path every time. Operands are keyed by shape, strides, dtype and device
     (the device of a CuPy array; NumPy arrays all have None), scalars by type and value, and the
     :func:`cuconv.overrides` block in force is part of it (the environment's overrides are read once
@@ -325,11 +333,19 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
     if (type(groups) is not int or type(alpha) not in _SCALAR_TYPES or type(beta) not in _SCALAR_TYPES
             or type(w) is not tx):
         return None
-    # stride, padding and dilation as ints (the usual case, tested first) or as tuples of ints / pairs
-    if ((type(stride) is not int and exact_key(stride) is NO_KEY)
-            or (type(padding) is not int and exact_key(padding) is NO_KEY)
-            or (type(dilation) is not int and exact_key(dilation) is NO_KEY)):
-        return None
+    # stride, padding and dilation as ints (the usual case, tested first), or as sequences of ints / pairs
+    if type(stride) is not int:
+        stride = _geometry_key(stride)
+        if stride is NO_KEY:
+            return None
+    if type(padding) is not int:
+        padding = _geometry_key(padding)
+        if padding is NO_KEY:
+            return None
+    if type(dilation) is not int:
+        dilation = _geometry_key(dilation)
+        if dilation is NO_KEY:
+            return None
     if bias is None and residual is None and out is None:
         operands = ()
     else:

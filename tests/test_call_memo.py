@@ -83,19 +83,21 @@ def test_overrides_are_part_of_the_signature():
 def test_arguments_the_key_cannot_vouch_for_take_the_full_path():
     x, w = _operands(5)
     api._CALLS.clear()
-    cuconv.conv2d(x, w, padding=(1, 1), stride=[1, 1])
     cuconv.conv2d(x, w, padding=1, groups=np.int64(1))
     cuconv.conv2d(x, w, padding=(1, np.int64(1)))
+    cuconv.conv2d(x, w, padding=[1, np.int64(1)])
     assert len(api._CALLS) == 0
 
 
 def test_tuples_of_ints_are_keyed_and_still_validated():
-    """Geometry written as tuples (``stride=(2, 2)``, ``padding=((1, 0), (0, 1))``, torch's habit) is
-    memoised like ints; a tuple holding a value validation refuses is refused after a good call."""
+    """Geometry written as tuples (``stride=(2, 2)``, ``padding=((1, 0), (0, 1))``, torch's habit) or lists
+    is memoised like ints (a list under the key of the tuple it equals); a sequence holding a value
+    validation refuses is refused after a good call."""
     x, w = _operands(6)
     api._CALLS.clear()
     for _ in range(2):
-        for kw in (dict(stride=(2, 1), padding=(1, 1), dilation=(1, 1)), dict(padding=((1, 0), (0, 1)))):
+        for kw in (dict(stride=(2, 1), padding=(1, 1), dilation=(1, 1)), dict(padding=((1, 0), (0, 1))),
+                   dict(stride=[2, 1], padding=[1, 1], dilation=[1, 1]), dict(padding=[[1, 0], (0, 1)])):
             got = cuconv.conv2d(x, w, **kw)
             np.testing.assert_allclose(got, cuconv.reference.conv2d(x, w, **kw), rtol=1e-4, atol=1e-4)
     assert len(api._CALLS) == 2
@@ -103,6 +105,8 @@ def test_tuples_of_ints_are_keyed_and_still_validated():
         cuconv.conv2d(x, w, stride=(2, True), padding=(1, 1), dilation=(1, 1))
     with pytest.raises(TypeError, match="padding"):
         cuconv.conv2d(x, w, padding=((1, 0), (0, 1.0)))
+    with pytest.raises(ValueError, match="stride"):
+        cuconv.conv2d(x, w, stride=[2, 1, 1], padding=[1, 1], dilation=[1, 1])
     with pytest.raises(ValueError, match="padding"):
         cuconv.conv2d(x, w, padding=((1, 0), (0, -1)))
 

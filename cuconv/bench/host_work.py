@@ -37,6 +37,8 @@ from typing import List, Optional
 CASES = [
     ("depthwise 3x3 (depthwise_direct)", (1, 8, 8, 64), (64, 3, 3, 1), dict(padding=1, groups=64)),
     ("dense 3x3 (sm90_tma)", (1, 8, 8, 64), (64, 3, 3, 64), dict(padding=1)),
+    ("dense 3x3, geometry as tuples (sm90_tma)", (1, 8, 8, 64), (64, 3, 3, 64),
+     dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1))),
     ("1x1 (sm90_tma)", (1, 8, 8, 64), (64, 1, 1, 64), dict()),
     ("grouped 3x3, 4 channels per group (grouped_mma)", (1, 8, 8, 128), (128, 3, 3, 4), dict(padding=1, groups=32)),
     ("1x1 96 -> 4 (sm80 pointwise)", (1, 1, 1, 96), (4, 1, 1, 96), dict()),
