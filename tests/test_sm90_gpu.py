@@ -390,3 +390,25 @@ def test_sm90_wider_split_chosen_automatically(cp, n, hw, c, k, parts):
     with cuconv.overrides(split=False):
         whole = cuconv.conv2d(x, w, b, **kw)
     assert float(cp.abs(a.astype(cp.float32) - whole.astype(cp.float32)).max()) < 0.05
+
+
+LONG_K_CASES = {
+    # 144 reduction steps: 192 x 128 tiles (57 of them, each in two parts) instead of 128 x 96
+    "192x128_c1024_k384": case2d(N=8, H=21, W=21, C=1024, K=384, ep=dict(residual=True, beta=0.5, bias=True,
+                                                                          activation="relu")),
+    # 128 x 256 tiles (35 of them, each in three parts)
+    "128x256_c1024_k256": case2d(N=4, H=33, W=33, C=1024, K=256, dtype="float16", ep=dict(bias=True)),
+}
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("name", list(LONG_K_CASES))
+def test_sm90_long_reduction_tiles(cp, name):
+    """The taller or wider tiles the automatic choice takes over long reductions (docs/tuning.md T-long-k),
+    with the split of small problems, against the reference."""
+    case = LONG_K_CASES[name]
+    tile = name.split("_")[0]
+    detail = _sm90_detail(cp, case)
+    assert f"_{tile}x64_" in detail and "T-long-k" in detail, detail
+    check_case(case, xp=cp, kernel="sm90_tma", poison=True)

@@ -407,3 +407,24 @@ def test_small_problem_split_wider(m, n, k_iters_, want):
     assert (cfg.block_n, cfg.split_ways) == want and "T-split-wider" in cfg.note
     assert cfg.split_tiles == cfg.num_tiles and cfg.num_units == cfg.grid <= 132
     assert "T-split-wider" not in choose_tile_config(m, n, 132, k_iters=k_iters_, block_n=96).note
+
+
+@pytest.mark.parametrize("m,n,k_iters_,want", [
+    (8 * 33 * 33, 256, 288, (192, 128)),   # DeepLabv3's ASPP 3x3 2048 -> 256 at 33x33, N = 8: 207 tiles of 128 x 96
+    (4 * 33 * 33, 256, 288, (128, 256)),   # the same at N = 4
+    (8 * 33 * 33, 256, 32, None),          # its 1x1 2048 -> 256: a short reduction
+    (8 * 65 * 65, 256, 288, None),         # 265 tiles of 128 x 256 already
+    (2 * 32 * 32, 640, 270, None),         # UNet 3x3 1920 -> 640 at 32x32: the wider tiles in two parts stay
+    (32 * 7 * 7, 512, 72, None),           # ResNet-50 layer4 3x3: 72 steps
+])
+def test_long_reduction_tiles(m, n, k_iters_, want):
+    """Over long reductions the tile with the least modelled time of the busiest CTA's wgmmas and the L2
+    bytes of all tiles replaces the width rule's (docs/tuning.md T-long-k); automatic choices only."""
+    cfg = choose_tile_config(m, n, 132, k_iters=k_iters_)
+    if want is None:
+        assert "T-long-k" not in cfg.note, cfg
+        return
+    assert (cfg.block_m, cfg.block_n) == want and "T-long-k" in cfg.note, cfg
+    for forced in (dict(block_n=96), dict(block_m=128), dict(split=False), dict(split_ways=2), dict(tf32=True),
+                   dict(cluster=2)):
+        assert "T-long-k" not in choose_tile_config(m, n, 132, k_iters=k_iters_, **forced).note, forced

@@ -387,6 +387,51 @@ def _wider_in_parts(m_tiles: int, gemm_n: int, sm_count: int, k_iters_: int, now
     return best, ways
 
 
+#: :func:`_long_reduction_tile`: the reductions it serves (at least this many steps), the tiles it tries
+#: besides the width rule's, the share of the modelled time a tile must save to replace it, and the model's
+#: rates: a CTA's wgmma rate (FLOP per us) and what L2 delivers to all SMs together (bytes per us), both
+#: from the DeepLab layers of docs/tuning.md T-long-k.
+_LONG_K_ITERS, _LONG_K_TILES, _LONG_K_GAIN = 128, ((192, 128), (128, 256), (128, 128)), 0.85
+_SM_FLOPS_PER_US, _L2_BYTES_PER_US = 7.0e6, 8.5e6
+
+
+def _busiest_steps(tiles: int, sm_count: int, k_iters_: int) -> int:
+    """Reduction steps of the busiest CTA for ``tiles`` tiles as the automatic split rules run them (every
+    tile in parts for a small problem, the tail in halves, else whole waves), a hand-over included."""
+    ways = _small_split_ways(tiles, sm_count, k_iters_, 1, None, None)
+    if ways:
+        return -(-k_iters_ // ways) + _SPLIT_HANDOVER_K_ITERS
+    if _split_tiles(tiles, sm_count, k_iters_, 1, None):
+        return (tiles // sm_count) * k_iters_ + -(-k_iters_ // 2) + _SPLIT_HANDOVER_K_ITERS
+    return -(-tiles // sm_count) * k_iters_
+
+
+def _tile_time_us(gemm_m: int, gemm_n: int, sm_count: int, k_iters_: int, bm: int, bn: int) -> float:
+    """The modelled time of ``bm`` x ``bn`` im2col tiles: the busiest CTA's wgmmas, or the bytes all tiles
+    read through L2 ((BM + BN) x 64 channels x 2 bytes a step), whichever takes longer."""
+    tiles = -(-gemm_m // bm) * -(-gemm_n // bn)
+    compute = _busiest_steps(tiles, sm_count, k_iters_) * bm * bn * 2 * BLOCK_K / _SM_FLOPS_PER_US
+    l2 = tiles * k_iters_ * (bm + bn) * 2 * BLOCK_K / _L2_BYTES_PER_US
+    return max(compute, l2)
+
+
+def _long_reduction_tile(gemm_m: int, gemm_n: int, sm_count: int, k_iters_: int, bm: int, bn: int,
+                         loads_residual: bool) -> Optional[Tuple[int, int]]:
+    """``(BM, BN)`` of :data:`_LONG_K_TILES` for a reduction of at least :data:`_LONG_K_ITERS` steps where
+    :func:`_tile_time_us` models at most :data:`_LONG_K_GAIN` of the time of ``bm`` x ``bn`` (the width and
+    height rules' choice), else None (docs/tuning.md T-long-k). Over a long reduction a tile's time is its
+    steps, and the narrow, short tiles the wave rules favour read the most bytes per multiply-add: L2
+    bounds them."""
+    if k_iters_ < _LONG_K_ITERS:
+        return None
+    now = _tile_time_us(gemm_m, gemm_n, sm_count, k_iters_, bm, bn)
+    fits = [t for t in _LONG_K_TILES if bm_fits(t[0], t[1], 1, loads_residual, halo=False)]
+    best = min(fits, key=lambda t: _tile_time_us(gemm_m, gemm_n, sm_count, k_iters_, *t), default=None)
+    if best is None or best == (bm, bn) or _tile_time_us(gemm_m, gemm_n, sm_count, k_iters_, *best) > _LONG_K_GAIN * now:
+        return None
+    return best
+
+
 #: :func:`_split_wider_small`: the parts of its wider tiles.
 _SPLIT_WIDER_SMALL_WAYS = 3
 
@@ -544,6 +589,8 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
     * Height: :func:`_auto_block_m`; ``block_m`` forces it where the variant exists (:func:`bm_fits`).
     * ``cluster`` = 2: pairs of CTAs multicasting the filter tile, when there are two row tiles.
     * The split tail (:func:`_split_tiles`); ``split`` forces it on or off.
+    * Long reductions (:func:`_long_reduction_tile`): 192 x 128, 128 x 256 or 128 x 128 tiles where they
+      model 15% less time than the width and height rules' tile (automatic choices of single CTAs only).
     * Small problems (at most half as many tiles as SMs, long reductions): every tile cut into parts
       along the reduction (:func:`_small_split_ways`); ``split_ways`` forces the count, ``split=False``
       switches it off. Where the tiles (or a small problem's parts) would fill one partial wave, wider
@@ -637,6 +684,15 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         n_tiles = -(-gemm_n // bn)
         note = (f"BN {bn} in {ways} parts along the reduction: narrower tiles would fill one partial wave "
                 f"of the SMs (docs/tuning.md T-split-wider)")
+    elif (not ways and auto_bn and not tf32 and block_m is None and cl == 1 and split is None
+          and split_ways is None):
+        long_tile = _long_reduction_tile(gemm_m, gemm_n, sm_count, k_iters, bm, bn, loads_residual)
+        if long_tile:
+            note = (f"{long_tile[0]}x{long_tile[1]} tiles instead of {bm}x{bn}: over {k_iters} reduction steps "
+                    f"the bytes the tiles read through L2 bound the narrower ones (docs/tuning.md T-long-k)")
+            bm, bn = long_tile
+            m_tiles, n_tiles = -(-gemm_m // bm), -(-gemm_n // bn)
+            ways = _small_split_ways(m_tiles * n_tiles, sm_count, k_iters, cl, split, split_ways)
     if ways:
         sp = m_tiles * n_tiles
     else:
