@@ -36,6 +36,7 @@ def test_config_invariants(key):
     p = CATALOG[key]
     cfg = pw_config(p)
     assert cfg.kc % 16 == 0 and p.channels <= cfg.kc < p.channels + 16
+    assert p.channels % cfg.xvec == 0 and cfg.xvec in (8, 4, 2) and (cfg.xvec == 8 or p.channels % (2 * cfg.xvec))
     assert cfg.wn in (1, 2) and cfg.nw % 16 == 0 and cfg.nw <= 128, "whole n16 pairs, at most 128 per warp"
     assert cfg.chunks * cfg.nt >= p.out_channels and (cfg.chunks - 1) * cfg.nt < p.out_channels
     assert cfg.m_tiles * cfg.bm >= p.gemm_m > (cfg.m_tiles - 1) * cfg.bm
@@ -61,7 +62,8 @@ def test_declines_name_the_reason():
     assert "not a pointwise layer" in why(C=16, K=96, R=1, S=1, padding=0, stride=2)
     assert "not a pointwise layer" in why(C=16, K=96, R=1, S=1, padding=1)
     assert "grouped" in why(C=32, K=96, R=1, S=1, padding=0, groups=2)
-    assert "multiple of 8" in why(C=20, K=96, R=1, S=1, padding=0)
+    assert "C must be even" in why(C=21, K=96, R=1, S=1, padding=0)
+    assert "copies of 2 channels" in why(C=58, K=58, R=1, S=1, padding=0)  # C off the 16-byte grid: taken
     assert f"at most {MAX_C}" in why(C=MAX_C + 8, K=32, R=1, S=1, padding=0)
     assert "computes float16, bfloat16" in why(C=24, K=144, R=1, S=1, padding=0, dtype="float32")
     nchw = dataclasses.replace(problem2d(C=24, K=144, R=1, S=1, padding=0), layout="NCHW")
@@ -182,13 +184,15 @@ def test_run_passes_aligned_addresses():
 
 # ------------------------------------------------------------------------------------------ GPU
 @st.composite
-def pointwise_cases(draw, nd=2, max_spatial=20, max_k=48, epilogue=True, any_k=False):
+def pointwise_cases(draw, nd=2, max_spatial=20, max_k=48, epilogue=True, any_k=False, any_c=False):
     """A dense 16-bit pointwise convolution the kernel takes: C 8-256 and K 8-8*max_k in steps of 8 (K
     over 256: chunks), or with ``any_k`` any K up to 8*max_k (single-channel stores off the multiples of
-    8), any number of pixels (partial tiles), conv2d or conv3d."""
+    8), with ``any_c`` any even C (copies of 4 or 2 channels off the multiples of 8), any number of
+    pixels (partial tiles), conv2d or conv3d."""
     spatial = tuple(draw(st.integers(1, max_spatial if nd == 2 else 6)) for _ in range(nd))
     ep = draw_epilogue(draw) if epilogue else {}
-    return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=8 * draw(st.integers(1, MAX_C // 8)),
+    channels = 2 * draw(st.integers(1, MAX_C // 2)) if any_c else 8 * draw(st.integers(1, MAX_C // 8))
+    return Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=channels,
                 out_channels=draw(st.integers(1, 8 * max_k)) if any_k else 8 * draw(st.integers(1, max_k)),
                 filt=(1,) * nd, stride=(1,) * nd, dilation=(1,) * nd,
                 padding=0, groups=1, dtype=draw(st.sampled_from(("bfloat16", "float16"))),
@@ -207,6 +211,8 @@ SETTINGS = [
     Setting("2d_in_place", pointwise_cases(), in_place=True, max_examples=20),
     Setting("2d_any_k", pointwise_cases(any_k=True, max_k=40), max_examples=40),
     Setting("3d_any_k_in_place", pointwise_cases(nd=3, any_k=True, max_k=8), in_place=True, max_examples=15),
+    Setting("2d_any_c", pointwise_cases(any_c=True, any_k=True, max_k=40), max_examples=40),
+    Setting("3d_any_c_in_place", pointwise_cases(nd=3, any_c=True, max_k=8), in_place=True, max_examples=15),
 ]
 
 
@@ -221,6 +227,8 @@ def test_drawn(cp, setting):
     (32, 56, 24, 144),   # MobileNetV2 expansion
     (32, 56, 144, 24),   # MobileNetV2 projection (with its residual add)
     (16, 112, 16, 96),   # EfficientNet-B0 expansion
+    (32, 56, 58, 58),    # ShuffleNetV2's 1x1 of 58 channels (copies of 2 channels, single-channel stores)
+    (32, 28, 116, 116),  # and of 116 (copies of 4)
 ])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_network_layers(cp, n, hw, c, k, dtype):

@@ -16,8 +16,9 @@
 //      past K; KCS = KC + 8 makes the ldmatrix rows conflict-free), again only when a later tile of
 //      the CTA is in another chunk (tiles run chunk by chunk).
 //   2. The grid is persistent: a CTA takes tiles blockIdx.x, + gridDim.x, ...; the next tile's x rows
-//      are copied (cp.async, 16 bytes, zero-filled past C and past M) into the second of two buffers
-//      [BM][KCS] while the current one is multiplied.
+//      are copied (cp.async of XVEC channels: 16 bytes, or 8 / 4 where C is a multiple of 4 / 2 only;
+//      zero-filled past C and past M) into the second of two buffers [BM][KCS] while the current one is
+//      multiplied.
 //   3. Per k16 step: the warp's A fragment (one ldmatrix.x4), then per 16 channels one ldmatrix.x4 of
 //      B and two mma.sync.
 //   4. Epilogue act(alpha * acc + bias + beta * residual) in fp32: per 64 channels the warp stages its
@@ -28,7 +29,8 @@
 //      are not 16-byte aligned, and consecutive lanes take single channels of a row instead.
 //
 // Compile-time (host: cuconv.backends.pointwise.variants): dtype, KC (C rounded up to 16), NT, WN,
-// OVEC (channels per epilogue access: 8 or 1), MIN_BLOCKS. Run time (PwGeometry): M, C, K, the tile
+// OVEC (channels per epilogue access: 8 or 1), XVEC (channels per copy of x and load of w: 8, 4 or 2),
+// MIN_BLOCKS. Run time (PwGeometry): M, C, K, the tile
 // counts.
 #include "common/types.cuh"
 #include "common/smem.cuh"
@@ -48,6 +50,9 @@
 #ifndef PW_OVEC  // channels per access of out, bias and the residual: 8 (16 bytes) or 1
 #define PW_OVEC 8
 #endif
+#ifndef PW_XVEC  // channels per copy of x's rows and load of w's: 8 (16 bytes), 4 or 2
+#define PW_XVEC 8
+#endif
 #ifndef PW_MIN_BLOCKS
 #define PW_MIN_BLOCKS 2
 #endif
@@ -63,7 +68,7 @@ using dw::store_vec;
 
 constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
-constexpr int KC = PW_KC, NT = PW_NT, WN = PW_WN, OVEC = PW_OVEC;
+constexpr int KC = PW_KC, NT = PW_NT, WN = PW_WN, OVEC = PW_OVEC, XVEC = PW_XVEC;
 constexpr int WM = WARPS / WN;
 constexpr int BM = 16 * WM;           // output pixels per tile
 constexpr int NW = NT / WN;           // output channels per warp
@@ -74,12 +79,13 @@ constexpr int SLD = SUB + 8;          // staged row stride (floats): float2 stor
 static_assert(KC % 16 == 0 && KC <= 256, "KC: whole k16 steps, at most 256 channels");
 static_assert(WN == 1 || WN == 2, "WN: one or two warps along the channels");
 static_assert(OVEC == 8 || OVEC == 1, "OVEC: 16-byte vectors or single channels in the epilogue");
+static_assert(XVEC == 8 || XVEC == 4 || XVEC == 2, "XVEC: copies of 16, 8 or 4 bytes");
 static_assert(NT % (16 * WN) == 0 && NW <= 128, "NW: whole pairs of n8 fragments, at most 128 per warp");
 
 // The run-time geometry (cuconv.backends.pointwise.variants.pw_geometry builds it; same field order).
 struct PwGeometry {
   long long M;      // output pixels: N * (D) * H * W
-  int C, K;         // input channels (a multiple of 8) and output channels (one of 8 where OVEC = 8)
+  int C, K;         // input channels (a multiple of XVEC) and output channels (one of 8 where OVEC = 8)
   int m_tiles;      // tiles of BM pixels
   int chunks;       // column chunks of NT channels
   int tiles;        // m_tiles * chunks, chunk by chunk
@@ -93,27 +99,36 @@ constexpr int SMEM_BYTES = FILTER_BYTES + 2 * BUFFER_BYTES + STAGE_BYTES;  // Pw
 static_assert(SMEM_BYTES <= 227 * 1024, "within an sm_90 CTA's opt-in shared memory");
 static_assert(FILTER_BYTES % 16 == 0 && BUFFER_BYTES % 16 == 0, "16-byte aligned regions");
 
+// XVEC 16-bit values as one word of 16, 8 or 4 bytes.
+template <int N> struct VecWord;
+template <> struct VecWord<8> { using type = uint4; };
+template <> struct VecWord<4> { using type = uint2; };
+template <> struct VecWord<2> { using type = uint32_t; };
+using xword_t = typename VecWord<XVEC>::type;
+
 // Filter columns k0 .. k0 + NT - 1 (w: [K][C]) -> sf[n][c], zero past K and past C.
 __device__ __forceinline__ void load_filter(uint16_t* sf, const elem_t* w, const PwGeometry& g, int k0) {
-  constexpr int VECS = KC / 8;  // 16-byte vectors per filter row
+  constexpr int VECS = KC / XVEC;  // words per filter row
   for (int i = threadIdx.x; i < NT * VECS; i += THREADS) {
     const int n = i / VECS, v = i - n * VECS;
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (k0 + n < g.K && v * 8 < g.C) val = *reinterpret_cast<const uint4*>(w + (int64_t)(k0 + n) * g.C + v * 8);
-    *reinterpret_cast<uint4*>(sf + n * KCS + v * 8) = val;
+    xword_t val = {};
+    if (k0 + n < g.K && v * XVEC < g.C) {
+      val = *reinterpret_cast<const xword_t*>(w + (int64_t)(k0 + n) * g.C + v * XVEC);
+    }
+    *reinterpret_cast<xword_t*>(sf + n * KCS + v * XVEC) = val;
   }
 }
 
 // Start the copy of the x rows of pixel tile `mt` into the buffer at shared address `dst`.
 __device__ __forceinline__ void start_copy(uint32_t dst, const elem_t* x, const PwGeometry& g, int mt) {
-  constexpr int VECS = KC / 8;
+  constexpr int VECS = KC / XVEC;
   const long long m0 = (long long)mt * BM;
 #pragma unroll 4
   for (int i = threadIdx.x; i < BM * VECS; i += THREADS) {
     const int r = i / VECS, v = i - r * VECS;
-    const bool valid = m0 + r < g.M && v * 8 < g.C;
-    const elem_t* src = valid ? x + (m0 + r) * g.C + v * 8 : x;
-    sm80::cp_async_zfill<16>(dst + (uint32_t)((r * KCS + v * 8) * 2), src, valid);
+    const bool valid = m0 + r < g.M && v * XVEC < g.C;
+    const elem_t* src = valid ? x + (m0 + r) * g.C + v * XVEC : x;
+    sm80::cp_async_zfill<2 * XVEC>(dst + (uint32_t)((r * KCS + v * XVEC) * 2), src, valid);
   }
 }
 

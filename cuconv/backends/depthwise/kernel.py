@@ -94,7 +94,8 @@ class DirectPlan(Plan):
 
     #: The kernel source under kernels_cu/ (set by each subclass).
     source = ""
-    #: True where the kernel reads the filter in 16-byte vectors: a filter off that grid is copied first.
+    #: True where the kernel reads the filter in 16-byte vectors: a filter off that grid is copied first
+    #: (a subclass may set the alignment it needs in ``_alignments[1]``).
     w_vectors = False
 
     def __init__(self, kernel, problem, device, cfg, variant, reason: str):
@@ -143,7 +144,7 @@ class DirectPlan(Plan):
             if not (xp_ % xa or wp % wa or op % oa or bp % oa):
                 launch(xp_, wp, bp, op, op)
                 return
-        if self.w_vectors and w.data.ptr % 16:
+        if w.data.ptr % self._alignments[1]:  # a fresh allocation is on every grid
             w = w.copy()
         x, bias, residual, target = aligned_operands(self.problem, self.cfg, x, bias, residual, out)
         op = target.data.ptr  # absent operands: any valid address (the kernel reads them only when flagged)

@@ -50,7 +50,8 @@ class PointwiseKernel(DirectKernel):
         """The automatic choice takes the conv2d layers whose reduction is short (C <= :data:`SHORT_C`: less
         than one of the implicit GEMM kernels' 64-channel reduction blocks), whose output is narrow (K <=
         :data:`NARROW_K`: less than their narrowest efficient tile) or whose output rows are off the 16-byte
-        grid (K not a multiple of 8, which the Hopper kernels decline), with any fused epilogue; conv3d
+        grid (K not a multiple of 8, which the Hopper kernels decline), and the layers whose input rows are (C
+        not a multiple of 8, which the Hopper kernels decline too), with any fused epilogue; conv3d
         layers only where K is not a multiple of 8 or the GPU is not a Hopper one (conv3d_native runs the
         others at least as fast). It leaves conv2d outputs of fewer than 8 channels from at most
         :data:`SHORT_C_NARROW_K` channels to sm80_igemm's pointwise loader (those of at most 64 filter
@@ -63,7 +64,7 @@ class PointwiseKernel(DirectKernel):
                     f"loader runs faster")
         if p.nd == 3 and k % 8 == 0 and plan.device.is_hopper:
             return f"a conv3d layer with K = {k}, a multiple of 8: conv3d_native runs it at least as fast"
-        if c <= SHORT_C or k <= NARROW_K or k % 8:
+        if c <= SHORT_C or k <= NARROW_K or k % 8 or c % 8:
             return None
         return (f"C = {c} -> K = {k}: neither a short reduction (C <= {SHORT_C}) nor a narrow output (K <= "
                 f"{NARROW_K}), which the implicit GEMM kernels run at least as fast")
@@ -72,27 +73,31 @@ class PointwiseKernel(DirectKernel):
         if device.smem_per_block_optin and cfg.smem > device.smem_per_block_optin:
             return Declined(f"{cfg.smem} bytes of shared memory per CTA: the GPU allows "
                             f"{device.smem_per_block_optin}")
+        copies = "" if cfg.xvec == 8 else f" (copies of {cfg.xvec} channels: C is off the 16-byte grid)"
+        stores = "whole 16-byte vectors" if cfg.ovec == 8 else "one channel per access (K is off the 16-byte grid)"
         return PointwisePlan(self, problem, device, cfg,
                              f"a pointwise layer (1x1, stride 1) with C = {problem.channels} -> K = "
-                             f"{problem.out_channels}: the GEMM over pixels, x read as contiguous tiles, the "
-                             f"output written as whole 16-byte vectors")
+                             f"{problem.out_channels}: the GEMM over pixels, x read as contiguous tiles{copies}, "
+                             f"the output written as {stores}")
 
 
 class PointwisePlan(DirectPlan):
     """The tile shape of one pointwise problem, and its packed launch once it has run."""
 
     source = PW_SOURCE
-    w_vectors = True  # the filter is read in 16-byte vectors too
+    w_vectors = True  # the filter is read in words of xvec channels too
 
     def __init__(self, kernel, problem, device, cfg: PwConfig, reason: str):
         super().__init__(kernel, problem, device, cfg, pw_variant(problem, cfg), reason)
+        self._alignments = (self._alignments[0], 2 * cfg.xvec, self._alignments[2])
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
         chunks = f" in {c.chunks} chunks of {c.nt} channels" if c.chunks > 1 else ""
         return (f"{self.name}: tiles of {c.bm} pixels x {c.nt} output channels{chunks} (8 warps, {8 // c.wn} x "
                 f"{c.wn}, each 16 pixels x {c.nw} channels on mma.sync m16n8k16), reduction {p.channels} "
-                f"channels in {c.kc // 16} k16 steps, x tiles double-buffered in shared memory ({c.smem} bytes "
+                f"channels in {c.kc // 16} k16 steps, x tiles double-buffered in shared memory (copies of "
+                f"{c.xvec} channels; {c.smem} bytes "
                 f"with the filter and the staging), {c.tiles(p)} tiles over a persistent grid of at most as many "
                 f"CTAs as the GPU holds at once")
 

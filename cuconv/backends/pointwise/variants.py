@@ -50,6 +50,7 @@ class PwConfig:
     m_tiles: int     # tiles of bm pixels covering M
     min_blocks: int  # CTAs per SM the registers must allow (__launch_bounds__)
     ovec: int = 8    # channels per epilogue access of out, bias and the residual: 8 (16 bytes) or 1
+    xvec: int = 8    # channels per copy of x's rows and load of w's: 8 (16 bytes), or 4 / 2 for C off that grid
 
     @property
     def bm(self) -> int:
@@ -67,8 +68,8 @@ class PwConfig:
 
     @property
     def vin(self) -> int:
-        """Channels per 16-byte copy of x (x must sit on the 16-byte grid)."""
-        return 8
+        """Channels per copy of x (x, and w, must sit on the grid of ``2 * xvec`` bytes)."""
+        return self.xvec
 
     @property
     def vec(self) -> int:
@@ -105,22 +106,27 @@ def pointwise_index_declined(p: ConvProblem) -> Optional[str]:
 
 def pw_declined(p: ConvProblem) -> Optional[str]:
     """Why the pointwise kernel cannot take ``p``, or None: a dense 1x1 convolution of stride 1 without
-    padding (the GEMM ``out = x w^T`` over pixels), channels-last, C a multiple of 8 (16-byte copies of
-    x's rows) and at most :data:`MAX_C`; any K (off the multiples of 8, the epilogue stores single
-    channels)."""
+    padding (the GEMM ``out = x w^T`` over pixels), channels-last, C even (copies of x's rows of 8, 4 or 2
+    channels: 16, 8 or 4 bytes) and at most :data:`MAX_C`; any K (off the multiples of 8, the epilogue
+    stores single channels)."""
     why = dense_pointwise_declined(p)
     if why:
         return why
     if not p.layout.endswith("C"):
         return (f"{p.layout} operands: the kernel reads x and writes out channels-last, and the Hopper kernel "
                 f"reads and writes channels-first 1x1 layers without moving them")
-    if p.channels % 8:
-        return (f"C = {p.channels}: the kernel copies x's rows in 16-byte vectors of 8 channels, so C must be a "
-                f"multiple of 8")
+    if p.channels % 2:
+        return (f"C = {p.channels}: the kernel copies x's rows in words of 8, 4 or 2 channels (16, 8 or 4 bytes), "
+                f"so C must be even")
     if p.channels > MAX_C:
         return (f"C = {p.channels}: the kernel keeps a tile's whole reduction in shared memory, at most "
                 f"{MAX_C} channels")
     return pointwise_index_declined(p)
+
+
+def _copy_channels(c: int) -> int:
+    """Channels per copy of a row of ``c`` channels: the widest of 8, 4 and 2 that divides it."""
+    return next(v for v in (8, 4, 2) if c % v == 0)
 
 
 def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
@@ -129,7 +135,8 @@ def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
     the widest whose shared memory is within :data:`SMEM_BUDGET`); two warps share a tile's
     channels where they are more than 128 (a warp's accumulators: NW / 2 registers) or C is more than
     64 (then 64-pixel tiles keep the two x buffers small). Output rows off the 16-byte grid (K not a
-    multiple of 8) are stored one channel per access. The device's own limit is checked by the
+    multiple of 8) are stored one channel per access; x's and w's rows off the 16-byte grid (C not a multiple
+    of 8) are copied in words of 4 or 2 channels. The device's own limit is checked by the
     kernel's plan (:meth:`cuconv.backends.pointwise.kernel.PointwiseKernel.plan_for`)."""
     kc = -(-p.channels // 16) * 16
     k16 = -(-p.out_channels // 16) * 16
@@ -143,7 +150,7 @@ def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
         bm = 16 * (8 // wn)
         m_tiles = -(-p.gemm_m // bm)
         cfg = PwConfig(kc=kc, nt=nt, wn=wn, chunks=chunks, m_tiles=m_tiles, min_blocks=2 if nt // wn > 64 else 3,
-                       ovec=1 if p.out_channels % 8 else 8)
+                       ovec=1 if p.out_channels % 8 else 8, xvec=_copy_channels(p.channels))
         if cfg.smem <= SMEM_BUDGET:
             break
     if m_tiles * chunks >= 2**31:
@@ -154,11 +161,14 @@ def pw_config(p: ConvProblem) -> Union[PwConfig, str]:
 def pw_variant(p: ConvProblem, cfg: PwConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     scalar = "_v1" if cfg.ovec == 1 else ""
-    name = f"pointwise_fprop_{_DTYPE_TAG[p.dtype]}_kc{cfg.kc}_n{cfg.nt}_wn{cfg.wn}{scalar}_b{cfg.min_blocks}"
+    copies = f"_x{cfg.xvec}" if cfg.xvec != 8 else ""
+    name = f"pointwise_fprop_{_DTYPE_TAG[p.dtype]}_kc{cfg.kc}_n{cfg.nt}_wn{cfg.wn}{scalar}{copies}_b{cfg.min_blocks}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), PW_KC=cfg.kc, PW_NT=cfg.nt, PW_WN=cfg.wn,
                    PW_MIN_BLOCKS=cfg.min_blocks, CUCONV_KERNEL_NAME=name)
     if cfg.ovec == 1:
         defines["PW_OVEC"] = 1
+    if cfg.xvec != 8:
+        defines["PW_XVEC"] = cfg.xvec
     return name, defines
 
 
@@ -177,7 +187,8 @@ def _catalog():
     32 -> 192, 40 -> 240) and projections (96 -> 24, 144 -> 24, 192 -> 32), a wide output in chunks
     (64 -> 384), a long reduction (256 -> 64), float16, a 1x1x1 conv3d, and outputs off the multiples of 8:
     a detection head's distribution-to-box map (16 -> 1), an RGB map (64 -> 3), a squeeze-excite
-    reduction (96 -> 4) and a wide one (256 -> 100)."""
+    reduction (96 -> 4) and a wide one (256 -> 100), and inputs off the multiples of 8 (ShuffleNetV2's
+    58 -> 58, copies of 2 channels; 116 -> 116, copies of 4)."""
     def conv(c, k, hw=8, dtype="bfloat16", nd=2):
         return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=k,
                                   filter_spatial=(1,) * nd, stride=1, dilation=1, padding=0, groups=1, dtype=dtype,
@@ -187,7 +198,7 @@ def _catalog():
                 project_192_32=conv(192, 32), wide_64_384=conv(64, 384), long_256_64=conv(256, 64),
                 fp16_24_144=conv(24, 144, dtype="float16"), conv3d_32_64=conv(32, 64, hw=4, nd=3),
                 narrow_16_1=conv(16, 1), narrow_64_3=conv(64, 3), narrow_96_4=conv(96, 4),
-                odd_256_100=conv(256, 100))
+                odd_256_100=conv(256, 100), shuffle_58_58=conv(58, 58), shuffle_116_116=conv(116, 116))
 
 
 #: Named pointwise problems covering the compiled variants (tests/test_pointwise.py).
