@@ -424,10 +424,13 @@ def _long_reduction_tile(gemm_m: int, gemm_n: int, sm_count: int, k_iters_: int,
     bounds them."""
     if k_iters_ < _LONG_K_ITERS:
         return None
-    now = _tile_time_us(gemm_m, gemm_n, sm_count, k_iters_, bm, bn)
+
+    def time_of(tile):
+        return _tile_time_us(gemm_m, gemm_n, sm_count, k_iters_, *tile)
+
     fits = [t for t in _LONG_K_TILES if bm_fits(t[0], t[1], 1, loads_residual, halo=False)]
-    best = min(fits, key=lambda t: _tile_time_us(gemm_m, gemm_n, sm_count, k_iters_, *t), default=None)
-    if best is None or best == (bm, bn) or _tile_time_us(gemm_m, gemm_n, sm_count, k_iters_, *best) > _LONG_K_GAIN * now:
+    best = min(fits, key=time_of, default=None)
+    if best is None or best == (bm, bn) or time_of(best) > _LONG_K_GAIN * time_of((bm, bn)):
         return None
     return best
 
