@@ -336,16 +336,12 @@ def _signature(nd, x, w, bias, stride, padding, dilation, groups, layout, residu
     # stride, padding and dilation as ints (the usual case, tested first), or as sequences of ints / pairs
     if type(stride) is not int:
         stride = _geometry_key(stride)
-        if stride is NO_KEY:
-            return None
     if type(padding) is not int:
         padding = _geometry_key(padding)
-        if padding is NO_KEY:
-            return None
     if type(dilation) is not int:
         dilation = _geometry_key(dilation)
-        if dilation is NO_KEY:
-            return None
+    if stride is NO_KEY or padding is NO_KEY or dilation is NO_KEY:
+        return None
     if bias is None and residual is None and out is None:
         operands = ()
     else:

@@ -233,12 +233,14 @@ _GRAD_CALLS: dict = {}
 _GRAD_CALLS_LIMIT = 1024
 on_change(_GRAD_CALLS.clear)  # their replays hold forward plans
 on_environment_read(_GRAD_CALLS.clear)  # keyed by the overrides block in force, not the environment's
+
+
 def _call_key(nd, dy, w, x_shape, stride, padding, dilation, groups, layout, kernel, precision, ep, out, base=None):
     """A key fixing everything :func:`_validated_input` decides for a call, or None where the call has
     arguments it cannot vouch for (the full path then runs every time): operands by shape, strides,
-    dtype and device, the other arguments as :func:`cuconv.api.exact_key` values, scalars by type and value, and the
-    :func:`cuconv.overrides` block in force (:func:`cuconv.overrides.active_overrides`). ``base``: a
-    caller's key that already fixes dy, w and the geometry (:func:`_transpose`)."""
+    dtype and device, the other arguments as :func:`cuconv.api.exact_key` values, scalars by type and
+    value, and the :func:`cuconv.overrides` block in force (:func:`cuconv.overrides.active_overrides`).
+    ``base``: a caller's key that already fixes dy, w and the geometry (:func:`_transpose`)."""
     tx = type(dy)
     if base is None:
         if _keyed_type(dy) is None:

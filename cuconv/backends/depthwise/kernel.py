@@ -94,8 +94,7 @@ class DirectPlan(Plan):
 
     #: The kernel source under kernels_cu/ (set by each subclass).
     source = ""
-    #: True where the kernel reads the filter in 16-byte vectors: a filter off that grid is copied first
-    #: (a subclass may set the alignment it needs in ``_alignments[1]``).
+    #: True where the kernel reads the filter in 16-byte vectors: a filter off that grid is copied first.
     w_vectors = False
 
     def __init__(self, kernel, problem, device, cfg, variant, reason: str):
@@ -105,7 +104,12 @@ class DirectPlan(Plan):
         self._launch = None
         align_x, align_out = vector_alignments(problem, cfg)
         # byte alignments of the addresses the kernel's vector accesses need: x, w, out (and bias)
-        self._alignments = (align_x, 16 if self.w_vectors else 1, align_out)
+        self._alignments = (align_x, self.filter_alignment(), align_out)
+
+    def filter_alignment(self) -> int:
+        """The byte alignment of w that the kernel's filter loads need (a filter off it is copied first):
+        16 where it reads 16-byte vectors (``w_vectors``), else 1."""
+        return 16 if self.w_vectors else 1
 
     def compile_jobs(self):
         return ((self.source, self.defines),)

@@ -85,11 +85,13 @@ class PointwisePlan(DirectPlan):
     """The tile shape of one pointwise problem, and its packed launch once it has run."""
 
     source = PW_SOURCE
-    w_vectors = True  # the filter is read in words of xvec channels too
 
     def __init__(self, kernel, problem, device, cfg: PwConfig, reason: str):
         super().__init__(kernel, problem, device, cfg, pw_variant(problem, cfg), reason)
-        self._alignments = (self._alignments[0], 2 * cfg.xvec, self._alignments[2])
+
+    def filter_alignment(self) -> int:
+        """The filter is read in words of ``xvec`` channels, as x is."""
+        return 2 * self.cfg.xvec
 
     def describe(self) -> str:
         c, p = self.cfg, self.problem
