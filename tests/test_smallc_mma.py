@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 import cuconv
 from cuconv import dispatch
 from cuconv.backends.smallc.mma import SmallcMmaKernel
-from cuconv.backends.smallc.mma_variants import (BM, CATALOG, MMA_SOURCE, SMEM_LIMIT, mma_config, mma_declined,
-                                                 mma_variant)
+from cuconv.backends.smallc.mma_variants import (BM, CATALOG, MAX_TERMS, MMA_MAX_C, MMA_SOURCE, SMEM_LIMIT,
+                                                 mma_config, mma_declined, mma_variant)
 from cuconv.backends.smallc.params import MMA_FIELDS, mma_geometry
 from cuconv.models.smallc_mma import layout, pixel_bases, term_offsets, tile_conv
 from cuconv.overrides import Overrides
@@ -67,7 +67,7 @@ def test_dispatch_takes_long_windows_and_leaves_short_ones():
     assert dispatch.select(problem2d(C=3, K=64, R=7, S=7, dtype="float32"), H100)[1].kernel != KERNEL
     k = SmallcMmaKernel()
     assert "float32" in k.plan(problem2d(C=3, K=64, R=7, S=7, dtype="float32"), H100, Overrides()).reason
-    assert "at most 8 input channels" in k.plan(problem2d(C=16), H100, Overrides()).reason
+    assert f"at most {MMA_MAX_C} input channels" in k.plan(problem2d(C=MMA_MAX_C + 1), H100, Overrides()).reason
     assert "grouped" in k.plan(problem2d(C=4, K=4, groups=2), H100, Overrides()).reason
     assert "768 reduction terms" in mma_declined(problem2d(H=64, W=64, C=3, K=768, R=16, S=16, stride=16,
                                                            padding=0))
@@ -92,15 +92,19 @@ def test_compiles_without_spills(key, arch):
 
 # ------------------------------------------------------------------------------------------ GPU
 @st.composite
-def mma_cases(draw, nd=2, max_spatial=24, epilogue=True, odd_pairs=False):
+def mma_cases(draw, nd=2, max_spatial=24, epilogue=True, odd_pairs=False, wide=False):
     """A dense convolution the kernel takes: C 1-8 (1-3 for conv3d), filters up to 7 a side (3 for
     conv3d), K 1-160, strides 1-4, dilations 1-2, asymmetric padding, fp16 / bf16. ``odd_pairs``: odd C
-    read as pairs of terms (even W stride, W dilation 1), the widths of both parities."""
+    read as pairs of terms (even W stride, W dilation 1), the widths of both parities. ``wide``: 9-32
+    channels (multiples of 8 among them: the padded pixel stride) and filters up to 5 a side."""
     layouts = ("NHWC", "NCHW") if nd == 2 else ("NDHWC", "NCDHW")
-    c = draw(st.sampled_from([1, 3, 5, 7]) if odd_pairs else st.integers(1, 8 if nd == 2 else 3))
+    if wide:
+        c = draw(st.sampled_from([9, 12, 16, 20, 24, 32]))
+    else:
+        c = draw(st.sampled_from([1, 3, 5, 7]) if odd_pairs else st.integers(1, 8 if nd == 2 else 3))
     k = draw(st.sampled_from([1, 3, 4, 8, 16, 24, 32, 48, 64, 72, 96, 160]))
     spatial = tuple(draw(st.integers(1, max_spatial if nd == 2 else max(4, max_spatial // 2))) for _ in range(nd))
-    filt = tuple(draw(st.integers(1, 7 if nd == 2 else 3)) for _ in range(nd))
+    filt = tuple(draw(st.integers(1, (5 if wide else 7) if nd == 2 else 3)) for _ in range(nd))
     stride = tuple(draw(st.integers(1, 4)) for _ in range(nd))
     dilation = tuple(draw(st.integers(1, 2)) for _ in range(nd))
     if odd_pairs:
@@ -110,7 +114,7 @@ def mma_cases(draw, nd=2, max_spatial=24, epilogue=True, odd_pairs=False):
     padding = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(nd))
     for n, f, s, d, (lo, hi) in zip(spatial, filt, stride, dilation, padding):
         assume(output_size(n, f, s, d, lo, hi) >= 1)
-    assume(c * filt[-1] * filt[-2] <= 256)
+    assume(c * filt[-1] * filt[-2] <= MAX_TERMS)
     ep = draw_epilogue(draw) if epilogue else {}
     case = Case(nd=nd, batch=draw(st.integers(1, 3)), spatial=spatial, channels=c, out_channels=k, filt=filt,
                 stride=stride, dilation=dilation, padding=padding, groups=1,
@@ -194,6 +198,7 @@ def test_tile_shape_is_one_that_fits():
 
 @settings(max_examples=120, deadline=None)
 @given(case=st.one_of(mma_cases(nd=2, max_spatial=20, epilogue=False),
+                      mma_cases(nd=2, max_spatial=20, epilogue=False, wide=True),
                       mma_cases(nd=2, max_spatial=30, epilogue=False, odd_pairs=True),
                       mma_cases(nd=3, max_spatial=10, epilogue=False)))
 def test_model_addressing_is_the_convolution(case):
@@ -218,6 +223,29 @@ def test_model_addressing_is_the_convolution(case):
     assert reads.min() >= 0 and reads.max() < cfg.in_rows * lay.rowst + 2
     if lay.pairs:
         assert (reads[:, 0::2] % 2 == 0).all()
+
+
+@pytest.mark.parametrize("c, stride", [(16, 1), (24, 1), (32, 1), (16, 2)])
+def test_a_quarter_warps_reads_fall_in_distinct_banks(c, stride):
+    """With 16 or 32 channels the stored pixel is padded (CST) so that each A read of a quarter warp
+    (8 neighbouring pixels x 4 consecutive words) reaches 32 distinct banks where its terms lie in one
+    filter row, and at most two words share a bank where they straddle two; 24 channels already do. At
+    W stride 2 no stride of whole copies does, and the pixel is left as it is."""
+    p = problem2d(N=1, H=40, W=40, C=c, K=64, stride=stride)
+    cfg = mma_config(p)
+    lay = layout(p, cfg)
+    assert not cfg.span and cfg.cst % cfg.vin == 0 and (cfg.cst == c) == (c == 24 or stride == 2)
+    if stride == 2:
+        return
+    bases, offs = pixel_bases(lay, 1), term_offsets(lay, 1)
+    for m0 in range(0, BM, 8):
+        for ks in range(cfg.kp // 16):
+            for half in (0, 8):
+                terms = np.arange(ks * 16 + half, ks * 16 + half + 8, 2)
+                words = np.unique((bases[m0:m0 + 8, None] + offs[None, terms]) // 2)
+                degree = np.bincount(words % 32).max()  # distinct words on the busiest bank
+                one_row = len(set((terms // lay.krun).tolist())) == 1 and terms[-1] < lay.R * lay.krun
+                assert degree == 1 if one_row else degree <= 2, (m0, ks, half)
 
 
 @pytest.mark.parametrize("key", ["7x7_s2_rgb_bfloat16", "3x3_s2_rgb_bfloat16", "c1_5x5", "narrow_k3"])
@@ -260,6 +288,7 @@ SETTINGS = [
     Setting("2d", mma_cases(nd=2), max_examples=60),
     Setting("2d_wide", mma_cases(nd=2, max_spatial=90, epilogue=False), max_examples=15),
     Setting("2d_odd_pairs", mma_cases(nd=2, max_spatial=40, odd_pairs=True), max_examples=40),
+    Setting("2d_more_channels", mma_cases(nd=2, max_spatial=40, wide=True), max_examples=40),
     Setting("2d_in_place", mma_cases(nd=2), in_place=True, max_examples=20),
     Setting("3d", mma_cases(nd=3, max_spatial=12), max_examples=25),
 ]

@@ -58,6 +58,12 @@ class MmaLayout:
     planar: bool = False  # PLANAR: the tile stored [row][c][col] (span copies of channels-first x)
     rowc: int = 0   # ROWC: PLANAR, the stride of a tile row's channel runs
     runc: int = 0   # RUNC: PLANAR, terms of one channel's run
+    cst: int = 0    # CST: elements per stored pixel of a tile copied pixel by pixel (C, or C padded); 0: C
+
+    @property
+    def pixel(self) -> int:
+        """Elements per stored pixel of a channels-last tile (CST of the kernel)."""
+        return self.cst or self.C
 
 
 def _axes(p: ConvProblem):
@@ -74,9 +80,9 @@ def _axes(p: ConvProblem):
 def layout(p: ConvProblem, cfg) -> MmaLayout:
     """The kernel's constants for ``p`` launched with ``cfg`` (an :class:`~cuconv.backends.smallc.mma_variants.MmaConfig`)."""
     _, _, _, _, _, _, _, R, S, _, _, sw, _, _, dw, _, _, _ = _axes(p)
-    C = p.channels
+    C, cst = p.channels, cfg.cst
     in_cols = (cfg.tq - 1) * sw + (S - 1) * dw + 1
-    cols_st = in_cols + (in_cols * C) % 2
+    cols_st = in_cols + (in_cols * cst) % 2
     span, shift, planar = cfg.span, cfg.shift, cfg.planar
     pairs = (sw % 2 == 0 and dw == 1) if planar else (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
     lead = shift & 1 if pairs else 0
@@ -88,11 +94,11 @@ def layout(p: ConvProblem, cfg) -> MmaLayout:
     else:
         runc = rowc = 0
         krun = -(-(S * C + lead) // 2) * 2
-        rowst = -(-(in_cols * C + shift) // span) * span if span else cols_st * C
+        rowst = -(-(in_cols * C + shift) // span) * span if span else cols_st * cst
     kp = -(-(R * krun) // 16) * 16
     return MmaLayout(C=C, R=R, S=S, SW=sw, DW=dw, TP=cfg.tp, TQ=cfg.tq, in_cols=in_cols, cols_st=cols_st,
                      rowst=rowst, krun=krun, kp=kp, pairs=pairs, span=span, shift=shift, lead=lead, planar=planar,
-                     rowc=rowc, runc=runc)
+                     rowc=rowc, runc=runc, cst=cst)
 
 
 def _position(lay: MmaLayout, kk: int):
@@ -117,7 +123,7 @@ def _term(lay: MmaLayout, kk: int, dil_h: int) -> int:
     row = r * dil_h * lay.rowst + lay.shift
     if lay.planar:
         return row + c * lay.rowc + s * lay.DW
-    return row - 1 if s < 0 else row + s * lay.DW * lay.C + c
+    return row - 1 if s < 0 else row + s * lay.DW * lay.pixel + c
 
 
 def term_offsets(lay: MmaLayout, dil_h: int) -> np.ndarray:
@@ -137,7 +143,7 @@ def weighted_terms(lay: MmaLayout) -> np.ndarray:
 def pixel_bases(lay: MmaLayout, stride_h: int) -> np.ndarray:
     """The window origin (element index in the tile) of each tile pixel m = row * TQ + col."""
     m = np.arange(lay.TP * lay.TQ)
-    return (m // lay.TQ) * stride_h * lay.rowst + (m % lay.TQ) * lay.SW * (1 if lay.planar else lay.C)
+    return (m // lay.TQ) * stride_h * lay.rowst + (m % lay.TQ) * lay.SW * (1 if lay.planar else lay.pixel)
 
 
 def filter_matrix(w_slice: np.ndarray, lay: MmaLayout) -> np.ndarray:
@@ -155,8 +161,8 @@ def filter_matrix(w_slice: np.ndarray, lay: MmaLayout) -> np.ndarray:
 
 def input_tile(x5: np.ndarray, p: ConvProblem, lay: MmaLayout, in_rows: int, n: int, d: int, tile_p: int,
                tile_q: int) -> np.ndarray:
-    """The tile buffer the kernel multiplies from, flat: ``in_rows`` rows of ``COLS_ST`` pixels x C
-    channels (zeros outside the image), then the zeroed tail word (two elements). With span copies a
+    """The tile buffer the kernel multiplies from, flat: ``in_rows`` rows of ``COLS_ST`` pixels x CST
+    elements (C channels, then zero channels up to CST; zeros outside the image), then the zeroed tail word (two elements). With span copies a
     row is instead the ``ROWST`` elements of the image row's run of W x C elements from ``w0 x C -
     SHIFT`` on (zeros outside the image), whose words the kernel copies; PLANAR, C runs of ``ROWC``
     elements, channel c's from ``w0 - SHIFT`` on in its plane."""
@@ -180,10 +186,10 @@ def input_tile(x5: np.ndarray, p: ConvProblem, lay: MmaLayout, in_rows: int, n: 
         ev = (elems >= 0) & (elems < W * lay.C)
         tile[np.ix_(rv, ev)] = x5[n, d].reshape(H, W * lay.C)[np.ix_(rows[rv], elems[ev])]
     else:
-        tile = np.zeros((in_rows, lay.cols_st, lay.C), dtype=np.float32)
+        tile = np.zeros((in_rows, lay.cols_st, lay.pixel), dtype=np.float32)
         cols = np.arange(lay.cols_st) + w0
         cv = (cols >= 0) & (cols < W)
-        tile[np.ix_(rv, cv)] = x5[n, d][np.ix_(rows[rv], cols[cv])]
+        tile[np.ix_(rv, cv, np.arange(lay.C))] = x5[n, d][np.ix_(rows[rv], cols[cv])]
     return np.concatenate([tile.reshape(-1), np.zeros(2, dtype=np.float32)])
 
 

@@ -10,8 +10,10 @@
 // row's run starts SHIFT elements in). The reduction runs over filter rows r, each a run of KRUN terms
 // j = s * C + c of the filter's (S, C) order, after LEAD spare terms, KRUN = LEAD + S * C rounded up
 // to even:
-//   A[m][kk] = tile[base(m) + off(kk)],  base(m) = row(m) * stride_h * ROWST + col(m) * SW * C,
-//                         off(r * KRUN + LEAD + j) = r * dil_h * ROWST + SHIFT + s * DW * C + c;
+//   A[m][kk] = tile[base(m) + off(kk)],  base(m) = row(m) * stride_h * ROWST + col(m) * SW * CST,
+//                         off(r * KRUN + LEAD + j) = r * dil_h * ROWST + SHIFT + s * DW * CST + c;
+//   (CST, the stored pixel's elements: C, or for 16 or 32 channels C plus zero channels, so that a
+//   quarter warp's eight pixels read distinct banks);
 //   the spare term j = S * C of an odd run reads, against a zero weight, the element after the run
 //   under PAIRS (below), else the window's first element; a leading spare term (j = -1) the element
 //   before the run.
@@ -113,6 +115,9 @@
 #ifndef MM_SHIFT
 #define MM_SHIFT 0
 #endif
+#ifndef MM_CST
+#define MM_CST SC_C
+#endif
 #ifndef CUCONV_KERNEL_NAME
 #define CUCONV_KERNEL_NAME smallc_mma
 #endif
@@ -131,8 +136,15 @@ constexpr int TP = MM_TP, TQ = MM_TQ, BM = TP * TQ, BN = MM_BN, EV = MM_EV;
 // MM_NCHW: every operand channels-first: x (N, C, D, H, W), w (K, C, T, R, S), out and the residual
 // (N, K, O, P, Q). The caller then moves none of them.
 constexpr bool CHANNELS_FIRST = MM_NCHW != 0;
+// MM_CST: elements per stored pixel of the channels-last tile copied pixel by pixel, C or C padded with
+// zero channels (C a multiple of 8): with C = 16 or 32 the 8 pixels a quarter warp's A reads reach
+// would start 8 or 16 words apart and share banks; at a stride of 4 x an odd number of words they fall
+// in 8 distinct groups of 4 banks (host: cuconv.backends.smallc.mma_variants.pixel_stride).
+constexpr int CST = MM_CST;
+static_assert(CST == C || (C % 8 == 0 && CST > C && MM_SPAN == 0 && MM_NCHW == 0),
+              "a padded pixel stride only for per-pixel copies of channels-last x, C a multiple of 8");
 constexpr int IN_COLS = (TQ - 1) * SW + (S - 1) * DWL + 1;  // input tile columns
-constexpr int COLS_ST = IN_COLS + ((IN_COLS * C) & 1);      // stored columns: an even row stride
+constexpr int COLS_ST = IN_COLS + ((IN_COLS * CST) & 1);    // stored columns: an even row stride
 // MM_SPAN = V (2, 4 or 8 elements): span copies (smallc/span_tile.cuh). Channels-last, each tile row
 // is copied as the aligned V-element words covering its run of IN_COLS * C elements of x; the run
 // starts SHIFT elements into the stored row. Channels-first (PLANAR), the tile is stored [row][c][col]
@@ -145,10 +157,10 @@ constexpr bool PLANAR = SPAN > 0 && CHANNELS_FIRST;
 constexpr int RUN_ELEMS = PLANAR ? IN_COLS : IN_COLS * C;   // elements of one copied run
 constexpr int SPAN_WORDS = SPAN ? (RUN_ELEMS + SHIFT + SPAN - 1) / SPAN : 0;  // copies per run
 constexpr int ROWC = PLANAR ? SPAN_WORDS * SPAN : 0;        // PLANAR: stride of the channels' runs
-constexpr int ROWST = PLANAR ? C * ROWC : SPAN ? SPAN_WORDS * SPAN : COLS_ST * C;  // tile row stride (elements)
-// A pixel's window moves SW * C elements per output column (SW when PLANAR); pairs of terms are
+constexpr int ROWST = PLANAR ? C * ROWC : SPAN ? SPAN_WORDS * SPAN : COLS_ST * CST;  // tile row stride (elements)
+// A pixel's window moves SW * CST elements per output column (SW when PLANAR); pairs of terms are
 // adjacent elements of one run: along (s, c) channels-last, along s within one channel when PLANAR.
-constexpr int PIX_STEP = PLANAR ? SW : SW * C;
+constexpr int PIX_STEP = PLANAR ? SW : SW * CST;
 constexpr bool PAIRS = PLANAR ? (SW % 2 == 0 && DWL == 1) : (SW * C) % 2 == 0 && (DWL == 1 || C % 2 == 0);
 // Under PAIRS every pixel's window starts SHIFT elements past an even offset; an odd SHIFT puts one
 // spare term (LEAD) before each run of terms, so that each pair of terms is one aligned word.
@@ -278,7 +290,7 @@ __device__ __forceinline__ int term_offset(int kk, int dil_h) {
   if (r >= R || c >= C || s >= S) return 0;  // padding, or the spare term after an odd run
   const int row = r * dil_h * ROWST + SHIFT;
   if constexpr (PLANAR) return row + c * ROWC + s * DWL;  // s = -1: the leading spare (DWL is 1 there)
-  return s < 0 ? row - 1 : row + s * DWL * C + c;
+  return s < 0 ? row - 1 : row + s * DWL * CST + c;
 }
 
 // Whether term kk carries a weight (a real filter term, not a spare term of a run nor padding past
@@ -469,7 +481,7 @@ CUCONV_KERNEL_NAME(const elem_t* __restrict__ x, const elem_t* __restrict__ w, c
     org.c_lo = 0;
     org.rows = g.in_rows;
     org.cols = COLS_ST;
-    org.cin = C;
+    org.cin = CST;  // channels C..CST-1 of each stored pixel are zero-filled
     load_input_tile<SC_VIN>(reinterpret_cast<elem_t*>(dst), org, g.H, g.W, C, g.div_upp, g.div_cols);
     sm80::cp_async_commit();
   };

@@ -28,6 +28,8 @@ __all__ = ["SmallcMmaKernel", "SmallcMmaPlan", "MIN_TERMS"]
 #: Reduction terms per output (C x R x S) below which the automatic choice leaves a problem to
 #: ``smallc_direct`` (:meth:`SmallcMmaKernel.passes_over`).
 MIN_TERMS = 16
+#: Input channels the automatic choice gives this kernel at most.
+AUTO_MAX_C = 8
 
 
 class SmallcMmaKernel(DirectKernel):
@@ -58,6 +60,9 @@ class SmallcMmaKernel(DirectKernel):
         if p.channels * R * S < MIN_TERMS:
             return (f"{p.channels * R * S} terms per output fill less than one k16 step: the fp32 multiply-adds "
                     f"of smallc_direct cost less than its padding")
+        if p.channels > AUTO_MAX_C:
+            return (f"C = {p.channels}: the automatic choice takes this kernel for at most {AUTO_MAX_C} input "
+                    f"channels")
         if p.nd == 3 and not smallc_declined(p):
             return ("a conv3d within smallc_direct's reach: its fp32 multiply-adds run it faster than one tile "
                     "copy per filter slice here")

@@ -15,16 +15,16 @@ from typing import Optional, Union
 from ...launch import dtype_code
 from ...problem import LAYOUTS, ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
-from .variants import DTYPE_TAG, few_channels_declined
+from .variants import DTYPE_TAG
 
-__all__ = ["MmaConfig", "mma_config", "mma_terms", "span_copy", "mma_variant", "mma_declined", "min_blocks",
-           "MMA_SOURCE", "MAX_TERMS", "SMEM_LIMIT", "THREADS", "BM", "CF_MIN_TQ"]
+__all__ = ["MmaConfig", "mma_config", "mma_terms", "span_copy", "pixel_stride", "mma_variant", "mma_declined",
+           "min_blocks", "MMA_SOURCE", "MAX_TERMS", "MMA_MAX_C", "SMEM_LIMIT", "THREADS", "BM", "CF_MIN_TQ"]
 
 MMA_SOURCE = "smallc/smallc_mma.cu"
-#: Reduction terms (C x R x S) of one filter depth slice at most: the k16 steps are unrolled, and the
-#: input tile of a wider window outgrows shared memory (a 16x16 stride-16 patch embedding, 768 terms,
-#: is a GEMM over a transposed input, not a stem).
-MAX_TERMS = 256
+#: Reduction terms (C x R x S) of one filter depth slice at most: the filter of a wider window and its
+#: input tile outgrow shared memory (a 16x16 stride-16 patch embedding, 768 terms, is a GEMM over a
+#: transposed input, not a stem).
+MAX_TERMS = 512
 #: Shared memory one CTA may use (bytes): the filter, the offset tables and the input tile buffers.
 SMEM_LIMIT = 96 * 1024
 #: Threads per CTA: four warps of 32 output pixels (``THREADS`` of the kernel).
@@ -34,6 +34,10 @@ BM = 128
 #: Output channels per CTA at most (eight n8 fragments per warp).
 MAX_BN = 64
 _TILE_COLS = (8, 16, 32, 64, 128)
+#: Input channels the kernel takes at most (the few-channel fp32 kernel keeps :data:`~.variants.MAX_C`):
+#: the filter of 64 output channels over C x R x S terms and two input tiles of C channels per pixel must
+#: fit :data:`SMEM_LIMIT`, which a 3x3 filter over 32 channels does.
+MMA_MAX_C = 32
 #: Output columns per tile at least, where the output is channels-first and at least this wide: the
 #: epilogue stores each channel's 16 pixels of a half warp as one 32-byte run of a row only when the tile
 #: row holds them (docs/tuning.md#T-smallc-span).
@@ -58,6 +62,7 @@ class MmaConfig:
     pairs: bool     # A read as 32-bit pairs of terms (PAIRS of the kernel)
     smem: int       # dynamic shared memory (bytes)
     rowst: int      # elements per stored tile row (ROWST of the kernel)
+    cst: int        # elements per stored pixel of a channels-last tile (CST of the kernel: C, or C padded)
     span: int = 0   # span copies: elements per copy of a tile row's run (2, 4 or 8); 0: copies of vin channels
     shift: int = 0  # span copies: where the run starts in its first word (elements)
     planar: bool = False  # span copies of channels-first x: the tile stored [row][c][col]
@@ -86,11 +91,11 @@ class MmaConfig:
 
 def mma_declined(p: ConvProblem) -> Optional[str]:
     """Why the tensor-core few-channel kernel cannot take ``p``, or None: dense, at most
-    :data:`~cuconv.backends.smallc.variants.MAX_C` input channels and :data:`MAX_TERMS` reduction terms
-    per filter depth slice."""
-    why = few_channels_declined(p)
-    if why:
-        return why
+    :data:`MMA_MAX_C` input channels and :data:`MAX_TERMS` reduction terms per filter depth slice."""
+    if p.groups != 1:
+        return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
+    if p.channels > MMA_MAX_C:
+        return f"C = {p.channels}: the kernel is for at most {MMA_MAX_C} input channels"
     _, R, S, _, _, _ = problem_axes(p)
     terms = p.channels * R * S
     if terms > MAX_TERMS:
@@ -127,6 +132,21 @@ def span_copy(p: ConvProblem, tq: int, vin: int):
     return 0, 0
 
 
+def pixel_stride(p: ConvProblem, vin: int, span: int) -> int:
+    """Elements per stored pixel of the input tile (CST of the kernel): C, or for channels-last tiles
+    copied pixel by pixel with C a multiple of 8, C plus the fewest zero channels (whole ``vin``-channel
+    copies, at most 3 more) that make a pixel's window step ``stride_w`` x CST / 2 words 4 x an odd number:
+    a quarter warp's A reads (8 neighbouring pixels x 4 consecutive words) then fall in 32 distinct banks,
+    where 16 or 32 channels (8 or 16 words) put 2 or 4 pixels on each bank."""
+    C, sw = p.channels, problem_axes(p)[3][1]
+    if span or not LAYOUTS[p.layout][1] or C % 8:
+        return C
+    for cst in range(C, C + 4 * vin, vin):
+        if (sw * cst // 2) % 8 == 4:
+            return cst
+    return C
+
+
 def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig, str]:
     """The launch shape for ``p``, or the reason there is none.
 
@@ -154,9 +174,10 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
     for tq in _TILE_COLS:
         tp = BM // tq
         rows, cols = extent(tp, tq)
-        cols_st = cols + (cols * C) % 2  # stored columns: an even number of words per row
         # span copies where they apply and fit, else copies of vin channels (channels-first: a gather)
         for span, shift in dict.fromkeys((span_copy(p, tq, vin), (0, 0))):
+            cst = pixel_stride(p, vin, span)
+            cols_st = cols + (cols * cst) % 2  # stored columns: an even number of words per row
             planar = bool(span) and not channels_last  # the tile stored [row][c][col]
             pairs = (sw % 2 == 0 and dw == 1) if planar else (sw * C) % 2 == 0 and (dw == 1 or C % 2 == 0)
             lead = shift & 1 if pairs else 0
@@ -168,7 +189,7 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
             if planar:
                 rowst = C * (-(-(cols + shift) // span) * span)
             else:
-                rowst = -(-(cols * C + shift) // span) * span if span else cols_st * C
+                rowst = -(-(cols * C + shift) // span) * span if span else cols_st * cst
             smem = fixed + 2 * (-(-(rows * rowst * esize + 4) // 16) * 16)  # two buffers, a zeroed tail word
             if smem <= smem_limit:
                 break
@@ -181,7 +202,7 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[MmaConfig,
         narrow = not channels_last and tq < CF_MIN_TQ <= Q
         cost = (narrow, -(-P // tp) * -(-Q // tq) * (rows * cols * C / bn + BM))
         if best is None or cost < best[0]:
-            best = (cost, dict(tp=tp, tq=tq, in_rows=rows, in_cols=cols_st, kp=kp, smem=smem, rowst=rowst,
+            best = (cost, dict(tp=tp, tq=tq, in_rows=rows, in_cols=cols_st, kp=kp, smem=smem, rowst=rowst, cst=cst,
                                span=span, shift=shift, pairs=pairs, planar=planar))
     if best is None:
         smem, rows, cols = smallest
@@ -207,7 +228,7 @@ def mma_variant(p: ConvProblem, cfg: MmaConfig):
     _, R, S, (_, sw), (_, dw), _ = problem_axes(p)
     blocks = min_blocks(cfg.bn, cfg.pairs)
     cf = not LAYOUTS[p.layout][1]  # channels-first output (the variant's epilogue stores it)
-    copies = f"_v{cfg.span}s{cfg.shift}" if cfg.span else f"_i{cfg.vin}"
+    copies = f"_v{cfg.span}s{cfg.shift}" if cfg.span else f"_i{cfg.vin}" + (f"p{cfg.cst}" if cfg.cst != p.channels else "")
     name = (f"smallc_mma_{DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
             f"_e{cfg.ev}{copies}_b{blocks}" + ("_cf" if cf else ""))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
@@ -217,14 +238,17 @@ def mma_variant(p: ConvProblem, cfg: MmaConfig):
         defines["MM_NCHW"] = 1
     if cfg.span:
         defines.update(MM_SPAN=cfg.span, MM_SHIFT=cfg.shift)
+    if cfg.cst != p.channels:
+        defines["MM_CST"] = cfg.cst
     return name, defines
 
 
 def _catalog():
     """Problems whose variants CI compiles: the networks' stems (7x7 and 3x3 RGB, 4x4 stride 4, a latent's
-    3x3 of 4 channels, also channels-first) in both dtypes, an odd K, a 5x5 of one channel and a conv3d;
-    between them span copies of every form (channels-last and -first, with and without a leading spare
-    term) and the per-pixel copies and gather."""
+    3x3 of 4 channels, also channels-first) in both dtypes, an odd K, a 5x5 of one channel, a conv3d and
+    3x3 filters over 16, 24 and 32 channels; between them span copies of every form (channels-last and
+    -first, with and without a leading spare term), the per-pixel copies (with padded pixels too) and the
+    gather."""
     def stem(c, hw, f, s, k, dtype="bfloat16", nd=2, pad=None, layout=None):
         return ConvProblem.create(nd=nd, batch=2, in_spatial=(hw,) * nd, channels=c, out_channels=k,
                                   filter_spatial=(f,) * nd, stride=s, dilation=1,
@@ -241,6 +265,9 @@ def _catalog():
     out.update(s4_rgb=stem(3, 64, 4, 4, 96, pad=0), c4_3x3=stem(4, 32, 3, 1, 320), narrow_k3=stem(3, 16, 7, 1, 3),
                c1_5x5=stem(1, 32, 5, 1, 32), c2_conv3d=stem(2, 12, 3, 1, 16, nd=3),
                c4_3x3_nchw=stem(4, 32, 3, 1, 320, layout="NCHW"), c2_conv3d_ncdhw=stem(2, 12, 3, 1, 16, nd=3, layout="NCDHW"))
+    # more channels: padded pixels (16 and 32 channels, an odd width), 24 channels as they are
+    out.update(c16_3x3=stem(16, 55, 3, 1, 64), c32_3x3_k32=stem(32, 33, 3, 1, 32, "float16", pad=0),
+               c24_3x3=stem(24, 32, 3, 1, 64))
     return out
 
 

@@ -27,20 +27,21 @@ MMA_FIELDS = [(n, np.int32) for n in EXTENTS + ("tiles_p", "tiles_q", "tiles", "
     divisor_fields("div_upp", "div_cols", "div_tq", "div_tp", "div_o", "div_n")
 
 
-def _struct(fields, p: ConvProblem, cfg, **tile) -> np.void:
+def _struct(fields, p: ConvProblem, cfg, pixel: int, **tile) -> np.void:
     """``fields`` filled from ``p`` (:data:`EXTENTS`; a conv2d is a conv3d of depth 1), the tile members
-    ``tile`` and the loader's divisors (by C / VIN copy units per pixel, by the tile's stored columns)."""
+    ``tile`` and the loader's divisors (by ``pixel`` / VIN copy units per stored pixel of ``pixel``
+    elements, by the tile's stored columns)."""
     g = geometry3d(p)
     return c_struct(fields, dict(
         N=p.batch, D=g.D, H=g.H, W=g.W, K=p.out_channels, O=g.O, P=g.P, Q=g.Q, T=g.T,
         stride_d=g.stride[0], stride_h=g.stride[1], dil_d=g.dilation[0], dil_h=g.dilation[1],
         pad_d=g.pad[0], pad_h=g.pad[1], pad_w=g.pad[2], **tile,
-        **divisor_values(div_upp=p.channels // cfg.vin, div_cols=cfg.in_cols)))
+        **divisor_values(div_upp=pixel // cfg.vin, div_cols=cfg.in_cols)))
 
 
 def sc_geometry(p: ConvProblem, cfg: ScConfig) -> np.void:
     """The ``ScGeometry`` struct for ``p`` launched with ``cfg``."""
-    return _struct(SC_FIELDS, p, cfg, kg=cfg.kg, tp=cfg.tp, tqg=cfg.tqg, tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q,
+    return _struct(SC_FIELDS, p, cfg, p.channels, kg=cfg.kg, tp=cfg.tp, tqg=cfg.tqg, tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q,
                    in_rows=cfg.in_rows, in_cols=cfg.in_cols)
 
 
@@ -48,6 +49,6 @@ def mma_geometry(p: ConvProblem, cfg: MmaConfig) -> np.void:
     """The ``MmaGeometry`` struct for ``p`` launched with ``cfg`` on the tensor-core kernel, with the
     tile index's divisors (by the tile columns and rows per plane, by O and by N)."""
     g = geometry3d(p)
-    return _struct(MMA_FIELDS, p, cfg, tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q, tiles=cfg.tiles(p),
+    return _struct(MMA_FIELDS, p, cfg, cfg.cst, tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q, tiles=cfg.tiles(p),
                    in_rows=cfg.in_rows,
                    **divisor_values(div_tq=cfg.tiles_q, div_tp=cfg.tiles_p, div_o=g.O, div_n=p.batch))
