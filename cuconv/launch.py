@@ -26,7 +26,7 @@ import numpy as np
 from .problem import ConvProblem, Epilogue
 
 __all__ = ["c_struct", "geometry3d", "Geometry3d", "conv_geometry", "epilogue_params", "epilogue_params64",
-           "dtype_code", "grid_1d",
+           "dtype_code", "DTYPE_TAGS", "dtype_tag", "grid_1d",
            "operand_or", "header_constants", "fast_divisor", "divisor_fields", "divisor_values", "PackedLaunch",
            "LaunchRecords", "current_stream",
            "RowKernel"]
@@ -37,6 +37,15 @@ DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
 
 def dtype_code(dtype_name: str) -> int:
     return DTYPE_CODES[dtype_name]
+
+
+#: The short tag of each dtype the kernels build for, as compiled variants' names spell it.
+DTYPE_TAGS = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+
+def dtype_tag(dtype_name: str) -> str:
+    """``"f16"``, ``"bf16"`` or ``"f32"``: ``dtype_name`` in a compiled variant's name."""
+    return DTYPE_TAGS[dtype_name]
 
 
 def c_struct(fields, values) -> np.void:

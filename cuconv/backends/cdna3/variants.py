@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Dict, Tuple
 
 from ...compiler import kernels_dir, tree_hash
-from ...launch import dtype_code
+from ...launch import dtype_code, dtype_tag
 from ...models.loader import subpath_ok
 
 __all__ = ["Variant", "choose_variant", "kernel_name", "padded_k", "all_variants", "hip_compile_options",
@@ -51,7 +51,7 @@ class Variant:
 
 def kernel_name(v: Variant) -> str:
     """``conv2d_fprop_cdna3_<bf16|f16>_128x128x32_<subpath>[_halo][_maskk]``, as the entry file spells it."""
-    dt = {"bfloat16": "bf16", "float16": "f16"}[v.dtype]
+    dt = dtype_tag(v.dtype)
     return (f"conv2d_fprop_cdna3_{dt}_{BLOCK_M}x{BLOCK_N}x{BLOCK_K}_{v.subpath}"
             f"{'_halo' if v.halo else ''}{'_maskk' if v.mask_k else ''}")
 

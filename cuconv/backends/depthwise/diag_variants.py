@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ...launch import dtype_code
+from ...launch import dtype_code, dtype_tag
 from ...problem import ConvProblem
-from .variants import _DTYPE_TAG, SMEM_LIMIT, depthwise_declined, plane_offsets_declined, problem_axes
+from .variants import SMEM_LIMIT, depthwise_declined, plane_offsets_declined, problem_axes
 
 __all__ = ["DwDiagConfig", "diag_config", "diag_declined", "diag_variant", "DIAG_SOURCE", "DIAG_CATALOG",
            "COMPILE_VARIANTS", "MAX_TAPS", "MIN_BLOCKS", "SMEM_TARGET", "CHUNK", "STAGES", "stage_bytes"]
@@ -195,7 +195,7 @@ def diag_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT, sm_count: int = NO
 def diag_variant(p: ConvProblem, cfg: DwDiagConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     _, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
-    name = f"depthwise_diag_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_s{sh}x{sw}d{dh}x{dw}_t{cfg.tp}x{cfg.tq}"
+    name = f"depthwise_diag_{dtype_tag(p.dtype)}_r{R}s{S}_s{sh}x{sw}d{dh}x{dw}_t{cfg.tp}x{cfg.tq}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DWD_R=R, DWD_S=S, DWD_SH=sh, DWD_SW=sw, DWD_DH=dh, DWD_DW=dw,
                    DWD_TP=cfg.tp, DWD_TQ=cfg.tq, DWD_STAGES=STAGES, DWD_MIN_BLOCKS=MIN_BLOCKS, CUCONV_KERNEL_NAME=name)
     return name, defines

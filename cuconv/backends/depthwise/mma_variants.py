@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ...launch import dtype_code
+from ...launch import dtype_code, dtype_tag
 from ...models.depthwise_mma import plane_cols
 from ...problem import ConvProblem
-from .variants import _DTYPE_TAG, SMEM_LIMIT, depthwise_declined, plane_offsets_declined, pow2_divisor, problem_axes
+from .variants import SMEM_LIMIT, depthwise_declined, plane_offsets_declined, pow2_divisor, problem_axes
 
 __all__ = ["DwMmaConfig", "mma_config", "mma_declined", "mma_variant", "MMA_SOURCE", "MMA_CATALOG",
            "COMPILE_VARIANTS"]
@@ -167,7 +167,7 @@ def mma_config(p: ConvProblem, smem_limit: int = SMEM_LIMIT) -> Union[DwMmaConfi
 def mma_variant(p: ConvProblem, cfg: DwMmaConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     _, R, S, _, (_, dw), _ = problem_axes(p)
-    name = (f"depthwise_mma_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_dw{dw}_n{cfg.nb}m{cfg.mb}_c{cfg.cb}"
+    name = (f"depthwise_mma_{dtype_tag(p.dtype)}_r{R}s{S}_dw{dw}_n{cfg.nb}m{cfg.mb}_c{cfg.cb}"
             f"_i{cfg.vin}v{cfg.vec}e{cfg.qte}")
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DWM_R=R, DWM_S=S, DWM_DW=dw, DWM_NB=cfg.nb, DWM_MB=cfg.mb,
                    DWM_CB=cfg.cb, DWM_VIN=cfg.vin, DWM_VEC=cfg.vec, DWM_QTE=cfg.qte, DWM_MIN_BLOCKS=3,

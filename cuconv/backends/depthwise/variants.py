@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ...launch import dtype_code
+from ...launch import dtype_code, dtype_tag
 from ...problem import ConvProblem
 
 __all__ = ["DwConfig", "dw_config", "dw_variant", "depthwise_declined", "index_range_declined",
@@ -48,7 +48,6 @@ WIDE_MIN_S = 7
 _WIDE_VEC = 2
 _WIDE_MAX_CV = _MAX_CV * _VEC // _WIDE_VEC  # the same 64-channel chunks
 _MAX_TILE_COLS = 32     # output columns per tile
-_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
 @dataclass(frozen=True)
@@ -247,7 +246,7 @@ def dw_variant(p: ConvProblem, cfg: DwConfig):
     T, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
     mult1 = int(cfg.mult == 1)
     blocks = min_blocks(p.dtype, cfg.qt, cfg.wide)
-    name = (f"depthwise_fprop_{_DTYPE_TAG[p.dtype]}_r{R}s{S}_sw{sw}dw{dw}_v{cfg.vec}i{cfg.vin}_q{cfg.qt}_b{blocks}"
+    name = (f"depthwise_fprop_{dtype_tag(p.dtype)}_r{R}s{S}_sw{sw}dw{dw}_v{cfg.vec}i{cfg.vin}_q{cfg.qt}_b{blocks}"
             f"_c{cfg.cb}" + ("" if mult1 else f"_m{cfg.mult}"))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), DW_R=R, DW_S=S, DW_SW=sw, DW_DW=dw, DW_VEC=cfg.vec,
                    DW_VIN=cfg.vin, DW_QT=cfg.qt, DW_MULT1=mult1, DW_MIN_BLOCKS=blocks, DW_CB=cfg.cb, DW_CIN=cfg.cin,

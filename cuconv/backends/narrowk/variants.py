@@ -15,7 +15,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ...launch import c_struct, dtype_code, geometry3d
+from ...launch import DTYPE_TAGS, c_struct, dtype_code, dtype_tag, geometry3d
 from ...problem import ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined
 
@@ -32,7 +32,6 @@ WARPS = 8
 #: The widest window (input vectors per channel vector) of a KV = 4 group that ptxas fits in 128
 #: registers, for two CTAs per SM (tests/test_narrowk.py compiles the catalog without spills).
 _WIN_TWO_CTAS = 6
-_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}  # the source builds for each
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ def nk_declined(p: ConvProblem) -> Optional[str]:
         return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
     if p.out_channels > MAX_K:
         return f"K = {p.out_channels}: the kernel is for at most {MAX_K} output channels"
-    if p.dtype not in _DTYPE_TAG:
+    if p.dtype not in DTYPE_TAGS:  # the source builds for each
         return f"dtype {p.dtype}: the source builds for float16, bfloat16 and float32"
     if math.prod(p.filter_spatial) == 1:
         return ("a 1x1 filter: each input value meets only PX x K outputs, and the GEMM kernels run it faster "
@@ -117,7 +116,7 @@ def nk_variant(p: ConvProblem, cfg: NkConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     _, S = p.filter_spatial
     sw, dw = p.stride[-1], p.dilation[-1]
-    name = f"narrowk_fprop_{_DTYPE_TAG[p.dtype]}_s{S}_sw{sw}dw{dw}_k{cfg.kv}_p{cfg.px}_u{cfg.ul}_b{cfg.min_blocks}"
+    name = f"narrowk_fprop_{dtype_tag(p.dtype)}_s{S}_sw{sw}dw{dw}_k{cfg.kv}_p{cfg.px}_u{cfg.ul}_b{cfg.min_blocks}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), NK_S=S, NK_SW=sw, NK_DW=dw, NK_KV=cfg.kv, NK_PX=cfg.px,
                    NK_UL=cfg.ul, NK_WARPS=WARPS, NK_MIN_BLOCKS=cfg.min_blocks, CUCONV_KERNEL_NAME=name)
     return name, defines

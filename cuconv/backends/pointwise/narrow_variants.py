@@ -14,7 +14,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ...launch import c_struct, dtype_code
+from ...launch import DTYPE_TAGS, c_struct, dtype_code, dtype_tag
 from ...problem import ConvProblem
 from .variants import dense_pointwise_declined, pointwise_index_declined
 
@@ -28,7 +28,6 @@ MAX_K = 8
 MAX_WEIGHTS = 64
 #: Threads per CTA (the kernel's THREADS).
 THREADS = 256
-_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def pn_declined(p: ConvProblem) -> Optional[str]:
         return why
     if not p.layout.endswith("C"):
         return f"{p.layout} operands: the kernel reads x and writes out channels-last"
-    if p.dtype not in _DTYPE_TAG:
+    if p.dtype not in DTYPE_TAGS:
         return f"dtype {p.dtype}: the source builds for float16, bfloat16 and float32"
     if p.out_channels > MAX_K:
         return f"K = {p.out_channels}: the kernel is for at most {MAX_K} output channels"
@@ -88,7 +87,7 @@ def pn_config(p: ConvProblem) -> Union[PnConfig, str]:
 
 def pn_variant(p: ConvProblem, cfg: PnConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p``."""
-    name = f"pointwise_narrow_{_DTYPE_TAG[p.dtype]}_c{p.channels}_k{p.out_channels}"
+    name = f"pointwise_narrow_{dtype_tag(p.dtype)}_c{p.channels}_k{p.out_channels}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), PN_C=p.channels, PN_K=p.out_channels, CUCONV_KERNEL_NAME=name)
     return name, defines
 
@@ -109,7 +108,7 @@ def _catalog():
         return ConvProblem.create(nd=nd, batch=2, in_spatial=(8,) * nd, channels=c, out_channels=k,
                                   filter_spatial=(1,) * nd, stride=1, dilation=1, padding=0, groups=1, dtype=dtype,
                                   layout="NHWC" if nd == 2 else "NDHWC")
-    out = {f"c16_k1_{d}": pw(16, 1, d) for d in _DTYPE_TAG}
+    out = {f"c16_k1_{d}": pw(16, 1, d) for d in DTYPE_TAGS}
     out.update(c8_k8=pw(8, 8, "bfloat16"), c64_k1=pw(64, 1, "float16"), c16_k4_f32=pw(16, 4, "float32"),
                conv3d=pw(32, 2, "bfloat16", nd=3))
     return out

@@ -15,7 +15,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ...launch import c_struct, dtype_code
+from ...launch import c_struct, dtype_code, dtype_tag
 from ...problem import ConvProblem
 
 __all__ = ["PwConfig", "pw_config", "pw_variant", "pw_geometry", "pw_declined", "dense_pointwise_declined",
@@ -36,7 +36,6 @@ SMEM_BUDGET = 160 * 1024
 THREADS = 256
 #: Channels per epilogue staging block and its row stride in floats (the kernel's SUB and SLD).
 _SUB, _SLD = 64, 72
-_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,7 @@ def pw_variant(p: ConvProblem, cfg: PwConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     scalar = "_v1" if cfg.ovec == 1 else ""
     copies = f"_x{cfg.xvec}" if cfg.xvec != 8 else ""
-    name = f"pointwise_fprop_{_DTYPE_TAG[p.dtype]}_kc{cfg.kc}_n{cfg.nt}_wn{cfg.wn}{scalar}{copies}_b{cfg.min_blocks}"
+    name = f"pointwise_fprop_{dtype_tag(p.dtype)}_kc{cfg.kc}_n{cfg.nt}_wn{cfg.wn}{scalar}{copies}_b{cfg.min_blocks}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), PW_KC=cfg.kc, PW_NT=cfg.nt, PW_WN=cfg.wn,
                    PW_MIN_BLOCKS=cfg.min_blocks, CUCONV_KERNEL_NAME=name)
     if cfg.ovec == 1:

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from ...launch import dtype_code, header_constants
+from ...launch import dtype_code, dtype_tag, header_constants
 from ...problem import ConvProblem
 
 __all__ = ["TileConfig", "CONFIGS", "SHORT_K_CONFIG", "conv_config", "matmul_config", "conv_variant",
@@ -33,7 +33,6 @@ GROUPED_SBS, GROUPED_OCTETS = 1, 4  # superblocks per CTA, 8-pixel mma columns p
 #: (docs/tuning.md T-sm80-b-l1).
 B_L1_MAX_BYTES = 64 * 1024
 _SUBPATH_CODE = {"pointwise": 0, "uniform": 1, "per_lane": 2}
-_DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ def conv_variant(problem: ConvProblem, subpath: str, x_ptr: Optional[int] = None
     b_l1 = int(vec_b == 8 and problem.gemm_n * (w_ld or problem.gemm_k) * 2 <= B_L1_MAX_BYTES)
     if tf32 and problem.dtype != "bfloat16":
         raise ValueError(f"tf32: the problem is the bfloat16 view of float32 data, got dtype {problem.dtype}")
-    name = (f"conv2d_fprop_sm80_{subpath}_{'tf32' if tf32 else _DTYPE_TAG[problem.dtype]}_{cfg.name}_va{vec_a}"
+    name = (f"conv2d_fprop_sm80_{subpath}_{'tf32' if tf32 else dtype_tag(problem.dtype)}_{cfg.name}_va{vec_a}"
             f"_vb{vec_b}" + ("_bl1" if b_l1 else ""))
     defines = dict(cfg.defines(), CUCONV_DTYPE=dtype_code(problem.dtype), CUCONV_SUBPATH=_SUBPATH_CODE[subpath],
                    CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b, CUCONV_B_L1=b_l1, CUCONV_KERNEL_NAME=name)
@@ -143,7 +142,7 @@ def matmul_variant(dtype: str, m: int, n: int, k: int, a_ptr: Optional[int] = No
     cfg = matmul_config(m, n)
     vec_a = _vec(extents=(k,), pointer=a_ptr)
     vec_b = _vec(extents=(n,), pointer=b_ptr)
-    name = f"matmul_sm80_{_DTYPE_TAG[dtype]}_{cfg.name}_va{vec_a}_vb{vec_b}"
+    name = f"matmul_sm80_{dtype_tag(dtype)}_{cfg.name}_va{vec_a}_vb{vec_b}"
     defines = dict(cfg.defines(), CUCONV_DTYPE=dtype_code(dtype), CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b,
                    CUCONV_KERNEL_NAME=name)
     return name, cfg, defines
@@ -154,7 +153,7 @@ def grouped_variant(problem: ConvProblem):
 
     One superblock (32 channels) per CTA, 4 octets (32 pixels) per warp, 2 CTAs per SM (<= 128
     registers): the fastest of the shapes compared in docs/tuning.md T-sm80-grouped."""
-    name = f"conv2d_fprop_sm80_grouped_mma_{_DTYPE_TAG[problem.dtype]}_sb{GROUPED_SBS}_o{GROUPED_OCTETS}"
+    name = f"conv2d_fprop_sm80_grouped_mma_{dtype_tag(problem.dtype)}_sb{GROUPED_SBS}_o{GROUPED_OCTETS}"
     defines = dict(CUCONV_DTYPE=dtype_code(problem.dtype), CUCONV_SBS=GROUPED_SBS, CUCONV_OCTETS=GROUPED_OCTETS,
                    CUCONV_GM_MIN_BLOCKS=2, CUCONV_KERNEL_NAME=name)
     return name, GROUPED_SBS, defines

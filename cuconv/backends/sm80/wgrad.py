@@ -21,10 +21,10 @@ from typing import Optional
 import numpy as np
 
 from ...compiler import load_cuda_function
-from ...launch import PackedLaunch, c_struct, divisor_fields, divisor_values, dtype_code
+from ...launch import PackedLaunch, c_struct, divisor_fields, divisor_values, dtype_code, dtype_tag
 from ...problem import ConvProblem
 from ...scratch import scratch
-from .variants import _DTYPE_TAG, TileConfig, _vec
+from .variants import TileConfig, _vec
 
 __all__ = ["WGRAD_SOURCE", "WgradVariant", "WgradLaunch", "declines", "wgrad_config", "wgrad_variant",
            "sm80_variant", "choose_splits", "launch_for", "COMPILE_VARIANTS"]
@@ -54,7 +54,7 @@ def declines(p: ConvProblem, device) -> Optional[str]:
         return "conv3d: the kernel is 2-D"
     if device is None or device.kind != "cuda" or device.cc < (8, 0):
         return "needs an sm_80+ NVIDIA GPU (cp.async, mma.sync)"
-    if p.dtype not in _DTYPE_TAG:
+    if p.dtype not in ("float16", "bfloat16"):
         return f"{p.dtype}: mma.sync here is fp16/bf16 only"
     if p.gemm_m >= _LIMIT or p.gemm_k >= _LIMIT or p.out_channels * 256 >= _LIMIT:
         return "an extent exceeds the kernel's 32-bit index range"
@@ -75,7 +75,7 @@ def wgrad_variant(p: ConvProblem, x_ptr: Optional[int] = None, dy_ptr: Optional[
     vec_a = _vec(extents=(p.out_channels, p.gemm_n), pointer=dy_ptr)
     vec_b = _vec(extents=(p.channels, p.channels_per_group), pointer=x_ptr)
     cfg = wgrad_config(p, min(vec_a, vec_b) < 4)
-    name = f"conv2d_wgrad_sm80_{_DTYPE_TAG[p.dtype]}_{cfg.name}_va{vec_a}_vb{vec_b}"
+    name = f"conv2d_wgrad_sm80_{dtype_tag(p.dtype)}_{cfg.name}_va{vec_a}_vb{vec_b}"
     defines = dict(cfg.defines(), CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_VEC_A=vec_a, CUCONV_VEC_B=vec_b,
                    CUCONV_KERNEL_NAME=name)
     return name, cfg, defines

@@ -25,10 +25,9 @@ from typing import Optional
 
 import numpy as np
 
-from ...launch import LaunchRecords, dtype_code
+from ...launch import LaunchRecords, dtype_code, dtype_tag
 from ...problem import ConvProblem
 from ...scratch import scratch
-from ..sm80.variants import _DTYPE_TAG
 from ..sm80.wgrad import WgradLaunch, WgradVariant, choose_splits
 from ..sm80.wgrad import declines as sm80_declines
 from ..sm80.wgrad import launch_for as sm80_launch_for
@@ -89,7 +88,7 @@ def variant(p: ConvProblem, bn: Optional[int] = None, bm: Optional[int] = None,
             stages = stages or auto_stages
         bm, bn = bm or auto_bm, bn or auto_bn
     stages = stages or STAGES
-    name = f"conv2d_wgrad_{'tma_' if tma else ''}sm90_{_DTYPE_TAG[p.dtype]}_{bm}x{bn}x{_BK}_s{stages}"
+    name = f"conv2d_wgrad_{'tma_' if tma else ''}sm90_{dtype_tag(p.dtype)}_{bm}x{bn}x{_BK}_s{stages}"
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), CUCONV_BM=bm, CUCONV_BN=bn, CUCONV_BK=_BK,
                    CUCONV_STAGES=stages, CUCONV_KERNEL_NAME=name)
     smem = stages * (bm + bn) * _BK * 2 + 1024  # the kernel aligns the ring to 1024 bytes

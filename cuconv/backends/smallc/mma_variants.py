@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ...launch import dtype_code
+from ...launch import dtype_code, dtype_tag
 from ...problem import LAYOUTS, ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
-from .variants import DTYPE_TAG
 
 __all__ = ["MmaConfig", "mma_config", "mma_terms", "span_copy", "pixel_stride", "mma_variant", "mma_declined",
            "min_blocks", "MMA_SOURCE", "MAX_TERMS", "MMA_MAX_C", "SMEM_LIMIT", "THREADS", "BM", "CF_MIN_TQ"]
@@ -229,7 +228,7 @@ def mma_variant(p: ConvProblem, cfg: MmaConfig):
     blocks = min_blocks(cfg.bn, cfg.pairs)
     cf = not LAYOUTS[p.layout][1]  # channels-first output (the variant's epilogue stores it)
     copies = f"_v{cfg.span}s{cfg.shift}" if cfg.span else f"_i{cfg.vin}" + (f"p{cfg.cst}" if cfg.cst != p.channels else "")
-    name = (f"smallc_mma_{DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
+    name = (f"smallc_mma_{dtype_tag(p.dtype)}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
             f"_e{cfg.ev}{copies}_b{blocks}" + ("_cf" if cf else ""))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
                    SC_VIN=cfg.vin, MM_TP=cfg.tp, MM_TQ=cfg.tq, MM_BN=cfg.bn, MM_EV=cfg.ev, MM_MIN_BLOCKS=blocks,

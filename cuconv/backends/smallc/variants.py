@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ...launch import dtype_code
+from ...launch import dtype_code, dtype_tag
 from ...problem import LAYOUTS, ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
 
@@ -36,8 +36,6 @@ SMEM_LIMIT = 96 * 1024
 MAX_THREADS = 256
 _MAX_KG = 8             # channel groups per CTA: chunks of up to 64 output channels
 _MAX_TILE_COLS = 64     # output columns per tile
-#: A dtype's tag in compiled variant names (both few-channel kernels).
-DTYPE_TAG = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
 @dataclass(frozen=True)
@@ -180,7 +178,7 @@ def sc_variant(p: ConvProblem, cfg: ScConfig):
     """``(kernel name, defines)`` of the compiled variant serving ``p`` with ``cfg``."""
     T, R, S, (sh, sw), (dh, dw), _ = problem_axes(p)
     cf = not LAYOUTS[p.layout][1]  # channels-first operands (the variant reads and writes them so)
-    name = (f"smallc_fprop_{DTYPE_TAG[p.dtype]}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_k{cfg.kv}_p{cfg.px}"
+    name = (f"smallc_fprop_{dtype_tag(p.dtype)}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_k{cfg.kv}_p{cfg.px}"
             f"_i{cfg.vin}_b{min_blocks(p.dtype, cfg.px)}" + ("_cf" if cf else ""))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,
                    SC_KV=cfg.kv, SC_PX=cfg.px, SC_VIN=cfg.vin, SC_MAX_THREADS=MAX_THREADS, SC_MIN_BLOCKS=min_blocks(p.dtype, cfg.px),
