@@ -238,8 +238,8 @@ def _sm90_detail(cp, case):
 @gpu
 @needs_hopper
 def test_sm90_is_chosen_automatically(cp):
-    x = cp.ones((1, 8, 8, 16), dtype=cp.float16)
-    w = cp.ones((16, 3, 3, 16), dtype=cp.float16)
+    x = cp.ones((1, 8, 8, 64), dtype=cp.float16)
+    w = cp.ones((16, 3, 3, 64), dtype=cp.float16)
     assert cuconv.explain(x, w, padding=1).kernel == "sm90_tma"
     e = cuconv.explain(x.astype(cp.float32), w.astype(cp.float32), padding=1)
     assert e.kernel != "sm90_tma" and "float32" in e.declined["sm90_tma"]

@@ -12,6 +12,8 @@ forced onto the kernel with a NaN-poisoned output, or written in place over the 
 stem runs at full size, chosen automatically.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -74,6 +76,30 @@ def test_dispatch_takes_long_windows_and_leaves_short_ones():
     assert dispatch.select(resnet_stem, H100)[0].describe().startswith(KERNEL)
 
 
+def test_dispatch_takes_more_channels_where_the_gemm_kernels_waste_their_blocks():
+    """On Hopper the automatic choice takes 9-32 channels under a filter of more than one tap where the
+    implicit GEMM kernels' 64-channel blocks or 64-column tiles are mostly empty and sm90_wpack does not
+    pack the W axis (an odd width, a 24-channel pixel, a 5x5 filter it leaves); it leaves 32 channels into
+    more than 32 outputs, more than one chunk of outputs, 1x1 filters, packed widths, NCHW arrays and
+    sm_80 devices to the other kernels, and says so."""
+    takes = [problem2d(N=32, H=149, W=149, C=32, K=32, padding=0),  # Inception-v3's second conv
+             problem2d(N=32, H=55, W=55, C=16, K=64),                # SqueezeNet's first expand 3x3
+             problem2d(N=32, H=56, W=56, C=24, K=64),
+             problem2d(N=8, H=64, W=64, C=16, K=32, R=5, S=5, padding=2)]
+    for p in takes:
+        assert dispatch.select(p, H100)[1].kernel == KERNEL, p.describe()
+        why = dispatch.select(p, A100)[1]
+        assert why.kernel != KERNEL and "on Hopper" in why.declined[KERNEL]
+    leaves = {problem2d(N=32, H=147, W=147, C=32, K=64): "C = 32 into K = 64",
+              problem2d(N=32, H=27, W=27, C=32, K=128): "chunks of 64",
+              problem2d(N=32, H=56, W=56, C=32, K=32, R=1, S=1, padding=0): "1x1 filter",
+              problem2d(N=16, H=160, W=160, C=32, K=32): "sm90_wpack packs 2 pixels",
+              dataclasses.replace(problem2d(N=32, H=55, W=55, C=16, K=64), layout="NCHW"): "channels-last arrays"}
+    for p, reason in leaves.items():
+        why = dispatch.select(p, H100)[1]
+        assert why.kernel != KERNEL and reason in why.declined[KERNEL], str(why)
+
+
 def test_conv3d_plans_and_big_filters_decline():
     p = problem3d(C=2, K=16, T=3, R=5, S=5)
     assert dispatch.select(p, H100, strategy="native", forced=KERNEL)[1].kernel == KERNEL
@@ -129,7 +155,6 @@ def mma_cases(draw, nd=2, max_spatial=24, epilogue=True, odd_pairs=False, wide=F
 def test_channels_first_problems_get_the_channels_first_variant():
     """NCHW / NCDHW problems compile the variant that reads x and w and writes the result channels-first,
     and the layout's explain line says no operand moves."""
-    import dataclasses
     from cuconv.layout import describe
     for key, cf in (("c4_3x3", "c4_3x3_nchw"), ("c2_conv3d", "c2_conv3d_ncdhw")):
         plan = SmallcMmaKernel().plan(CATALOG[cf], H100, Overrides())
@@ -150,7 +175,6 @@ def test_span_copies_where_rows_allow_them():
     terms would start on odd elements, and x must then be 16-byte aligned. Rows of odd length and x
     already copied 16 bytes per pixel keep their copies. Channels-first x is copied plane by plane
     into a [row][c][col] tile where W and a tile's step are multiples of the word."""
-    import dataclasses
     from cuconv.backends.depthwise.kernel import vector_alignments
     stem = problem2d(N=32, H=224, W=224, C=3, K=64, R=7, S=7, stride=2, padding=3)
     cfg = mma_config(stem)

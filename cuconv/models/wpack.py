@@ -31,7 +31,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-__all__ = ["WPack", "wpack_or_reason", "wpack_geometry", "pack_filter_index", "pack_filter", "pack_bias", "work_ratio",
+__all__ = ["WPack", "w_axis", "wpack_or_reason", "wpack_geometry", "pack_filter_index", "pack_filter", "pack_bias", "work_ratio",
            "BLOCK_CHANNELS"]
 
 #: The packed pixel's channels: one 64-channel block of the Hopper kernel's reduction.
@@ -55,6 +55,13 @@ class WPack:
 def _filter_axis(S: int, dw: int, sw: int, pl: int, g: int, go: int):
     """``lo`` and ``hi`` of ``floor(rel(j, s) / g)`` over every output ``j < go`` and tap ``s < S``."""
     return (-pl) // g, (sw * (go - 1) - pl + (S - 1) * dw) // g
+
+
+def w_axis(problem):
+    """A problem's last spatial axis as :func:`wpack_or_reason` takes it: (W, Q, S, stride, dilation,
+    padding in front)."""
+    return (problem.in_spatial[-1], problem.out_spatial[-1], problem.filter_spatial[-1], problem.stride[-1],
+            problem.dilation[-1], problem.pad_lo[-1])
 
 
 def wpack_or_reason(W: int, Q: int, S: int, sw: int, dw: int, pl: int, C: int) -> Union[WPack, str]:

@@ -30,7 +30,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...models.wpack import BLOCK_CHANNELS, WPack, pack_filter_index, work_ratio, wpack_or_reason
+from ...models.wpack import BLOCK_CHANNELS, WPack, pack_filter_index, w_axis, work_ratio, wpack_or_reason
 from ...plan import SIXTEEN_BIT, Declined
 from ...problem import ConvProblem
 from ...registry import register
@@ -60,12 +60,6 @@ def wpack_problem(problem: ConvProblem, pack: WPack) -> ConvProblem:
         precision=problem.precision)
 
 
-def _axis(problem: ConvProblem):
-    """The last spatial axis: (W, Q, S, stride, dilation, padding in front)."""
-    return (problem.in_spatial[-1], problem.out_spatial[-1], problem.filter_spatial[-1], problem.stride[-1],
-            problem.dilation[-1], problem.pad_lo[-1])
-
-
 class Sm90WPackKernel(RewritingKernel):
     """conv2d of 16-bit data with 8-32 channels on Hopper: pixels packed into 64 channels, then the wgmma kernel."""
 
@@ -82,7 +76,7 @@ class Sm90WPackKernel(RewritingKernel):
         if problem.layout not in ("NHWC", "NDHWC"):
             return Declined(f"{problem.layout} output: a packed output pixel is several columns of the "
                             f"channels-last output, which {self.inner.name} writes channels-first directly")
-        W, Q, S, sw, dw, pl = _axis(problem)
+        W, Q, S, sw, dw, pl = w_axis(problem)
         pack = wpack_or_reason(W, Q, S, sw, dw, pl, problem.channels)
         if isinstance(pack, str):
             return Declined(pack)
@@ -165,7 +159,7 @@ class WPackPlan(RewritingPlan):
         repeated bias in one launch (``bias table`` None without), made on the first run of each kind."""
         if self._gathers is None or self._gathers[0] != with_bias:
             p, dev, pk = self.problem, self.device.index, self.pack
-            K, (_, _, S, sw, dw, pl) = p.out_channels, _axis(p)
+            K, (_, _, S, sw, dw, pl) = p.out_channels, w_axis(p)
             w_count = int(np.prod(self.inner.problem.w_shape))
             launch = gather_pair_launch(dev, w_count, pk.go * K) if with_bias else gather_launch(dev, 2, w_count)
             table = _filter_table(dev, pk, K, int(np.prod(p.filter_spatial[:-1])), S, p.channels, sw, dw, pl)

@@ -15,21 +15,64 @@ and the launch's packed arguments (:class:`cuconv.launch.PackedLaunch`).
 
 from __future__ import annotations
 
+from typing import Optional
+
+from ...overrides import Overrides
 from ...plan import SIXTEEN_BIT
-from ...registry import register
+from ...problem import LAYOUTS
+from ...registry import register, registered
 from ..depthwise.kernel import DirectKernel, DirectPlan
 from ..depthwise.variants import problem_axes
-from .mma_variants import MMA_SOURCE, MmaConfig, mma_config, mma_declined, mma_variant
+from .mma_variants import MAX_BN, MMA_SOURCE, MmaConfig, mma_config, mma_declined, mma_variant
 from .params import mma_geometry
 from .variants import smallc_declined
 
-__all__ = ["SmallcMmaKernel", "SmallcMmaPlan", "MIN_TERMS"]
+__all__ = ["SmallcMmaKernel", "SmallcMmaPlan", "MIN_TERMS", "STEM_MAX_C", "more_channels_passed_over"]
 
 #: Reduction terms per output (C x R x S) below which the automatic choice leaves a problem to
 #: ``smallc_direct`` (:meth:`SmallcMmaKernel.passes_over`).
 MIN_TERMS = 16
-#: Input channels the automatic choice gives this kernel at most.
-AUTO_MAX_C = 8
+#: Input channels up to which the automatic choice takes every problem this kernel serves (past
+#: :data:`MIN_TERMS`); from there to :data:`~.mma_variants.MMA_MAX_C` it takes those of
+#: :func:`more_channels_passed_over`.
+STEM_MAX_C = 8
+
+
+def more_channels_passed_over(p, device) -> Optional[str]:
+    """Why the automatic choice leaves a problem of 9-32 input channels to the implicit GEMM kernels, or
+    None: on Hopper it takes a conv2d on channels-last arrays with a filter of more than one tap and one
+    chunk of output channels (K <= 64), fewer than 32 channels or at most 32 outputs, whose W axis
+    ``sm90_wpack`` does not pack. The Hopper kernel's 64-channel blocks are a quarter (C = 16) or three eighths
+    (C = 24) full, and its 64-column tiles half full at K = 32, where this kernel reads the window's terms
+    as they are; 32 channels into 64 outputs fill its tiles better than this kernel's mma.sync does, more
+    chunks re-read the input, and where ``sm90_wpack``'s automatic choice packs the pixels (an even enough
+    W on Hopper) it runs 5-15% faster (docs/tuning.md#T-smallc-channels)."""
+    if device is None or device.kind != "cuda" or device.cc < (9, 0):
+        return (f"C = {p.channels}: the automatic choice takes more than {STEM_MAX_C} channels on Hopper, where "
+                f"it was measured against the implicit GEMM kernels")
+    if p.nd != 2 or not LAYOUTS[p.layout][1]:
+        return (f"C = {p.channels}: the automatic choice takes more than {STEM_MAX_C} channels for conv2d on "
+                f"channels-last arrays")
+    R, S = p.filter_spatial
+    if R * S == 1:
+        return f"C = {p.channels} under a 1x1 filter: the pointwise and GEMM kernels read each pixel once as fast"
+    if p.out_channels > MAX_BN or (p.channels >= 32 and p.out_channels > 32):
+        return (f"C = {p.channels} into K = {p.out_channels}: the Hopper and sm80 implicit GEMM kernels fill their "
+                f"tiles here (this kernel would take {-(-p.out_channels // MAX_BN)} chunks of {MAX_BN} channels)")
+    packed = _packed_plan(p, device)
+    if packed is not None:
+        return (f"C = {p.channels}: sm90_wpack packs {packed.pack.g} pixels of this W axis into "
+                f"{packed.pack.g * p.channels} channels, which runs faster")
+    return None
+
+
+def _packed_plan(p, device):
+    """``sm90_wpack``'s plan of ``p`` where its automatic choice takes it (no overrides), else None."""
+    wpack = next((k for k in registered() if k.name == "sm90_wpack"), None)
+    if wpack is None or device is None:
+        return None
+    plan = wpack.plan(p, device, Overrides())
+    return plan if plan and wpack.passes_over(plan) is None else None
 
 
 class SmallcMmaKernel(DirectKernel):
@@ -60,9 +103,10 @@ class SmallcMmaKernel(DirectKernel):
         if p.channels * R * S < MIN_TERMS:
             return (f"{p.channels * R * S} terms per output fill less than one k16 step: the fp32 multiply-adds "
                     f"of smallc_direct cost less than its padding")
-        if p.channels > AUTO_MAX_C:
-            return (f"C = {p.channels}: the automatic choice takes this kernel for at most {AUTO_MAX_C} input "
-                    f"channels")
+        if p.channels > STEM_MAX_C:
+            why = more_channels_passed_over(p, plan.device)
+            if why:
+                return why
         if p.nd == 3 and not smallc_declined(p):
             return ("a conv3d within smallc_direct's reach: its fp32 multiply-adds run it faster than one tile "
                     "copy per filter slice here")
