@@ -107,9 +107,9 @@ def test_narrow_tiles_take_halo_windows_up_to_5_8_padding():
 def test_forced_choices_the_narrow_variant_lacks_keep_the_wide_tiles():
     """Forced ping-pong or a channels-first x read take the 64-column tiles that have them where K is a
     multiple of 8; K = 3 stays narrow (the forced value cannot be taken)."""
-    plan, _ = _select(problem2d(N=2, H=8, W=66, C=16, K=16, padding=0), halo=True, pingpong=True)
+    plan, _ = _select(problem2d(N=2, H=8, W=66, C=64, K=16, padding=0), halo=True, pingpong=True)
     assert not plan.narrow and plan.cfg.pingpong, plan.describe()
-    plan, _ = _select(problem2d(N=2, H=8, W=66, C=16, K=3, padding=0), halo=True, pingpong=True)
+    plan, _ = _select(problem2d(N=2, H=8, W=66, C=64, K=3, padding=0), halo=True, pingpong=True)
     assert plan.narrow and not plan.cfg.pingpong, plan.describe()
     p = _nchw(problem2d(N=1, H=8, W=64, C=64, K=8, R=3, S=1, padding=((1, 1), (0, 0))))
     assert _select(p)[0].narrow

@@ -54,7 +54,7 @@ def test_plan_declines_with_reason(kwargs, device, reason):
 
 
 def test_plan_accepts_and_dispatch_prefers_it():
-    p = problem2d(C=24, K=40, stride=2, dilation=2, padding=((0, 3), (2, 1)))
+    p = problem2d(C=72, K=40, stride=2, dilation=2, padding=((0, 3), (2, 1)))
     plan = Sm90TmaKernel().plan(p, H100, Overrides())
     assert plan and "4-D boxes" in plan.reason, plan
     assert plan.cfg == tile_config(p, H100.sm_count, Overrides())
