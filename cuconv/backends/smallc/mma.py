@@ -142,6 +142,9 @@ class SmallcMmaPlan(DirectPlan):
             copies = f"rows copied as {2 * c.span}-byte words"
         else:
             copies = f"copies of {c.vin} channels"
+            if c.cst != p.channels:
+                copies += (f", each pixel stored as {c.cst} elements, {c.cst - p.channels} of them zero, so that A "
+                           f"reads fall on distinct banks")
         return (f"{self.name}: CTA tile {c.tp}x{c.tq} output pixels x {c.bn} channels ({c.threads} threads, "
                 f"mma.sync m16n8k16 over {c.kp // 16} k16 steps, A read as {reads}), input tile "
                 f"{c.in_rows}x{c.in_cols}x{p.channels} with halo in shared memory, two buffers ({c.smem} bytes with "
