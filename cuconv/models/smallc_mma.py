@@ -162,10 +162,10 @@ def filter_matrix(w_slice: np.ndarray, lay: MmaLayout) -> np.ndarray:
 def input_tile(x5: np.ndarray, p: ConvProblem, lay: MmaLayout, in_rows: int, n: int, d: int, tile_p: int,
                tile_q: int) -> np.ndarray:
     """The tile buffer the kernel multiplies from, flat: ``in_rows`` rows of ``COLS_ST`` pixels x CST
-    elements (C channels, then zero channels up to CST; zeros outside the image), then the zeroed tail word (two elements). With span copies a
-    row is instead the ``ROWST`` elements of the image row's run of W x C elements from ``w0 x C -
-    SHIFT`` on (zeros outside the image), whose words the kernel copies; PLANAR, C runs of ``ROWC``
-    elements, channel c's from ``w0 - SHIFT`` on in its plane."""
+    elements (C channels, then zero channels up to CST; zeros outside the image), then the zeroed tail
+    word (two elements). With span copies a row is instead the ``ROWST`` elements of the image row's run
+    of W x C elements from ``w0 x C - SHIFT`` on (zeros outside the image), whose words the kernel
+    copies; PLANAR, C runs of ``ROWC`` elements, channel c's from ``w0 - SHIFT`` on in its plane."""
     _, H, W, _, _, _, _, _, _, _, sh, sw, _, _, _, _, ph, pw = _axes(p)
     h0, w0 = tile_p * lay.TP * sh - ph, tile_q * lay.TQ * sw - pw
     rows = np.arange(in_rows) + h0

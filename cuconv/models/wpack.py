@@ -31,8 +31,8 @@ from typing import Optional, Union
 
 import numpy as np
 
-__all__ = ["WPack", "w_axis", "wpack_or_reason", "wpack_geometry", "pack_filter_index", "pack_filter", "pack_bias", "work_ratio",
-           "BLOCK_CHANNELS"]
+__all__ = ["WPack", "w_axis", "wpack_or_reason", "wpack_geometry", "pack_filter_index", "pack_filter", "pack_bias",
+           "work_ratio", "BLOCK_CHANNELS"]
 
 #: The packed pixel's channels: one 64-channel block of the Hopper kernel's reduction.
 BLOCK_CHANNELS = 64

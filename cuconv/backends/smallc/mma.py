@@ -69,7 +69,7 @@ def more_channels_passed_over(p, device) -> Optional[str]:
 def _packed_plan(p, device):
     """``sm90_wpack``'s plan of ``p`` where its automatic choice takes it (no overrides), else None."""
     wpack = next((k for k in registered() if k.name == "sm90_wpack"), None)
-    if wpack is None or device is None:
+    if wpack is None:
         return None
     plan = wpack.plan(p, device, Overrides())
     return plan if plan and wpack.passes_over(plan) is None else None

@@ -15,6 +15,7 @@ from typing import Optional, Union
 from ...launch import dtype_code, dtype_tag
 from ...problem import LAYOUTS, ConvProblem
 from ..depthwise.variants import index_range_declined, plane_offsets_declined, pow2_divisor, problem_axes
+from .variants import few_channels_declined
 
 __all__ = ["MmaConfig", "mma_config", "mma_terms", "span_copy", "pixel_stride", "mma_variant", "mma_declined",
            "min_blocks", "MMA_SOURCE", "MAX_TERMS", "MMA_MAX_C", "SMEM_LIMIT", "THREADS", "BM", "CF_MIN_TQ"]
@@ -91,10 +92,9 @@ class MmaConfig:
 def mma_declined(p: ConvProblem) -> Optional[str]:
     """Why the tensor-core few-channel kernel cannot take ``p``, or None: dense, at most
     :data:`MMA_MAX_C` input channels and :data:`MAX_TERMS` reduction terms per filter depth slice."""
-    if p.groups != 1:
-        return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
-    if p.channels > MMA_MAX_C:
-        return f"C = {p.channels}: the kernel is for at most {MMA_MAX_C} input channels"
+    why = few_channels_declined(p, MMA_MAX_C)
+    if why:
+        return why
     _, R, S, _, _, _ = problem_axes(p)
     terms = p.channels * R * S
     if terms > MAX_TERMS:
@@ -227,7 +227,10 @@ def mma_variant(p: ConvProblem, cfg: MmaConfig):
     _, R, S, (_, sw), (_, dw), _ = problem_axes(p)
     blocks = min_blocks(cfg.bn, cfg.pairs)
     cf = not LAYOUTS[p.layout][1]  # channels-first output (the variant's epilogue stores it)
-    copies = f"_v{cfg.span}s{cfg.shift}" if cfg.span else f"_i{cfg.vin}" + (f"p{cfg.cst}" if cfg.cst != p.channels else "")
+    if cfg.span:
+        copies = f"_v{cfg.span}s{cfg.shift}"
+    else:
+        copies = f"_i{cfg.vin}" + (f"p{cfg.cst}" if cfg.cst != p.channels else "")
     name = (f"smallc_mma_{dtype_tag(p.dtype)}_c{p.channels}_r{R}s{S}_sw{sw}dw{dw}_t{cfg.tp}x{cfg.tq}_n{cfg.bn}"
             f"_e{cfg.ev}{copies}_b{blocks}" + ("_cf" if cf else ""))
     defines = dict(CUCONV_DTYPE=dtype_code(p.dtype), SC_C=p.channels, SC_R=R, SC_S=S, SC_SW=sw, SC_DW=dw,

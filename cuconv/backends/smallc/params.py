@@ -41,8 +41,8 @@ def _struct(fields, p: ConvProblem, cfg, pixel: int, **tile) -> np.void:
 
 def sc_geometry(p: ConvProblem, cfg: ScConfig) -> np.void:
     """The ``ScGeometry`` struct for ``p`` launched with ``cfg``."""
-    return _struct(SC_FIELDS, p, cfg, p.channels, kg=cfg.kg, tp=cfg.tp, tqg=cfg.tqg, tiles_p=cfg.tiles_p, tiles_q=cfg.tiles_q,
-                   in_rows=cfg.in_rows, in_cols=cfg.in_cols)
+    return _struct(SC_FIELDS, p, cfg, p.channels, kg=cfg.kg, tp=cfg.tp, tqg=cfg.tqg, tiles_p=cfg.tiles_p,
+                   tiles_q=cfg.tiles_q, in_rows=cfg.in_rows, in_cols=cfg.in_cols)
 
 
 def mma_geometry(p: ConvProblem, cfg: MmaConfig) -> np.void:

@@ -83,13 +83,13 @@ def max_taps(dtype: str, precision: str) -> int:
     return MAX_TAPS_F32 if (dtype, precision) == ("float32", "float32") else MAX_TAPS
 
 
-def few_channels_declined(p: ConvProblem) -> Optional[str]:
-    """Why ``p`` is not a dense convolution of few input channels (one group, at most :data:`MAX_C`
-    channels), the problems both few-channel kernels are for, or None."""
+def few_channels_declined(p: ConvProblem, max_c: int = MAX_C) -> Optional[str]:
+    """Why ``p`` is not a dense convolution of few input channels (one group, at most ``max_c``
+    channels: :data:`MAX_C` for this kernel, ``smallc_mma`` passes its own), or None."""
     if p.groups != 1:
         return f"grouped ({p.groups} groups): the kernel is for dense convolutions"
-    if p.channels > MAX_C:
-        return f"C = {p.channels}: the kernel is for at most {MAX_C} input channels (stems)"
+    if p.channels > max_c:
+        return f"C = {p.channels}: the kernel is for at most {max_c} input channels"
     return None
 
 
