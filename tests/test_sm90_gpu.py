@@ -315,6 +315,26 @@ def test_sm90_halo_tile_shapes(cp, bn, bm, name):
         check_case(case, xp=cp, kernel="sm90_tma", poison=True)
 
 
+#: Layers 64 output channels wide whose columns pad by 3/8 in halo tiles: halo tiles when automatic
+#: (docs/tuning.md T-halo-narrow-n).
+NARROW_N_HALO_CASES = {
+    "q80_one_block": case2d(N=2, H=10, W=80, C=64, K=64, ep=dict(bias=True, activation="silu")),
+    "q40_residual": case2d(N=3, H=9, W=40, C=256, K=64, dtype="float16",
+                           ep=dict(bias=True, residual=True, beta=0.5, activation="relu")),
+    "q80_k32": case2d(N=1, H=7, W=80, C=128, K=32),
+}
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("name", list(NARROW_N_HALO_CASES))
+def test_sm90_narrow_n_halo_automatic(cp, name):
+    """The automatic choice takes halo tiles for these 64-column layers; results equal the reference."""
+    case = NARROW_N_HALO_CASES[name]
+    assert "_halo" in _sm90_detail(cp, case) and "x64x64" in _sm90_detail(cp, case)
+    check_case(case, xp=cp, kernel="sm90_tma", poison=True)
+
+
 # More row tiles than twice the SMs, so that both warpgroups of every CTA take several turns.
 PINGPONG_CASES = {
     "persistent_bn96": case2d(N=8, H=40, W=150, C=64, K=96, ep=dict(bias=True, activation="relu")),

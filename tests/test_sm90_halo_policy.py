@@ -56,10 +56,10 @@ def test_halo_geometry(kwargs, taps):
 ])
 def test_halo_rule(Q, taps, want):
     """Halo tiles where at most 1/8 of the padded columns are padding and there is more than one (r, s)
-    tap (here with two channel blocks per tap)."""
-    cfg = choose_tile_config(4 * 60 * Q, 64, 132, cluster=1, k_iters=2 * taps, halo_geometry=(4, 60, Q, taps))
-    assert cfg.halo is want
-    assert choose_tile_config(4 * 60 * Q, 64, 132, cluster=1, halo_geometry=(4, 60, Q, taps), halo=True).halo
+    tap (here with two channel blocks per tap, on 128 output channels)."""
+    cfg = choose_tile_config(4 * 60 * Q, 128, 132, cluster=1, k_iters=2 * taps, halo_geometry=(4, 60, Q, taps))
+    assert cfg.block_n > 64 and cfg.halo is want
+    assert choose_tile_config(4 * 60 * Q, 128, 132, cluster=1, halo_geometry=(4, 60, Q, taps), halo=True).halo
 
 
 @pytest.mark.parametrize("Q,k_iters_,want", [
@@ -70,13 +70,51 @@ def test_halo_rule(Q, taps, want):
     (40, 9, False),
 ])
 def test_halo_rule_one_channel_block(Q, k_iters_, want):
-    """With one channel block per tap (C <= 64) halo tiles may pad up to 1/4 of the columns (T-halo-one-block)."""
-    cfg = choose_tile_config(16 * 160 * Q, 32, 132, cluster=1, k_iters=k_iters_, halo_geometry=(16, 160, Q, 9))
+    """With one channel block per tap (C <= 64) halo tiles may pad up to 1/4 of the columns (T-halo-one-block;
+    here on 128 output channels, where the 64-column tiles' bound does not apply)."""
+    cfg = choose_tile_config(16 * 160 * Q, 128, 132, cluster=1, k_iters=k_iters_, halo_geometry=(16, 160, Q, 9))
     assert cfg.halo is want
-    p = problem2d(N=16, H=Q, W=Q, C=64 * (k_iters_ // 9), K=32, R=3, S=3, padding=1)
+    p = problem2d(N=16, H=Q, W=Q, C=64 * (k_iters_ // 9), K=128, R=3, S=3, padding=1)
     assert k_iters(p) == k_iters_ and tiles.tile_config(p, 132, Overrides()).halo is want
     if not want:
-        assert "columns pad to" in halo_why_not(p, Overrides())
+        assert "columns pad to" in halo_why_not(p, Overrides(), block_n=128)
+        assert "1/8 of them padding" in halo_why_not(p, Overrides(), block_n=128) or k_iters_ == 9
+
+
+@pytest.mark.parametrize("Q,k_iters_,want", [
+    (80, 9, True),      # YOLOv8s 3x3 64->64 at 80x80: 37.5% padding
+    (80, 18, True),     # YOLOv8s Detect 3x3 128->64 at 80x80
+    (40, 36, True),     # YOLOv8s Detect 3x3 256->64 at 40x40: 37.5%
+    (100, 18, True),    # 22%
+    (20, 72, False),    # 69%: YOLOv8s Detect 3x3 512->64 at 20x20
+    (28, 18, False),    # 56%
+])
+def test_halo_rule_narrow_n(Q, k_iters_, want):
+    """Tiles 64 columns wide (N <= 64) take halo tiles with up to 3/8 of the columns padding, whatever the
+    channel blocks per tap (T-halo-narrow-n); 128 output channels keep the other bounds."""
+    geom = (16, Q, Q, 9)
+    cfg = choose_tile_config(16 * Q * Q, 64, 132, cluster=1, k_iters=k_iters_, halo_geometry=geom)
+    assert cfg.block_n == 64 and cfg.halo is want
+    if Q in (80, 40):
+        assert not choose_tile_config(16 * Q * Q, 128, 132, cluster=1, k_iters=k_iters_, halo_geometry=geom).halo
+        assert not choose_tile_config(16 * Q * Q, 64, 132, cluster=1, k_iters=k_iters_, halo_geometry=geom,
+                                      block_n=128).halo
+    p = problem2d(N=16, H=Q, W=Q, C=64 * (k_iters_ // 9), K=64, R=3, S=3, padding=1)
+    assert k_iters(p) == k_iters_ and tiles.tile_config(p, 132, Overrides()).halo is want
+    if not want:
+        assert "3/8 of them padding" in halo_why_not(p, Overrides(), block_n=64)
+
+
+def test_narrow_n_halo_tiles_take_192_rows_on_ties():
+    """Halo tiles 64 columns wide take 192 rows where they need as many tile-times as 128-row ones (their
+    windows read 5 input rows per 3 output rows instead of 4 per 2); wider tiles keep 128 rows on ties."""
+    geom = (16, 40, 40, 9)  # 320 tiles of 128 rows (3 waves), 224 of 192 (2 waves of 1.5 times the work)
+    cfg = choose_tile_config(16 * 40 * 40, 64, 132, cluster=1, k_iters=36, halo_geometry=geom)
+    assert cfg.halo and cfg.block_m == 192 and cfg.m_tiles == 16 * 14
+    wide = choose_tile_config(16 * 40 * 40, 96, 132, cluster=1, k_iters=36, halo_geometry=geom, halo=True)
+    assert wide.halo and wide.block_m == 128
+    yolo = choose_tile_config(16 * 80 * 80, 64, 132, cluster=1, k_iters=9, halo_geometry=(16, 80, 80, 9))
+    assert yolo.halo and yolo.block_m == 256, "640 tiles of 256 rows: 5 waves against 10 of 128"
 
 
 def test_mid_tile_rule_on_halo_tiles():
@@ -234,8 +272,12 @@ def test_pingpong_through_overrides():
 def test_explain_names_halo_choice():
     _, e = dispatch.select(WIDE, H100)
     assert "_halo" in e.detail and "halo tiles" in e.detail
-    _, e = dispatch.select(problem2d(N=2, H=20, W=208, C=128, K=64), H100)
-    assert "_halo" not in e.detail and "pad to 256" in e.detail
+    _, e = dispatch.select(problem2d(N=2, H=20, W=208, C=128, K=128), H100)
+    assert "_halo" not in e.detail and "pad to 256" in e.detail and "1/8 of them padding" in e.detail
+    _, e = dispatch.select(problem2d(N=2, H=20, W=208, C=128, K=64), H100)  # 64 columns wide: up to 3/8
+    assert "_halo" in e.detail
+    _, e = dispatch.select(problem2d(N=2, H=20, W=28, C=128, K=64), H100)
+    assert "_halo" not in e.detail and "3/8 of them padding" in e.detail
     _, e = dispatch.select(problem2d(N=2, H=20, W=208, C=64, K=64), H100)  # one channel block per tap
     assert "_halo" in e.detail
     _, e = dispatch.select(problem2d(N=2, H=20, W=416, C=64, K=64, stride=2), H100)

@@ -94,8 +94,8 @@ def test_narrow_tiles_take_halo_windows_up_to_5_8_padding():
     128, 28 of 64: the usual rule's 1/8 would take im2col boxes), and boxes beyond (20 of 64), saying why."""
     plan, _ = _select(problem2d(N=16, H=80, W=80, C=128, K=16))
     assert plan.narrow and plan.cfg.halo, plan.describe()
-    plan, _ = _select(problem2d(N=16, H=80, W=80, C=128, K=64))
-    assert not plan.cfg.halo  # the 64-column tiles keep the usual rule
+    plan, _ = _select(problem2d(N=16, H=80, W=80, C=128, K=128))
+    assert not plan.cfg.halo  # the 128-column tiles keep the usual rule
     plan, _ = _select(problem2d(N=32, H=28, W=28, C=256, K=4))
     assert plan.narrow and plan.cfg.halo, plan.describe()
     plan, _ = _select(problem2d(N=32, H=20, W=20, C=256, K=4))

@@ -339,7 +339,7 @@ class Sm90Plan(Plan):
                      f"{cfg.stages}-slot filter ring)")
         else:
             loads = (f"TMA im2col boxes per tap ({cfg.stages}-stage ring; not halo tiles: "
-                     f"{halo_why_not(problem, self._overrides, self.narrow)})")
+                     f"{halo_why_not(problem, self._overrides, self.narrow, cfg.block_n)})")
         if cfg.note:
             loads += f" ({cfg.note})"
         consumers = ("2 consumer warpgroups taking turns on whole tiles (ping-pong: one's epilogue runs beside "

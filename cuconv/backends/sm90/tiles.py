@@ -79,6 +79,10 @@ _TALL_WAVE_SLACK = 1.125
 #: Halo tiles of problems with one channel block per tap (k_iters <= R*S: C <= 64) may pad up to this
 #: fraction of their columns (docs/tuning.md T-halo-one-block), where every other problem pads at most 1/8.
 _HALO_ONE_BLOCK_MAX_PAD = 0.25
+#: The padding halo tiles 64 columns wide (N <= 64) may carry: their MMA work per input byte is the
+#: smallest, so the input rows R x S im2col boxes move again per tap cost more than the padded columns'
+#: wgmmas (docs/tuning.md T-halo-narrow-n).
+_HALO_NARROW_N_MAX_PAD = 0.375
 #: (BN, BM) of the halo tiles that replace BN = 256 with a residual (docs/tuning.md T-halo-narrow-res).
 _NARROW_HALO_RES = (128, 192)
 #: The ping-pong tile the automatic choice takes: two 64 x 128 wgmma row blocks per warpgroup.
@@ -512,19 +516,23 @@ def _tall_pays(tall: int, short: int, sm_count: int) -> bool:
     return tall >= sm_count and 2 * -(-tall // sm_count) <= _TALL_WAVE_SLACK * -(-short // sm_count)
 
 
-def _mid_pays(mid: int, short: int, sm_count: int) -> bool:
+def _mid_pays(mid: int, short: int, sm_count: int, ties: bool = False) -> bool:
     """192-row tiles do 1.5x the work of 128-row ones, so they must take fewer tile-times: 3 x their
-    waves < 2 x the 128-row waves; ties keep 128 rows (docs/tuning.md T-bm-mid)."""
-    return 3 * -(-mid // sm_count) < 2 * -(-short // sm_count)
+    waves < 2 x the 128-row waves; ties keep 128 rows (docs/tuning.md T-bm-mid) unless ``ties`` (halo
+    tiles 64 columns wide, whose window rows per output row fall from 2 to 5/3: T-halo-narrow-n)."""
+    mid_time, short_time = 3 * -(-mid // sm_count), 2 * -(-short // sm_count)
+    return mid_time <= short_time if ties else mid_time < short_time
 
 
 def _auto_block_m(tiles: dict, block_n: int, cluster: int, loads_residual: bool, sm_count: int, halo: bool) -> int:
     """The automatic height given ``tiles`` = {BM: tile count}: 256 where it fits and pays (on im2col
-    tiles not with a residual: its C ring leaves 3-4 slots), else 192 where it fits and pays, else 128."""
+    tiles not with a residual: its C ring leaves 3-4 slots), else 192 where it fits and pays (halo tiles
+    64 columns wide: on ties too), else 128."""
     tall_ok = _tall_pays(tiles[256], tiles[BLOCK_M], sm_count) and (halo or not loads_residual)
     if tall_ok and bm_fits(256, block_n, cluster, loads_residual, halo):
         return 256
-    if bm_fits(192, block_n, cluster, loads_residual, halo) and _mid_pays(tiles[192], tiles[BLOCK_M], sm_count):
+    ties = halo and block_n == 64
+    if bm_fits(192, block_n, cluster, loads_residual, halo) and _mid_pays(tiles[192], tiles[BLOCK_M], sm_count, ties):
         return 192
     return BLOCK_M
 
@@ -548,14 +556,26 @@ def _pingpong_pays(pingpong: Optional[bool], auto_bn: bool, block_m: Optional[in
             and gemm_n % 128 == 0)
 
 
-def _halo_rule(planes: int, P: int, Q: int, taps_hw: int, k_iters_: int = 0) -> bool:
+def _halo_rule(planes: int, P: int, Q: int, taps_hw: int, k_iters_: int = 0, block_n: int = 0) -> bool:
     """Halo tiles beat im2col boxes when at most 1/8 of the padded columns are padding (a tile covers 64
     columns) and the filter has more than one (r, s) tap to share (docs/tuning.md T-halo-rule); at most
-    1/4 where a tile's reduction is one channel block per tap (``0 < k_iters <= R*S``: T-halo-one-block)."""
+    1/4 where a tile's reduction is one channel block per tap (``0 < k_iters <= R*S``: T-halo-one-block);
+    at most 3/8 on tiles 64 columns wide (``block_n``: T-halo-narrow-n)."""
+    if taps_hw <= 1:
+        return False
     padded = -(-Q // 64) * 64
-    if taps_hw > 1 and 0 < k_iters_ <= taps_hw:
+    if block_n == 64:
+        return padded - Q <= _HALO_NARROW_N_MAX_PAD * padded
+    if 0 < k_iters_ <= taps_hw:
         return padded - Q <= _HALO_ONE_BLOCK_MAX_PAD * padded
-    return taps_hw > 1 and 7 * padded <= 8 * Q
+    return 7 * padded <= 8 * Q
+
+
+def _halo_pad_limit(k_iters_: int, taps_hw: int, block_n: int) -> str:
+    """The share of a halo tile's columns :func:`_halo_rule` lets be padding, in words (for ``explain``)."""
+    if block_n == 64:
+        return "3/8"
+    return "1/4" if 0 < k_iters_ <= taps_hw else "1/8"
 
 
 def _narrow_halo_pays(planes: int, P: int, Q: int, taps_hw: int) -> bool:
@@ -626,7 +646,7 @@ def choose_tile_config(gemm_m: int, gemm_n: int, sm_count: int = 132, cluster: O
         rule = _bn_rule(m_tiles, gemm_n, sm_count)
         candidates = [b for b in STAGES if b not in _BASE_BN or (b, rule) == (128, 256)]
         bn = _cheaper_bn(m_tiles, gemm_n, sm_count, rule, candidates)
-    use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry, k_iters) if halo is None else halo)
+    use_halo = halo_geometry is not None and (_halo_rule(*halo_geometry, k_iters, bn) if halo is None else halo)
     if use_halo and halo is None and loads_residual:
         if _narrow_halo_res_pays(auto_bn, bn, gemm_n, bm, cl):
             bn, bm = _NARROW_HALO_RES
@@ -780,9 +800,9 @@ def tile_config(problem, sm_count: int, overrides, out_f32: bool = False, tf32: 
 HALO_SWITCHED_OFF = "switched off (overrides(halo=False) / CUCONV_SM90_HALO=0)"
 
 
-def halo_why_not(problem, overrides, narrow: bool = False) -> str:
+def halo_why_not(problem, overrides, narrow: bool = False, block_n: int = 0) -> str:
     """Why a problem runs on im2col boxes rather than halo tiles (for ``explain``); ``narrow``: on the
-    narrow variant's tiles (:func:`_narrow_halo_pays`)."""
+    narrow variant's tiles (:func:`_narrow_halo_pays`); ``block_n``: the width of the tiles it runs."""
     why = halo_decline(problem)
     if why:
         return why
@@ -794,8 +814,9 @@ def halo_why_not(problem, overrides, narrow: bool = False) -> str:
     if narrow:
         return (f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than 5/8 of them "
                 f"padding, the narrow tiles' bound)")
-    if _halo_rule(planes, P, Q, taps, k_iters(problem)):
+    if _halo_rule(planes, P, Q, taps, k_iters(problem), block_n):
         return (f"with a residual, halo tiles of this width keep fewer than {HALO_MIN_RES_STAGES} filter slots "
                 f"next to the C ring")
-    limit = "1/3" if 0 < k_iters(problem) <= taps else "1/7"
-    return f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than {limit} of {Q} wasted)"
+    limit = _halo_pad_limit(k_iters(problem), taps, block_n)
+    return (f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than {limit} of them "
+            f"padding)")
