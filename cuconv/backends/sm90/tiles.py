@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Optional, Tuple
 
 from ...launch import header_constants
@@ -76,13 +77,20 @@ _SPLIT_WIDER_BN, _SPLIT_WIDER_WAYS, _SPLIT_WIDER_MIN_K_ITERS, _SPLIT_HANDOVER_K_
 #: 256-row tiles may take up to this many times the waves-times-rows of 128-row ones (docs/tuning.md
 #: T-bm-tall): their rows run faster, which pays for a slightly emptier last wave.
 _TALL_WAVE_SLACK = 1.125
+#: The share of a halo tile's columns that may be padding where halo tiles pay (docs/tuning.md T-halo-rule).
+_HALO_MAX_PAD = Fraction(1, 8)
 #: Halo tiles of problems with one channel block per tap (k_iters <= R*S: C <= 64) may pad up to this
-#: fraction of their columns (docs/tuning.md T-halo-one-block), where every other problem pads at most 1/8.
-_HALO_ONE_BLOCK_MAX_PAD = 0.25
-#: The padding halo tiles 64 columns wide (N <= 64) may carry: their MMA work per input byte is the
-#: smallest, so the input rows R x S im2col boxes move again per tap cost more than the padded columns'
-#: wgmmas (docs/tuning.md T-halo-narrow-n).
-_HALO_NARROW_N_MAX_PAD = 0.375
+#: share of their columns (docs/tuning.md T-halo-one-block).
+_HALO_ONE_BLOCK_MAX_PAD = Fraction(1, 4)
+#: The width of the halo tiles that may carry :data:`_HALO_NARROW_N_MAX_PAD` of padding, and take 192 rows
+#: on wave ties (N <= 64).
+_HALO_NARROW_N_BN = 64
+#: The padding those tiles may carry: their MMA work per input byte is the smallest, so the input rows
+#: R x S im2col boxes move again per tap cost more than the padded columns' wgmmas (docs/tuning.md
+#: T-halo-narrow-n).
+_HALO_NARROW_N_MAX_PAD = Fraction(3, 8)
+#: The padding the narrow variant's halo windows may carry (docs/tuning.md T-narrow-out).
+_NARROW_HALO_MAX_PAD = Fraction(5, 8)
 #: (BN, BM) of the halo tiles that replace BN = 256 with a residual (docs/tuning.md T-halo-narrow-res).
 _NARROW_HALO_RES = (128, 192)
 #: The ping-pong tile the automatic choice takes: two 64 x 128 wgmma row blocks per warpgroup.
@@ -531,7 +539,7 @@ def _auto_block_m(tiles: dict, block_n: int, cluster: int, loads_residual: bool,
     tall_ok = _tall_pays(tiles[256], tiles[BLOCK_M], sm_count) and (halo or not loads_residual)
     if tall_ok and bm_fits(256, block_n, cluster, loads_residual, halo):
         return 256
-    ties = halo and block_n == 64
+    ties = halo and block_n == _HALO_NARROW_N_BN
     if bm_fits(192, block_n, cluster, loads_residual, halo) and _mid_pays(tiles[192], tiles[BLOCK_M], sm_count, ties):
         return 192
     return BLOCK_M
@@ -561,21 +569,20 @@ def _halo_rule(planes: int, P: int, Q: int, taps_hw: int, k_iters_: int = 0, blo
     columns) and the filter has more than one (r, s) tap to share (docs/tuning.md T-halo-rule); at most
     1/4 where a tile's reduction is one channel block per tap (``0 < k_iters <= R*S``: T-halo-one-block);
     at most 3/8 on tiles 64 columns wide (``block_n``: T-halo-narrow-n)."""
-    if taps_hw <= 1:
-        return False
+    return taps_hw > 1 and _padding_within(Q, _halo_max_pad(k_iters_, taps_hw, block_n))
+
+
+def _halo_max_pad(k_iters_: int, taps_hw: int, block_n: int) -> Fraction:
+    """The share of a halo tile's columns :func:`_halo_rule` lets be padding."""
+    if block_n == _HALO_NARROW_N_BN:
+        return _HALO_NARROW_N_MAX_PAD
+    return _HALO_ONE_BLOCK_MAX_PAD if 0 < k_iters_ <= taps_hw else _HALO_MAX_PAD
+
+
+def _padding_within(Q: int, share: Fraction) -> bool:
+    """Whether at most ``share`` of the columns of 64-column tiles over ``Q`` output columns are padding."""
     padded = -(-Q // 64) * 64
-    if block_n == 64:
-        return padded - Q <= _HALO_NARROW_N_MAX_PAD * padded
-    if 0 < k_iters_ <= taps_hw:
-        return padded - Q <= _HALO_ONE_BLOCK_MAX_PAD * padded
-    return 7 * padded <= 8 * Q
-
-
-def _halo_pad_limit(k_iters_: int, taps_hw: int, block_n: int) -> str:
-    """The share of a halo tile's columns :func:`_halo_rule` lets be padding, in words (for ``explain``)."""
-    if block_n == 64:
-        return "3/8"
-    return "1/4" if 0 < k_iters_ <= taps_hw else "1/8"
+    return padded - Q <= share * padded
 
 
 def _narrow_halo_pays(planes: int, P: int, Q: int, taps_hw: int) -> bool:
@@ -583,8 +590,7 @@ def _narrow_halo_pays(planes: int, P: int, Q: int, taps_hw: int) -> bool:
     (r, s) tap and at most 5/8 of the padded columns are padding (docs/tuning.md T-narrow-out): their
     MMA work is small, so what bounds them is the bytes each tile reads from L2, R x S boxes of its rows
     against one window."""
-    padded = -(-Q // 64) * 64
-    return taps_hw > 1 and 8 * (padded - Q) <= 5 * padded
+    return taps_hw > 1 and _padding_within(Q, _NARROW_HALO_MAX_PAD)
 
 
 def _narrow_halo_res_pays(auto_bn: bool, bn: int, gemm_n: int, block_m: Optional[int], cluster: int) -> bool:
@@ -812,11 +818,11 @@ def halo_why_not(problem, overrides, narrow: bool = False, block_n: int = 0) -> 
     if taps == 1:
         return "one (r, s) tap: no window to share"
     if narrow:
-        return (f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than 5/8 of them "
-                f"padding, the narrow tiles' bound)")
+        return (f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than "
+                f"{_NARROW_HALO_MAX_PAD} of them padding, the narrow tiles' bound)")
     if _halo_rule(planes, P, Q, taps, k_iters(problem), block_n):
         return (f"with a residual, halo tiles of this width keep fewer than {HALO_MIN_RES_STAGES} filter slots "
                 f"next to the C ring")
-    limit = _halo_pad_limit(k_iters(problem), taps, block_n)
+    limit = _halo_max_pad(k_iters(problem), taps, block_n)
     return (f"{Q} output columns pad to {-(-Q // 64) * 64} in 64-column halo tiles (more than {limit} of them "
             f"padding)")
