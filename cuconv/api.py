@@ -17,10 +17,11 @@ import numpy as np
 from . import dispatch
 from .arrays import (as_array, check_companion, check_same_place, dtype_name, meets, module_name, on_device_of,
                      ranges_meet)
+from .autotune import tuned_select
 from .device import cupy_or_none, device_of
 from .epilogue import apply_epilogue
 from .layout import native_result, operands_for, operands_mover_for, to_channels_first, to_channels_last
-from .overrides import active_overrides, on_environment_read
+from .overrides import active_overrides, current_overrides, on_environment_read
 from .problem import LAYOUTS, ConvProblem
 from .registry import on_change
 from .validate import activation_of, check_ranks, conv_problem, layout_of, precision_of, strategy_of, user_shape
@@ -124,17 +125,45 @@ def _prepare(nd: int, x, w, bias, stride, padding, dilation, groups, layout, res
     if residual is not None:
         res_user = as_array(residual, "residual")
         check_companion(res_user, "residual", user_out_shape, dtype, x)
-    plan, explanation = dispatch.select(problem, device_of(x), forced=kernel, strategy=strategy_of(strategy, nd))
+    plan, explanation = choose(problem, device_of(x), kernel, strategy_of(strategy, nd))
+    x_n, w_n, residual, out_native, cf_out = lay_out(plan, xp, x, w, bias, res_user, residual, out_user, out_given,
+                                                     channels_first, batch)
+    return _Call(problem=problem, plan=plan, explanation=explanation, x=x_n, w=w_n, bias=bias, residual=residual,
+                 out_native=out_native, out_user=out_user, out_given=out_given, channels_first=channels_first,
+                 cf_out=cf_out, xp=xp)
+
+
+def choose(problem: ConvProblem, device, kernel, strategy):
+    """``(plan, explanation)`` of a call: the kernel forced by name, the fastest measured under
+    :func:`cuconv.autotune` (unless ``alpha == 0``: no kernel runs), or the dispatcher's automatic choice."""
+    current = current_overrides()
+    if current.autotune and kernel is None and problem.epilogue.alpha != 0:
+        return tuned_select(problem, device, strategy, current, call_with_plan)
+    return dispatch.select(problem, device, forced=kernel, strategy=strategy, overrides=current)
+
+
+def lay_out(plan, xp, x, w, bias, res_user, res_given, out_user, out_given, channels_first: bool, batch: int):
+    """``(x, w, residual, out, cf_out)`` as ``plan`` takes them from a validated call's arrays (``bias``
+    already native): the operands moved to channels-last where the plan does not read the caller's
+    layout, and the array the kernel writes (:func:`residual_and_output`)."""
     cf_out = channels_first and _writes_channels_first(plan, batch)
     if channels_first:
         x_n, w_n = operands_for(plan, x, w, xp)
     else:
         x_n, w_n = _to_native(x, False, xp), _to_native(w, False, xp)
-    residual, out_native = residual_and_output(xp, res_user, residual, out_user, out_given, channels_first,
-                                               (batch, *problem.out_shape[1:]), x.dtype, cf_out, (x_n, w_n, bias))
-    return _Call(problem=problem, plan=plan, explanation=explanation, x=x_n, w=w_n, bias=bias, residual=residual,
-                 out_native=out_native, out_user=out_user, out_given=out_given, channels_first=channels_first,
-                 cf_out=cf_out, xp=xp)
+    residual, out_native = residual_and_output(xp, res_user, res_given, out_user, out_given, channels_first,
+                                               (batch, *plan.problem.out_shape[1:]), x.dtype, cf_out,
+                                               (x_n, w_n, bias))
+    return x_n, w_n, residual, out_native, cf_out
+
+
+def call_with_plan(plan, xp, device_id, x, w, bias, residual, channels_first: bool):
+    """The result of ``plan`` on contiguous arrays in the problem's layout (no ``out``), as a call computes
+    it: what :mod:`cuconv.autotune` times."""
+    x_n, w_n, res, out_native, cf_out = lay_out(plan, xp, x, w, bias, residual, residual, None, None, channels_first,
+                                                x.shape[0])
+    execute(plan, xp, device_id, x_n, w_n, bias, res, out_native)
+    return deliver(xp, out_native, None, None, channels_first, cf_out)
 
 
 def _writes_channels_first(plan, batch: int) -> bool:
@@ -515,7 +544,9 @@ def explain(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layou
     None: 4-D -> conv2d NHWC, 5-D -> conv3d NDHWC). Validates them exactly as the call would, runs
     nothing, and returns a :class:`cuconv.Explanation`: ``.kernel`` is the chosen kernel,
     ``.precision`` the precision it computes at, ``.declined`` maps every kernel that said no to its
-    reason. ``print()`` it for a summary.
+    reason. ``print()`` it for a summary. Inside :func:`cuconv.autotune` it measures the problem's
+    candidates as the call would (once per problem; on operands of its own), and ``.tuning`` lists
+    their times.
     """
     if layout is None:
         ndim = as_array(x, "x").ndim

@@ -50,6 +50,9 @@ class Explanation:
         ``{kernel name: reason}`` for kernels of lower priority that would accept but were not needed.
     overrides : Overrides
         The :func:`cuconv.overrides` in force when the plan was made.
+    tuning : cuconv.autotune.Tuning or None
+        Under :func:`cuconv.autotune`: the candidates measured, their times and the one chosen (the
+        declines listed are those of the automatic choice); None otherwise.
     precision : str
         The precision the kernel computes at (``problem.precision``: "float16", "bfloat16", "float32",
         "tf32" or "float64"); the plan's reason says where the kernel is more accurate than asked.
@@ -65,6 +68,7 @@ class Explanation:
     declined: Dict[str, str] = field(default_factory=dict)
     skipped: Dict[str, str] = field(default_factory=dict)
     forced: bool = False
+    tuning: Optional[object] = None
 
     @property
     def precision(self) -> str:
@@ -83,6 +87,8 @@ class Explanation:
             lines.append(f"  declined {name}: {why}")
         for name, why in self.skipped.items():
             lines.append(f"  not needed {name}: {why}")
+        if self.tuning is not None:
+            lines.append(self.tuning.describe())
         return "\n".join(lines)
 
     @property

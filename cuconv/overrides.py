@@ -8,7 +8,7 @@ tail, halo tiles and ping-pong warpgroups; the sm80 kernel's loader sub-path) is
 2. the process's environment, read once: ``CUCONV_SM90_BN``, ``CUCONV_SM90_BM``,
    ``CUCONV_SM90_CLUSTER``, ``CUCONV_SM90_SPLIT``, ``CUCONV_SM90_HALO``, ``CUCONV_SM90_PINGPONG``,
    ``CUCONV_SM90_CF_X``, ``CUCONV_SM90_XPOSE_X`` (``auto``, ``0`` or ``1`` for the last five's switches), ``CUCONV_SM90_SPLIT_WAYS``,
-   ``CUCONV_SM80_SUBPATH`` and ``CUCONV_STACKED_PHASES`` (a switch).
+   ``CUCONV_SM80_SUBPATH``, ``CUCONV_STACKED_PHASES`` and ``CUCONV_AUTOTUNE`` (switches).
 
 The dispatcher keys its plans on the :class:`Overrides` value, so a forced variant never meets a
 plan made under other settings. Overrides are for tests and tuning; the defaults are the tuned rules
@@ -34,6 +34,8 @@ from .problem import cached_fields_hash, fields_state
 __all__ = ["Overrides", "overrides", "current_overrides", "active_overrides", "reread_environment"]
 
 _SWITCH_WORDS = {"auto": None, "": None, "0": False, "1": True}
+#: The fields that are switches (True, False or None).
+SWITCHES = ("split", "halo", "pingpong", "x_channels_first", "x_transpose", "stacked_phases", "autotune")
 
 
 def _choices():
@@ -84,6 +86,11 @@ class Overrides:
         phases (:mod:`cuconv.subpixel`) where it applies: True; the phase split: False. None: stacked on
         a GPU (2-2.1x faster per call on the grad suite's transposed convolutions), the phase split on
         the CPU (where the stacked filter's zero taps cost more than the calls they save).
+    autotune : bool or None
+        True: :func:`cuconv.conv2d` / :func:`cuconv.conv3d` (and :func:`cuconv.explain`,
+        :func:`cuconv.plan_conv2d`) time the candidate kernels and tiles of each new problem on its device
+        and run the fastest (:mod:`cuconv.autotune`); None or False: the automatic rules. The other
+        fields set here still hold while it measures. :func:`cuconv.autotune` is the usual way in.
     """
 
     block_n: Optional[int] = None
@@ -97,6 +104,7 @@ class Overrides:
     x_transpose: Optional[bool] = None
     sm80_subpath: Optional[str] = None
     stacked_phases: Optional[bool] = None
+    autotune: Optional[bool] = None
 
     __hash__ = cached_fields_hash  # part of the plan memo's key on every call: hashed once
     __getstate__ = fields_state
@@ -107,7 +115,7 @@ class Overrides:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or v not in allowed):
                 raise ValueError(f"{name}: expected one of {list(allowed)} or None, got {v!r}")
-        for name in ("split", "halo", "pingpong", "x_channels_first", "x_transpose", "stacked_phases"):
+        for name in SWITCHES:
             v = getattr(self, name)
             if v not in (None, True, False) or (v is not None and not isinstance(v, bool)):
                 raise ValueError(f"{name}: expected True, False or None, got {v!r}")
@@ -136,8 +144,8 @@ def _env_switch(name: str) -> Optional[bool]:
 
 @functools.lru_cache(maxsize=None)
 def env_overrides() -> Overrides:
-    """The overrides of the process's ``CUCONV_SM90_*``, ``CUCONV_SM80_SUBPATH`` and ``CUCONV_STACKED_PHASES``
-    variables (read once)."""
+    """The overrides of the process's ``CUCONV_SM90_*``, ``CUCONV_SM80_SUBPATH``, ``CUCONV_STACKED_PHASES``
+    and ``CUCONV_AUTOTUNE`` variables (read once)."""
     choices = _choices()
     cluster = _env_int("CUCONV_SM90_CLUSTER", "cluster", choices)
     subpath = os.environ.get("CUCONV_SM80_SUBPATH", "").strip()
@@ -155,7 +163,7 @@ def env_overrides() -> Overrides:
                      pingpong=_env_switch("CUCONV_SM90_PINGPONG"),
                      x_channels_first=_env_switch("CUCONV_SM90_CF_X"),
                      x_transpose=_env_switch("CUCONV_SM90_XPOSE_X"), sm80_subpath=subpath,
-                     stacked_phases=_env_switch("CUCONV_STACKED_PHASES"))
+                     stacked_phases=_env_switch("CUCONV_STACKED_PHASES"), autotune=_env_switch("CUCONV_AUTOTUNE"))
 
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("cuconv_overrides", default=None)
@@ -192,7 +200,8 @@ _KEEP = object()
 
 @contextlib.contextmanager
 def overrides(*, block_n=_KEEP, block_m=_KEEP, cluster=_KEEP, split=_KEEP, split_ways=_KEEP, halo=_KEEP,
-              pingpong=_KEEP, x_channels_first=_KEEP, x_transpose=_KEEP, sm80_subpath=_KEEP, stacked_phases=_KEEP):
+              pingpong=_KEEP, x_channels_first=_KEEP, x_transpose=_KEEP, sm80_subpath=_KEEP, stacked_phases=_KEEP,
+              autotune=_KEEP):
     """Force automatic choices inside a ``with`` block (see :class:`Overrides` for each field).
 
     A field not passed keeps the value in force around the block; ``None`` (or ``"auto"``) makes it
@@ -201,8 +210,7 @@ def overrides(*, block_n=_KEEP, block_m=_KEEP, cluster=_KEEP, split=_KEEP, split
     """
     given = dict(block_n=block_n, block_m=block_m, cluster=cluster, split=split, split_ways=split_ways, halo=halo,
                  pingpong=pingpong, x_channels_first=x_channels_first, x_transpose=x_transpose,
-                 sm80_subpath=sm80_subpath,
-                 stacked_phases=stacked_phases)
+                 sm80_subpath=sm80_subpath, stacked_phases=stacked_phases, autotune=autotune)
     changes = {k: (None if v == "auto" else v) for k, v in given.items() if v is not _KEEP}
     value = dataclasses.replace(current_overrides(), **changes)
     token = _ACTIVE.set(value)

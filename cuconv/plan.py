@@ -132,6 +132,9 @@ class Kernel:
     #: The (dtype, precision) pairs (``problem.dtype``, ``problem.precision``) the kernel computes at least
     #: as accurately as the precision promises; every other pair is declined before :meth:`make_plan`.
     precisions: FrozenSet[Tuple[str, str]] = SIXTEEN_BIT
+    #: Whether :func:`cuconv.autotune` measures this kernel's plans besides the automatic choice (False
+    #: for a fallback whose memory grows with the problem).
+    autotune_candidate: bool = True
 
     def plan(self, problem: ConvProblem, device: DeviceInfo, overrides: Overrides) -> Union[Plan, Declined]:
         """A :class:`Plan` for ``problem``, or :class:`Declined` with the reason; never raises for a

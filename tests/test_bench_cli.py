@@ -394,6 +394,8 @@ def test_host_work_cases_are_valid_convolutions():
     (["--network", "resnet50", "--precision", "tf32"], "--precision: applies to float32 arrays"),
     (["--suite", "conv3d", "--dtype", "float64"], "--dtype float64: the networks suite only"),
     (["--network", "resnet50", "--dtype", "float64", "--precision", "tf32"], "--precision: applies to float32 arrays"),
+    (["--autotune"], "--autotune: the networks suite only"),
+    (["--suite", "conv3d", "--autotune", "tuned.json"], "--autotune: the networks suite only"),
 ])
 def test_float32_options_are_checked_before_any_gpu_work(argv, message, capsys):
     from cuconv.bench import cli
@@ -421,3 +423,26 @@ def test_grad_suite_options_and_results_page(tmp_path, capsys):
     assert "## g.json: grad" in page
     assert "| ResNet-50, N=32: every layer | weight | bfloat16 | 1.500 | 2.000 | 0.75x |" in page
     assert "transposed conv" in page and "0.20x" in page
+
+
+@pytest.mark.parametrize("flag,path", [(None, None), ("", None), ("tuned.json", "tuned.json")])
+def test_networks_suite_runs_under_autotune_when_asked(monkeypatch, flag, path):
+    """``--autotune [FILE]``: the networks suite's cuconv calls run inside ``cuconv.autotune(path=FILE)``;
+    without it the overrides in force are left as they are."""
+    import importlib
+    import os
+
+    from cuconv.bench.networks import runner
+    from cuconv.overrides import current_overrides
+    tuner = importlib.import_module("cuconv.autotune")
+    seen = {}
+
+    def fake_run(names, dtypes, **kw):
+        seen["autotune"], seen["path"] = current_overrides().autotune, tuner._PATH.get()
+        return []
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    args = types.SimpleNamespace(network=["resnet50"], layout="NHWC", precision=None, layers=False, autotune=flag)
+    cli._run_networks(args, ["float16"], None, lambda *a: None)
+    assert seen["autotune"] is (None if flag is None else True)
+    assert seen["path"] == (os.path.abspath(path) if path else None)

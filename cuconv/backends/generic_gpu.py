@@ -58,6 +58,9 @@ class GenericGPUKernel(Kernel):
     backend = "cuda"
     priority = 0
     precisions = EVERY_PRECISION
+    #: The fallback writes the whole im2col matrix (R*S times x, in fp32): autotune times it only where it
+    #: is the automatic choice.
+    autotune_candidate = False
 
     def make_plan(self, problem, device, overrides):
         _, route = _ROUTES[(problem.dtype, problem.precision)]

@@ -21,6 +21,7 @@ networks).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -66,6 +67,10 @@ def parser() -> argparse.ArgumentParser:
                          "cuDNN's float64")
     ap.add_argument("--precision", choices=["float32", "tf32"],
                     help="networks suite, float32 arrays: cuconv's precision= (default: float32)")
+    ap.add_argument("--autotune", nargs="?", const="", metavar="FILE",
+                    help="networks suite: cuconv's calls under cuconv.autotune (each layer's candidate kernels "
+                         "and tiles measured on its first call, the fastest run), with FILE its decision file; "
+                         "cuDNN runs with its own autotuner (torch.backends.cudnn.benchmark) either way")
     ap.add_argument("--json", metavar="FILE", help="write every number to FILE (other suites: FILE_<suite>.json)")
     ap.add_argument("--quick", action="store_true", help="fewer timed runs (20) and no generic_gpu comparison")
     ap.add_argument("--runs", type=int, default=30, help="timed runs per measurement (>= 20; default 30)")
@@ -123,6 +128,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for wide in ("float32", "float64"):
         if wide in (args.dtype or ()) and set(args.suite or ALL_SUITES) - {"networks"}:
             ap.error(f"--dtype {wide}: the networks suite only (--suite networks or --network NAME)")
+    if args.autotune is not None and set(args.suite or ALL_SUITES) != {"networks"}:
+        ap.error("--autotune: the networks suite only (--suite networks or --network NAME)")
     if args.precision and "float32" not in (args.dtype or ()):
         ap.error("--precision: applies to float32 arrays: add --dtype float32")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
@@ -176,7 +183,8 @@ def _run(args, argv: List[str], dev) -> int:
     for line in conv2d.geomean_lines(records):
         log(line)
     log(f"{time.time() - t0:.0f} s")
-    common = dict(meta, ceilings=ceilings.to_json(), runs=runs, cudnn=why_not or "compared through torch")
+    common = dict(meta, ceilings=ceilings.to_json(), runs=runs, cudnn=why_not or "compared through torch",
+                  autotune=args.autotune is not None)
     if args.json:
         write_json(args.json, records, others, common, host)
     if args.plot and records:
@@ -201,9 +209,13 @@ def _run_networks(args, dtypes: List[str], torch, log) -> List[dict]:
     all), then the summary table, and with ``--layers`` every network's per-layer table."""
     from .networks.output import layer_lines, summary_lines
     from .networks.runner import run as run_networks
+    import cuconv
     names = list(dict.fromkeys(args.network or networks.NETWORKS))
-    recs = run_networks(names, dtypes, torch=torch, log=log, layout=args.layout, precision=args.precision)
-    log("== networks: conv layers only, ms per forward pass; speed = cuDNN ms / cuconv ms")
+    tuned = args.autotune is not None
+    with cuconv.autotune(path=args.autotune or None) if tuned else contextlib.nullcontext():
+        recs = run_networks(names, dtypes, torch=torch, log=log, layout=args.layout, precision=args.precision)
+    log("== networks: conv layers only, ms per forward pass; speed = cuDNN ms / cuconv ms"
+        + ("; cuconv under cuconv.autotune" if tuned else ""))
     for line in summary_lines(recs):
         log(line)
     if args.layers:
