@@ -276,6 +276,7 @@ class _Round:
         self.problem, self.device, self.strategy, self.base, self.limit = problem, device, strategy, base, limit
         self.seen: Dict[tuple, dict] = {}
         self.order: List[dict] = []
+        self.failed: Dict[str, dict] = {}  # kernel name -> its first candidate that failed to plan
 
     def add(self, point: Overrides) -> List[dict]:
         """The candidates new at ``point`` (at most up to the limit)."""
@@ -291,12 +292,8 @@ class _Round:
             self.seen[ident] = c
             self.order.append(c)
             new.append(c)
-        for name, error in errors.items():
-            ident = (name, "error", _changes(point, self.base))
-            if ident not in self.seen and len(self.order) < self.limit:
-                c = dict(kernel=name, point=point, plan=None, us=None, error=error)
-                self.seen[ident] = c
-                self.order.append(c)
+        for name, error in errors.items():  # the first failure of each kernel, outside the limit
+            self.failed.setdefault(name, dict(kernel=name, point=point, plan=None, us=None, error=error))
         return new
 
 
@@ -313,6 +310,8 @@ def _measure_problem(problem, device, strategy, base, run_call) -> Tuple[str, Ov
         rnd.add(point)
     operands = _Operands(problem, device, run_call)
     _time_all([automatic] + [c for c in rnd.order if c is not automatic], operands)
+    if automatic["us"] is None:
+        raise RuntimeError(f"autotune: the automatic choice {automatic['kernel']} failed to run: {automatic['error']}")
     best = _fastest(rnd.order)
     if best is not None and best["point"] != base:
         # second round: around the fastest point, one more field at a time
@@ -321,11 +320,10 @@ def _measure_problem(problem, device, strategy, base, run_call) -> Tuple[str, Ov
             rnd.add(point)
         _time_all(rnd.order[before:], operands)
         best = _fastest(rnd.order)
-    if automatic["us"] is None:
-        raise RuntimeError(f"autotune: the automatic choice {automatic['kernel']} failed to run: {automatic['error']}")
     chosen = best if best is not None and best["us"] < (1 - MARGIN) * automatic["us"] else automatic
-    records = {id(c): _record(c, base) for c in rnd.order}
-    ranked = sorted(rnd.order, key=lambda c: (c["us"] is None, c["us"] or 0.0))
+    every = rnd.order + list(rnd.failed.values())
+    records = {id(c): _record(c, base) for c in every}
+    ranked = sorted(every, key=lambda c: (c["us"] is None, c["us"] or 0.0))
     tuning = Tuning(chosen=records[id(chosen)], automatic=records[id(automatic)],
                     candidates=tuple(records[id(c)] for c in ranked))
     return chosen["kernel"], chosen["point"], tuning

@@ -102,7 +102,20 @@ class Other(_TestKernel):
         return _Wrapped(self, problem, device, overrides, FAST, "fast")
 
 
-TEST_KERNELS = (Tiles(), Wrong(), Broken())
+class Unplannable(_TestKernel):
+    """Declines without overrides, raises with a forced tile width."""
+
+    name = "tune_test_unplannable"
+    priority = 10
+
+    def make_plan(self, problem, device, overrides):
+        if overrides.block_n is not None:
+            raise ValueError(f"no plan at block_n={overrides.block_n}")
+        from cuconv.plan import Declined
+        return Declined("declines the automatic point")
+
+
+TEST_KERNELS = (Tiles(), Wrong(), Broken(), Unplannable())
 
 
 def _changed():
@@ -154,6 +167,9 @@ def test_autotune_runs_the_fastest_correct_candidate(kernels):
     assert wrong.us is None and "differs from the automatic choice's" in wrong.error
     broken = next(m for m in t.candidates if m.kernel == "tune_test_broken")
     assert broken.us is None and "this kernel always fails" in broken.error
+    unplannable = [m for m in t.candidates if m.kernel == "tune_test_unplannable"]
+    assert len(unplannable) == 1 and unplannable[0].error == "ValueError: no plan at block_n=16"
+    assert t.candidates[-1].error is not None
     timed = [m.us for m in t.candidates if m.us is not None]
     assert timed == sorted(timed) and t.candidates[0] == t.chosen
     assert "tune_test_tiles" not in e.skipped, "the same kernel on another tile: the tuning lines say so"
