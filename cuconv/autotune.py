@@ -143,7 +143,9 @@ def autotune(enabled: bool = True, *, path=None):
     The first call of a problem takes the time of its measurements (and of compiling every candidate's
     kernel variants that are not cached). ``CUCONV_AUTOTUNE=1`` turns autotune on for the whole process,
     and ``CUCONV_AUTOTUNE_FILE`` names the decision file of calls outside a block with ``path``. Yields the
-    :class:`cuconv.Overrides` in force inside the block.
+    :class:`cuconv.Overrides` in force inside the block. The block holds for the calls its own thread (or
+    async task) makes inside it, as :func:`cuconv.overrides` does: a dask graph computed after the block,
+    or on other threads, follows ``CUCONV_AUTOTUNE`` instead.
     """
     if not isinstance(enabled, bool):
         raise TypeError(f"enabled: expected True or False, got {enabled!r}")
