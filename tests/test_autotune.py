@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import os
 import time
 
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 
 import cuconv
 from cuconv import registry
-from cuconv.overrides import Overrides, reread_environment
+from cuconv.overrides import Overrides
 from cuconv.plan import Kernel, Plan
 from cuconv.problem import ConvProblem
 from geometry import H100
@@ -66,40 +65,29 @@ class Tiles(_TestKernel):
         return _Wrapped(self, problem, device, overrides, FAST if fast else SLOW, f"block_n {overrides.block_n}")
 
 
-class Wrong(_TestKernel):
-    """Fast and wrong: its result is zero."""
+class _Fixed(_TestKernel):
+    """A test kernel with one fast plan whose run ends with ``finish(inner, x, w, bias, residual, out)``."""
 
-    name = "tune_test_wrong"
-    priority = 40
+    def __init__(self, name, priority, what, finish):
+        self.name, self.priority, self.what, self._finish = name, priority, what, finish
 
     def make_plan(self, problem, device, overrides):
-        return _Wrapped(self, problem, device, overrides, FAST, "zeros")
+        return _Wrapped(self, problem, device, overrides, FAST, self.what)
 
     def finish(self, inner, x, w, bias, residual, out):
-        out[...] = 0
+        self._finish(inner, x, w, bias, residual, out)
 
 
-class Broken(_TestKernel):
-    """Plans, then fails to run."""
-
-    name = "tune_test_broken"
-    priority = 30
-
-    def make_plan(self, problem, device, overrides):
-        return _Wrapped(self, problem, device, overrides, FAST, "raises")
-
-    def finish(self, inner, x, w, bias, residual, out):
-        raise RuntimeError("this kernel always fails")
+def _zeros(inner, x, w, bias, residual, out):
+    out[...] = 0
 
 
-class Other(_TestKernel):
-    """Fast and correct, below the automatic choice (registered by one test only)."""
+def _raises(inner, x, w, bias, residual, out):
+    raise RuntimeError("this kernel always fails")
 
-    name = "tune_test_other"
-    priority = 20
 
-    def make_plan(self, problem, device, overrides):
-        return _Wrapped(self, problem, device, overrides, FAST, "fast")
+def _correct(inner, x, w, bias, residual, out):
+    inner.run(x, w, bias, residual, out)
 
 
 class Unplannable(_TestKernel):
@@ -115,7 +103,8 @@ class Unplannable(_TestKernel):
         return Declined("declines the automatic point")
 
 
-TEST_KERNELS = (Tiles(), Wrong(), Broken(), Unplannable())
+TEST_KERNELS = (Tiles(), _Fixed("tune_test_wrong", 40, "zeros", _zeros),
+                _Fixed("tune_test_broken", 30, "raises", _raises), Unplannable())
 
 
 def _changed():
@@ -210,7 +199,7 @@ def test_margin_keeps_the_automatic_choice(kernels, monkeypatch):
 
 def test_another_kernel_wins(kernels, monkeypatch):
     monkeypatch.setattr(Tiles, "even", True)
-    other = Other()
+    other = _Fixed("tune_test_other", 20, "fast", _correct)  # fast and correct, below the automatic choice
     monkeypatch.setitem(registry._REGISTRY, other.name, other)
     _changed()
     x, w = _operands()
@@ -234,12 +223,17 @@ def test_channels_first_and_in_place_residual(kernels):
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_decision_file_is_written_and_read(kernels, tmp_path):
+def _tuned_file(tmp_path):
+    """(path, x, w, its content) of a decision file written by one tuned call."""
     path = tmp_path / "tuned.json"
     x, w = _operands()
     with cuconv.autotune(path=path):
         cuconv.conv2d(x, w, padding=1)
-    data = json.loads(path.read_text())
+    return path, x, w, json.loads(path.read_text())
+
+
+def test_decision_file_is_written_and_read(kernels, tmp_path):
+    path, x, w, data = _tuned_file(tmp_path)
     assert data["format"] == 1 and len(data["entries"]) == 1
     entry = next(iter(data["entries"].values()))
     assert entry["kernel"] == "tune_test_tiles" and entry["overrides"] == {"block_n": 128}
@@ -260,11 +254,7 @@ def test_decision_file_is_written_and_read(kernels, tmp_path):
 
 
 def test_stale_file_entry_is_measured_again(kernels, tmp_path):
-    path = tmp_path / "tuned.json"
-    x, w = _operands()
-    with cuconv.autotune(path=path):
-        cuconv.conv2d(x, w, padding=1)
-    data = json.loads(path.read_text())
+    path, x, w, data = _tuned_file(tmp_path)
     for entry in data["entries"].values():
         entry["kernel"] = "no_such_kernel"
     path.write_text(json.dumps(data))
