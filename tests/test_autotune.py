@@ -399,3 +399,18 @@ def test_gpu_rounds_hold_the_queue_for_the_host_work():
     ops.xp.cuda.log.clear()
     ops.seconds(run, 4)
     assert ops.xp.cuda.log[:ops.fills] == ["fill"] * ops.fills and ops.xp.cuda.log[ops.fills] == "record"
+
+
+def test_bfloat16_results_are_compared_through_their_bits():
+    """A bfloat16 result is widened exactly (its bits shifted into a float32), then compared with the
+    first result within :data:`cuconv.autotune.AGREEMENT`."""
+    import ml_dtypes
+    ops = object.__new__(tuner._Operands)
+    ops.xp, ops.reference = np, None
+    ops.problem = _problem(1, 4, 4, 8, 8, 1, dtype="bfloat16")
+    first = np.random.default_rng(1).standard_normal((4, 8)).astype(ml_dtypes.bfloat16)
+    ops.check(first)
+    assert np.array_equal(ops.reference, first.astype(np.float32))
+    ops.check(first)
+    with pytest.raises(ValueError, match="differs from the automatic choice's by"):
+        ops.check((first.astype(np.float32) * 1.1).astype(ml_dtypes.bfloat16))
