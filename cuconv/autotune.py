@@ -195,12 +195,28 @@ def tuned_select(problem, device, strategy, current: Overrides, run_call):
         if hit is None:
             hit = _from_file(path, problem, device, strategy, base) if path else None
             if hit is None:
+                if _capturing(device):
+                    raise RuntimeError(
+                        f"autotune: {problem.describe()} has no decision yet, and its candidates cannot be "
+                        f"measured while a CUDA graph is being captured: call it once before the capture "
+                        f"(under autotune), or capture outside the autotune block")
                 hit = _measure_problem(problem, device, strategy, base, run_call)
                 if path:
                     _write_entry(path, problem, device, strategy, base, hit)
             _DECIDED[key] = hit
     name, point, tuning = hit
     return _explained(problem, device, strategy, base, name, point, tuning)
+
+
+def _capturing(device) -> bool:
+    """Whether the current stream of a GPU is capturing a CUDA graph (timing would break the capture)."""
+    if device.kind == "cpu":
+        return False
+    import cupy
+    try:
+        return bool(cupy.cuda.get_current_stream().is_capturing())
+    except Exception:  # noqa: BLE001  (a stream that cannot say is not capturing for our purpose)
+        return False
 
 
 def _explained(problem, device, strategy, base, name, point, tuning):

@@ -265,6 +265,18 @@ def test_stale_file_entry_is_measured_again(kernels, tmp_path):
     assert next(iter(json.loads(path.read_text())["entries"].values()))["kernel"] == "tune_test_tiles"
 
 
+def test_no_measuring_during_graph_capture(kernels, monkeypatch):
+    """A problem without a decision cannot be measured while its stream captures a CUDA graph (stood in
+    for here): the call says so; one decided before the capture runs its decision."""
+    x, w = _operands()
+    with cuconv.autotune():
+        cuconv.conv2d(x, w, padding=1)
+        monkeypatch.setattr(tuner, "_capturing", lambda device: True)
+        assert cuconv.explain(x, w, padding=1).tuning.chosen.overrides == "block_n=128"
+        with pytest.raises(RuntimeError, match="cannot be measured while a CUDA graph is being captured"):
+            cuconv.conv2d(x, w, padding=0)
+
+
 def test_arguments_are_checked(tmp_path):
     with pytest.raises(TypeError, match="enabled"):
         with cuconv.autotune("yes"):
