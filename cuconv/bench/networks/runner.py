@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -158,6 +159,11 @@ def prepare_layer(layer: Layer, dtype: str, torch=None, layout: str = "NHWC", pr
     try:
         explanation = cuconv.explain(x, w, out=out, **kw)
         rec["kernel"], rec["detail"] = explanation.kernel, explanation.detail
+        if explanation.tuning is not None:  # under cuconv.autotune: what it measured
+            t = explanation.tuning
+            rec["autotune"] = dict(kernel=t.chosen.kernel, overrides=t.chosen.overrides, us=t.chosen.us,
+                                   automatic=t.automatic.kernel, automatic_us=t.automatic.us,
+                                   candidates=len(t.candidates))
         cuconv.conv2d(x, w, out=out, **kw)
         cp.cuda.Device().synchronize()
     except Exception as e:  # a layer cuconv cannot run is reported, and the network is not timed
@@ -260,7 +266,9 @@ def bench_network(net: Network, dtype: str, torch=None, log=print, layout: str =
                ms={}, notes=[], layers=[])
     if dtype == "float32":
         rec["precision"] = precision or "float32"
+    t0 = time.perf_counter()
     prepared = [prepare_layer(layer, dtype, torch, layout, precision) for layer in net.layers]
+    rec["prepare_s"] = time.perf_counter() - t0  # first calls and checks (under autotune, its measurements)
     for p in prepared:
         p.record["ms"].update(measure(_libs([p], p.record["notes"], counts=False)))  # ms per call
     rec["ms"].update(measure(_libs(prepared, rec["notes"], counts=True)))  # ms per forward pass
