@@ -9,7 +9,7 @@ autotune, the first call of each problem measures instead:
    time (tile width and height, halo tiles, ping-pong, split tail and split reduction, CTA pairs, how
    an NCHW ``x`` is read, the sm80 sub-path), first around the automatic choice's point, then around the
    fastest point of that round. Plans that come out the same are measured once; at most
-   ``max_candidates`` are.
+   :data:`MAX_CANDIDATES` are.
 2. **Operands.** Arrays of the problem's shapes, layout and dtype on its device, filled with random
    values: the caller's arrays are neither read nor written.
 3. **Timing.** Each candidate runs as a call runs it (an NCHW call's operand moves included): once to
@@ -17,14 +17,17 @@ autotune, the first call of each problem measures instead:
    and to check its result against the automatic choice's (within :data:`AGREEMENT`), then
    :data:`ROUNDS` rounds of calls back to back between CUDA events, each round queued behind memsets
    that keep the GPU busy while the host issues its calls (the GPU time, as in a forward pass whose
-   host runs ahead; ``time.perf_counter`` on the CPU); its time is the median round, per call.
+   host runs ahead; ``time.perf_counter`` on the CPU); its time is the median round, per call. The
+   first candidate's rounds run once untimed first, to bring the GPU's clocks up.
 4. **Choice.** The fastest, unless the automatic choice is within :data:`MARGIN` of it: a tie keeps
    the automatic choice, so tuning again gives the same answer.
 
 A candidate that fails to plan, compile or run is left out, with its error in the record.
 :func:`cuconv.explain` prints the record (``Explanation.tuning``). The decision holds for the process;
 with ``path`` it is also written to a JSON file that later processes read instead of measuring, keyed
-by the problem, the device (name, architecture, SM count) and the kernel sources' hash.
+by the problem, the device (name, architecture, SM count) and the kernel sources' hash. A problem is
+not measured while its stream captures a CUDA graph: the call raises, and one call before the capture
+decides it.
 
 >>> with cuconv.autotune(path="tuned.json"):                      # doctest: +SKIP
 ...     y = cuconv.conv2d(x, w, padding=1)        # measures this problem's candidates once
@@ -65,8 +68,7 @@ MAX_REPS = 50
 #: of issuing the round's calls (at most ``MAX_FILLS``).
 HOLD_BYTES = 32 * 2 ** 20
 MAX_FILLS = 400
-#: The fields varied one at a time (the switches of layouts and phases are not a tile's: stacked phases
-#: only concern gradients).
+#: The switches varied one at a time (``stacked_phases`` concerns gradients only; ``autotune`` is this one).
 _VARIED_SWITCHES = tuple(s for s in SWITCHES if s not in ("stacked_phases", "autotune"))
 _FILE_FORMAT = 1
 
