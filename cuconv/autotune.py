@@ -84,10 +84,14 @@ class Measured:
     us: Optional[float]
     error: Optional[str] = None
 
+    @property
+    def label(self) -> str:
+        """The kernel, with the overrides that make its plan in brackets where there are any."""
+        return f"{self.kernel} [{self.overrides}]" if self.overrides else self.kernel
+
     def describe(self) -> str:
-        how = f" [{self.overrides}]" if self.overrides else ""
         when = _us(self.us) if self.error is None else f"failed: {self.error}"
-        return f"{self.kernel}{how}: {when} - {self.detail}"
+        return f"{self.label}: {when} - {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -104,13 +108,12 @@ class Tuning:
     source: str = "measured"
 
     def describe(self) -> str:
-        if self.chosen is self.automatic or self.chosen == self.automatic:
+        if self.chosen == self.automatic:
             n = len(self.candidates)
             head = (f"autotune: the automatic choice {self.automatic.kernel} ({_us(self.automatic.us)}) is the "
                     + ("only candidate" if n == 1 else f"fastest of {n} candidates, or within {MARGIN:.0%} of it"))
         else:
-            how = f" [{self.chosen.overrides}]" if self.chosen.overrides else ""
-            head = (f"autotune: {self.chosen.kernel}{how} {_us(self.chosen.us)} against the automatic choice "
+            head = (f"autotune: {self.chosen.label} {_us(self.chosen.us)} against the automatic choice "
                     f"{self.automatic.kernel}'s {_us(self.automatic.us)} ({len(self.candidates)} candidates)")
         where = "" if self.source == "measured" else f"; read from {self.source}"
         return "\n".join([head + where] + [f"  {m.describe()}" for m in self.candidates])
@@ -249,7 +252,7 @@ def _variations(base: Overrides) -> List[Overrides]:
     """``base`` with one field it leaves automatic set to each value that field takes."""
     points = []
     choices = _choices()
-    for name in ("block_n", "block_m", "cluster", "split_ways", "sm80_subpath") + _VARIED_SWITCHES:
+    for name in tuple(choices) + _VARIED_SWITCHES:
         if getattr(base, name) is not None:
             continue  # the caller set it
         values = choices[name] if name in choices else (True, False)
@@ -298,10 +301,9 @@ class _Round:
         self.order: List[dict] = []
         self.failed: Dict[str, dict] = {}  # kernel name -> its first candidate that failed to plan
 
-    def add(self, point: Overrides) -> List[dict]:
-        """The candidates new at ``point`` (at most up to the limit)."""
+    def add(self, point: Overrides) -> None:
+        """Take the candidates new at ``point`` (up to the limit) and the first failure of each kernel."""
         found, errors = _plans_at(self.problem, self.device, self.strategy, point)
-        new = []
         for k, plan in found:
             if len(self.order) >= self.limit:
                 break
@@ -311,15 +313,13 @@ class _Round:
             c = dict(kernel=k.name, point=point, plan=plan, us=None, error=None)
             self.seen[ident] = c
             self.order.append(c)
-            new.append(c)
-        for name, error in errors.items():  # the first failure of each kernel, outside the limit
+        for name, error in errors.items():  # outside the limit
             self.failed.setdefault(name, dict(kernel=name, point=point, plan=None, us=None, error=error))
-        return new
 
 
 def _measure_problem(problem, device, strategy, base, run_call) -> Tuple[str, Overrides, Tuning]:
     from . import dispatch
-    auto_plan, auto = dispatch.select(problem, device, strategy=strategy, overrides=base)
+    auto_plan, _ = dispatch.select(problem, device, strategy=strategy, overrides=base)
     rnd = _Round(problem, device, strategy, base, MAX_CANDIDATES)
     rnd.add(base)
     automatic = rnd.seen.get(_identity(auto_plan.kernel, auto_plan))
@@ -377,7 +377,7 @@ class _Operands:
         self.reference = None
         self._hold_buffer, self._fill_seconds, self.fills = None, None, 8
         self.warm = False
-        p, xp = problem, self.xp
+        p = problem
         fan_in = p.channels_per_group * math.prod(p.filter_spatial)
         with self._on_device():
             self.x = self._random(self._user(p.x_shape))
