@@ -3,8 +3,8 @@ value; the last convolutions of decoders and heads, K = 1-16).
 
 CPU: the automatic choice takes multi-tap layers with K <= 16 onto it (channels-last and channels-first,
 conv2d and conv3d) and leaves one-tap maps to the pointwise kernels; ``block_n=16`` forces it at any K,
-another forced width gives the old decline; its variant spells ``_nk``, reads the residual in the
-consumers (no C ring, no epilogue-load warp) and is in the compile list.
+another forced width declines K = 3 and names the forced width; its variant spells ``_nk``, reads the
+residual in the consumers (no C ring, no epilogue-load warp) and is in the compile list.
 GPU (gpu-marked, Hopper): drawn convolutions with K 1-16 under every tiling the variant has (automatic,
 halo tiles, im2col boxes, 256-row tiles, small problems split along the reduction, 3-D), checked against
 the float64 reference with the output NaN-poisoned or written in place over the residual; the SD VAE

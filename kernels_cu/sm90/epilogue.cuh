@@ -121,9 +121,9 @@ __device__ __forceinline__ void pack_group(uint32_t (&packed)[4], const float (&
 // each. A 4 x 4 transpose inside the quad hands lane t the whole 16 bytes of column block jj0 + t,
 // so each thread writes one 16-byte vector per row and group: a warp store covers 8 rows x 64
 // contiguous bytes (whole sectors) instead of 8 x 16. The transpose is two butterfly stages (lane
-// masks 2, then 1), four shuffles and twelve selects on two fixed lane-bit predicates; the first
-// version rotated by (t + r) % 4 in four rounds, and its run-time-indexed selects took ~3x the
-// instructions (the predicates did not fit the predicate registers and were recomputed).
+// masks 2, then 1), four shuffles and twelve selects on two fixed lane-bit predicates. A rotation by
+// (t + r) % 4 in four rounds takes about 3x the instructions: its run-time-indexed selects need
+// predicates that do not fit the predicate registers and are recomputed.
 //
 // ACT is the activation as a compile-time constant: the caller switches on the runtime code once
 // per tile (consumer_epilogue_any). Selecting it per element instead interleaves the code of all
@@ -180,8 +180,8 @@ __device__ __forceinline__ void consumer_epilogue(const float (&acc)[BN / 2], lo
     }
     if constexpr (HAS_RESIDUAL) {
       // Release the C slot once the chunk's stores are issued: they consume every value read from
-      // it, so the reads have completed (a proxy fence here, as the first version had, compiles to
-      // MEMBAR.ALL.CTA, which also waited for the previous chunk's global stores).
+      // it, so the reads have completed. A proxy fence here would compile to MEMBAR.ALL.CTA, which
+      // also waits for the previous chunk's global stores.
       __syncwarp();
       if (lane_leader) mbar_arrive(c_empty_bar + 8 * cring.stage);
       cring.advance();

@@ -15,7 +15,7 @@
 //   (g + r dil_h, s dil_w + 0..63), i.e. 64 consecutive 128-byte rows starting at
 //   ((g + r dil_h) * halo_w + s dil_w) * 128. wgmma's 128B-swizzle descriptor takes such a start
 //   (any multiple of 128 bytes) with base offset 0: the swizzle is a function of the address
-//   bits, which TMA used to write the slot (measured on the H100). TMA also writes a slot that starts
+//   bits, as TMA applies it when it writes the slot (measured on the H100). TMA also writes a slot that starts
 //   off a 1024-byte atom boundary by those bits (the second window slot, conv_fprop_sm90.cu).
 //
 // L2->SM traffic per (ft, cb) for a 256-row tile and a 3x3 filter: one 6 x 66 window (50.7 KB)
