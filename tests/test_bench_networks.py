@@ -3,8 +3,8 @@
 The layer lists (cuconv.bench.networks) are written by hand; here each is re-derived from its
 architecture's configuration by a short builder of its own (torchvision's block settings, diffusers'
 SD 1.5 configs, ultralytics' yaml with its width and depth scaling) and compared layer for layer,
-and the MAC totals (and for EfficientNet-B0 and ResNeXt-50 32x4d the parameter counts) are compared
-with the figures the sources publish. The GPU runner is exercised
+and the MAC totals (and for EfficientNet-B0, ResNeXt-50 32x4d and ShuffleNetV2 the parameter counts)
+are compared with the figures the sources publish. The GPU runner is exercised
 with its GPU work replaced by stand-ins (placeholder timings, not measurements).
 """
 
@@ -23,7 +23,7 @@ EXPECTED = {  # name: (convs per forward pass, batch, input (H, W, C))
     "resnet50": (53, 32, (224, 224, 3)), "mobilenet_v2": (52, 32, (224, 224, 3)),
     "sd_vae_decoder": (36, 1, (64, 64, 4)), "sd_unet": (98, 2, (64, 64, 4)), "yolov8s": (64, 16, (640, 640, 3)),
     "convnext_tiny": (22, 32, (224, 224, 3)), "efficientnet_b0": (81, 32, (224, 224, 3)),
-    "resnext50_32x4d": (53, 32, (224, 224, 3))}
+    "resnext50_32x4d": (53, 32, (224, 224, 3)), "shufflenet_v2": (56, 32, (224, 224, 3))}
 
 
 # ------------------------------------------------------------------------------------------- builders
@@ -103,6 +103,21 @@ def resnext50_32x4d_convs():
                 out.append(_c(hw, c, 4 * planes, 1, s))
             hw, c = hw // s, 4 * planes
     return out
+
+
+def shufflenet_v2_convs():
+    out, hw, c = [_c(224, 3, 24, 3, 2)], 56, 24  # conv1, then the max pool
+    for repeats, oup in ((4, 116), (8, 232), (4, 464)):
+        half = oup // 2
+        for i in range(repeats):
+            if i == 0:  # stride 2: branch1 (depthwise, 1x1) and branch2 (1x1, depthwise, 1x1) read all of x
+                out += [_c(hw, c, c, 3, 2, c), _c(hw // 2, c, half, 1)]
+                out += [_c(hw, c, half, 1), _c(hw, half, half, 3, 2, half), _c(hw // 2, half, half, 1)]
+                hw //= 2
+            else:  # stride 1: branch2 on half the channels
+                out += [_c(hw, half, half, 1), _c(hw, half, half, 3, 1, half), _c(hw, half, half, 1)]
+            c = oup
+    return out + [_c(hw, c, 1024, 1)]  # conv5
 
 
 def _resnet_block(hw, cin, cout):  # diffusers ResnetBlock2D: conv1, conv2, 1x1 conv_shortcut if widths differ
@@ -186,7 +201,8 @@ def yolov8s_convs():
 
 BUILDERS = {"resnet50": resnet50_convs, "mobilenet_v2": mobilenet_v2_convs, "sd_vae_decoder": sd_vae_decoder_convs,
             "sd_unet": sd_unet_convs, "yolov8s": yolov8s_convs, "convnext_tiny": convnext_tiny_convs,
-            "efficientnet_b0": efficientnet_b0_convs, "resnext50_32x4d": resnext50_32x4d_convs}
+            "efficientnet_b0": efficientnet_b0_convs, "resnext50_32x4d": resnext50_32x4d_convs,
+            "shufflenet_v2": shufflenet_v2_convs}
 NO_PAD = {("convnext_tiny", 4), ("convnext_tiny", 2)}  # (network, filter) without padding
 
 
@@ -249,7 +265,7 @@ def test_each_layer_reads_a_size_an_earlier_layer_made(name):
 # Conv MACs of one image, counted from the builders' architectures (printed in the suite's summary).
 CONV_MACS = {"resnet50": 4_087_136_256, "mobilenet_v2": 299_494_272, "sd_vae_decoder": 1_235_784_630_272,
              "sd_unet": 221_973_053_440, "yolov8s": 14_301_312_000, "convnext_tiny": 292_965_120,
-             "efficientnet_b0": 384_534_752, "resnext50_32x4d": 4_228_431_872}
+             "efficientnet_b0": 384_534_752, "resnext50_32x4d": 4_228_431_872, "shufflenet_v2": 143_883_992}
 
 
 @pytest.mark.parametrize("name", list(NETWORKS))
@@ -262,13 +278,15 @@ def test_conv_macs_per_image(name):
 
 def test_conv_macs_agree_with_the_published_model_figures():
     """torchvision's model docs give GMACs per 224x224 image (ResNet-50 4.09, MobileNetV2 0.30,
-    ConvNeXt-T 4.46, EfficientNet-B0 0.386, ResNeXt-50 32x4d 4.23, each with its final linear layer);
+    ConvNeXt-T 4.46, EfficientNet-B0 0.386, ResNeXt-50 32x4d 4.23, ShuffleNetV2 x1.0 0.14 to two places,
+    each with its final linear layer);
     ultralytics 28.6 GFLOPs (2 per MAC) for YOLOv8s at 640, batch norms fused into the convs."""
     per_image = {n: net.macs / net.batch for n, net in NETWORKS.items()}
     assert per_image["resnet50"] + 2048 * 1000 == pytest.approx(4.09e9, rel=2e-3)
     assert per_image["mobilenet_v2"] + 1280 * 1000 == pytest.approx(0.30e9, rel=5e-3)
     assert per_image["efficientnet_b0"] + 1280 * 1000 == pytest.approx(0.386e9, rel=2e-3)
     assert per_image["resnext50_32x4d"] + 2048 * 1000 == pytest.approx(4.23e9, rel=2e-3)
+    assert round((per_image["shufflenet_v2"] + 1024 * 1000) / 1e9, 2) == 0.14
     linear = sum(d * (56 // 2 ** i) ** 2 * 8 * dim * dim  # each CNBlock's dim -> 4 dim -> dim
                  for i, (d, dim) in enumerate(zip(CONVNEXT_DEPTHS, CONVNEXT_DIMS))) + 768 * 1000
     assert per_image["convnext_tiny"] == pytest.approx(0.293e9, rel=2e-3)
@@ -277,7 +295,8 @@ def test_conv_macs_agree_with_the_published_model_figures():
 
 
 @pytest.mark.parametrize("name, features, published", [("efficientnet_b0", 1280, 5_288_548),
-                                                         ("resnext50_32x4d", 2048, 25_028_904)])
+                                                         ("resnext50_32x4d", 2048, 25_028_904),
+                                                         ("shufflenet_v2", 1024, 2_278_604)])
 def test_parameters_of_the_listed_convs_add_up_to_the_published_count(name, features, published):
     """torchvision's ``num_params``, rebuilt from the list: every conv's filter, a batch norm (weight and
     bias) after each conv but EfficientNet's squeeze-excitation convs (on 1x1 images), which have a

@@ -18,7 +18,7 @@ What it measures, per shape and dtype (bf16 and fp16 by default):
 Suites (``--suite``, default all): ``resnet50`` and ``vae_unet`` (:mod:`.conv2d`), ``sm80`` (the
 sm_80+ kernel and ``cuconv.matmul``, :mod:`.sm80`) and ``conv3d`` (every conv3d strategy on video-VAE
 layers, :mod:`.conv3d`); ``networks`` (only when named: ``--suite networks`` or ``--network NAME``)
-times every conv layer of eight networks back to back and one call at a time against cuDNN
+times every conv layer of nine networks back to back and one call at a time against cuDNN
 (:mod:`.networks`); ``grad`` (only when named: ``--suite grad``, networks by ``--network``) times the
 input and weight gradients of networks' layers and transposed convolutions against cuDNN's backward
 (:mod:`.grad`). ``--json FILE`` writes every number with the run's date, device and command;

@@ -10,7 +10,7 @@ With ``--json FILE`` the conv2d suites' records go to ``FILE`` and each other su
 carries the run's date, device, command, software versions and ceilings, which the results page
 (:mod:`.report`) prints.
 
-The networks suite (:mod:`.networks`: every conv layer of eight networks, as a forward pass runs them)
+The networks suite (:mod:`.networks`: every conv layer of nine networks, as a forward pass runs them)
 runs only when named: ``--suite networks``, or ``--network NAME`` (repeatable) for some of them;
 ``--layers`` prints its per-layer tables (the JSON always holds them). Its ``--plot`` chart (each
 network's speed vs cuDNN) goes to ``FILE.png``, or to ``FILE_networks.png`` when a conv2d suite ran too.
@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--suite", action="append", choices=ALL_SUITES + OPT_IN_SUITES,
                     help="suite(s) to run (default: all but networks): conv2d suites resnet50 and vae_unet; sm80 "
                          "(the sm_80+ kernel and cuconv.matmul); conv3d (every conv3d strategy on video-VAE "
-                         "layers); networks (every conv layer of eight networks, run only when named); grad (input and "
+                         "layers); networks (every conv layer of nine networks, run only when named); grad (input and "
                          "weight gradients of networks' layers and transposed convolutions, run only when named)")
     ap.add_argument("--network", action="append", choices=list(networks.NETWORKS), metavar="NAME",
                     help="networks and grad suites: run this network (repeatable; default: all of "

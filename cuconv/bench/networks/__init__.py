@@ -1,4 +1,4 @@
-"""The networks suite: every conv layer of eight networks, run as a forward pass runs them, against cuDNN.
+"""The networks suite: every conv layer of nine networks, run as a forward pass runs them, against cuDNN.
 
 ``python -m cuconv.bench --suite networks [--network NAME ...]``. The layer lists are data
 (:mod:`.classifiers`, :mod:`.diffusion`, :mod:`.yolo`; :mod:`.layers` for the format), each written
@@ -17,6 +17,7 @@ name                    batch       source
 ``convnext_tiny``       32, 224px   torchvision.models.convnext_tiny
 ``efficientnet_b0``     32, 224px   torchvision.models.efficientnet_b0
 ``resnext50_32x4d``     32, 224px   torchvision.models.resnext50_32x4d
+``shufflenet_v2``       32, 224px   torchvision.models.shufflenet_v2_x1_0
 ======================  ==========  =============================================================
 
 :mod:`.runner` checks and times them on the GPU; :mod:`.output` prints the tables and draws the
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from .classifiers import CONVNEXT_TINY, EFFICIENTNET_B0, MOBILENET_V2, RESNET50, RESNEXT50_32X4D
+from .classifiers import CONVNEXT_TINY, EFFICIENTNET_B0, MOBILENET_V2, RESNET50, RESNEXT50_32X4D, SHUFFLENET_V2
 from .diffusion import SD_UNET, SD_VAE_DECODER
 from .layers import Layer, Network, conv, network
 from .yolo import YOLOV8S
@@ -36,4 +37,4 @@ __all__ = ["Layer", "Network", "NETWORKS", "conv", "network"]
 
 #: The networks of the suite by name, in the order the suite runs them.
 NETWORKS: Dict[str, Network] = {n.name: n for n in (RESNET50, MOBILENET_V2, SD_VAE_DECODER, SD_UNET, YOLOV8S,
-                                                     CONVNEXT_TINY, EFFICIENTNET_B0, RESNEXT50_32X4D)}
+                                                     CONVNEXT_TINY, EFFICIENTNET_B0, RESNEXT50_32X4D, SHUFFLENET_V2)}

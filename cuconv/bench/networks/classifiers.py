@@ -1,4 +1,4 @@
-"""The conv layers of five ImageNet classifiers at 224x224, batch 32, written from torchvision's definitions.
+"""The conv layers of six ImageNet classifiers at 224x224, batch 32, written from torchvision's definitions.
 
 Each list is every ``nn.Conv2d`` of the model's forward pass, in order, with the geometry the
 torchvision module builds (channels, filter, stride, padding, groups); repeated blocks carry a
@@ -9,15 +9,17 @@ The sources: ``torchvision.models.resnet50`` (:data:`RESNET50`), ``mobilenet_v2`
 (:data:`MOBILENET_V2`), ``convnext_tiny`` (:data:`CONVNEXT_TINY`), ``efficientnet_b0``
 (:data:`EFFICIENTNET_B0`: ``_efficientnet_conf("efficientnet_b0")`` with its ``MBConv`` blocks) and
 ``resnext50_32x4d`` (:data:`RESNEXT50_32X4D`: ``ResNet(Bottleneck, [3, 4, 6, 3], groups=32,
-width_per_group=4)``). MobileNetV2, ConvNeXt-T and EfficientNet-B0 carry depthwise convolutions,
-ResNeXt-50 grouped ones (32 groups).
+width_per_group=4)``) and ``shufflenet_v2_x1_0`` (:data:`SHUFFLENET_V2`). MobileNetV2, ConvNeXt-T,
+EfficientNet-B0 and ShuffleNetV2 carry depthwise convolutions, ResNeXt-50 grouped ones (32 groups);
+ShuffleNetV2's branches of 58 and 116 channels are off the multiples of 8 that most kernels vectorize
+over.
 """
 
 from __future__ import annotations
 
 from .layers import conv, network
 
-__all__ = ["RESNET50", "MOBILENET_V2", "CONVNEXT_TINY", "EFFICIENTNET_B0", "RESNEXT50_32X4D"]
+__all__ = ["RESNET50", "MOBILENET_V2", "CONVNEXT_TINY", "EFFICIENTNET_B0", "RESNEXT50_32X4D", "SHUFFLENET_V2"]
 
 #: torchvision.models.resnet50: ``ResNet(Bottleneck, [3, 4, 6, 3])``, the v1.5 bottleneck (the stride
 #: on the 3x3 conv, ``conv2``), stem ``conv1`` 7x7/2 then a 3x3/2 max pool (224 -> 112 -> 56). Each
@@ -253,4 +255,44 @@ RESNEXT50_32X4D = network("resnext50_32x4d", "ResNeXt-50 32x4d",
     conv("layer4.1-2.conv1", 7, 2048, 1024, 1, count=2),
     conv("layer4.1-2.conv2", 7, 1024, 1024, 3, groups=32, count=2),
     conv("layer4.1-2.conv3", 7, 1024, 2048, 1, count=2),
+])
+
+#: torchvision.models.shufflenet_v2_x1_0: stages_repeats (4, 8, 4), stages_out_channels (24, 116, 232,
+#: 464, 1024). ``conv1`` a 3x3/2 conv 3 -> 24 then a 3x3/2 max pool (224 -> 112 -> 56); per stage a
+#: stride-2 unit, whose two branches both read the whole input (``branch1``: 3x3/2 depthwise, 1x1;
+#: ``branch2``: 1x1, 3x3/2 depthwise, 1x1; each to half the stage's width), then stride-1 units whose
+#: ``branch2`` runs on half the channels (the other half passes through; the halves are concatenated
+#: and shuffled); last ``conv5``, a 1x1 conv 464 -> 1024 at 7x7. 56 convs.
+SHUFFLENET_V2 = network("shufflenet_v2", "ShuffleNetV2 x1.0",
+                        "torchvision.models.shufflenet_v2_x1_0 (stages_repeats [4, 8, 4], stages_out_channels "
+                        "[24, 116, 232, 464, 1024])", batch=32, input=(224, 224, 3), convs=[
+    conv("conv1", 224, 3, 24, 3, stride=2),
+    # stage2: 116 channels (branches of 58), 56 -> 28
+    conv("stage2.0.branch1.dw", 56, 24, 24, 3, stride=2, groups=24),
+    conv("stage2.0.branch1.pw", 28, 24, 58, 1),
+    conv("stage2.0.branch2.pw1", 56, 24, 58, 1),
+    conv("stage2.0.branch2.dw", 56, 58, 58, 3, stride=2, groups=58),
+    conv("stage2.0.branch2.pw2", 28, 58, 58, 1),
+    conv("stage2.1-3.branch2.pw1", 28, 58, 58, 1, count=3),
+    conv("stage2.1-3.branch2.dw", 28, 58, 58, 3, groups=58, count=3),
+    conv("stage2.1-3.branch2.pw2", 28, 58, 58, 1, count=3),
+    # stage3: 232 channels (branches of 116), 28 -> 14
+    conv("stage3.0.branch1.dw", 28, 116, 116, 3, stride=2, groups=116),
+    conv("stage3.0.branch1.pw", 14, 116, 116, 1),
+    conv("stage3.0.branch2.pw1", 28, 116, 116, 1),
+    conv("stage3.0.branch2.dw", 28, 116, 116, 3, stride=2, groups=116),
+    conv("stage3.0.branch2.pw2", 14, 116, 116, 1),
+    conv("stage3.1-7.branch2.pw1", 14, 116, 116, 1, count=7),
+    conv("stage3.1-7.branch2.dw", 14, 116, 116, 3, groups=116, count=7),
+    conv("stage3.1-7.branch2.pw2", 14, 116, 116, 1, count=7),
+    # stage4: 464 channels (branches of 232), 14 -> 7
+    conv("stage4.0.branch1.dw", 14, 232, 232, 3, stride=2, groups=232),
+    conv("stage4.0.branch1.pw", 7, 232, 232, 1),
+    conv("stage4.0.branch2.pw1", 14, 232, 232, 1),
+    conv("stage4.0.branch2.dw", 14, 232, 232, 3, stride=2, groups=232),
+    conv("stage4.0.branch2.pw2", 7, 232, 232, 1),
+    conv("stage4.1-3.branch2.pw1", 7, 232, 232, 1, count=3),
+    conv("stage4.1-3.branch2.dw", 7, 232, 232, 3, groups=232, count=3),
+    conv("stage4.1-3.branch2.pw2", 7, 232, 232, 1, count=3),
+    conv("conv5", 7, 464, 1024, 1),
 ])
